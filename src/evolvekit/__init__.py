@@ -1,0 +1,3 @@
+"""evolvekit: LLM agents that train themselves in environments nobody wrote tasks for."""
+
+__version__ = "0.1.0"

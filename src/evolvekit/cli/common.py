@@ -1,0 +1,37 @@
+"""Shared CLI helpers: logging set-up, one-line errors, and the ``--json`` last-line convention."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.logging import RichHandler
+
+console = Console(stderr=True)
+
+
+def setup_logging(level: str = "INFO") -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.basicConfig(level=getattr(logging, level), format="%(message)s",
+                        handlers=[RichHandler(console=console, show_path=False)], force=True)
+    for noisy in ("httpx", "sentence_transformers", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def emit_json(obj: Any) -> None:
+    """Print one JSON object as the last line of stdout."""
+    sys.stdout.write(json.dumps(obj, default=str) + "\n")
+    sys.stdout.flush()

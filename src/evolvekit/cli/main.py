@@ -1,0 +1,93 @@
+"""The ``evolvekit`` command line."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from evolvekit.cli.common import console, emit_json, setup_logging
+from evolvekit.errors import EvolveKitError
+
+app = typer.Typer(help="evolvekit: LLM agents that train themselves.", no_args_is_help=True,
+                  pretty_exceptions_enable=False, add_completion=False)
+llm_app = typer.Typer(help="Talk to the configured LLMs.", no_args_is_help=True)
+config_app = typer.Typer(help="Inspect and validate configuration.", no_args_is_help=True)
+app.add_typer(llm_app, name="llm")
+app.add_typer(config_app, name="config")
+
+SetOpt = typer.Option(None, "--set", help="override a config value: section.key=value (repeatable)")
+
+
+@config_app.command("show")
+def config_show(config: Optional[Path] = typer.Argument(None, help="YAML config (defaults if omitted)"),
+                overrides: Optional[list[str]] = SetOpt) -> None:
+    """Print the full, validated config with every parameter's meaning and source equation."""
+    from evolvekit.config import dump_commented_yaml, load_config
+
+    cfg = load_config(config, overrides)
+    sys.stdout.write(dump_commented_yaml(cfg) + "\n")
+
+
+@config_app.command("validate")
+def config_validate(config: Path = typer.Argument(..., help="YAML config"),
+                    overrides: Optional[list[str]] = SetOpt) -> None:
+    """Validate a config file; exit non-zero with one line naming the problem."""
+    from evolvekit.config import load_config
+
+    load_config(config, overrides)
+    console.print(f"{config}: ok")
+
+
+@llm_app.command("chat")
+def llm_chat(prompt: str = typer.Argument(..., help="user message"),
+             role: str = typer.Option("policy", help="which LLM role to use"),
+             config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config"),
+             overrides: Optional[list[str]] = SetOpt,
+             system: Optional[str] = typer.Option(None, help="optional system message"),
+             temperature: float = typer.Option(0.0, help="0 = greedy"),
+             max_new_tokens: int = typer.Option(128),
+             seed: Optional[int] = typer.Option(None),
+             as_json: bool = typer.Option(False, "--json", help="print a JSON object as the last line")) -> None:
+    """Send one message to an LLM role (the embedded model by default) and print the answer."""
+    from evolvekit.config import load_config
+    from evolvekit.llm.base import SamplingParams
+    from evolvekit.llm.factory import role_llm
+    from evolvekit.types import ChatMessage
+
+    cfg = load_config(config, overrides)
+    setup_logging(cfg.run.log_level)
+    t0 = time.perf_counter()
+    llm = role_llm(cfg.models, role)
+    load_s = time.perf_counter() - t0
+    messages = ([ChatMessage(role="system", content=system)] if system else []) + [ChatMessage(role="user", content=prompt)]
+    t1 = time.perf_counter()
+    comp = llm.chat([messages], SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed))[0][0]
+    gen_s = time.perf_counter() - t1
+    n_tok = len(comp.token_ids)
+    if as_json:
+        emit_json({"text": comp.text, "model": llm.name, "role": role, "completion_tokens": n_tok,
+                   "prompt_tokens": len(comp.prompt_token_ids), "finish_reason": comp.finish_reason,
+                   "load_s": round(load_s, 3), "generate_s": round(gen_s, 3),
+                   "tokens_per_s": round(n_tok / gen_s, 2) if gen_s > 0 else None})
+    else:
+        sys.stdout.write(comp.text + "\n")
+
+
+def main() -> None:
+    setup_logging("WARNING")
+    try:
+        app()
+    except EvolveKitError as err:
+        sys.stderr.write(f"error: {err}\n")  # one plain line: no wrapping, no traceback
+        sys.exit(2)
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

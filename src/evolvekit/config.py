@@ -1,0 +1,283 @@
+"""One validated configuration tree: YAML in, typed objects out.
+
+Every section is a pydantic model with ``extra="forbid"`` so an unknown key is an error that names the key
+and the file. Every paper hyper-parameter is present with the paper's default; its ``description`` names the
+equation or section it comes from (``evolvekit config show`` prints them all as commented YAML).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from evolvekit.errors import ConfigError
+
+EMBEDDED_POLICY = "embedded:smollm2-135m-instruct"
+EMBEDDED_EMBEDDER = "embedded:all-minilm-l6-v2"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def F(default: Any, description: str) -> Any:  # noqa: N802 - short helper for documented fields
+    if isinstance(default, BaseModel):
+        return Field(default_factory=lambda: default.model_copy(deep=True), description=description)
+    if isinstance(default, (list, dict)):
+        return Field(default_factory=lambda: type(default)(default), description=description)
+    return Field(default=default, description=description)
+
+
+class ModelConfig(_Section):
+    """How one LLM role is served."""
+
+    backend: Literal["local", "openai"] = F("local", "local = transformers in-process; openai = any OpenAI-compatible server")
+    model: str = F(EMBEDDED_POLICY, "model name or path; 'embedded:smollm2-135m-instruct' is the offline default")
+    device: str = F("auto", "local backend: 'auto', 'cpu' or 'cuda[:i]'")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = F("auto", "local backend weights dtype (auto: fp32 on CPU, bf16 on GPU)")
+    base_url: str | None = F(None, "openai backend: server base URL, e.g. http://127.0.0.1:8000/v1 (env EVOLVEKIT_OPENAI_BASE_URL)")
+    api_key_env: str = F("OPENAI_API_KEY", "openai backend: name of the environment variable holding the API key")
+    temperature: float = F(0.7, "sampling temperature")
+    top_p: float = F(1.0, "nucleus sampling threshold")
+    max_new_tokens: int = F(256, "generation cap per call")
+    timeout_s: float = F(60.0, "openai backend: per-request timeout")
+    max_retries: int = F(4, "openai backend: retries with exponential back-off on 429/5xx/timeouts")
+
+
+def _role(temperature: float, max_new_tokens: int = 256) -> ModelConfig:
+    return ModelConfig(temperature=temperature, max_new_tokens=max_new_tokens)
+
+
+class ModelsConfig(_Section):
+    """Each LLM role is configured separately; all default to the embedded model (AgentEvolver §6)."""
+
+    policy: ModelConfig = F(_role(1.0), "the trainable agent policy (sampling temperature 1.0 for GRPO rollouts)")
+    explorer: ModelConfig = F(_role(1.0), "curiosity-driven explorer, high temperature (§3.1; paper: T = 1)")
+    synthesizer: ModelConfig = F(_role(0.7, 512), "task synthesizer (§3.2)")
+    judge: ModelConfig = F(_role(0.0, 512), "reference-based LLM judge for synthetic tasks (§3.4)")
+    attributor: ModelConfig = F(_role(0.0, 512), "step-wise GOOD/BAD attributor (§5.1)")
+    summarizer: ModelConfig = F(_role(0.0, 512), "experience extractor/validator (§4.1)")
+
+
+class EmbeddingConfig(_Section):
+    model: str = F(EMBEDDED_EMBEDDER, "sentence embedding model; 'embedded:all-minilm-l6-v2' ships offline")
+    device: str = F("cpu", "device for the embedding model")
+    batch_size: int = F(64, "encode batch size")
+
+
+class EnvConfig(_Section):
+    name: str = F("bfcl", "registered environment name (evolvekit env list)")
+    categories: list[str] = F(["multi_turn_base"], "BFCL v3 multi-turn categories to draw real tasks from")
+    backends: list[str] = F([], "restrict to tasks/sandboxes using only these backend classes (empty = all)")
+    train_split: str = F("train", "partition of the base tasks used as real training tasks")
+    eval_split: str = F("test", "held-out partition for evaluation")
+    tool_rendering: Literal["compact", "json"] = F("compact", "tool schemas in the prompt: one line per tool, or full JSON")
+    service_url: str | None = F(None, "if set, use the environment service at this URL instead of in-process envs")
+    service_token_env: str = F("EVOLVEKIT_ENV_TOKEN", "environment variable with the service's bearer token")
+    step_timeout_s: float = F(10.0, "per-step timeout of an environment call")
+
+
+class RolloutConfig(_Section):
+    max_steps: int = F(30, "step limit per episode (AgentEvolver §7.1: trajectories truncated at 30 steps)")
+    group_size: int = F(8, "rollouts per task: one GRPO group (n; paper evaluates avg@8/best@8)")
+    template: Literal["basic", "reasoning", "sliding_window", "self_managing"] = F("basic", "context template (§6.2)")
+    context_token_limit: int = F(4096, "sliding-window / self-managing templates act past this many tokens")
+    concurrency: int = F(8, "rollouts generated concurrently (batched for the local backend)")
+
+
+class TrainConfig(_Section):
+    algorithm: Literal["grpo"] = F("grpo", "policy optimisation algorithm (§6.4)")
+    iterations: int = F(3, "master-loop iterations")
+    tasks_per_iteration: int = F(4, "tasks sampled per iteration (paper: batch size 32)")
+    learning_rate: float = F(1e-6, "AdamW learning rate (§7.1.3: 1e-6)")
+    kl_beta: float = F(0.001, "KL penalty coefficient β, k3 estimator (§7.1.3: 0.001; Eq. 17)")
+    eps_low: float = F(0.28, "lower clip ε_low (§7.1.3: 0.28; Eq. 17)")
+    eps_high: float = F(0.28, "upper clip ε_high (§7.1.3: 0.28; Eq. 17)")
+    eps_norm: float = F(1e-6, "ε_norm in the group normalisation of advantages (Eq. 16)")
+    ppo_epochs: int = F(1, "optimisation passes over each batch of samples")
+    micro_batch_size: int = F(2, "sequences per forward/backward (memory knob)")
+    max_grad_norm: float = F(1.0, "gradient clipping")
+    lora: bool = F(False, "train LoRA adapters (peft) instead of the full model")
+    lora_rank: int = F(16, "LoRA rank")
+
+
+class DifficultyConfig(_Section):
+    entities: int = F(2, "entities per synthetic task (§7.1.3: two entities)")
+    attributes: int = F(3, "attributes per synthetic task (§7.1.3: three attributes)")
+    operations: int = F(3, "operations per synthetic task (§7.1.3: three operations)")
+
+
+class QuestioningConfig(_Section):
+    enabled: bool = F(False, "self-questioning task supply (§3); off = real train-split tasks only")
+    n_breadth: int = F(3, "N_b breadth-first exploration steps (§3.1, Eq. 9; BFCL: 3)")
+    n_depth: int = F(27, "N_d myopic depth-first window/steps (§3.1, Eq. 9; BFCL: 27)")
+    explore_runs: int = F(4, "parallel exploration runs per synthesis round (§3.1)")
+    difficulty: DifficultyConfig = F(DifficultyConfig(), "user preference: difficulty (§3.2, Eq. 10)")
+    style_rubrics: list[str] = F([], "user preference: free-text style rubrics (§3.2)")
+    lexical_dedup_threshold: float = F(0.8, "token-overlap threshold for real-time dedup (§3.3; §7.1.3: 0.8)")
+    semantic_dedup_threshold: float = F(0.9, "embedding cosine threshold for semantic dedup (§3.3)")
+    hybrid_lambda: float = F(1.0, "λ share of proxy tasks in the hybrid distribution (Eq. 12; paper default trains on synthetic only)")
+    synthetic_advantage_decay: float = F(0.5, "advantage down-weighting of proxy tasks in hybrid training (§7.1.3: 0.5)")
+    reward: Literal["judge", "state", "mix"] = F("judge", "reward for synthetic tasks (§3.4): LLM judge, state check, or mix")
+    judge_weight: float = F(0.5, "weight of the judge in the 'mix' reward")
+
+
+class CoEvolveConfig(_Section):
+    enabled: bool = F(False, "CoEvolve weakness signals steering re-exploration (CoEvolve §3)")
+    forgetting_window: int = F(5, "W, sliding window of recent scores per task (CoEvolve §3.1 (1))")
+    success_threshold: float = F(0.5, "score threshold for forgetting/boundary signals (CoEvolve §3.1)")
+    rare_theta_percent: float = F(5.0, "θ, rare-pattern frequency threshold in percent (CoEvolve §3.1 (3): θ = 5)")
+    rare_min_patterns: int = F(50, "N_min observed patterns before rare signals fire (CoEvolve §3.1 (3))")
+    reexplore_rounds: int = F(2, "independent re-exploration runs per context (CoEvolve §3.2)")
+    reexplore_steps: int = F(8, "steps per re-exploration run (CoEvolve §3.2)")
+    every_iterations: int = F(10, "F, regenerate tasks from signals every F iterations (CoEvolve §4: every 10 steps)")
+
+
+class NavigatingConfig(_Section):
+    enabled: bool = F(False, "self-navigating: experience pool + experience-mixed rollouts (§4)")
+    n_pc: int = F(4, "N_pc rollouts per task to build the cold-start pool (Eq. 13; §7.1.3: 4)")
+    top_k: int = F(5, "retrieval top-k (Eq. 14; §7.1.3: k = 5)")
+    rerank: bool = F(True, "LLM re-ranking of retrieved experiences (§4.1)")
+    rewrite: bool = F(True, "LLM rewriting of retrieved experiences for the task (§4.1)")
+    eta: float = F(0.5, "η share of experience-guided rollouts, N_e = ⌊η·N⌋ (Eq. 15; §7.1.3: 0.5)")
+    eps_high_boost: float = F(0.6, "ε̂_high for positive-advantage guided samples (Eq. 17; §7.1.3: 0.6)")
+    strip_experience: bool = F(True, "remove experience tokens before the update (§4.3)")
+    as_tool: bool = F(False, "expose experience as a search_experience tool instead of prompt injection (EvolveR §3.2.2)")
+    theta_sim: float = F(0.85, "θ_sim, cosine at or above which a new experience is checked for merge (EvolveR)")
+    theta_prune: float = F(0.3, "θ_prune, prune experiences with score (c_succ+1)/(c_use+2) below it (EvolveR)")
+    utility_test: bool = F(False, "Evolving-RL: judge an experience by its mean reward on K related tasks")
+    utility_k: int = F(4, "K related tasks for the utility test (Evolving-RL §3.1)")
+
+
+class AttributingConfig(_Section):
+    enabled: bool = F(False, "self-attributing step credit (§5)")
+    mode: Literal["both", "outcome_only", "attribution_only"] = F("both", "Table 5 ablations: r_attr + r_out, w/o r_attr, w/o r_out")
+    alpha: float = F(0.1, "α weight of the attribution channel (Eq. 20; §7.5: 0.1)")
+    alpha_schedule: list[float] = F([], "optional per-iteration α values (curriculum); empty = constant α")
+    max_retries: int = F(2, "retries of an unparseable attribution before neutralising the channel")
+    concurrency: int = F(4, "concurrent attributor calls")
+
+
+class EvolvingRLConfig(_Section):
+    enabled: bool = F(False, "Evolving-RL joint extractor/solver training (Evolving-RL §3)")
+    n_candidates: int = F(8, "N candidate skills per source task (Evolving-RL §3.1)")
+    k_tasks: int = F(4, "K related downstream tasks, source included (Evolving-RL §3.1)")
+    lambda_e: float = F(0.2, "λ_e weight of the extractor loss (Eq. 6)")
+    lambda_s: float = F(1.0, "λ_s weight of the solver loss (Eq. 6)")
+    entropy_coef: float = F(-0.03, "entropy coefficient of the extractor loss, negative (Eq. 3)")
+
+
+class RewardConfig(_Section):
+    w_outcome: float = F(1.0, "w_o, outcome weight (EvolveR §3.3)")
+    w_format: float = F(0.0, "w_f, format weight; EvolveR uses 0.1, off (0) in paper-faithful configs")
+
+
+class RunConfig(_Section):
+    name: str = F("quickstart", "run name (directory under out_dir)")
+    out_dir: str = F("runs", "where run directories are created")
+    seed: int = F(0, "global seed")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = F("INFO", "logging level")
+
+
+class Config(_Section):
+    """The whole configuration tree."""
+
+    run: RunConfig = F(RunConfig(), "run identity and output")
+    models: ModelsConfig = F(ModelsConfig(), "LLM roles")
+    embedding: EmbeddingConfig = F(EmbeddingConfig(), "embedding model for dedup and retrieval")
+    env: EnvConfig = F(EnvConfig(), "environment")
+    rollout: RolloutConfig = F(RolloutConfig(), "rollouts and context management (§6.2)")
+    train: TrainConfig = F(TrainConfig(), "policy optimisation (§6.4)")
+    reward: RewardConfig = F(RewardConfig(), "reward shaping")
+    questioning: QuestioningConfig = F(QuestioningConfig(), "self-questioning (§3)")
+    coevolve: CoEvolveConfig = F(CoEvolveConfig(), "CoEvolve signals")
+    navigating: NavigatingConfig = F(NavigatingConfig(), "self-navigating (§4)")
+    attributing: AttributingConfig = F(AttributingConfig(), "self-attributing (§5)")
+    evolving_rl: EvolvingRLConfig = F(EvolvingRLConfig(), "Evolving-RL")
+
+
+def _parse_scalar(text: str) -> Any:
+    """Parse an override value with YAML rules (numbers, booleans, null, lists) — never with eval."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one ``a.b.c=value`` override to a nested dict in place."""
+    if "=" not in assignment:
+        raise ConfigError(f"override {assignment!r} must look like section.key=value")
+    path, value = assignment.split("=", 1)
+    keys = [k for k in path.strip().split(".") if k]
+    if not keys:
+        raise ConfigError(f"override {assignment!r} has an empty key")
+    node = data
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {assignment!r}: {key!r} is not a section")
+        node = child
+    node[keys[-1]] = _parse_scalar(value)
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    if first["type"] == "extra_forbidden":
+        return f"{source}: unknown key '{loc}'"
+    return f"{source}: invalid value for '{loc}': {first['msg']} (got {first.get('input')!r})"
+
+
+def config_from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err, source)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Load a YAML file (or the defaults when ``path`` is None) and apply ``--set`` overrides."""
+    data: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        p = Path(path)
+        source = str(p)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{p}: not valid YAML: {str(err).splitlines()[0]}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: top level must be a mapping of sections")
+        data = loaded
+    for assignment in overrides or []:
+        apply_override(data, assignment)
+    if overrides:
+        source = f"{source} (with --set overrides)"
+    return config_from_dict(data, source)
+
+
+def dump_commented_yaml(model: BaseModel, indent: int = 0) -> str:
+    """Render a config (sub)tree as YAML with each field's description as a comment."""
+    lines: list[str] = []
+    pad = "  " * indent
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        if field.description:
+            lines.append(f"{pad}# {field.description}")
+        if isinstance(value, BaseModel):
+            lines.append(f"{pad}{name}:")
+            lines.append(dump_commented_yaml(value, indent + 1))
+        else:
+            rendered = yaml.safe_dump({name: value}, default_flow_style=True, sort_keys=False).strip()
+            if rendered.startswith("{") and rendered.endswith("}"):
+                rendered = rendered[1:-1]
+            lines.append(f"{pad}{rendered}")
+    return "\n".join(lines)

@@ -1,0 +1,68 @@
+"""The LLM protocol: chat messages in; text, token ids and per-token logprobs out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+from evolvekit.types import ChatMessage
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling settings for one generate call. ``temperature == 0`` means greedy."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError("SamplingParams.n must be >= 1")
+        if self.temperature < 0:
+            raise ValueError("SamplingParams.temperature must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("SamplingParams.top_p must be in (0, 1]")
+        if self.max_new_tokens < 1:
+            raise ValueError("SamplingParams.max_new_tokens must be >= 1")
+
+
+@dataclass
+class Completion:
+    """One sampled completion.
+
+    ``token_ids`` are the generated tokens (including a final EOS or the token that completed a stop string);
+    ``text`` is their decoding with the stop string and EOS removed; ``logprobs`` are the per-token log
+    probabilities of ``token_ids`` under the model at temperature 1 (empty when a server returns none).
+    """
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    prompt_token_ids: list[int] = field(default_factory=list)
+    finish_reason: str = "stop"  # "stop" (EOS or stop string) or "length"
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """What every backend offers."""
+
+    name: str
+
+    def chat(self, conversations: Sequence[Sequence[ChatMessage]], params: SamplingParams) -> list[list[Completion]]:
+        """Generate ``params.n`` completions for each conversation (result[i][j] = sample j of conversation i)."""
+        ...
+
+
+@runtime_checkable
+class TokenLLM(LLM, Protocol):
+    """A backend that also works on token ids (what rollouts need to keep exact tokens)."""
+
+    def apply_chat_template(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]: ...
+
+    def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]: ...
+
+    def decode(self, token_ids: Sequence[int]) -> str: ...

@@ -1,0 +1,42 @@
+"""Build the LLM for each role from config; roles with the same local model share one loaded instance."""
+
+from __future__ import annotations
+
+from evolvekit.config import EmbeddingConfig, ModelConfig, ModelsConfig
+from evolvekit.llm.base import LLM, SamplingParams
+
+_LOCAL_CACHE: dict[tuple[str, str, str], LLM] = {}
+
+
+def build_llm(cfg: ModelConfig, role: str = "policy") -> LLM:
+    if cfg.backend == "openai":
+        from evolvekit.llm.openai_compat import OpenAICompatLLM
+
+        return OpenAICompatLLM(cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
+                               timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, role=role)
+    key = (cfg.model, cfg.device, cfg.dtype)
+    if key not in _LOCAL_CACHE:
+        from evolvekit.llm.local import LocalLLM
+
+        _LOCAL_CACHE[key] = LocalLLM(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    return _LOCAL_CACHE[key]
+
+
+def role_llm(models: ModelsConfig, role: str) -> LLM:
+    cfg = getattr(models, role, None)
+    if cfg is None:
+        raise ValueError(f"unknown LLM role '{role}'")
+    return build_llm(cfg, role)
+
+
+def sampling_for(cfg: ModelConfig, **overrides) -> SamplingParams:
+    """Default sampling params of a role, with per-call overrides."""
+    base = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
+    base.update(overrides)
+    return SamplingParams(**base)
+
+
+def build_embedder(cfg: EmbeddingConfig):
+    from evolvekit.llm.embeddings import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder(cfg.model, device=cfg.device, batch_size=cfg.batch_size)

@@ -1,0 +1,109 @@
+"""OpenAI-compatible chat backend (vLLM, SGLang, Ollama, hosted APIs) over plain HTTP.
+
+Retries with exponential back-off on 429, 5xx and timeouts; a 401/403/404 fails at once with a message that
+names the setting to fix. Requests for several conversations run concurrently in a thread pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+import httpx
+
+from evolvekit.errors import LLMError
+from evolvekit.llm.base import Completion, SamplingParams
+from evolvekit.types import ChatMessage
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+
+class OpenAICompatLLM:
+    def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 timeout_s: float = 60.0, max_retries: int = 4, backoff_s: float = 0.5, concurrency: int = 8,
+                 role: str = "policy") -> None:
+        base_url = base_url or os.environ.get("EVOLVEKIT_OPENAI_BASE_URL")
+        if not base_url:
+            raise LLMError(f"models.{role}.base_url is not set (nor EVOLVEKIT_OPENAI_BASE_URL) for the openai backend")
+        self.name = model
+        self.role = role
+        self.base_url = base_url.rstrip("/")
+        self.api_key_env = api_key_env
+        api_key = os.environ.get(api_key_env, "")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.concurrency = concurrency
+
+    def close(self) -> None:
+        self.client.close()
+
+    def chat(self, conversations: Sequence[Sequence[ChatMessage]], params: SamplingParams) -> list[list[Completion]]:
+        if not conversations:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(conversations))) as pool:
+            return list(pool.map(lambda conv: self._one(conv, params), conversations))
+
+    def _payload(self, conversation: Sequence[ChatMessage], params: SamplingParams) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.name,
+            "messages": [m.model_dump(exclude_none=True) for m in conversation],
+            "n": params.n,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_new_tokens,
+            "logprobs": True,
+        }
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if params.seed is not None:
+            body["seed"] = params.seed
+        return body
+
+    def _one(self, conversation: Sequence[ChatMessage], params: SamplingParams) -> list[Completion]:
+        body = self._payload(conversation, params)
+        delay = self.backoff_s
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            try:
+                resp = self.client.post("/chat/completions", json=body)
+            except (httpx.TimeoutException, httpx.TransportError) as err:
+                last = f"{type(err).__name__}: {err}"
+            else:
+                if resp.status_code == 200:
+                    return self._parse(resp.json())
+                if resp.status_code in (401, 403):
+                    raise LLMError(f"{self.base_url} refused the credentials (HTTP {resp.status_code}); "
+                                   f"check the API key in ${self.api_key_env} (models.{self.role}.api_key_env)")
+                if resp.status_code == 404:
+                    raise LLMError(f"{self.base_url}/chat/completions: model '{self.name}' or endpoint not found "
+                                   f"(HTTP 404); check models.{self.role}.model and models.{self.role}.base_url")
+                if resp.status_code not in RETRY_STATUS:
+                    raise LLMError(f"{self.base_url} answered HTTP {resp.status_code}: {resp.text[:200]}")
+                last = f"HTTP {resp.status_code}"
+            if attempt < self.max_retries:
+                log.warning("openai backend: %s, retrying in %.1fs (%d/%d)", last, delay, attempt + 1, self.max_retries)
+                time.sleep(delay)
+                delay *= 2
+        raise LLMError(f"{self.base_url}: gave up after {self.max_retries + 1} attempts ({last})")
+
+    @staticmethod
+    def _parse(data: dict[str, Any]) -> list[Completion]:
+        out = []
+        for choice in data.get("choices", []):
+            text = (choice.get("message") or {}).get("content") or ""
+            lp = choice.get("logprobs") or {}
+            content = lp.get("content") or []
+            logprobs = [float(t.get("logprob", 0.0)) for t in content]
+            token_ids = choice.get("token_ids") or []  # vLLM extension; absent on most servers
+            reason = "length" if choice.get("finish_reason") == "length" else "stop"
+            out.append(Completion(text=text, token_ids=list(token_ids), logprobs=logprobs, finish_reason=reason))
+        if not out:
+            raise LLMError("openai backend: response had no choices")
+        return out

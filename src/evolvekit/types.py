@@ -1,0 +1,180 @@
+"""The typed core data model: the only shapes that cross module boundaries.
+
+Every model round-trips through JSON (``model_dump_json`` / ``model_validate_json``) and carries
+``schema_version`` so stored data can be migrated when the shapes change.
+"""
+
+from __future__ import annotations
+
+import uuid
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    schema_version: int = SCHEMA_VERSION
+
+
+class TaskSource(str, Enum):
+    REAL = "real"
+    SYNTHETIC = "synthetic"
+
+
+class Difficulty(BaseModel):
+    """Task difficulty as AgentEvolver §3.2 measures it: entities, attributes and operations involved."""
+
+    model_config = ConfigDict(extra="forbid")
+    entities: int = 0
+    attributes: int = 0
+    operations: int = 0
+
+
+class ToolCall(_Model):
+    """One structured call: a tool name and keyword arguments (never free text to be eval'd)."""
+
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    call_id: str | None = None
+
+
+class ChatMessage(BaseModel):
+    """One chat message in OpenAI form (role + content)."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+    name: str | None = None
+
+
+class Task(_Model):
+    """A task: what the agent is asked, in which environment, from which initial state."""
+
+    task_id: str = Field(default_factory=lambda: new_id("task"))
+    env_name: str
+    query: str | list[str]  # one user message, or one per turn for multi-turn tasks
+    initial_config: dict[str, Any] = Field(default_factory=dict)
+    reference_solution: list[list[ToolCall]] | None = None  # per turn, the calls that solve it
+    source: TaskSource = TaskSource.REAL
+    difficulty: Difficulty | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def turns(self) -> list[str]:
+        return [self.query] if isinstance(self.query, str) else list(self.query)
+
+
+class SpanKind(str, Enum):
+    POLICY = "policy"  # tokens the policy generated (loss mask 1)
+    PROMPT = "prompt"  # system/user/tool text (loss mask 0)
+    EXPERIENCE = "experience"  # retrieved experience inserted into the context (stripped before update)
+
+
+class TokenSpan(BaseModel):
+    """A half-open token range [start, end) inside a merged token sequence, with what it holds."""
+
+    model_config = ConfigDict(extra="forbid")
+    start: int
+    end: int
+    kind: SpanKind
+
+
+class Step(_Model):
+    """One agent step: what the model produced, what it meant, and what the environment answered."""
+
+    index: int
+    action_text: str
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    parse_error: str | None = None
+    observation: str = ""
+    reward: float = 0.0
+    done: bool = False
+    prompt_token_ids: list[int] = Field(default_factory=list)
+    completion_token_ids: list[int] = Field(default_factory=list)
+    completion_logprobs: list[float] = Field(default_factory=list)
+    spans: list[TokenSpan] = Field(default_factory=list)
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class StepLabel(str, Enum):
+    GOOD = "GOOD"
+    BAD = "BAD"
+
+
+class TrajectoryFlags(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    experience_guided: bool = False
+    truncated: bool = False
+    failed: bool = False  # the rollout itself crashed (error recorded), not a task failure
+    attribution_neutralised: bool = False
+
+
+class Trajectory(_Model):
+    """A whole episode of one task, as produced by a rollout worker."""
+
+    trajectory_id: str = Field(default_factory=lambda: new_id("traj"))
+    task_id: str
+    group_id: str | None = None
+    steps: list[Step] = Field(default_factory=list)
+    outcome_reward: float | None = None
+    outcome_details: dict[str, Any] = Field(default_factory=dict)
+    step_attributions: list[StepLabel] | None = None
+    experience_used: list[str] = Field(default_factory=list)  # experience ids
+    flags: TrajectoryFlags = Field(default_factory=TrajectoryFlags)
+    error: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ExperienceProvenance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["success", "failure", "comparison", "merged", "imported", "skill"] = "success"
+    trajectory_ids: list[str] = Field(default_factory=list)
+    task_ids: list[str] = Field(default_factory=list)
+    iteration: int | None = None
+
+
+class Experience(_Model):
+    """A reusable piece of experience (AgentEvolver §4.1): when to use it, and what it says."""
+
+    experience_id: str = Field(default_factory=lambda: new_id("exp"))
+    when_to_use: str
+    content: str
+    provenance: ExperienceProvenance = Field(default_factory=ExperienceProvenance)
+    use_count: int = 0
+    success_count: int = 0
+    utility: float | None = None  # Evolving-RL: mean downstream reward on K related tasks
+
+    @property
+    def score(self) -> float:
+        """EvolveR's score s = (c_succ + 1) / (c_use + 2)."""
+        return (self.success_count + 1) / (self.use_count + 2)
+
+
+class TrainingSample(_Model):
+    """One sequence ready for the policy update. All lists have the same length."""
+
+    sample_id: str = Field(default_factory=lambda: new_id("sample"))
+    trajectory_id: str
+    group_id: str
+    token_ids: list[int]
+    loss_mask: list[int]
+    token_advantages: list[float]
+    experience_mask: list[int]  # 1 on tokens of inserted experience (stripped before the update)
+    old_logprobs: list[float] | None = None
+    experience_guided: bool = False
+
+    def model_post_init(self, __context: Any) -> None:
+        n = len(self.token_ids)
+        for name in ("loss_mask", "token_advantages", "experience_mask"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"TrainingSample.{name} has length {len(getattr(self, name))}, expected {n}")
+        if self.old_logprobs is not None and len(self.old_logprobs) != n:
+            raise ValueError("TrainingSample.old_logprobs must match token_ids in length")

@@ -1,0 +1,90 @@
+import subprocess
+import sys
+
+import pytest
+from pydantic import BaseModel
+
+from evolvekit.config import Config, apply_override, dump_commented_yaml, load_config
+from evolvekit.errors import ConfigError
+
+
+def test_defaults_match_papers():
+    cfg = Config()
+    assert cfg.train.eps_low == cfg.train.eps_high == 0.28
+    assert cfg.navigating.eps_high_boost == 0.6
+    assert cfg.navigating.eta == 0.5 and cfg.navigating.top_k == 5 and cfg.navigating.n_pc == 4
+    assert cfg.attributing.alpha == 0.1
+    assert (cfg.questioning.n_breadth, cfg.questioning.n_depth) == (3, 27)
+    assert cfg.questioning.lexical_dedup_threshold == 0.8
+    assert cfg.navigating.theta_sim == 0.85 and cfg.navigating.theta_prune == 0.3
+    assert (cfg.evolving_rl.lambda_e, cfg.evolving_rl.lambda_s, cfg.evolving_rl.entropy_coef) == (0.2, 1.0, -0.03)
+    assert cfg.rollout.max_steps == 30
+    assert cfg.train.kl_beta == 0.001
+
+
+def _walk(model: BaseModel, prefix=""):
+    for name, field in type(model).model_fields.items():
+        yield prefix + name, field
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            yield from _walk(value, prefix + name + ".")
+
+
+def test_every_parameter_is_documented():
+    missing = [name for name, field in _walk(Config()) if name != "schema_version" and not field.description]
+    assert missing == []
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("train:\n  learning_rat: 0.1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(p)
+    assert "train.learning_rat" in str(err.value) and str(p) in str(err.value)
+
+
+def test_wrong_type_and_missing_file(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("rollout:\n  max_steps: many\n")
+    with pytest.raises(ConfigError, match="rollout.max_steps"):
+        load_config(p)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    p.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(p)
+    p.write_text("a: [unclosed\n")
+    with pytest.raises(ConfigError, match="YAML"):
+        load_config(p)
+
+
+def test_overrides_are_typed():
+    cfg = load_config(None, ["train.learning_rate=3e-4", "navigating.enabled=true", "env.backends=[MathAPI]"])
+    assert cfg.train.learning_rate == pytest.approx(3e-4)
+    assert cfg.navigating.enabled is True
+    assert cfg.env.backends == ["MathAPI"]
+    with pytest.raises(ConfigError, match="section.key=value"):
+        load_config(None, ["nonsense"])
+    d = {"train": 3}
+    with pytest.raises(ConfigError, match="not a section"):
+        apply_override(d, "train.x=1")
+
+
+def test_quickstart_is_valid_and_dump_round_trips(tmp_path):
+    cfg = load_config("configs/quickstart.yaml")
+    text = dump_commented_yaml(cfg)
+    p = tmp_path / "dump.yaml"
+    p.write_text(text)
+    assert load_config(p) == cfg
+
+
+@pytest.mark.parametrize("content,needle", [("foo: 1\n", "unknown key 'foo'"), ("train: {iterations: x}\n", "train.iterations")])
+def test_cli_bad_config_is_one_line(tmp_path, content, needle):
+    p = tmp_path / "bad.yaml"
+    p.write_text(content)
+    res = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "config", "validate", str(p)],
+                         capture_output=True, text=True)
+    assert res.returncode != 0
+    assert needle in res.stderr
+    assert "Traceback" not in res.stderr
+    assert len([line for line in res.stderr.splitlines() if line.strip()]) == 1

@@ -1,0 +1,114 @@
+"""The OpenAI-compatible backend against a small HTTP server started by the test."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from evolvekit.errors import LLMError
+from evolvekit.llm.base import SamplingParams
+from evolvekit.llm.openai_compat import OpenAICompatLLM
+from evolvekit.types import ChatMessage
+
+
+class Server:
+    def __init__(self, script):
+        self.script = list(script)  # status codes to answer in order; then 200 forever
+        self.requests = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append((self.path, dict(self.headers), body))
+                status = outer.script.pop(0) if outer.script else 200
+                if status == "slow":
+                    import time
+                    time.sleep(1.0)
+                    status = 200
+                payload = {"choices": [{"message": {"role": "assistant", "content": f"echo {body['messages'][-1]['content']}"},
+                                        "logprobs": {"content": [{"token": "echo", "logprob": -0.5}]},
+                                        "finish_reason": "stop"} for _ in range(body.get("n", 1))]}
+                data = json.dumps(payload if status == 200 else {"error": "x"}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+@pytest.fixture
+def server_factory():
+    servers = []
+
+    def make(script=()):
+        s = Server(script)
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def _msgs(text="hi"):
+    return [[ChatMessage(role="user", content=text)]]
+
+
+def test_success_sends_key_and_params(server_factory, monkeypatch):
+    s = server_factory()
+    monkeypatch.setenv("MY_KEY", "sekret")
+    llm = OpenAICompatLLM("m", base_url=s.url, api_key_env="MY_KEY")
+    out = llm.chat(_msgs("hello") * 2, SamplingParams(n=2, temperature=0.5, max_new_tokens=9, stop=("x",), seed=3))
+    assert [len(g) for g in out] == [2, 2] and out[0][0].text == "echo hello" and out[0][0].logprobs == [-0.5]
+    path, headers, body = s.requests[0]
+    assert path == "/v1/chat/completions"
+    assert headers["Authorization"] == "Bearer sekret"
+    assert body["n"] == 2 and body["max_tokens"] == 9 and body["stop"] == ["x"] and body["seed"] == 3
+
+
+def test_retries_on_429_and_5xx(server_factory):
+    s = server_factory([429, 503])
+    llm = OpenAICompatLLM("m", base_url=s.url, backoff_s=0.01)
+    assert llm.chat(_msgs(), SamplingParams())[0][0].text == "echo hi"
+    assert len(s.requests) == 3
+
+
+def test_gives_up_after_retries(server_factory):
+    s = server_factory([500] * 10)
+    llm = OpenAICompatLLM("m", base_url=s.url, backoff_s=0.01, max_retries=2)
+    with pytest.raises(LLMError, match="gave up after 3 attempts"):
+        llm.chat(_msgs(), SamplingParams())
+
+
+def test_timeout_is_retried(server_factory):
+    s = server_factory(["slow"])
+    llm = OpenAICompatLLM("m", base_url=s.url, backoff_s=0.01, timeout_s=0.3)
+    assert llm.chat(_msgs(), SamplingParams())[0][0].text == "echo hi"
+    assert len(s.requests) == 2
+
+
+@pytest.mark.parametrize("status,needle", [(401, "api_key_env"), (404, "models.judge.model")])
+def test_auth_and_not_found_name_the_setting(server_factory, status, needle):
+    s = server_factory([status])
+    llm = OpenAICompatLLM("m", base_url=s.url, role="judge")
+    with pytest.raises(LLMError, match=needle):
+        llm.chat(_msgs(), SamplingParams())
+    assert len(s.requests) == 1
+
+
+def test_missing_base_url_is_clear(monkeypatch):
+    monkeypatch.delenv("EVOLVEKIT_OPENAI_BASE_URL", raising=False)
+    with pytest.raises(LLMError, match="models.policy.base_url"):
+        OpenAICompatLLM("m")
