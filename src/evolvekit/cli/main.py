@@ -19,6 +19,10 @@ config_app = typer.Typer(help="Inspect and validate configuration.", no_args_is_
 app.add_typer(llm_app, name="llm")
 app.add_typer(config_app, name="config")
 
+from evolvekit.cli.env_cmd import env_app  # noqa: E402
+
+app.add_typer(env_app, name="env")
+
 SetOpt = typer.Option(None, "--set", help="override a config value: section.key=value (repeatable)")
 
 

@@ -1,0 +1,112 @@
+"""The environment protocol and the typed shapes it exchanges.
+
+An episode: ``reset(task)`` gives the first observation (the first user message) and the visible tools;
+``step(action)`` executes the action's tool calls, or — for an action without calls — ends the current user turn
+and delivers the next user message; ``evaluate(trajectory)`` scores the episode in [0, 1]; ``close()`` frees it.
+``task=None`` resets into *sandbox* mode (no task, free exploration from an initial state).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evolvekit.types import Task, ToolCall, Trajectory
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolSchema(_Shape):
+    """A callable tool: name, description and a JSON-schema-like parameter spec."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class EntityProfile(_Shape):
+    """One entity of an environment profile (AgentEvolver Fig. 4): what it is, its attributes and operations."""
+
+    name: str
+    description: str = ""
+    attributes: list[str] = Field(default_factory=list)
+    operations: list[str] = Field(default_factory=list)
+
+
+class EnvProfile(_Shape):
+    """What an explorer needs to know about an environment before acting (AgentEvolver §3.1)."""
+
+    env_name: str
+    name: str
+    description: str = ""
+    entities: list[EntityProfile] = Field(default_factory=list)
+
+
+class Action(_Shape):
+    """What the agent did in one step: tool calls, and/or a message to the user (which ends the turn)."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    parse_error: str | None = None  # set when the model output could not be parsed into calls
+
+
+class ResetResult(_Shape):
+    observation: str
+    tools: list[ToolSchema]
+    turn_index: int = 0
+    num_turns: int = 1
+
+
+class CallResult(_Shape):
+    name: str
+    ok: bool
+    output: str
+    warnings: list[str] = Field(default_factory=list)  # e.g. an argument of the wrong JSON type
+
+
+class StepResult(_Shape):
+    observation: str
+    reward: float = 0.0
+    done: bool = False
+    turn_index: int = 0
+    new_turn: bool = False  # the observation is the next user message
+    tools: list[ToolSchema] | None = None  # set when the visible tool list changed (e.g. miss_func reveals)
+    call_results: list[CallResult] = Field(default_factory=list)
+    error: str | None = None
+
+
+class EvalResult(_Shape):
+    score: float
+    passed: bool
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class EnvInfo(_Shape):
+    env_name: str
+    instance_id: str = ""
+    task_id: str | None = None
+    sandbox: bool = False
+    turn_index: int = 0
+    num_turns: int = 0
+    steps: int = 0
+    done: bool = False
+
+
+@runtime_checkable
+class Environment(Protocol):
+    name: str
+
+    def profile(self) -> list[EnvProfile]: ...
+
+    def reset(self, task: Task | None = None, sandbox_config: dict[str, Any] | None = None) -> ResetResult: ...
+
+    def step(self, action: Action) -> StepResult: ...
+
+    def evaluate(self, trajectory: Trajectory | None = None) -> EvalResult: ...
+
+    def info(self) -> EnvInfo: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""BFCL v3 multi-turn over the offline ``bfcl-eval`` package."""

@@ -1,0 +1,218 @@
+"""The BFCL v3 multi-turn environment.
+
+Every episode builds its own backend instances (``_load_scenario`` from the task's initial config) and drops
+them at ``close()``. Tool calls are validated against the visible tool schemas and executed as bound methods of
+those instances; model text never reaches ``eval``/``exec``. Scoring runs the official multi-turn checker on the
+keyword-form strings of the calls that were actually executed.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import uuid
+from typing import Any
+
+from evolvekit.config import EnvConfig
+from evolvekit.env.base import (Action, CallResult, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult,
+                                ToolSchema)
+from evolvekit.env.bfcl import data
+from evolvekit.env.bfcl.checker import check
+from evolvekit.env.bfcl.tools import call_string, doc_to_schema, stringify_result, validate_call
+from evolvekit.env.registry import register_env
+from evolvekit.errors import EnvError
+from evolvekit.types import Task, ToolCall, Trajectory
+
+log = logging.getLogger(__name__)
+
+NO_CALL_ERROR = "Error: could not parse a tool call from your message: {err}"
+
+
+class BfclEnv:
+    name = "bfcl"
+
+    def __init__(self, backends: list[str] | None = None, long_context: bool | None = None) -> None:
+        data.bootstrap()
+        self.default_backends = list(backends or [])
+        self.long_context_override = long_context
+        self.instance_id = uuid.uuid4().hex[:12]
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self.task: Task | None = None
+        self.meta: data.BfclTaskMeta | None = None
+        self.instances: dict[str, Any] = {}
+        self.method_owner: dict[str, str] = {}
+        self.visible: dict[str, ToolSchema] = {}  # shown to the agent
+        self.callable: dict[str, ToolSchema] = {}  # executable (visible + held-out miss_func functions)
+        self.turn_index = 0
+        self.turns: list[str] = []
+        self.executed: list[list[str]] = []  # keyword-form call strings actually executed, per turn
+        self.steps = 0
+        self.done = False
+        self.sandbox = False
+
+    # -- protocol ------------------------------------------------------------------------------------------
+    def profile(self) -> list[EnvProfile]:
+        from evolvekit.env.bfcl.profiles import load_profile
+
+        classes = self.default_backends or list(data.BACKEND_CLASSES)
+        return [load_profile(c) for c in classes]
+
+    def reset(self, task: Task | None = None, sandbox_config: dict[str, Any] | None = None) -> ResetResult:
+        self.close()
+        self._reset_state()
+        if task is None:
+            return self._reset_sandbox(sandbox_config or {})
+        self.task = task
+        self.meta = _task_meta(task)
+        # miss_func: held-out functions are hidden from the tool list until their turn. As in the official
+        # executor they stay callable (BFCL's own ground truth calls one early: miss_func_49).
+        # ``excluded_function`` is a data field the official pipeline never applies, so neither do we.
+        hidden = {name for names in self.meta.missed_function.values() for name in names}
+        long_context = self._long_context(self.meta.category)
+        self._build_instances(self.meta.involved_classes, task.initial_config, long_context, hidden)
+        self.turns = task.turns
+        self.executed = [[]]
+        self._reveal(0)
+        return ResetResult(observation=self.turns[0], tools=self.tools(), turn_index=0, num_turns=len(self.turns))
+
+    def _reset_sandbox(self, config: dict[str, Any]) -> ResetResult:
+        """Sandbox mode: the backends of ``config['classes']`` (or the env's default backends) with no task."""
+        self.sandbox = True
+        classes = list(config.get("classes") or self.default_backends or ["GorillaFileSystem"])
+        initial = config.get("initial_config") or {}
+        tools = config.get("tools")  # optional subset (a task family)
+        self._build_instances(classes, initial, bool(config.get("long_context", False)), set())
+        if tools:
+            unknown = set(tools) - set(self.visible)
+            if unknown:
+                raise EnvError(f"sandbox tools {sorted(unknown)} are not offered by {classes}")
+            self.visible = {k: v for k, v in self.visible.items() if k in set(tools)}
+            self.callable = dict(self.visible)
+        self.turns = [""]
+        self.executed = [[]]
+        desc = ", ".join(classes)
+        return ResetResult(observation=f"Sandbox of {desc}: explore freely with the tools.", tools=self.tools(),
+                           turn_index=0, num_turns=1)
+
+    def _long_context(self, category: str) -> bool:
+        if self.long_context_override is not None:
+            return self.long_context_override
+        return "long_context" in category
+
+    def _build_instances(self, classes: list[str], initial_config: dict, long_context: bool, hidden: set[str]) -> None:
+        for cls_name in classes:
+            cls = data.backend_class(cls_name)
+            inst = cls()
+            if not data.is_stateless(cls_name):
+                inst._load_scenario(copy.deepcopy(initial_config.get(cls_name, {})), long_context=long_context)
+            self.instances[cls_name] = inst
+            for doc in data.tool_docs(cls_name):
+                self.method_owner[doc["name"]] = cls_name
+                self.callable[doc["name"]] = doc_to_schema(doc)
+                if doc["name"] not in hidden:
+                    self.visible[doc["name"]] = self.callable[doc["name"]]
+
+    def _reveal(self, turn: int) -> bool:
+        if self.meta is None:
+            return False
+        names = self.meta.missed_function.get(str(turn), [])
+        for name in names:
+            owner = self.method_owner.get(name)
+            if owner is None:
+                continue
+            doc = next(d for d in data.tool_docs(owner) if d["name"] == name)
+            self.visible[name] = doc_to_schema(doc)
+        return bool(names)
+
+    def tools(self) -> list[ToolSchema]:
+        return list(self.visible.values())
+
+    def step(self, action: Action) -> StepResult:
+        if self.done:
+            return StepResult(observation="Error: the episode is over.", done=True, turn_index=self.turn_index,
+                              error="episode_done")
+        self.steps += 1
+        if action.parse_error is not None and not action.tool_calls:
+            return StepResult(observation=NO_CALL_ERROR.format(err=action.parse_error), turn_index=self.turn_index,
+                              error="parse_error")
+        if not action.tool_calls:
+            return self._end_turn()
+        results = [self._execute(call) for call in action.tool_calls]
+        obs = "\n".join(f"[{r.name}] " + "".join(f"Warning: {w}. " for w in r.warnings) + r.output for r in results)
+        return StepResult(observation=obs, turn_index=self.turn_index, call_results=results)
+
+    def _end_turn(self) -> StepResult:
+        if self.sandbox or self.turn_index + 1 >= len(self.turns):
+            self.done = True
+            return StepResult(observation="", done=True, turn_index=self.turn_index)
+        self.turn_index += 1
+        self.executed.append([])
+        changed = self._reveal(self.turn_index)
+        return StepResult(observation=self.turns[self.turn_index], turn_index=self.turn_index, new_turn=True,
+                          tools=self.tools() if changed else None)
+
+    def _execute(self, call: ToolCall) -> CallResult:
+        schema = self.callable.get(call.name)
+        if schema is None:
+            return CallResult(name=call.name, ok=False,
+                              output=f"Error: unknown tool '{call.name}'. Available tools: {', '.join(self.visible)}")
+        problem, warnings = validate_call(call, schema)
+        if problem is not None:
+            return CallResult(name=call.name, ok=False, output=f"Error: {problem}")
+        try:
+            rendered = call_string(call)
+        except ValueError as err:
+            return CallResult(name=call.name, ok=False, output=f"Error: {err}")
+        method = getattr(self.instances[self.method_owner[call.name]], call.name)
+        self.executed[-1].append(rendered)
+        try:
+            result = method(**copy.deepcopy(call.arguments))  # backends keep (and mutate) passed lists
+        except Exception as err:  # a backend bug or bad value: report, never crash
+            return CallResult(name=call.name, ok=False, output=f"Error during execution: {err}", warnings=warnings)
+        return CallResult(name=call.name, ok=True, output=stringify_result(result), warnings=warnings)
+
+    def evaluate(self, trajectory: Trajectory | None = None) -> EvalResult:
+        """Score with the official checker against the task's reference solution (BFCL ground truth)."""
+        if self.task is None or self.meta is None:
+            raise EnvError("evaluate() needs an episode started with a task (sandbox episodes have no score)")
+        if self.task.reference_solution is None:
+            raise EnvError(f"task {self.task.task_id} has no reference solution to check against")
+        ground_truth = [[call_string(c) for c in turn] for turn in self.task.reference_solution]
+        completed = len(self.executed) if self.done else len(self.executed) - 1
+        if completed < len(ground_truth):
+            return EvalResult(score=0.0, passed=False, details={
+                "error_type": "multi_turn:force_terminated",
+                "error_message": f"episode ended after {completed} of {len(ground_truth)} turns"})
+        entry = {"id": self.meta.bfcl_id, "initial_config": self.task.initial_config,
+                 "involved_classes": self.meta.involved_classes}
+        result = check(self.executed[: len(ground_truth)], ground_truth, entry, self.meta.category)
+        passed = bool(result.get("valid"))
+        details = {"error_type": result.get("error_type"), "error_message": result.get("error_message")} if not passed else {}
+        return EvalResult(score=1.0 if passed else 0.0, passed=passed, details=details)
+
+    def info(self) -> EnvInfo:
+        return EnvInfo(env_name=self.name, instance_id=self.instance_id,
+                       task_id=self.task.task_id if self.task else None, sandbox=self.sandbox,
+                       turn_index=self.turn_index, num_turns=len(self.turns), steps=self.steps, done=self.done)
+
+    def executed_calls(self) -> list[list[str]]:
+        return [list(t) for t in self.executed]
+
+    def close(self) -> None:
+        self.instances = {}
+
+
+def _task_meta(task: Task) -> data.BfclTaskMeta:
+    if "involved_classes" not in task.metadata:
+        # A synthetic task: its classes come from the initial config or the reference solution's tools.
+        classes = list(task.initial_config) or []
+        meta = {"category": "synthetic", "bfcl_id": task.task_id, "involved_classes": classes}
+        return data.BfclTaskMeta(**meta)
+    return data.BfclTaskMeta(**task.metadata)
+
+
+@register_env("bfcl", "BFCL v3 multi-turn (bfcl-eval 2026.3.23): 8 tool backends, 4 categories, official checker")
+def _make(cfg: EnvConfig) -> BfclEnv:
+    return BfclEnv(backends=cfg.backends)

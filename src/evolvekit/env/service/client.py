@@ -1,0 +1,75 @@
+"""A client that implements the environment protocol over the service's HTTP API."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+from evolvekit.config import EnvConfig
+from evolvekit.env.base import Action, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult
+from evolvekit.env.service.schemas import CreateRequest, CreateResponse
+from evolvekit.errors import EnvError
+from evolvekit.types import Task, Trajectory
+
+
+class RemoteEnv:
+    """Looks exactly like a local environment; every episode is one server-side instance."""
+
+    def __init__(self, base_url: str, env: str = "bfcl", token: str | None = None, backends: list[str] | None = None,
+                 timeout_s: float = 30.0, client: httpx.Client | None = None) -> None:
+        self.name = env
+        self.backends = list(backends or [])
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.client = client or httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self.instance_id: str | None = None
+
+    @classmethod
+    def from_config(cls, cfg: EnvConfig) -> "RemoteEnv":
+        return cls(cfg.service_url or "", env=cfg.name, token=os.environ.get(cfg.service_token_env),
+                   backends=cfg.backends, timeout_s=cfg.step_timeout_s + 5)
+
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        try:
+            resp = self.client.post(path, json=body)
+        except httpx.HTTPError as err:
+            raise EnvError(f"environment service {self.client.base_url}{path}: {type(err).__name__}: {err}") from None
+        if resp.status_code != 200:
+            raise EnvError(f"environment service {path} answered {resp.status_code}: {resp.json().get('detail')}")
+        return resp.json()
+
+    def profile(self) -> list[EnvProfile]:
+        resp = self.client.get("/profile", params={"env": self.name})
+        if resp.status_code != 200:
+            raise EnvError(f"environment service /profile answered {resp.status_code}: {resp.text[:200]}")
+        return [EnvProfile.model_validate(p) for p in resp.json()]
+
+    def reset(self, task: Task | None = None, sandbox_config: dict[str, Any] | None = None) -> ResetResult:
+        self.close()
+        req = CreateRequest(env=self.name, task=task, sandbox_config=sandbox_config, backends=self.backends)
+        out = CreateResponse.model_validate(self._post("/create", req.model_dump(mode="json")))
+        self.instance_id = out.instance_id
+        return out.reset
+
+    def _need(self) -> str:
+        if self.instance_id is None:
+            raise EnvError("call reset() before using the environment")
+        return self.instance_id
+
+    def step(self, action: Action) -> StepResult:
+        return StepResult.model_validate(self._post("/step", {"instance_id": self._need(), "action": action.model_dump(mode="json")}))
+
+    def evaluate(self, trajectory: Trajectory | None = None) -> EvalResult:
+        return EvalResult.model_validate(self._post("/evaluate", {"instance_id": self._need()}))
+
+    def info(self) -> EnvInfo:
+        return EnvInfo.model_validate(self._post("/info", {"instance_id": self._need()}))
+
+    def close(self) -> None:
+        if self.instance_id is not None:
+            try:
+                self.client.post("/release", json={"instance_id": self.instance_id})
+            except httpx.HTTPError:
+                pass  # the server reaps idle instances anyway
+            self.instance_id = None
