@@ -1,0 +1,142 @@
+import pytest
+
+from evolvekit.env.base import Action
+from evolvekit.env.bfcl import data
+from evolvekit.env.bfcl.checker import live_instance_count
+from evolvekit.env.bfcl.env import BfclEnv
+from evolvekit.env.bfcl.tools import call_string, render_compact
+from evolvekit.env.replay import replay
+from evolvekit.errors import EnvError
+from evolvekit.types import ToolCall
+
+
+@pytest.fixture(scope="module")
+def base_tasks():
+    return {t.task_id: t for t in data.load_tasks("multi_turn_base")}
+
+
+@pytest.mark.parametrize("category", data.CATEGORIES)
+def test_ground_truth_replays_pass_official_checker(category):
+    tasks = data.load_tasks(category)
+    assert len(tasks) == 200
+    env = BfclEnv()
+    before = live_instance_count()
+    failed = [t.task_id for t in tasks if not replay(env, t).passed]
+    assert failed == []
+    assert live_instance_count() == before  # the checker's module-level cache is freed
+
+
+def test_wrong_replay_fails(base_tasks):
+    task = base_tasks["multi_turn_base_0"]
+    wrong = [list(turn) for turn in task.reference_solution]
+    wrong[0] = wrong[0][:-1]  # drop the final mv of turn 0
+    result = replay(BfclEnv(), task, wrong)
+    assert not result.passed and result.score == 0.0
+    assert result.details["error_type"].startswith("multi_turn:")
+
+
+def test_force_terminated_episode_fails(base_tasks):
+    task = base_tasks["multi_turn_base_0"]
+    env = BfclEnv()
+    env.reset(task)
+    for call in task.reference_solution[0]:
+        env.step(Action(tool_calls=[call]))
+    assert env.evaluate().details["error_type"] == "multi_turn:force_terminated"
+
+
+def test_turns_are_delivered_one_by_one(base_tasks):
+    task = base_tasks["multi_turn_base_0"]
+    env = BfclEnv()
+    first = env.reset(task)
+    assert first.observation == task.turns[0] and first.num_turns == 4
+    r = env.step(Action(text="done"))
+    assert r.new_turn and r.observation == task.turns[1] and not r.done
+    for _ in range(3):
+        r = env.step(Action(text="done"))
+    assert r.done
+    assert env.step(Action(text="again")).error == "episode_done"
+
+
+def test_errors_become_observations_not_crashes(base_tasks):
+    env = BfclEnv()
+    env.reset(base_tasks["multi_turn_base_0"])
+    r = env.step(Action(tool_calls=[ToolCall(name="rm_rf_everything", arguments={})]))
+    assert "unknown tool" in r.observation and not r.call_results[0].ok
+    r = env.step(Action(tool_calls=[ToolCall(name="cd", arguments={"folder": "x", "bogus": 1})]))
+    assert "unknown argument" in r.observation
+    r = env.step(Action(tool_calls=[ToolCall(name="cd", arguments={})]))
+    assert "missing required" in r.observation
+    r = env.step(Action(tool_calls=[ToolCall(name="cd", arguments={"folder": "no_such_dir"})]))
+    assert r.call_results[0].output  # the backend's own error text, as an observation
+    r = env.step(Action(parse_error="no JSON found"))
+    assert r.error == "parse_error" and "could not parse" in r.observation
+    assert env.executed_calls()[0] == ["cd(folder='no_such_dir')"]  # only validated calls were executed
+
+
+def test_model_text_never_reaches_eval():
+    with pytest.raises(ValueError):
+        call_string(ToolCall(name="__import__('os').system", arguments={}))
+    with pytest.raises(ValueError):
+        call_string(ToolCall(name="cd", arguments={"folder) or exit(": "x"}))
+    assert call_string(ToolCall(name="cd", arguments={"folder": "a'); exit('"})) == "cd(folder=\"a'); exit('\")"
+
+
+def test_miss_func_reveals_function_at_its_turn():
+    task = next(t for t in data.load_tasks("multi_turn_miss_func") if t.task_id == "multi_turn_miss_func_0")
+    missed = task.metadata["missed_function"]  # {'3': ['sort']}
+    turn, names = next(iter(missed.items()))
+    env = BfclEnv()
+    reset = env.reset(task)
+    assert not set(names) & {t.name for t in reset.tools}
+    revealed = None
+    for i in range(int(turn)):
+        revealed = env.step(Action(text="ok"))
+    assert revealed.new_turn and revealed.tools is not None
+    assert set(names) <= {t.name for t in revealed.tools}
+    assert revealed.observation == data.ADDITIONAL_FUNCTION_PROMPT or revealed.observation
+
+
+def test_episodes_are_isolated(base_tasks):
+    task = base_tasks["multi_turn_base_0"]
+    a, b = BfclEnv(), BfclEnv()
+    a.reset(task)
+    b.reset(task)
+    a.step(Action(tool_calls=[ToolCall(name="mkdir", arguments={"dir_name": "only_in_a"})]))
+    ls_b = b.step(Action(tool_calls=[ToolCall(name="ls", arguments={})])).observation
+    ls_a = a.step(Action(tool_calls=[ToolCall(name="ls", arguments={})])).observation
+    assert "only_in_a" in ls_a and "only_in_a" not in ls_b
+    # the task's stored initial config is never mutated by an episode
+    assert "only_in_a" not in str(task.initial_config)
+
+
+def test_split_is_fixed_and_disjoint():
+    train, dev, test = (set(data.split_ids(s)) for s in ("train", "dev", "test"))
+    assert (len(train), len(dev), len(test)) == (120, 40, 40)
+    assert not (train & dev or train & test or dev & test)
+    assert data.compute_splits()["test"] == list(data.split_ids("test"))
+    assert len(data.load_tasks("multi_turn_miss_param", "test")) == 40
+    with pytest.raises(EnvError):
+        data.split_ids("nope")
+
+
+def test_backend_filter_and_sandbox():
+    only_fs = data.load_tasks("multi_turn_base", backends=["GorillaFileSystem"])
+    assert only_fs and all(t.metadata["involved_classes"] == ["GorillaFileSystem"] for t in only_fs)
+    env = BfclEnv(backends=["MathAPI"])
+    r = env.reset(None, {"classes": ["MathAPI"], "tools": ["add", "multiply"]})
+    assert {t.name for t in r.tools} == {"add", "multiply"}
+    out = env.step(Action(tool_calls=[ToolCall(name="add", arguments={"a": 2, "b": 3})]))
+    assert '"result": 5' in out.observation
+    assert "unknown tool" in env.step(Action(tool_calls=[ToolCall(name="divide", arguments={"a": 1, "b": 2})])).observation
+    with pytest.raises(EnvError):
+        env.evaluate()
+
+
+def test_profiles_and_compact_rendering():
+    env = BfclEnv(backends=["MathAPI"])
+    [profile] = env.profile()
+    assert profile.name == "MathAPI" and any(op.startswith("add:") for op in profile.entities[0].operations)
+    reset = env.reset(None, {"classes": ["MathAPI"]})
+    text = render_compact(reset.tools)
+    assert "add(a: float, b: float) - Add two numbers." in text
+    assert len(text.splitlines()) == len(reset.tools)

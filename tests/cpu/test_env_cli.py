@@ -1,0 +1,38 @@
+import json
+import subprocess
+import sys
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "evolvekit.cli.main", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_env_check_json_reports_all_passing():
+    res = _cli("env", "check", "--env", "bfcl", "--split", "multi_turn_base", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["passed"] == out["total"] == 200
+
+
+def test_env_list_and_bad_split():
+    assert "bfcl" in _cli("env", "list").stdout
+    res = _cli("env", "check", "--split", "multi_turn_nope")
+    assert res.returncode == 2 and "unknown BFCL category" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_scienceworld_missing_is_a_clear_error():
+    from evolvekit.env.scienceworld import scienceworld_available
+
+    reason = scienceworld_available()
+    if reason is None:  # installed here: building it must work
+        from evolvekit.env.registry import make_env
+
+        make_env("scienceworld").close()
+    else:
+        import pytest
+
+        from evolvekit.env.registry import make_env
+        from evolvekit.errors import EnvError
+
+        with pytest.raises(EnvError, match="ScienceWorld unavailable"):
+            make_env("scienceworld")

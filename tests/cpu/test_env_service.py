@@ -1,0 +1,160 @@
+"""The environment service on a free loopback port, exercised through the client and raw HTTP."""
+
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+import uvicorn
+
+from evolvekit.env.base import Action, EnvInfo, EvalResult, ResetResult, StepResult
+from evolvekit.env.bfcl import data
+from evolvekit.env.registry import register_env
+from evolvekit.env.service.client import RemoteEnv
+from evolvekit.env.service.server import ServiceSettings, create_app
+from evolvekit.errors import EnvError
+from evolvekit.types import ToolCall
+
+TOKEN = "test-token"
+
+
+class SlowEnv:
+    name = "slow-test"
+
+    def profile(self):
+        return []
+
+    def reset(self, task=None, sandbox_config=None):
+        return ResetResult(observation="ready", tools=[])
+
+    def step(self, action):
+        time.sleep(float(action.text or 0))
+        return StepResult(observation="slept")
+
+    def evaluate(self, trajectory=None):
+        return EvalResult(score=1.0, passed=True)
+
+    def info(self):
+        return EnvInfo(env_name=self.name)
+
+    def close(self):
+        pass
+
+
+register_env("slow-test", "test-only environment whose steps sleep")(lambda cfg: SlowEnv())
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def service():
+    port = _free_port()
+    settings = ServiceSettings(token=TOKEN, step_timeout_s=0.5, idle_ttl_s=2.0, reap_interval_s=0.5, max_body_bytes=200_000)
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            if httpx.get(url + "/healthz").status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    yield url, app
+    server.should_exit = True
+    thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def task0():
+    return next(t for t in data.load_tasks("multi_turn_base") if t.task_id == "multi_turn_base_0")
+
+
+def test_episode_through_client_passes(service, task0):
+    url, _ = service
+    env = RemoteEnv(url, token=TOKEN)
+    first = env.reset(task0)
+    assert first.observation == task0.turns[0] and first.tools
+    for turn in task0.reference_solution:
+        for call in turn:
+            env.step(Action(tool_calls=[call]))
+        env.step(Action(text="done"))
+    assert env.info().done
+    assert env.evaluate().passed
+    assert env.profile()[0].env_name == "bfcl"
+    env.close()
+
+
+def test_requests_without_token_get_401(service):
+    url, _ = service
+    assert httpx.post(url + "/create", json={"env": "bfcl"}).status_code == 401
+    assert httpx.post(url + "/create", json={"env": "bfcl"}, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert httpx.get(url + "/healthz").status_code == 200
+    with pytest.raises(EnvError, match="401"):
+        RemoteEnv(url, token=None).reset(None)
+
+
+def test_malformed_bodies_get_4xx_naming_the_problem(service):
+    url, _ = service
+    h = {"Authorization": f"Bearer {TOKEN}"}
+    r = httpx.post(url + "/step", json={"instance_id": "x"}, headers=h)
+    assert r.status_code == 422 and "action" in r.json()["detail"]
+    r = httpx.post(url + "/step", content=b"{not json", headers={**h, "Content-Type": "application/json"})
+    assert r.status_code == 422
+    r = httpx.post(url + "/create", json={"env": "bfcl", "surprise": 1}, headers=h)
+    assert r.status_code == 422 and "surprise" in r.json()["detail"]
+    r = httpx.post(url + "/step", json={"instance_id": "nope", "action": {"text": "hi"}}, headers=h)
+    assert r.status_code == 404
+    r = httpx.post(url + "/create", json={"env": "no-such-env"}, headers=h)
+    assert r.status_code == 400 and "unknown environment" in r.json()["detail"]
+    big = {"env": "bfcl", "sandbox_config": {"blob": "x" * 300_000}}
+    assert httpx.post(url + "/create", json=big, headers=h).status_code == 413
+
+
+def test_step_timeout_marks_instance_broken(service):
+    url, _ = service
+    env = RemoteEnv(url, env="slow-test", token=TOKEN)
+    env.reset(None)
+    assert env.step(Action(text="0")).observation == "slept"
+    with pytest.raises(EnvError, match="504"):
+        env.step(Action(text="1.5"))
+    with pytest.raises(EnvError, match="409"):
+        env.step(Action(text="0"))
+    env.close()
+
+
+def test_concurrent_episodes_never_share_state(service, task0):
+    url, _ = service
+
+    def episode(i):
+        env = RemoteEnv(url, token=TOKEN)
+        env.reset(task0)
+        env.step(Action(tool_calls=[ToolCall(name="mkdir", arguments={"dir_name": f"dir_{i}"})]))
+        listing = env.step(Action(tool_calls=[ToolCall(name="ls", arguments={})])).observation
+        env.close()
+        return i, listing
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(episode, range(8)))
+    for i, listing in results:
+        assert f"dir_{i}" in listing
+        assert not any(f"dir_{j}" in listing for j in range(8) if j != i)
+
+
+def test_idle_instances_are_reaped(service):
+    url, app = service
+    env = RemoteEnv(url, env="slow-test", token=TOKEN)
+    env.reset(None)
+    iid = env.instance_id
+    assert iid in app.state.service.instances
+    deadline = time.time() + 6
+    while iid in app.state.service.instances and time.time() < deadline:
+        time.sleep(0.2)
+    assert iid not in app.state.service.instances
