@@ -63,13 +63,18 @@ def _read_jsonl(path: str) -> tuple[dict, ...]:
         return tuple(json.loads(line) for line in fh if line.strip())
 
 
-def load_entries(category: str) -> list[dict]:
+def _check_category(category: str) -> None:
     if category not in CATEGORIES:
         raise EnvError(f"unknown BFCL category '{category}'; known: {', '.join(CATEGORIES)}")
+
+
+def load_entries(category: str) -> list[dict]:
+    _check_category(category)
     return [dict(e) for e in _read_jsonl(str(data_dir() / f"BFCL_v4_{category}.json"))]
 
 
 def load_ground_truth(category: str) -> dict[str, list[list[str]]]:
+    _check_category(category)
     rows = _read_jsonl(str(data_dir() / "possible_answer" / f"BFCL_v4_{category}.json"))
     return {r["id"]: r["ground_truth"] for r in rows}
 
