@@ -23,6 +23,11 @@ from evolvekit.cli.env_cmd import env_app  # noqa: E402
 
 app.add_typer(env_app, name="env")
 
+from evolvekit.cli.eval_cmd import eval_command, run_command  # noqa: E402
+
+app.command("eval")(eval_command)
+app.command("run")(run_command)
+
 SetOpt = typer.Option(None, "--set", help="override a config value: section.key=value (repeatable)")
 
 

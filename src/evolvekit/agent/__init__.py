@@ -1,0 +1,1 @@
+"""The agent side: parsing actions, the context manager, rollouts and evaluation."""

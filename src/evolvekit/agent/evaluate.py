@@ -1,0 +1,77 @@
+"""avg@k / best@k evaluation (the papers' TGC-style metrics) on a set of tasks."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from evolvekit.agent.rollout import RolloutJob, run_rollouts
+from evolvekit.config import RolloutConfig
+from evolvekit.env.base import Environment
+from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.types import Task, Trajectory
+
+
+def avg_at_k(scores_per_task: Sequence[Sequence[float]]) -> float:
+    """Mean over tasks of the mean success over k samples (success = score >= 1)."""
+    if not scores_per_task:
+        return 0.0
+    return sum(sum(1.0 if s >= 1.0 else 0.0 for s in ss) / len(ss) for ss in scores_per_task) / len(scores_per_task)
+
+
+def best_at_k(scores_per_task: Sequence[Sequence[float]]) -> float:
+    """Mean over tasks of whether any of the k samples succeeded."""
+    if not scores_per_task:
+        return 0.0
+    return sum(1.0 if any(s >= 1.0 for s in ss) else 0.0 for ss in scores_per_task) / len(scores_per_task)
+
+
+@dataclass
+class EvalReport:
+    k: int
+    tasks: int
+    avg_at_k: float
+    best_at_k: float
+    mean_score: float
+    failed_rollouts: int
+    prompt_tokens: int
+    completion_tokens: int
+    per_task: list[dict] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        return {f"avg@{self.k}": round(self.avg_at_k, 4), f"best@{self.k}": round(self.best_at_k, 4),
+                "tasks": self.tasks, "k": self.k, "mean_score": round(self.mean_score, 4),
+                "failed_rollouts": self.failed_rollouts, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens}
+
+
+def evaluate_policy(tasks: Sequence[Task], make_env: Callable[[], Environment], llm: LLM, cfg: RolloutConfig,
+                    params: SamplingParams, k: int, rendering: str = "compact") -> tuple[EvalReport, list[Trajectory]]:
+    jobs = [RolloutJob(task=t, group_id=f"eval-{t.task_id}") for t in tasks for _ in range(k)]
+    trajs = run_rollouts(jobs, make_env, llm, cfg, params, rendering)
+    by_task: dict[str, list[Trajectory]] = {}
+    for tr in trajs:
+        by_task.setdefault(tr.task_id, []).append(tr)
+    scores = [[tr.outcome_reward or 0.0 for tr in by_task.get(t.task_id, [])] or [0.0] for t in tasks]
+    per_task = [{"task_id": t.task_id, "scores": s, "steps": [len(tr.steps) for tr in by_task.get(t.task_id, [])],
+                 "errors": [tr.error for tr in by_task.get(t.task_id, []) if tr.error]} for t, s in zip(tasks, scores)]
+    flat = [x for s in scores for x in s]
+    report = EvalReport(k=k, tasks=len(tasks), avg_at_k=avg_at_k(scores), best_at_k=best_at_k(scores),
+                        mean_score=sum(flat) / len(flat) if flat else 0.0,
+                        failed_rollouts=sum(1 for tr in trajs if tr.flags.failed),
+                        prompt_tokens=sum(tr.metadata.get("prompt_tokens", 0) for tr in trajs),
+                        completion_tokens=sum(tr.metadata.get("completion_tokens", 0) for tr in trajs),
+                        per_task=per_task)
+    return report, trajs
+
+
+def write_results(path: Path, report: EvalReport, trajectories: Sequence[Trajectory]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        for row in report.per_task:
+            fh.write(json.dumps(row) + "\n")
+    with open(path.with_name(path.stem + ".trajectories.jsonl"), "w") as fh:
+        for tr in trajectories:
+            fh.write(tr.model_dump_json() + "\n")

@@ -1,0 +1,151 @@
+"""Rollout worker and manager: episodes of one task in one environment, run many at once.
+
+Episodes advance in lock-step: each round gathers the prompts of every live episode and generates them in *one*
+batched call (the local backend batches them; the OpenAI-compatible backend sends them concurrently). A failing
+episode is recorded with its error and the rest go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from rich.progress import Progress
+
+from evolvekit.agent.context import BasicContext, SnapshotRecorder
+from evolvekit.agent.parser import CLOSE, OPEN, parse_action
+from evolvekit.agent.prompts import system_prompt
+from evolvekit.config import RolloutConfig
+from evolvekit.env.base import Environment
+from evolvekit.llm.base import LLM, Completion, SamplingParams
+from evolvekit.types import Step, Task, Trajectory, new_id
+
+log = logging.getLogger(__name__)
+
+STOP = (CLOSE,)  # decoding economy: a step ends as soon as its call is complete
+
+
+@dataclass
+class RolloutJob:
+    task: Task
+    group_id: str = field(default_factory=lambda: new_id("group"))
+
+
+@dataclass
+class _Episode:
+    job: RolloutJob
+    env: Environment
+    context: BasicContext
+    recorder: SnapshotRecorder
+    trajectory: Trajectory
+    done: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def _generate(llm: LLM, episodes: Sequence[_Episode], params: SamplingParams) -> list[tuple[list[int], Completion]]:
+    if hasattr(llm, "generate_ids") and hasattr(llm, "apply_chat_template"):
+        prompts = [llm.apply_chat_template(ep.context.messages) for ep in episodes]
+        outs = llm.generate_ids(prompts, params)
+        return [(p, o[0]) for p, o in zip(prompts, outs)]
+    outs = llm.chat([ep.context.messages for ep in episodes], params)
+    return [(o[0].prompt_token_ids, o[0]) for o in outs]
+
+
+def _start(job: RolloutJob, make_env: Callable[[], Environment], rendering: str) -> _Episode:
+    env = make_env()
+    reset = env.reset(job.task)
+    ctx = BasicContext(system_prompt(reset.tools, rendering), reset.observation)
+    traj = Trajectory(task_id=job.task.task_id, group_id=job.group_id)
+    return _Episode(job=job, env=env, context=ctx, recorder=SnapshotRecorder(), trajectory=traj)
+
+
+def _advance(ep: _Episode, prompt_ids: list[int], comp: Completion, max_steps: int, rendering: str) -> None:
+    text = comp.text
+    if comp.finish_reason == "stop" and OPEN in text and CLOSE not in text:
+        text += CLOSE  # generation stopped on the closing tag, which the text omits
+    action = parse_action(text)
+    index = len(ep.trajectory.steps)
+    ep.recorder.record(index, prompt_ids, comp.token_ids, comp.logprobs)
+    ep.prompt_tokens += len(prompt_ids)
+    ep.completion_tokens += len(comp.token_ids)
+    result = ep.env.step(action)
+    ep.trajectory.steps.append(Step(
+        index=index, action_text=text, tool_calls=action.tool_calls, parse_error=action.parse_error,
+        observation=result.observation, reward=result.reward, done=result.done, prompt_token_ids=prompt_ids,
+        completion_token_ids=comp.token_ids, completion_logprobs=comp.logprobs,
+        info={"turn_index": result.turn_index, "new_turn": result.new_turn, "finish_reason": comp.finish_reason}))
+    ep.context.add_assistant(text)
+    if result.done:
+        ep.done = True
+        return
+    if result.new_turn:
+        if result.tools is not None:  # e.g. miss_func revealed functions: refresh the tool list
+            ep.context.messages[0] = ep.context.messages[0].model_copy(
+                update={"content": system_prompt(result.tools, rendering)})
+        ep.context.add_user(result.observation)
+    else:
+        ep.context.add_observation(result.observation)
+    if len(ep.trajectory.steps) >= max_steps:
+        ep.trajectory.flags.truncated = True
+        ep.done = True
+
+
+def _finish(ep: _Episode) -> Trajectory:
+    traj = ep.trajectory
+    try:
+        if not traj.flags.failed:
+            res = ep.env.evaluate(traj)
+            traj.outcome_reward = res.score
+            traj.outcome_details = res.details
+    except Exception as err:  # scoring must never take the batch down
+        traj.flags.failed, traj.error = True, f"evaluate: {type(err).__name__}: {err}"
+    finally:
+        ep.env.close()
+    traj.metadata.update(prompt_tokens=ep.prompt_tokens, completion_tokens=ep.completion_tokens,
+                         merged_sequences=len(ep.recorder.merge()))
+    return traj
+
+
+def run_rollouts(jobs: Sequence[RolloutJob], make_env: Callable[[], Environment], llm: LLM, cfg: RolloutConfig,
+                 params: SamplingParams, rendering: str = "compact", show_progress: bool = True) -> list[Trajectory]:
+    """Run every job to completion (``cfg.concurrency`` at a time); results are in job order."""
+    params = SamplingParams(n=1, temperature=params.temperature, top_p=params.top_p,
+                            max_new_tokens=params.max_new_tokens, stop=tuple(params.stop) + STOP, seed=params.seed)
+    results: list[Trajectory | None] = [None] * len(jobs)
+    t0 = time.perf_counter()
+    with Progress(transient=True, disable=not show_progress) as progress:
+        bar = progress.add_task("rollouts", total=len(jobs))
+        for lo in range(0, len(jobs), cfg.concurrency):
+            chunk = list(enumerate(jobs))[lo: lo + cfg.concurrency]
+            live: list[tuple[int, _Episode]] = []
+            for i, job in chunk:
+                try:
+                    live.append((i, _start(job, make_env, rendering)))
+                except Exception as err:
+                    results[i] = Trajectory(task_id=job.task.task_id, group_id=job.group_id,
+                                            error=f"reset: {type(err).__name__}: {err}")
+                    results[i].flags.failed = True
+                    progress.advance(bar)
+            while live:
+                outs = _generate(llm, [ep for _, ep in live], params)
+                still = []
+                for (i, ep), (prompt_ids, comp) in zip(live, outs):
+                    try:
+                        _advance(ep, prompt_ids, comp, cfg.max_steps, rendering)
+                    except Exception as err:
+                        log.warning("rollout of %s failed: %s", ep.job.task.task_id, err)
+                        ep.trajectory.flags.failed = True
+                        ep.trajectory.error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
+                        ep.done = True
+                    if ep.done:
+                        results[i] = _finish(ep)
+                        progress.advance(bar)
+                    else:
+                        still.append((i, ep))
+                live = still
+    log.info("%d rollouts in %.1fs", len(jobs), time.perf_counter() - t0)
+    return [r for r in results if r is not None]
