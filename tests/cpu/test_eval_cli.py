@@ -1,0 +1,37 @@
+"""eval and run end to end with the real embedded model (small budgets)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "evolvekit.cli.main", *args], capture_output=True, text=True,
+                          timeout=900, cwd=cwd)
+
+
+def test_eval_json_reports_avg_and_best(tmp_path):
+    out = tmp_path / "res.jsonl"
+    res = _cli("eval", "--env", "bfcl", "--split", "multi_turn_base", "--limit", "1", "--k", "2", "--json",
+               "--out", str(out), "--set", "rollout.max_steps=2", "--set", "models.policy.max_new_tokens=48")
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert 0.0 <= summary["avg@2"] <= summary["best@2"] <= 1.0
+    assert summary["tasks"] == 1 and summary["failed_rollouts"] == 0 and summary["completion_tokens"] > 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 1 and len(rows[0]["scores"]) == 2
+    trajs = (tmp_path / "res.trajectories.jsonl").read_text().splitlines()
+    assert len(trajs) == 2 and json.loads(trajs[0])["steps"][0]["completion_token_ids"]
+
+
+def test_run_quickstart_small_budget(tmp_path):
+    res = _cli("run", "configs/quickstart.yaml", "--json", "--set", f"run.out_dir={tmp_path}",
+               "--set", "train.tasks_per_iteration=1", "--set", "rollout.max_steps=2",
+               "--set", "models.policy.max_new_tokens=32")
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert (tmp_path / summary["run_dir"].split("/")[-1] / "metrics.json").is_file()
