@@ -119,8 +119,9 @@ def run_rollouts(jobs: Sequence[RolloutJob], make_env: Callable[[], Environment]
     t0 = time.perf_counter()
     with Progress(transient=True, disable=not show_progress) as progress:
         bar = progress.add_task("rollouts", total=len(jobs))
+        indexed = list(enumerate(jobs))
         for lo in range(0, len(jobs), cfg.concurrency):
-            chunk = list(enumerate(jobs))[lo: lo + cfg.concurrency]
+            chunk = indexed[lo: lo + cfg.concurrency]
             live: list[tuple[int, _Episode]] = []
             for i, job in chunk:
                 try:
