@@ -1,0 +1,129 @@
+"""Advantages and the policy loss as plain torch functions (AgentEvolver §4.3, §5.4, §6.4).
+
+Every function is pure: tensors in, tensors out, no module state. Shapes: ``B`` sequences, ``T`` tokens.
+Token-level arrays are aligned with the *target* tokens (the token whose log-probability is scored).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+def group_advantages(rewards: Sequence[float], group_ids: Sequence[str], eps_norm: float = 1e-6,
+                     degenerate_std: float = 1e-6) -> list[float]:
+    """Group-normalised advantages, AgentEvolver Eq. 16: Â_i = (R_i − mean(R_group)) / (std(R_group) + ε_norm).
+
+    ``std`` is the unbiased sample standard deviation (as in veRL's GRPO). A group whose standard deviation is
+    below ``degenerate_std`` (all rewards equal, or a group of one) carries no learning signal: its advantages
+    are 0, never NaN. Results are in input order.
+    """
+    if len(rewards) != len(group_ids):
+        raise ValueError("rewards and group_ids differ in length")
+    out = [0.0] * len(rewards)
+    groups: dict[str, list[int]] = {}
+    for i, g in enumerate(group_ids):
+        groups.setdefault(g, []).append(i)
+    for idx in groups.values():
+        if len(idx) < 2:
+            continue
+        r = torch.tensor([float(rewards[i]) for i in idx], dtype=torch.float64)
+        std = r.std(unbiased=True)
+        if not torch.isfinite(std) or std.item() < degenerate_std:
+            continue
+        adv = (r - r.mean()) / (std + eps_norm)
+        for j, i in enumerate(idx):
+            out[i] = float(adv[j])
+    return out
+
+
+def broadcast_to_tokens(step_advantages: dict[int, float], step_spans: dict[int, tuple[int, int]], length: int,
+                        default: float = 0.0) -> list[float]:
+    """Give every token of step t's span the step's advantage (§5.4); tokens outside any step span get ``default``.
+
+    For plain GRPO the same trajectory advantage is passed for every step.
+    """
+    out = [default] * length
+    for step, (start, end) in step_spans.items():
+        if step in step_advantages:
+            for t in range(max(0, start), min(end, length)):
+                out[t] = float(step_advantages[step])
+    return out
+
+
+def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(π‖π_ref) with the k3 estimator: exp(ref − logp) − (ref − logp) − 1 (≥ 0; Eq. 17's KL term)."""
+    diff = ref_logprobs - logprobs
+    return torch.exp(diff) - diff - 1.0
+
+
+def per_token_eps_high(advantages: torch.Tensor, guided: torch.Tensor, eps_high: float,
+                       eps_high_boost: float | None) -> torch.Tensor:
+    """Upper clip bound per token, Eq. 17: ε̂_high on tokens of experience-guided samples with positive advantage.
+
+    ``guided`` is a ``[B]`` bool tensor; ``advantages`` is ``[B, T]``. Without a boost (None) every token gets
+    ``eps_high``.
+    """
+    base = torch.full_like(advantages, eps_high)
+    if eps_high_boost is None:
+        return base
+    boost = guided.to(torch.bool).unsqueeze(-1) & (advantages > 0)
+    return torch.where(boost, torch.full_like(advantages, eps_high_boost), base)
+
+
+def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                      eps_low: float, eps_high: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token clipped objective loss, Eq. 17: −min(ρ·A, clip(ρ, 1−ε_low, 1+ε_high)·A), ρ = exp(logp − old).
+
+    ``eps_high`` may be a tensor (per-token bounds from :func:`per_token_eps_high`). Returns the per-token loss
+    and a 0/1 tensor marking tokens where the clipped branch was taken (for the clip fraction metric).
+    """
+    ratio = torch.exp(logprobs - old_logprobs)
+    if not torch.is_tensor(eps_high):
+        eps_high = torch.full_like(ratio, float(eps_high))
+    clipped_ratio = torch.maximum(torch.minimum(ratio, 1.0 + eps_high), torch.full_like(ratio, 1.0 - eps_low))
+    unclipped = ratio * advantages
+    clipped = clipped_ratio * advantages
+    loss = -torch.minimum(unclipped, clipped)
+    return loss, (clipped < unclipped).to(loss.dtype)
+
+
+def token_mean(values: torch.Tensor, mask: torch.Tensor, denominator: float | None = None) -> torch.Tensor:
+    """Token-mean aggregation over the loss mask: Σ values·mask / Σ mask (or / ``denominator``).
+
+    Pass the whole batch's mask count as ``denominator`` when the batch is split in micro-batches, so the
+    gradients add up to the token mean over the full batch.
+    """
+    mask = mask.to(values.dtype)
+    denom = float(mask.sum().item()) if denominator is None else float(denominator)
+    if denom <= 0:
+        return (values * 0.0).sum()
+    return (values * mask).sum() / denom
+
+
+def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                guided: torch.Tensor, *, eps_low: float, eps_high: float, eps_high_boost: float | None = None,
+                ref_logprobs: torch.Tensor | None = None, kl_beta: float = 0.0, entropy: torch.Tensor | None = None,
+                entropy_coef: float = 0.0, denominator: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The full token-level loss: clipped surrogate (Eq. 17) + β·KL_k3 − c_H·entropy, token-mean over ``mask``.
+
+    A negative ``entropy_coef`` (Evolving-RL Eq. 3) penalises entropy. Returns the scalar loss and detached
+    statistics (means over masked tokens).
+    """
+    bounds = per_token_eps_high(advantages, guided, eps_high, eps_high_boost)
+    pg, clipped = clipped_surrogate(logprobs, old_logprobs, advantages, eps_low, bounds)
+    total = pg
+    stats: dict[str, float] = {}
+    if ref_logprobs is not None and kl_beta != 0.0:
+        kl = k3_kl(logprobs, ref_logprobs)
+        total = total + kl_beta * kl
+        stats["kl"] = float(token_mean(kl.detach(), mask))
+    if entropy is not None and entropy_coef != 0.0:
+        total = total - entropy_coef * entropy
+        stats["entropy"] = float(token_mean(entropy.detach(), mask))
+    loss = token_mean(total, mask, denominator)
+    stats["pg_loss"] = float(token_mean(pg.detach(), mask))
+    stats["clip_frac"] = float(token_mean(clipped, mask))
+    stats["ratio"] = float(token_mean(torch.exp(logprobs - old_logprobs).detach(), mask))
+    return loss, stats

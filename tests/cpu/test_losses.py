@@ -1,0 +1,103 @@
+"""Eq. 16/17, k3 KL and token-mean against hand-computed values."""
+
+import math
+
+import pytest
+import torch
+
+from evolvekit.train.losses import (broadcast_to_tokens, clipped_surrogate, group_advantages, k3_kl,
+                                    per_token_eps_high, policy_loss, token_mean)
+
+
+def test_group_advantages_by_hand():
+    # group a: rewards 1, 0, 0 -> mean 1/3, unbiased std sqrt(1/3) = 0.57735
+    adv = group_advantages([1.0, 0.0, 0.0, 0.5, 0.5], ["a", "a", "a", "b", "b"], eps_norm=0.0)
+    s = math.sqrt(1 / 3)
+    assert adv[0] == pytest.approx((1 - 1 / 3) / s)
+    assert adv[1] == pytest.approx((0 - 1 / 3) / s)
+    assert adv[2] == pytest.approx(adv[1])
+    # group b is degenerate (zero variance): neutralised, not NaN
+    assert adv[3:] == [0.0, 0.0]
+
+
+def test_group_advantages_eps_and_singletons():
+    adv = group_advantages([1.0, 0.0], ["g", "g"], eps_norm=1e-6)
+    std = math.sqrt(0.5)
+    assert adv[0] == pytest.approx(0.5 / (std + 1e-6))
+    assert group_advantages([3.0], ["solo"]) == [0.0]
+    assert all(math.isfinite(a) for a in group_advantages([1.0, 1.0, 1.0], ["x"] * 3))
+    with pytest.raises(ValueError):
+        group_advantages([1.0], ["a", "b"])
+
+
+def test_broadcast_to_tokens():
+    out = broadcast_to_tokens({0: 1.5, 1: -2.0}, {0: (2, 4), 1: (6, 7)}, 8)
+    assert out == [0, 0, 1.5, 1.5, 0, 0, -2.0, 0]
+
+
+def test_k3_kl_by_hand():
+    logp = torch.tensor([math.log(0.5), math.log(0.2)])
+    ref = torch.tensor([math.log(0.25), math.log(0.2)])
+    kl = k3_kl(logp, ref)
+    # diff = log(0.25/0.5) = -log 2: exp(-log2) + log2 - 1 = 0.5 + 0.693147 - 1
+    assert kl[0].item() == pytest.approx(0.5 + math.log(2) - 1, abs=1e-6)
+    assert kl[1].item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_clipped_surrogate_by_hand():
+    old = torch.zeros(4)
+    logp = torch.log(torch.tensor([1.5, 1.5, 0.5, 1.1]))
+    adv = torch.tensor([2.0, -1.0, -1.0, 1.0])
+    loss, clipped = clipped_surrogate(logp, old, adv, eps_low=0.2, eps_high=0.28)
+    # ratio 1.5, A>0: clipped at 1.28 -> -2.56 ; ratio 1.5, A<0: min(-1.5, -1.28) = -1.5 -> 1.5
+    # ratio 0.5, A<0: clip 0.8 -> min(-0.5, -0.8) = -0.8 -> 0.8 ; ratio 1.1 inside -> -1.1
+    assert loss.tolist() == pytest.approx([-2.56, 1.5, 0.8, -1.1], abs=1e-5)
+    assert clipped.tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_boosted_bound_binds_only_for_positive_advantage_of_guided_samples():
+    adv = torch.tensor([[2.0, -1.0], [2.0, -1.0]])
+    guided = torch.tensor([True, False])
+    bounds = per_token_eps_high(adv, guided, 0.28, 0.6)
+    assert bounds.flatten().tolist() == pytest.approx([0.6, 0.28, 0.28, 0.28])
+    logp = torch.log(torch.full((2, 2), 1.5))
+    loss, _ = clipped_surrogate(logp, torch.zeros(2, 2), adv, eps_low=0.28, eps_high=bounds)
+    # guided, A>0: ratio 1.5 is inside 1.6 -> -3.0 ; vanilla, A>0: clipped at 1.28 -> -2.56
+    assert loss[0, 0].item() == pytest.approx(-3.0, abs=1e-5)
+    assert loss[1, 0].item() == pytest.approx(-2.56, abs=1e-5)
+    # A<0: the boost changes nothing
+    assert loss[0, 1].item() == pytest.approx(loss[1, 1].item())
+    # no boost configured: same as vanilla
+    assert per_token_eps_high(adv, guided, 0.28, None).flatten().tolist() == pytest.approx([0.28] * 4)
+
+
+def test_token_mean_and_denominator():
+    v = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    m = torch.tensor([[0, 1, 1], [1, 0, 0]])
+    assert token_mean(v, m).item() == pytest.approx((2 + 3 + 4) / 3)
+    assert token_mean(v, m, denominator=6).item() == pytest.approx(9 / 6)
+    assert token_mean(v, torch.zeros_like(m)).item() == 0.0
+
+
+def test_policy_loss_on_policy_equals_minus_mean_advantage_and_has_grad():
+    logp = torch.log(torch.tensor([[0.5, 0.25, 0.1]])).requires_grad_(True)
+    adv = torch.tensor([[0.0, 1.0, -3.0]])
+    mask = torch.tensor([[0, 1, 1]])
+    loss, stats = policy_loss(logp, logp.detach(), adv, mask, torch.tensor([False]), eps_low=0.28, eps_high=0.28,
+                              ref_logprobs=logp.detach(), kl_beta=0.001)
+    assert loss.item() == pytest.approx(-(1.0 - 3.0) / 2)
+    assert stats["kl"] == pytest.approx(0.0) and stats["ratio"] == pytest.approx(1.0)
+    loss.backward()
+    # d(-ρA)/d logp = -A·ρ = -A on policy, divided by the 2 masked tokens
+    assert logp.grad.flatten().tolist() == pytest.approx([0.0, -0.5, 1.5])
+
+
+def test_policy_loss_entropy_term_sign():
+    logp = torch.zeros(1, 2)
+    ent = torch.tensor([[1.0, 3.0]])
+    mask = torch.ones(1, 2)
+    loss, stats = policy_loss(logp, logp, torch.zeros(1, 2), mask, torch.tensor([False]), eps_low=0.2,
+                              eps_high=0.2, entropy=ent, entropy_coef=-0.03)
+    # − c_H · H with c_H = −0.03 penalises entropy: +0.03 · mean(H) = 0.06
+    assert loss.item() == pytest.approx(0.06)
+    assert stats["entropy"] == pytest.approx(2.0)
