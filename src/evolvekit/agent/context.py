@@ -21,6 +21,7 @@ class Snapshot:
     prompt_ids: tuple[int, ...]
     completion_ids: tuple[int, ...]
     completion_logprobs: tuple[float, ...] = ()
+    prompt_spans: tuple[TokenSpan, ...] = ()  # annotated ranges of the prompt (e.g. inserted experience)
 
 
 @dataclass
@@ -48,8 +49,8 @@ class SnapshotRecorder:
     def __init__(self) -> None:
         self.snapshots: list[Snapshot] = []
 
-    def record(self, step_index: int, prompt_ids, completion_ids, logprobs=()) -> Snapshot:
-        snap = Snapshot(step_index, tuple(prompt_ids), tuple(completion_ids), tuple(logprobs))
+    def record(self, step_index: int, prompt_ids, completion_ids, logprobs=(), spans=()) -> Snapshot:
+        snap = Snapshot(step_index, tuple(prompt_ids), tuple(completion_ids), tuple(logprobs), tuple(spans))
         self.snapshots.append(snap)
         return snap
 
@@ -64,6 +65,12 @@ class SnapshotRecorder:
                 current = MergedSequence()
                 sequences.append(current)
                 current._append(snap.prompt_ids, 0, SpanKind.PROMPT)
+                n = 0
+            # The prompt is a prefix-extension of the sequence, so prompt positions are sequence positions; spans
+            # inside the already stored prefix were recorded with the earlier snapshot.
+            for span in snap.prompt_spans:
+                if span.end > n:
+                    current.spans.append(TokenSpan(start=max(span.start, n), end=span.end, kind=span.kind))
             current.step_spans[snap.step_index] = current._append(snap.completion_ids, 1, SpanKind.POLICY,
                                                                   snap.completion_logprobs)
         return sequences

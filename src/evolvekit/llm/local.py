@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -65,7 +66,13 @@ class LocalLLM:
             t0 = time.perf_counter()
             try:
                 self.tokenizer = AutoTokenizer.from_pretrained(path)
-                self.model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, self.device))
+                if (Path(path) / "adapter_config.json").is_file():  # a LoRA checkpoint written by the trainer
+                    from peft import AutoPeftModelForCausalLM
+
+                    self.model = AutoPeftModelForCausalLM.from_pretrained(
+                        path, dtype=pick_dtype(dtype, self.device), is_trainable=True)
+                else:
+                    self.model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, self.device))
             except OSError as err:
                 raise LLMError(f"cannot load local model '{model}' (models.*.model): {err}") from None
             log.info("loaded %s in %.1fs", model, time.perf_counter() - t0)

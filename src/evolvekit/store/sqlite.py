@@ -1,0 +1,199 @@
+"""The run store: one SQLite database (WAL) per run directory.
+
+It holds tasks, trajectories, steps, rewards, experiences, per-iteration metrics, evaluations and the checkpoint
+index. Each stage of an iteration commits in one transaction, and an iteration is marked ``done`` in the same
+transaction as its metrics and checkpoint row, so a crash (or ``kill -9``) at any point leaves the database at the
+end of the last committed stage: ``evolvekit run --resume`` continues from there with nothing lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from evolvekit.types import Experience, Task, Trajectory
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS iterations (
+    iteration INTEGER PRIMARY KEY, status TEXT NOT NULL, started REAL, finished REAL);
+CREATE TABLE IF NOT EXISTS tasks (
+    task_id TEXT PRIMARY KEY, source TEXT NOT NULL, first_iteration INTEGER, json TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS trajectories (
+    trajectory_id TEXT PRIMARY KEY, iteration INTEGER NOT NULL, phase TEXT NOT NULL, task_id TEXT NOT NULL,
+    group_id TEXT, outcome_reward REAL, experience_guided INTEGER NOT NULL, failed INTEGER NOT NULL,
+    json TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS trajectories_by_iteration ON trajectories (phase, iteration);
+CREATE TABLE IF NOT EXISTS steps (
+    trajectory_id TEXT NOT NULL REFERENCES trajectories (trajectory_id) ON DELETE CASCADE,
+    step_index INTEGER NOT NULL, action_text TEXT NOT NULL, observation TEXT NOT NULL, reward REAL NOT NULL,
+    parse_error TEXT, label TEXT, PRIMARY KEY (trajectory_id, step_index));
+CREATE TABLE IF NOT EXISTS experiences (
+    experience_id TEXT PRIMARY KEY, iteration INTEGER, json TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS metrics (
+    iteration INTEGER NOT NULL, name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (iteration, name));
+CREATE TABLE IF NOT EXISTS evaluations (phase TEXT PRIMARY KEY, json TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS checkpoints (iteration INTEGER PRIMARY KEY, path TEXT NOT NULL, created REAL NOT NULL);
+"""
+
+
+class IterationStatus:
+    STARTED = "started"
+    ROLLED_OUT = "rolled_out"  # stage B committed: trajectories are in the store
+    DONE = "done"  # stage D committed: metrics, checkpoint
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    iteration: int
+    path: str
+    created: float
+
+
+class RunStore:
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        self._conn.executescript(SCHEMA)
+        if self.get_meta("schema_version") is None:
+            self.set_meta("schema_version", str(SCHEMA_VERSION))
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """All writes inside commit together or not at all."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    # -- meta ------------------------------------------------------------------------------------------------
+    def set_meta(self, key: str, value: str) -> None:
+        with self.transaction() as c:
+            c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def get_meta(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    # -- writes (pass the connection of an open transaction) ---------------------------------------------------
+    @staticmethod
+    def put_tasks(c: sqlite3.Connection, tasks: Sequence[Task], iteration: int | None) -> None:
+        c.executemany("INSERT OR IGNORE INTO tasks VALUES (?, ?, ?, ?)",
+                      [(t.task_id, t.source.value, iteration, t.model_dump_json()) for t in tasks])
+
+    @staticmethod
+    def put_trajectories(c: sqlite3.Connection, trajectories: Sequence[Trajectory], iteration: int, phase: str) -> None:
+        for t in trajectories:
+            c.execute("INSERT INTO trajectories VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      (t.trajectory_id, iteration, phase, t.task_id, t.group_id, t.outcome_reward,
+                       int(t.flags.experience_guided), int(t.flags.failed), t.model_dump_json()))
+            labels = t.step_attributions or []
+            c.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          [(t.trajectory_id, s.index, s.action_text, s.observation, s.reward, s.parse_error,
+                            labels[i].value if i < len(labels) else None) for i, s in enumerate(t.steps)])
+
+    @staticmethod
+    def set_iteration(c: sqlite3.Connection, iteration: int, status: str) -> None:
+        now = time.time()
+        c.execute("INSERT INTO iterations (iteration, status, started) VALUES (?, ?, ?) "
+                  "ON CONFLICT (iteration) DO UPDATE SET status = excluded.status", (iteration, status, now))
+        if status == IterationStatus.DONE:
+            c.execute("UPDATE iterations SET finished = ? WHERE iteration = ?", (now, iteration))
+
+    @staticmethod
+    def put_metrics(c: sqlite3.Connection, iteration: int, metrics: dict[str, float]) -> None:
+        c.executemany("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?)",
+                      [(iteration, k, float(v)) for k, v in metrics.items()])
+
+    @staticmethod
+    def put_checkpoint(c: sqlite3.Connection, iteration: int, path: str) -> None:
+        c.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?)", (iteration, path, time.time()))
+
+    @staticmethod
+    def put_experiences(c: sqlite3.Connection, experiences: Sequence[Experience], iteration: int) -> None:
+        c.executemany("INSERT OR REPLACE INTO experiences VALUES (?, ?, ?)",
+                      [(e.experience_id, iteration, e.model_dump_json()) for e in experiences])
+
+    @staticmethod
+    def delete_experiences(c: sqlite3.Connection, ids: Sequence[str]) -> None:
+        c.executemany("DELETE FROM experiences WHERE experience_id = ?", [(i,) for i in ids])
+
+    @staticmethod
+    def put_evaluation(c: sqlite3.Connection, phase: str, summary: dict) -> None:
+        c.execute("INSERT OR REPLACE INTO evaluations VALUES (?, ?)", (phase, json.dumps(summary)))
+
+    @staticmethod
+    def delete_iteration_trajectories(c: sqlite3.Connection, iteration: int, phase: str) -> None:
+        c.execute("DELETE FROM trajectories WHERE iteration = ? AND phase = ?", (iteration, phase))
+
+    # -- reads -------------------------------------------------------------------------------------------------
+    def iteration_status(self, iteration: int) -> str | None:
+        row = self._conn.execute("SELECT status FROM iterations WHERE iteration = ?", (iteration,)).fetchone()
+        return row[0] if row else None
+
+    def completed_iterations(self) -> list[int]:
+        rows = self._conn.execute("SELECT iteration FROM iterations WHERE status = ? ORDER BY iteration",
+                                  (IterationStatus.DONE,)).fetchall()
+        return [r[0] for r in rows]
+
+    def next_iteration(self) -> int:
+        done = self.completed_iterations()
+        return done[-1] + 1 if done else 0
+
+    def tasks(self) -> list[Task]:
+        return [Task.model_validate_json(r[0]) for r in self._conn.execute("SELECT json FROM tasks ORDER BY rowid")]
+
+    def trajectories(self, iteration: int | None = None, phase: str = "train") -> list[Trajectory]:
+        if iteration is None:
+            rows = self._conn.execute("SELECT json FROM trajectories WHERE phase = ? ORDER BY rowid", (phase,))
+        else:
+            rows = self._conn.execute("SELECT json FROM trajectories WHERE phase = ? AND iteration = ? ORDER BY rowid",
+                                      (phase, iteration))
+        return [Trajectory.model_validate_json(r[0]) for r in rows]
+
+    def count(self, table: str) -> int:
+        if table not in {"tasks", "trajectories", "steps", "experiences", "metrics", "checkpoints", "iterations"}:
+            raise ValueError(f"unknown table {table}")
+        return self._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+    def metrics(self) -> dict[int, dict[str, float]]:
+        out: dict[int, dict[str, float]] = {}
+        for it, name, value in self._conn.execute("SELECT iteration, name, value FROM metrics ORDER BY iteration"):
+            out.setdefault(it, {})[name] = value
+        return out
+
+    def evaluation(self, phase: str) -> dict | None:
+        row = self._conn.execute("SELECT json FROM evaluations WHERE phase = ?", (phase,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def checkpoints(self) -> list[CheckpointRow]:
+        rows = self._conn.execute("SELECT iteration, path, created FROM checkpoints ORDER BY iteration")
+        return [CheckpointRow(*r) for r in rows]
+
+    def latest_checkpoint(self) -> CheckpointRow | None:
+        rows = self.checkpoints()
+        return rows[-1] if rows else None
+
+    def experiences(self) -> list[Experience]:
+        return [Experience.model_validate_json(r[0])
+                for r in self._conn.execute("SELECT json FROM experiences ORDER BY rowid")]

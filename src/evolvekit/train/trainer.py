@@ -1,0 +1,253 @@
+"""The local GRPO trainer: one update of a transformers policy from training samples (AgentEvolver §6.4).
+
+Full fine-tune or LoRA (peft), AdamW, gradient clipping, micro-batching (gradients accumulated with the token
+count of the whole mini-batch as denominator, so micro-batching does not change the update), old log-probs
+recomputed before the update, reference log-probs for the KL term, bf16 autocast on CPUs that support it.
+The model object is the one the rollout sampler uses, so rollouts always come from the current policy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from evolvekit.config import TrainConfig
+from evolvekit.train.losses import policy_loss
+from evolvekit.types import TrainingSample
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class UpdateStats:
+    loss: float = 0.0
+    pg_loss: float = 0.0
+    kl: float = 0.0
+    entropy: float = 0.0
+    clip_frac: float = 0.0
+    ratio: float = 1.0
+    grad_norm: float = 0.0
+    sequences: int = 0
+    tokens: int = 0  # all tokens forwarded (prompt + completion)
+    policy_tokens: int = 0  # tokens in the loss
+    optimizer_steps: int = 0
+    seconds: float = 0.0
+    tokens_per_s: float = 0.0
+
+    def as_metrics(self, prefix: str = "train/") -> dict[str, float]:
+        return {prefix + k: float(v) for k, v in asdict(self).items()}
+
+
+def autocast_dtype(setting: str, device: torch.device) -> torch.dtype | None:
+    """bf16 autocast where it helps: CUDA, or a CPU with AVX512-BF16/AMX (``auto``); ``off`` disables it."""
+    if setting == "off":
+        return None
+    if setting == "bf16":
+        return torch.bfloat16
+    if device.type == "cuda":
+        return torch.bfloat16
+    try:
+        return torch.bfloat16 if torch.cpu._is_avx512_bf16_supported() else None
+    except AttributeError:  # pragma: no cover - older torch
+        return None
+
+
+def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, amp: torch.dtype | None,
+                      with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log π(token_t | tokens_<t) for every position t ≥ 1 (position 0 gets 0), shape [B, T]."""
+    device = input_ids.device
+    ctx = torch.autocast(device.type, dtype=amp) if amp is not None else _null()
+    with ctx:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    logits = logits[:, :-1].float()
+    targets = input_ids[:, 1:]
+    B, T1, V = logits.shape
+    logp = -F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="none").view(B, T1)
+    ent = None
+    if with_entropy:
+        lsm = torch.log_softmax(logits, dim=-1)
+        ent = -(lsm.exp() * lsm).sum(-1)
+        ent = F.pad(ent, (1, 0))
+    return F.pad(logp, (1, 0)), ent
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False
+
+
+def _batches(samples: Sequence[TrainingSample], size: int) -> list[list[int]]:
+    size = max(1, size)
+    return [list(range(i, min(i + size, len(samples)))) for i in range(0, len(samples), size)]
+
+
+class GRPOTrainer:
+    """One config, one trainer (TRL style): ``update(samples)`` performs the policy-gradient update of Eq. 17."""
+
+    def __init__(self, llm, cfg: TrainConfig, eps_high_boost: float | None = None, reference_model=None,
+                 entropy_coef: float = 0.0) -> None:
+        self.llm = llm
+        self.cfg = cfg
+        self.eps_high_boost = eps_high_boost
+        self.entropy_coef = entropy_coef
+        self.device = llm.device
+        self.pad_id = llm.tokenizer.pad_token_id
+        if cfg.lora:
+            self._wrap_lora()
+        self.model = llm.model
+        self.reference = reference_model if cfg.kl_beta > 0 else None
+        if self.reference is not None:
+            self.reference.eval()
+            for p in self.reference.parameters():
+                p.requires_grad_(False)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("the policy has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.amp = autocast_dtype(cfg.autocast, self.device)
+
+    def _wrap_lora(self) -> None:
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if isinstance(self.llm.model, PeftModel):  # resumed from a LoRA checkpoint
+            return
+        lcfg = LoraConfig(r=self.cfg.lora_rank, lora_alpha=2 * self.cfg.lora_rank, lora_dropout=0.0,
+                          target_modules="all-linear", task_type="CAUSAL_LM")
+        self.llm.model = get_peft_model(self.llm.model, lcfg)
+
+    # -- batching ------------------------------------------------------------------------------------------------
+    def _collate(self, samples: Sequence[TrainingSample]) -> dict[str, torch.Tensor]:
+        width = max(len(s.token_ids) for s in samples)
+        B = len(samples)
+        ids = torch.full((B, width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, width), dtype=torch.long)
+        mask = torch.zeros((B, width))
+        adv = torch.zeros((B, width))
+        for i, s in enumerate(samples):
+            n = len(s.token_ids)
+            ids[i, :n] = torch.tensor(s.token_ids)
+            attn[i, :n] = 1
+            m = torch.tensor(s.loss_mask, dtype=torch.float32) * (1 - torch.tensor(s.experience_mask, dtype=torch.float32))
+            m[0] = 0.0  # the first token has no prediction
+            mask[i, :n] = m
+            adv[i, :n] = torch.tensor(s.token_advantages)
+        guided = torch.tensor([s.experience_guided for s in samples], dtype=torch.bool)
+        return {"ids": ids.to(self.device), "attn": attn.to(self.device), "mask": mask.to(self.device),
+                "adv": adv.to(self.device), "guided": guided.to(self.device)}
+
+    @torch.no_grad()
+    def _logprobs_no_grad(self, model, samples: Sequence[TrainingSample]) -> list[torch.Tensor]:
+        out = []
+        for idx in _batches(samples, self.cfg.micro_batch_size):
+            batch = self._collate([samples[i] for i in idx])
+            lp, _ = sequence_logprobs(model, batch["ids"], batch["attn"], self.amp)
+            out.extend(lp[j, : len(samples[i].token_ids)].detach() for j, i in enumerate(idx))
+        return out
+
+    def _reference_logprobs(self, samples: Sequence[TrainingSample]) -> list[torch.Tensor] | None:
+        if self.cfg.kl_beta <= 0:
+            return None
+        if self.reference is not None:
+            return self._logprobs_no_grad(self.reference, samples)
+        if hasattr(self.model, "disable_adapter"):  # LoRA: the base model is the reference
+            with self.model.disable_adapter():
+                return self._logprobs_no_grad(self.model, samples)
+        return None
+
+    # -- the update ------------------------------------------------------------------------------------------------
+    def update(self, samples: Sequence[TrainingSample]) -> UpdateStats:
+        t0 = time.perf_counter()
+        samples = [s for s in samples if any(s.loss_mask)]
+        stats = UpdateStats(sequences=len(samples))
+        if not samples:
+            return stats
+        # Sort by length so micro-batches pad little; the loss is a token mean, so order does not matter.
+        samples = sorted(samples, key=lambda s: len(s.token_ids))
+        self.model.eval()
+        old = self._logprobs_no_grad(self.model, samples)
+        ref = self._reference_logprobs(samples)
+        self.model.train()
+        agg: dict[str, float] = {}
+        weight_total = 0.0
+        with_entropy = self.entropy_coef != 0.0
+        for _ in range(self.cfg.ppo_epochs):
+            for mini in _batches(samples, self.cfg.mini_batch_size or len(samples)):
+                mini_tokens = sum(float(sum(samples[i].loss_mask[1:])) for i in mini) or 1.0
+                self.optimizer.zero_grad(set_to_none=True)
+                for positions in _batches(mini, self.cfg.micro_batch_size):
+                    micro = [mini[p] for p in positions]
+                    batch = self._collate([samples[i] for i in micro])
+                    width = batch["ids"].shape[1]
+                    old_lp = torch.zeros_like(batch["adv"])
+                    ref_lp = torch.zeros_like(batch["adv"]) if ref is not None else None
+                    for j, i in enumerate(micro):
+                        n = len(samples[i].token_ids)
+                        old_lp[j, :n] = old[i]
+                        if ref_lp is not None:
+                            ref_lp[j, :n] = ref[i]
+                    logp, ent = sequence_logprobs(self.model, batch["ids"], batch["attn"], self.amp, with_entropy)
+                    loss, st = policy_loss(logp[:, :width], old_lp, batch["adv"], batch["mask"], batch["guided"],
+                                           eps_low=self.cfg.eps_low, eps_high=self.cfg.eps_high,
+                                           eps_high_boost=self.eps_high_boost, ref_logprobs=ref_lp,
+                                           kl_beta=self.cfg.kl_beta, entropy=ent, entropy_coef=self.entropy_coef,
+                                           denominator=mini_tokens)
+                    loss.backward()
+                    w = float(batch["mask"].sum())
+                    weight_total += w
+                    for k, v in st.items():
+                        agg[k] = agg.get(k, 0.0) + v * w
+                    agg["loss"] = agg.get("loss", 0.0) + float(loss.detach()) * mini_tokens
+                    stats.tokens += int(batch["attn"].sum())
+                grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
+                                                           self.cfg.max_grad_norm)
+                if not math.isfinite(float(grad_norm)):
+                    log.warning("non-finite gradient norm; skipping this optimizer step")
+                    self.optimizer.zero_grad(set_to_none=True)
+                    continue
+                self.optimizer.step()
+                stats.optimizer_steps += 1
+                stats.grad_norm = max(stats.grad_norm, float(grad_norm))
+        self.model.eval()
+        if weight_total:
+            for k, v in agg.items():
+                if hasattr(stats, k):
+                    setattr(stats, k, v / weight_total)
+        stats.policy_tokens = int(sum(sum(s.loss_mask[1:]) for s in samples))
+        stats.seconds = time.perf_counter() - t0
+        stats.tokens_per_s = stats.tokens / stats.seconds if stats.seconds else 0.0
+        return stats
+
+    # -- checkpoints -----------------------------------------------------------------------------------------------
+    def save(self, path: Path, with_optimizer: bool = True) -> Path:
+        """Write a checkpoint folder that ``LocalLLM`` / ``evolvekit eval --policy`` load (atomic rename)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.model.save_pretrained(tmp)
+        self.llm.tokenizer.save_pretrained(tmp)
+        if with_optimizer:
+            torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps({"lora": self.cfg.lora, "saved": time.time()}))
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+        return path
+
+    def load_optimizer(self, path: Path) -> bool:
+        opt = Path(path) / "optimizer.pt"
+        if not opt.is_file():
+            return False
+        self.optimizer.load_state_dict(torch.load(opt, map_location=self.device, weights_only=True))
+        return True
