@@ -28,10 +28,18 @@ def test_eval_json_reports_avg_and_best(tmp_path):
     assert len(trajs) == 2 and json.loads(trajs[0])["steps"][0]["completion_token_ids"]
 
 
-def test_run_quickstart_small_budget(tmp_path):
-    res = _cli("run", "configs/quickstart.yaml", "--json", "--set", f"run.out_dir={tmp_path}",
-               "--set", "train.tasks_per_iteration=1", "--set", "rollout.max_steps=2",
-               "--set", "models.policy.max_new_tokens=32")
+def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path):
+    res = _cli("run", "configs/quickstart.yaml", "--json", "--no-progress", "--set", f"run.out_dir={tmp_path}",
+               "--set", "train.iterations=1", "--set", "train.tasks_per_iteration=1", "--set", "rollout.group_size=2",
+               "--set", "train.eval_tasks=2", "--set", "train.eval_k=1", "--set", "models.policy.max_new_tokens=32")
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])
-    assert (tmp_path / summary["run_dir"].split("/")[-1] / "metrics.json").is_file()
+    assert summary["iterations"] == 1
+    assert summary["eval_before"]["k"] == 1 and summary["eval_after"]["tasks"] == 2
+    lines = open(summary["metrics"]).read().splitlines()
+    assert len(lines) == 1 and "train/loss" in json.loads(lines[0])
+    ckpt = summary["checkpoint"]
+    res = _cli("eval", "--set", "env.family=arith", "--subset", "test", "--limit", "1", "--k", "1", "--json",
+               "--policy", ckpt, "--out", str(tmp_path / "ev.jsonl"), "--set", "models.policy.max_new_tokens=32")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads(res.stdout.strip().splitlines()[-1])["tasks"] == 1

@@ -79,8 +79,8 @@ class SnapshotRecorder:
 class BasicContext:
     """The basic causal template: system prompt (tools + format), then user/assistant/tool messages in order."""
 
-    def __init__(self, system_prompt: str, first_user_message: str) -> None:
-        self.messages: list[ChatMessage] = [ChatMessage(role="system", content=system_prompt),
+    def __init__(self, system_prompt: str, first_user_message: str, examples: list[ChatMessage] | None = None) -> None:
+        self.messages: list[ChatMessage] = [ChatMessage(role="system", content=system_prompt), *(examples or []),
                                             ChatMessage(role="user", content=first_user_message)]
 
     def add_assistant(self, text: str) -> None:

@@ -48,9 +48,10 @@ class EvalReport:
 
 
 def evaluate_policy(tasks: Sequence[Task], make_env: Callable[[], Environment], llm: LLM, cfg: RolloutConfig,
-                    params: SamplingParams, k: int, rendering: str = "compact") -> tuple[EvalReport, list[Trajectory]]:
+                    params: SamplingParams, k: int, rendering: str = "compact",
+                    show_progress: bool = True) -> tuple[EvalReport, list[Trajectory]]:
     jobs = [RolloutJob(task=t, group_id=f"eval-{t.task_id}") for t in tasks for _ in range(k)]
-    trajs = run_rollouts(jobs, make_env, llm, cfg, params, rendering)
+    trajs = run_rollouts(jobs, make_env, llm, cfg, params, rendering, show_progress)
     by_task: dict[str, list[Trajectory]] = {}
     for tr in trajs:
         by_task.setdefault(tr.task_id, []).append(tr)

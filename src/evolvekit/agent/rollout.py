@@ -58,7 +58,7 @@ def _generate(llm: LLM, episodes: Sequence[_Episode], params: SamplingParams) ->
 def _start(job: RolloutJob, make_env: Callable[[], Environment], rendering: str) -> _Episode:
     env = make_env()
     reset = env.reset(job.task)
-    ctx = BasicContext(system_prompt(reset.tools, rendering), reset.observation)
+    ctx = BasicContext(system_prompt(reset.tools, rendering), reset.observation, reset.examples)
     traj = Trajectory(task_id=job.task.task_id, group_id=job.group_id)
     return _Episode(job=job, env=env, context=ctx, recorder=SnapshotRecorder(), trajectory=traj)
 

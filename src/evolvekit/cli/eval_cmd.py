@@ -1,4 +1,4 @@
-"""``evolvekit eval`` and the current ``evolvekit run``."""
+"""``evolvekit eval`` and ``evolvekit run``."""
 
 from __future__ import annotations
 
@@ -17,13 +17,16 @@ from evolvekit.cli.common import console, emit_json, setup_logging
 def _evaluate(cfg, category: str, subset: str, k: int, limit: Optional[int], out: Path):
     from evolvekit.agent.evaluate import evaluate_policy, write_results
     from evolvekit.env.bfcl.data import load_tasks
-    from evolvekit.env.registry import make_env
+    from evolvekit.env.registry import env_tasks, make_env
     from evolvekit.errors import EnvError
     from evolvekit.llm.factory import role_llm, sampling_for
 
-    if cfg.env.name != "bfcl":
-        raise EnvError("eval currently supports env 'bfcl'")
-    tasks = load_tasks(category, None if subset == "all" else subset, cfg.env.backends or None)
+    if cfg.env.family or cfg.env.name != "bfcl":
+        tasks = env_tasks(cfg.env, subset)
+    else:
+        if cfg.env.name != "bfcl":
+            raise EnvError("eval currently supports env 'bfcl'")
+        tasks = load_tasks(category, None if subset == "all" else subset, cfg.env.backends or None)
     if limit is not None:
         tasks = tasks[:limit]
     if not tasks:
@@ -61,26 +64,32 @@ def eval_command(env: str = typer.Option("bfcl", help="environment"),
         sys.stdout.write(" ".join(f"{k_}={v}" for k_, v in summary.items()) + "\n")
 
 
-def run_command(config: Path = typer.Argument(..., help="YAML config, e.g. configs/quickstart.yaml"),
-                overrides: Optional[list[str]] = typer.Option(None, "--set"),
+def run_command(config: Optional[Path] = typer.Argument(None, help="YAML config, e.g. configs/quickstart.yaml"),
+                overrides: Optional[list[str]] = typer.Option(None, "--set", help="override a config key: a.b=value"),
+                resume: Optional[Path] = typer.Option(None, "--resume", help="continue this run directory"),
+                no_progress: bool = typer.Option(False, "--no-progress", help="no progress bars"),
                 as_json: bool = typer.Option(False, "--json")) -> None:
-    """Run the main job. Today: a held-out evaluation of the policy (the training stages are not built yet)."""
+    """Run the master loop: tasks → rollouts → experience → update, with held-out evaluation before and after."""
     from evolvekit.config import load_config
+    from evolvekit.orchestrator.build import build_loop, open_run
 
-    cfg = load_config(config, overrides)
+    cfg = load_config(config, overrides) if config is not None else None
+    if resume is not None and overrides:
+        raise typer.BadParameter("--set cannot change a resumed run (its stored config is used)")
+    cfg, run_dir, store = open_run(cfg, resume)
     setup_logging(cfg.run.log_level)
-    run_dir = Path(cfg.run.out_dir) / f"{cfg.run.name}-{datetime.now():%Y%m%d-%H%M%S}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
-    console.print("[yellow]note:[/yellow] the training loop (task supply → rollouts → experience → update) is not "
-                  "implemented yet; this run evaluates the policy on held-out tasks only.")
-    category = cfg.env.categories[0]
-    report = _evaluate(cfg, category, cfg.env.eval_split, cfg.rollout.group_size, cfg.train.tasks_per_iteration,
-                       run_dir / "eval_before.jsonl")
-    summary = {**report.summary(), "run_dir": str(run_dir), "split": f"{category}/{cfg.env.eval_split}"}
-    (run_dir / "metrics.json").write_text(json.dumps(summary, indent=2))
-    console.print(f"results in {run_dir}/ (metrics.json, eval_before.jsonl, eval_before.trajectories.jsonl)")
+    console.print(f"run directory: {run_dir}")
+    try:
+        loop = build_loop(cfg, run_dir, store, console, show_progress=not no_progress)
+        summary = loop.run()
+    finally:
+        store.close()
+    console.print(f"metrics: {summary['metrics']}\nlearning curve: {summary['learning_curve']}\n"
+                  f"tensorboard: tensorboard --logdir {summary['tensorboard']}\nrun store: {summary['store']}\n"
+                  f"policy checkpoint: {summary['checkpoint']} (evolvekit eval --policy PATH)")
     if as_json:
         emit_json(summary)
     else:
-        sys.stdout.write(" ".join(f"{k_}={v}" for k_, v in summary.items()) + "\n")
+        before, after = summary.get("eval_before") or {}, summary.get("eval_after") or {}
+        keys = [k for k in before if "@" in k] or [k for k in after if "@" in k]
+        sys.stdout.write(" ".join([f"run_dir={run_dir}"] + [f"{k}: {before.get(k)} -> {after.get(k)}" for k in keys]) + "\n")

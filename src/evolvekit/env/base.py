@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evolvekit.types import Task, ToolCall, Trajectory
+from evolvekit.types import ChatMessage, Task, ToolCall, Trajectory
 
 
 class _Shape(BaseModel):
@@ -58,6 +58,7 @@ class ResetResult(_Shape):
     tools: list[ToolSchema]
     turn_index: int = 0
     num_turns: int = 1
+    examples: list[ChatMessage] = Field(default_factory=list)  # worked examples, shown as real chat turns
 
 
 class CallResult(_Shape):

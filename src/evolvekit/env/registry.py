@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Callable
+import importlib
+from typing import Callable, Sequence
 
 from evolvekit.config import EnvConfig
 from evolvekit.env.base import Environment
 from evolvekit.errors import EnvError
+from evolvekit.types import Task
 
 _REGISTRY: dict[str, tuple[Callable[[EnvConfig], Environment], str]] = {}
+_TASKS: dict[str, Callable[[EnvConfig, str], list[Task]]] = {}
 
 
 def register_env(name: str, description: str = ""):
@@ -17,6 +20,37 @@ def register_env(name: str, description: str = ""):
         return factory
 
     return deco
+
+
+def register_task_source(name: str):
+    """Register ``fn(env_cfg, split) -> list[Task]``: the real tasks of an environment's train/eval splits."""
+    def deco(fn: Callable[[EnvConfig, str], list[Task]]):
+        _TASKS[name] = fn
+        return fn
+
+    return deco
+
+
+def load_plugins(modules: Sequence[str]) -> None:
+    """Import user modules that register environments (``env.plugins``): bring your own environment."""
+    for mod in modules:
+        try:
+            importlib.import_module(mod)
+        except ImportError as err:
+            raise EnvError(f"cannot import environment plugin '{mod}' (env.plugins): {err}") from None
+
+
+def env_tasks(cfg: EnvConfig, split: str) -> list[Task]:
+    """The real tasks of a split for the configured environment."""
+    _load_builtins()
+    load_plugins(cfg.plugins)
+    if cfg.name not in _TASKS:
+        raise EnvError(f"environment '{cfg.name}' registers no task source; use self-questioning or register one "
+                       "with evolvekit.env.registry.register_task_source")
+    tasks = _TASKS[cfg.name](cfg, split)
+    if not tasks:
+        raise EnvError(f"environment '{cfg.name}' has no tasks in split '{split}' for this config")
+    return tasks
 
 
 def _load_builtins() -> None:
@@ -34,6 +68,7 @@ def make_env(cfg: EnvConfig | str) -> Environment:
     _load_builtins()
     if isinstance(cfg, str):
         cfg = EnvConfig(name=cfg)
+    load_plugins(cfg.plugins)
     if cfg.service_url:
         from evolvekit.env.service.client import RemoteEnv
 

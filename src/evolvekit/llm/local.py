@@ -49,6 +49,18 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, generato
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def common_prefix_len(rows: Sequence[Sequence[int]]) -> int:
+    """Length of the longest token prefix shared by every row."""
+    if not rows:
+        return 0
+    first, n = rows[0], min(len(r) for r in rows)
+    for i in range(n):
+        t = first[i]
+        if any(r[i] != t for r in rows):
+            return i
+    return n
+
+
 class LocalLLM:
     """A causal LM served in-process. ``model`` may be 'embedded:...', a local folder, or an already built model."""
 
@@ -57,6 +69,7 @@ class LocalLLM:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.name = model if isinstance(model, str) else "custom"
+        self.prefix_cache_min_tokens = 32  # shared prefixes shorter than this are not worth a separate prefill
         self.device = pick_device(device)
         if hf_model is not None:
             self.model = hf_model
@@ -117,15 +130,27 @@ class LocalLLM:
         if params.seed is not None:
             generator = torch.Generator(device="cpu").manual_seed(params.seed)
         B = len(rows)
-        width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id
+        # Shared-prefix KV reuse: rollouts of one batch share the system prompt, tool list and worked examples,
+        # so that prefix is prefilled once and its cache repeated for every row (each row keeps >= 1 own token).
+        shared = min(common_prefix_len(rows), min(len(r) for r in rows) - 1)
+        cache = None
+        if B > 1 and shared >= self.prefix_cache_min_tokens:
+            prefix = torch.tensor([rows[0][:shared]], dtype=torch.long, device=self.device)
+            cache = self.model(input_ids=prefix, use_cache=True).past_key_values
+            cache.batch_repeat_interleave(B)
+            rows_in = [r[shared:] for r in rows]
+        else:
+            shared, rows_in = 0, rows
+        width = max(len(r) for r in rows_in)
         input_ids = torch.full((B, width), pad, dtype=torch.long)
-        attn = torch.zeros((B, width), dtype=torch.long)
-        for i, r in enumerate(rows):  # left padding
+        attn = torch.zeros((B, shared + width), dtype=torch.long)
+        attn[:, :shared] = 1
+        for i, r in enumerate(rows_in):  # left padding (after the shared prefix, masked out)
             input_ids[i, width - len(r):] = torch.tensor(r)
-            attn[i, width - len(r):] = 1
+            attn[i, shared + width - len(r):] = 1
         input_ids, attn = input_ids.to(self.device), attn.to(self.device)
-        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        positions = (shared + attn[:, shared:].cumsum(-1) - 1).clamp(min=0)
 
         out_tokens: list[list[int]] = [[] for _ in range(B)]
         out_logprobs: list[list[float]] = [[] for _ in range(B)]
@@ -133,7 +158,8 @@ class LocalLLM:
         text_cut: list[int | None] = [None] * B
         active = torch.arange(B, device=self.device)  # original row index of each live batch row
 
-        out = self.model(input_ids=input_ids, attention_mask=attn, position_ids=positions, use_cache=True)
+        out = self.model(input_ids=input_ids, attention_mask=attn, position_ids=positions, past_key_values=cache,
+                         use_cache=True)
         cache = out.past_key_values
         logits = out.logits[:, -1, :]
         next_pos = positions[:, -1] + 1

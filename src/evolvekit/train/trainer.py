@@ -176,7 +176,10 @@ class GRPOTrainer:
         # Sort by length so micro-batches pad little; the loss is a token mean, so order does not matter.
         samples = sorted(samples, key=lambda s: len(s.token_ids))
         self.model.eval()
-        old = self._logprobs_no_grad(self.model, samples)
+        # One optimizer step over the whole batch is on-policy: the old log-probs are the current ones, taken from
+        # the same forward pass (detached) instead of a separate one. Otherwise they are computed up front.
+        single_step = self.cfg.ppo_epochs == 1 and (not self.cfg.mini_batch_size or self.cfg.mini_batch_size >= len(samples))
+        old = None if single_step else self._logprobs_no_grad(self.model, samples)
         ref = self._reference_logprobs(samples)
         self.model.train()
         agg: dict[str, float] = {}
@@ -194,10 +197,13 @@ class GRPOTrainer:
                     ref_lp = torch.zeros_like(batch["adv"]) if ref is not None else None
                     for j, i in enumerate(micro):
                         n = len(samples[i].token_ids)
-                        old_lp[j, :n] = old[i]
+                        if old is not None:
+                            old_lp[j, :n] = old[i]
                         if ref_lp is not None:
                             ref_lp[j, :n] = ref[i]
                     logp, ent = sequence_logprobs(self.model, batch["ids"], batch["attn"], self.amp, with_entropy)
+                    if old is None:
+                        old_lp = logp.detach()
                     loss, st = policy_loss(logp[:, :width], old_lp, batch["adv"], batch["mask"], batch["guided"],
                                            eps_low=self.cfg.eps_low, eps_high=self.cfg.eps_high,
                                            eps_high_boost=self.eps_high_boost, ref_logprobs=ref_lp,
@@ -236,6 +242,9 @@ class GRPOTrainer:
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
         self.model.save_pretrained(tmp)
         self.llm.tokenizer.save_pretrained(tmp)
         if with_optimizer:

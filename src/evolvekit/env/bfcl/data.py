@@ -55,6 +55,8 @@ class BfclTaskMeta(BaseModel):
     involved_classes: list[str]
     missed_function: dict[str, list[str]] = Field(default_factory=dict)  # turn index -> held-out function names
     excluded_function: list[str] = Field(default_factory=list)
+    family: str | None = None  # task family (families.py): a tool subset with worked examples
+    allowed_tools: list[str] = Field(default_factory=list)  # restrict the visible/callable tools (empty = all)
 
 
 @functools.lru_cache(maxsize=None)

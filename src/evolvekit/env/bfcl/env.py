@@ -19,7 +19,7 @@ from evolvekit.env.base import (Action, CallResult, EnvInfo, EnvProfile, EvalRes
 from evolvekit.env.bfcl import data
 from evolvekit.env.bfcl.checker import check
 from evolvekit.env.bfcl.tools import call_string, doc_to_schema, stringify_result, validate_call
-from evolvekit.env.registry import register_env
+from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.errors import EnvError
 from evolvekit.types import Task, ToolCall, Trajectory
 
@@ -75,7 +75,16 @@ class BfclEnv:
         self.turns = task.turns
         self.executed = [[]]
         self._reveal(0)
-        return ResetResult(observation=self.turns[0], tools=self.tools(), turn_index=0, num_turns=len(self.turns))
+        examples = []
+        if self.meta.allowed_tools:
+            self._restrict(self.meta.allowed_tools, self.meta.involved_classes)
+        if self.meta.family:
+            from evolvekit.agent.parser import format_call
+            from evolvekit.env.bfcl.families import get_family
+
+            examples = [m for demo in get_family(self.meta.family).demonstrations for m in demo.messages(format_call)]
+        return ResetResult(observation=self.turns[0], tools=self.tools(), turn_index=0, num_turns=len(self.turns),
+                           examples=examples)
 
     def _reset_sandbox(self, config: dict[str, Any]) -> ResetResult:
         """Sandbox mode: the backends of ``config['classes']`` (or the env's default backends) with no task."""
@@ -85,16 +94,19 @@ class BfclEnv:
         tools = config.get("tools")  # optional subset (a task family)
         self._build_instances(classes, initial, bool(config.get("long_context", False)), set())
         if tools:
-            unknown = set(tools) - set(self.visible)
-            if unknown:
-                raise EnvError(f"sandbox tools {sorted(unknown)} are not offered by {classes}")
-            self.visible = {k: v for k, v in self.visible.items() if k in set(tools)}
-            self.callable = dict(self.visible)
+            self._restrict(tools, classes)
         self.turns = [""]
         self.executed = [[]]
         desc = ", ".join(classes)
         return ResetResult(observation=f"Sandbox of {desc}: explore freely with the tools.", tools=self.tools(),
                            turn_index=0, num_turns=1)
+
+    def _restrict(self, tools: list[str], classes: list[str]) -> None:
+        unknown = set(tools) - set(self.visible)
+        if unknown:
+            raise EnvError(f"tools {sorted(unknown)} are not offered by {classes}")
+        self.visible = {k: v for k, v in self.visible.items() if k in set(tools)}
+        self.callable = dict(self.visible)
 
     def _long_context(self, category: str) -> bool:
         if self.long_context_override is not None:
@@ -216,3 +228,16 @@ def _task_meta(task: Task) -> data.BfclTaskMeta:
 @register_env("bfcl", "BFCL v3 multi-turn (bfcl-eval 2026.3.23): 8 tool backends, 4 categories, official checker")
 def _make(cfg: EnvConfig) -> BfclEnv:
     return BfclEnv(backends=cfg.backends)
+
+
+@register_task_source("bfcl")
+def _tasks(cfg: EnvConfig, split: str) -> list[Task]:
+    """A task family's split when ``env.family`` is set, else BFCL tasks of the categories (base-id split)."""
+    if cfg.family:
+        from evolvekit.env.bfcl.families import get_family
+
+        return get_family(cfg.family).tasks(split, cfg.family_tasks)
+    out: list[Task] = []
+    for category in cfg.categories:
+        out += data.load_tasks(category, split, cfg.backends or None)
+    return out

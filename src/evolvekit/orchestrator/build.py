@@ -1,0 +1,101 @@
+"""Build a run from config: the run directory, the store, the policy and trainer, the stages, the evaluator."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+
+from evolvekit.config import Config
+from evolvekit.errors import ConfigError
+from evolvekit.orchestrator.loop import MasterLoop, Stages
+from evolvekit.orchestrator.stages import FixedTaskSupply, GRPOSamples, NoExperience, TrainerUpdate, VanillaRollouts
+from evolvekit.store.sqlite import RunStore
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.json"
+STORE_FILE = "run.sqlite"
+
+
+def new_run_dir(cfg: Config) -> Path:
+    base = Path(cfg.run.out_dir) / f"{cfg.run.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    path, i = base, 1
+    while path.exists():
+        path, i = base.with_name(f"{base.name}-{i}"), i + 1
+    return path
+
+
+def open_run(cfg: Config | None, resume: Path | None) -> tuple[Config, Path, RunStore]:
+    """A new run directory (``cfg``), or an existing one to resume (its stored config wins)."""
+    if resume is not None:
+        resume = Path(resume)
+        if not (resume / CONFIG_FILE).is_file() or not (resume / STORE_FILE).is_file():
+            raise ConfigError(f"{resume} is not a run directory (no {CONFIG_FILE} / {STORE_FILE})")
+        stored = Config.model_validate_json((resume / CONFIG_FILE).read_text())
+        return stored, resume, RunStore(resume / STORE_FILE)
+    if cfg is None:
+        raise ConfigError("give a config file, or --resume RUN_DIR")
+    run_dir = new_run_dir(cfg)
+    run_dir.mkdir(parents=True)
+    (run_dir / CONFIG_FILE).write_text(cfg.model_dump_json(indent=2))
+    store = RunStore(run_dir / STORE_FILE)
+    store.set_meta("config", cfg.model_dump_json())
+    store.set_meta("created", datetime.now().isoformat(timespec="seconds"))
+    return cfg, run_dir, store
+
+
+def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | None = None,
+               show_progress: bool = True) -> MasterLoop:
+    from evolvekit.agent.evaluate import evaluate_policy
+    from evolvekit.env.registry import env_tasks, make_env
+    from evolvekit.llm.factory import build_llm, sampling_for
+    from evolvekit.llm.local import LocalLLM
+    from evolvekit.train.trainer import GRPOTrainer
+
+    pol = cfg.models.policy
+    if pol.backend != "local":
+        raise ConfigError("training needs models.policy.backend: local (an OpenAI-compatible server cannot be "
+                          "updated from here); use `evolvekit eval` to evaluate a served model")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    ckpt = store.latest_checkpoint()
+    source = ckpt.path if ckpt else pol.model
+    log.info("policy from %s", source)
+    # The trained policy is its own instance: frozen roles that name the same model keep the original weights.
+    policy = LocalLLM(source, device=pol.device, dtype=pol.dtype)
+    reference = None
+    if cfg.train.kl_beta > 0 and not cfg.train.lora:
+        reference = build_llm(pol, "reference").model  # the initial policy, shared with frozen roles
+    boost = cfg.navigating.eps_high_boost if cfg.navigating.enabled else None
+    trainer = GRPOTrainer(policy, cfg.train, eps_high_boost=boost, reference_model=reference)
+    if ckpt and not trainer.load_optimizer(Path(ckpt.path)):
+        log.warning("checkpoint %s has no optimizer state; AdamW restarts from zero moments", ckpt.path)
+
+    def env_factory():
+        return make_env(cfg.env)
+
+    train_tasks = env_tasks(cfg.env, cfg.env.train_split)
+    params = sampling_for(pol)
+    stages = Stages(supply=FixedTaskSupply(train_tasks, cfg.train.tasks_per_iteration, cfg.run.seed),
+                    rollouts=VanillaRollouts(policy, env_factory, cfg, params, show_progress),
+                    experience=NoExperience(), samples=GRPOSamples(cfg), updater=TrainerUpdate(trainer))
+
+    evaluator = None
+    if cfg.train.eval_before or cfg.train.eval_after or cfg.train.eval_every:
+        eval_tasks = env_tasks(cfg.env, cfg.env.eval_split)
+        if cfg.train.eval_tasks:
+            eval_tasks = eval_tasks[: cfg.train.eval_tasks]
+        k = cfg.train.eval_k or cfg.rollout.group_size
+
+        def evaluator(seed: int):
+            eval_params = sampling_for(pol, seed=seed)
+            report, trajs = evaluate_policy(eval_tasks, env_factory, policy, cfg.rollout, eval_params, k,
+                                            cfg.env.tool_rendering, show_progress)
+            return {**report.summary(), "split": cfg.env.eval_split}, trajs
+
+    store.set_meta("train_tasks", json.dumps([t.task_id for t in train_tasks]))
+    return MasterLoop(cfg, run_dir, store, stages, evaluator, console)

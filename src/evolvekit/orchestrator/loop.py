@@ -1,0 +1,151 @@
+"""The master loop (AgentEvolver §6.1): (A) tasks → (B) rollouts → (C) experience → (D) samples and update.
+
+Crash safety: stage B commits the iteration's tasks and trajectories in one transaction (status ``rolled_out``);
+stage D writes the checkpoint folder (atomic rename), then commits metrics, the checkpoint row and status ``done``
+in one transaction. A resumed run skips done iterations, reuses committed rollouts of a half-finished iteration,
+and recomputes only what was never committed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+
+from evolvekit.config import Config
+from evolvekit.orchestrator.metrics import MetricsSink, rollout_metrics
+from evolvekit.orchestrator.stages import (ExperienceStage, IterationContext, RolloutStage, SampleStage, TaskSupply,
+                                           UpdateStage)
+from evolvekit.store.sqlite import IterationStatus, RunStore
+from evolvekit.types import Trajectory
+
+log = logging.getLogger(__name__)
+
+Evaluator = Callable[[int], tuple[dict, list[Trajectory]]]  # seed -> (summary with avg@k/best@k, trajectories)
+
+
+@dataclass
+class Stages:
+    supply: TaskSupply
+    rollouts: RolloutStage
+    experience: ExperienceStage
+    samples: SampleStage
+    updater: UpdateStage
+
+
+def iteration_seed(seed: int, iteration: int) -> int:
+    return seed * 1_000_003 + iteration
+
+
+class MasterLoop:
+    def __init__(self, cfg: Config, run_dir: Path, store: RunStore, stages: Stages, evaluator: Evaluator | None = None,
+                 console: Console | None = None) -> None:
+        self.cfg, self.run_dir, self.store, self.stages = cfg, Path(run_dir), store, stages
+        self.evaluator = evaluator
+        self.console = console or Console(stderr=True)
+
+    # -- evaluation --------------------------------------------------------------------------------------------
+    def _evaluate(self, phase: str, iteration: int) -> dict | None:
+        if self.evaluator is None:
+            return None
+        t0 = time.perf_counter()
+        summary, trajs = self.evaluator(iteration_seed(self.cfg.run.seed, 10_000 + iteration))
+        summary = {**summary, "seconds": round(time.perf_counter() - t0, 1), "iteration": iteration}
+        with self.store.transaction() as c:
+            self.store.delete_iteration_trajectories(c, iteration, f"eval_{phase}")
+            self.store.put_trajectories(c, trajs, iteration, f"eval_{phase}")
+            if phase in ("before", "after"):
+                self.store.put_evaluation(c, phase, summary)
+        self.console.print(f"[bold]held-out evaluation ({phase})[/bold]: " +
+                           " ".join(f"{k}={v}" for k, v in summary.items() if "@" in k))
+        return summary
+
+    # -- the loop -----------------------------------------------------------------------------------------------
+    def run(self) -> dict:
+        cfg, store = self.cfg, self.store
+        start = store.next_iteration()
+        if start > 0:
+            self.console.print(f"resuming at iteration {start} ({start} done)")
+        sink = MetricsSink(self.run_dir, start)
+        try:
+            if cfg.train.eval_before and store.evaluation("before") is None:
+                self._evaluate("before", -1)
+            for it in range(start, cfg.train.iterations):
+                self._iteration(it, sink)
+            if cfg.train.eval_after and store.evaluation("after") is None:
+                self._evaluate("after", cfg.train.iterations)
+        finally:
+            sink.close()
+        evaluations = {p: e for p in ("before", "after") if (e := store.evaluation(p))}
+        curve = sink.plot(store.metrics(), evaluations)
+        summary = {"run_dir": str(self.run_dir), "iterations": len(store.completed_iterations()),
+                   "eval_before": evaluations.get("before"), "eval_after": evaluations.get("after"),
+                   "metrics": str(self.run_dir / "metrics.jsonl"), "tensorboard": str(self.run_dir / "tensorboard"),
+                   "learning_curve": str(curve), "store": str(store.path),
+                   "checkpoint": (store.latest_checkpoint().path if store.latest_checkpoint() else None)}
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
+
+    def _iteration(self, it: int, sink: MetricsSink) -> None:
+        cfg, store, st = self.cfg, self.store, self.stages
+        ctx = IterationContext(iteration=it, seed=iteration_seed(cfg.run.seed, it), run_dir=self.run_dir, store=store)
+        times: dict[str, float] = {}
+        t0 = time.perf_counter()
+        if store.iteration_status(it) == IterationStatus.ROLLED_OUT:
+            trajectories = store.trajectories(it, "train")
+            log.info("iteration %d: reusing %d committed rollouts", it, len(trajectories))
+        else:
+            tasks = st.supply.tasks(ctx)
+            trajectories = st.rollouts.rollout(ctx, tasks)
+            with store.transaction() as c:
+                store.delete_iteration_trajectories(c, it, "train")
+                store.put_tasks(c, tasks, it)
+                store.put_trajectories(c, trajectories, it, "train")
+                store.set_iteration(c, it, IterationStatus.ROLLED_OUT)
+        times["time/rollout_s"] = time.perf_counter() - t0
+        metrics = rollout_metrics(trajectories)
+        metrics.update(st.supply.observe(ctx, trajectories))
+        t1 = time.perf_counter()
+        metrics.update(st.experience.process(ctx, trajectories))
+        times["time/experience_s"] = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        samples, sample_metrics = st.samples.build(ctx, trajectories)
+        metrics.update(sample_metrics)
+        metrics.update(st.updater.update(ctx, samples))
+        times["time/update_s"] = time.perf_counter() - t1
+        ckpt = st.updater.save(self.run_dir / "checkpoints" / f"iter-{it:04d}")
+        every = cfg.train.eval_every
+        if every and ((it + 1) % every == 0 or it + 1 == cfg.train.iterations):
+            ev = self._evaluate("periodic", it)
+            if ev:
+                metrics.update({f"eval/{k}": float(v) for k, v in ev.items() if "@" in k})
+        times["time/iteration_s"] = time.perf_counter() - t0
+        metrics.update(times)
+        with store.transaction() as c:
+            store.put_metrics(c, it, metrics)
+            store.put_checkpoint(c, it, str(ckpt))
+            store.set_iteration(c, it, IterationStatus.DONE)
+        self._prune_checkpoints()
+        evaluations = {p: e for p in ("before", "after") if (e := store.evaluation(p))}
+        sink.write(it, metrics, store.metrics(), evaluations)
+        self.console.print(
+            f"iteration {it + 1}/{cfg.train.iterations}: reward {metrics.get('rollout/reward_mean', 0):.3f} "
+            f"success {metrics.get('rollout/success_rate', 0):.3f} parse-errors {metrics.get('rollout/parse_error_rate', 0):.2f} "
+            f"loss {metrics.get('train/loss', 0):+.4f} ({times['time/iteration_s']:.0f}s)")
+
+    def _prune_checkpoints(self) -> None:
+        """Keep the newest ``keep_checkpoints`` folders; only the newest keeps its optimizer state."""
+        rows = self.store.checkpoints()
+        keep = max(1, self.cfg.train.keep_checkpoints)
+        for i, row in enumerate(rows):
+            path = Path(row.path)
+            if i < len(rows) - keep:
+                shutil.rmtree(path, ignore_errors=True)
+            elif i < len(rows) - 1:
+                (path / "optimizer.pt").unlink(missing_ok=True)
