@@ -84,3 +84,25 @@ def test_lora_trains_adapters_only_and_reloads(tiny_path, tmp_path):
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
         assert torch.allclose(llm.model(input_ids=ids).logits, again.model(input_ids=ids).logits, atol=1e-5)
+
+
+def test_logits_to_keep_matches_the_full_projection(tiny_path):
+    from evolvekit.train.trainer import sequence_logprobs
+
+    llm = LocalLLM(str(tiny_path), device="cpu")
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [12, 13, 14, 15, 16, 17, 18]])
+    attn = torch.ones_like(ids)
+    with torch.no_grad():
+        full, _ = sequence_logprobs(llm.model, ids, attn, None, start=1)
+        part, _ = sequence_logprobs(llm.model, ids, attn, None, start=4)
+    assert torch.allclose(full[:, 4:], part[:, 4:], atol=1e-5)
+    assert torch.all(part[:, :4] == 0)
+
+
+def test_several_optimizer_steps_per_batch(tiny_path):
+    llm = LocalLLM(str(tiny_path), device="cpu")
+    tr = GRPOTrainer(llm, TrainConfig(mini_batch_size=2, micro_batch_size=1, ppo_epochs=2, learning_rate=1e-3,
+                                      kl_beta=0.0, autocast="off"))
+    st = tr.update(_samples())
+    assert st.optimizer_steps == 4  # 2 mini-batches x 2 epochs
+    assert st.ratio != pytest.approx(1.0, abs=1e-9)  # later steps are off-policy against the recorded old log-probs

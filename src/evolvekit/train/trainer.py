@@ -62,22 +62,32 @@ def autocast_dtype(setting: str, device: torch.device) -> torch.dtype | None:
 
 
 def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, amp: torch.dtype | None,
-                      with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log π(token_t | tokens_<t) for every position t ≥ 1 (position 0 gets 0), shape [B, T]."""
-    device = input_ids.device
-    ctx = torch.autocast(device.type, dtype=amp) if amp is not None else _null()
+                      with_entropy: bool = False, start: int = 1) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log π(token_t | tokens_<t) for positions t ≥ ``start`` (earlier positions get 0), shape [B, T].
+
+    Only the logits from position ``start − 1`` on are computed (``logits_to_keep``): the prompt before the first
+    loss token never needs the vocabulary projection.
+    """
+    T = input_ids.shape[1]
+    start = max(1, min(start, T - 1))
+    keep = T - start + 1
+    ctx = torch.autocast(input_ids.device.type, dtype=amp) if amp is not None else _null()
     with ctx:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-    logits = logits[:, :-1].float()
-    targets = input_ids[:, 1:]
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=keep).logits
+    logits = logits[:, -keep:-1].float()
+    targets = input_ids[:, start:]
     B, T1, V = logits.shape
     logp = -F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="none").view(B, T1)
     ent = None
     if with_entropy:
         lsm = torch.log_softmax(logits, dim=-1)
-        ent = -(lsm.exp() * lsm).sum(-1)
-        ent = F.pad(ent, (1, 0))
-    return F.pad(logp, (1, 0)), ent
+        ent = F.pad(-(lsm.exp() * lsm).sum(-1), (start, 0))
+    return F.pad(logp, (start, 0)), ent
+
+
+def first_loss_position(mask: torch.Tensor) -> int:
+    cols = mask.any(dim=0).nonzero()
+    return int(cols[0]) if len(cols) else 1
 
 
 class _null:
@@ -152,7 +162,7 @@ class GRPOTrainer:
         out = []
         for idx in _batches(samples, self.cfg.micro_batch_size):
             batch = self._collate([samples[i] for i in idx])
-            lp, _ = sequence_logprobs(model, batch["ids"], batch["attn"], self.amp)
+            lp, _ = sequence_logprobs(model, batch["ids"], batch["attn"], self.amp, start=first_loss_position(batch["mask"]))
             out.extend(lp[j, : len(samples[i].token_ids)].detach() for j, i in enumerate(idx))
         return out
 
@@ -201,7 +211,8 @@ class GRPOTrainer:
                             old_lp[j, :n] = old[i]
                         if ref_lp is not None:
                             ref_lp[j, :n] = ref[i]
-                    logp, ent = sequence_logprobs(self.model, batch["ids"], batch["attn"], self.amp, with_entropy)
+                    logp, ent = sequence_logprobs(self.model, batch["ids"], batch["attn"], self.amp, with_entropy,
+                                                  start=first_loss_position(batch["mask"]))
                     if old is None:
                         old_lp = logp.detach()
                     loss, st = policy_loss(logp[:, :width], old_lp, batch["adv"], batch["mask"], batch["guided"],

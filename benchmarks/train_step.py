@@ -1,0 +1,128 @@
+"""One GRPO update: our trainer vs. TRL's GRPOTrainer loss on the same model and the same batch (tokens/s).
+
+    .venv/bin/pip install -c constraints.txt trl==1.16.0      # TRL is only needed for this benchmark
+    .venv/bin/python benchmarks/train_step.py --batch 8 --prompt 448 --completion 64
+
+Both sides: the same SmolLM2-135M weights, full fine-tune, AdamW, β = 0.001 KL against a frozen copy,
+ε = 0.28, bf16 autocast when the CPU supports it, micro-batches of ``--micro``, one optimizer step over the batch
+(on-policy: old log-probs = current, detached). TRL's side calls ``GRPOTrainer.compute_loss`` (loss_type
+"dapo", token-level mean like ours) on the prepared batch, so generation is excluded from both timings.
+Prints both tokens/s (all forwarded tokens per second of update).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import tempfile
+import time
+
+
+def _batch(args, vocab):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(10, vocab - 10, (args.batch, args.prompt), generator=g)
+    completion = torch.randint(10, vocab - 10, (args.batch, args.completion), generator=g)
+    adv = torch.tensor([1.0 if i % 2 else -1.0 for i in range(args.batch)])
+    return prompt, completion, adv
+
+
+def ours(args, model, tok, prompt, completion, adv):
+    from evolvekit.config import TrainConfig
+    from evolvekit.llm.local import LocalLLM
+    from evolvekit.train.trainer import GRPOTrainer
+    from evolvekit.types import TrainingSample
+
+    llm = LocalLLM(tokenizer=tok, hf_model=model, device="cpu")
+    ref = copy.deepcopy(model).eval()
+    cfg = TrainConfig(micro_batch_size=args.micro, kl_beta=0.001, learning_rate=1e-6, autocast=args.autocast)
+    trainer = GRPOTrainer(llm, cfg, reference_model=ref)
+    P, C = prompt.shape[1], completion.shape[1]
+    samples = [TrainingSample(trajectory_id=f"t{i}", group_id="g", token_ids=prompt[i].tolist() + completion[i].tolist(),
+                              loss_mask=[0] * P + [1] * C, token_advantages=[float(adv[i])] * (P + C),
+                              experience_mask=[0] * (P + C)) for i in range(len(adv))]
+    trainer.update(samples)  # warm-up
+    t0 = time.perf_counter()
+    trainer.update(samples)
+    return time.perf_counter() - t0
+
+
+def trl(args, model, tok, prompt, completion, adv):
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    ref = copy.deepcopy(model).eval()
+    B = len(adv)
+    with tempfile.TemporaryDirectory() as out:
+        targs = GRPOConfig(output_dir=out, use_cpu=True, report_to=[], beta=0.001, epsilon=0.28, loss_type="dapo",
+                           per_device_train_batch_size=B, num_generations=B, learning_rate=1e-6,
+                           bf16=args.autocast != "off", gradient_accumulation_steps=1, logging_steps=10_000)
+        trainer = GRPOTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                              args=targs, train_dataset=Dataset.from_dict({"prompt": ["x"] * B}),
+                              processing_class=tok)
+        trainer.create_optimizer()
+        trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(), which we bypass
+        opt = trainer.optimizer
+        model.train()
+        amp = torch.autocast("cpu", dtype=torch.bfloat16) if args.autocast != "off" else torch.autocast("cpu", enabled=False)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            n_items = torch.tensor(float(B * completion.shape[1]))
+            for lo in range(0, B, args.micro):
+                sl = slice(lo, lo + args.micro)
+                p, c = prompt[sl], completion[sl]
+                ids = torch.cat([p, c], 1)
+                with torch.no_grad(), amp:
+                    ref_logits = ref(input_ids=ids, logits_to_keep=c.shape[1] + 1).logits[:, :-1].float()
+                ref_lp = torch.log_softmax(ref_logits, -1).gather(-1, c.unsqueeze(-1)).squeeze(-1)
+                inputs = {"prompt_ids": p, "prompt_mask": torch.ones_like(p), "completion_ids": c,
+                          "completion_mask": torch.ones_like(c), "advantages": adv[sl], "ref_per_token_logps": ref_lp,
+                          "old_per_token_logps": None, "num_items_in_batch": n_items}
+                with amp:
+                    loss = trainer.compute_loss(model, inputs)
+                loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+
+        step()  # warm-up
+        t0 = time.perf_counter()
+        step()
+        return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--prompt", type=int, default=448)
+    ap.add_argument("--completion", type=int, default=64)
+    ap.add_argument("--micro", type=int, default=4)
+    ap.add_argument("--autocast", choices=["auto", "off"], default="auto")
+    ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
+    args = ap.parse_args()
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evolvekit.llm.embedded import resolve_model_path
+
+    path = resolve_model_path(args.model)
+    tok = AutoTokenizer.from_pretrained(path)
+    prompt, completion, adv = _batch(args, len(tok))
+    tokens = args.batch * (args.prompt + args.completion)
+    rows = {}
+    for name, fn in (("evolvekit", ours), ("trl", trl)):
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path)
+            dt = fn(args, model, tok, prompt, completion, adv)
+            rows[name] = {"seconds": round(dt, 2), "tokens_per_s": round(tokens / dt, 1)}
+        except ImportError as err:
+            rows[name] = {"error": f"not installed: {err}"}
+        print(f"{name:>10}: {rows[name]}", flush=True)
+    print(json.dumps({"batch": args.batch, "prompt": args.prompt, "completion": args.completion, **rows}))
+
+
+if __name__ == "__main__":
+    main()
