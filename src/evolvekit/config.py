@@ -170,6 +170,7 @@ class AttributingConfig(_Section):
     mode: Literal["both", "outcome_only", "attribution_only"] = F("both", "Table 5 ablations: r_attr + r_out, w/o r_attr, w/o r_out")
     alpha: float = F(0.1, "α weight of the attribution channel (Eq. 20; §7.5: 0.1)")
     alpha_schedule: list[float] = F([], "optional per-iteration α values (curriculum); empty = constant α")
+    eps: float = F(1e-8, "ε in the standardisations of Eq. 18 and Eq. 19")
     max_retries: int = F(2, "retries of an unparseable attribution before neutralising the channel")
     concurrency: int = F(4, "concurrent attributor calls")
 

@@ -185,3 +185,30 @@ def test_training_refuses_a_served_policy(tmp_path):
     with pytest.raises(ConfigError, match="backend: local"):
         build_loop(cfg, run_dir, store)
     store.close()
+
+
+class _AlwaysGood:
+    name = "always-good"
+
+    def chat(self, conversations, params):
+        from evolvekit.llm.base import Completion
+
+        return [[Completion(text="Step 0 Analysis: ok\nStep 0 Judgment: GOOD", token_ids=[1], prompt_token_ids=[1])]
+                for _ in conversations]
+
+
+def test_attribution_stage_logs_metrics_and_stores_labels(tiny, tmp_path):
+    cfg = load_config(_config(tiny, tmp_path, iterations=1, eval_before=False, eval_after=False),
+                      ["attributing.enabled=true"])
+    cfg, run_dir, store = open_run(cfg, None)
+    loop = build_loop(cfg, run_dir, store, show_progress=False)
+    loop.stages.samples.attributor.llm = _AlwaysGood()  # the attributor role is a test double here
+    loop.run()
+    m = store.metrics()[0]
+    assert m["attribution/good_ratio"] == 1.0 and m["attribution/parse_failure_rate"] == 0.0
+    assert m["attribution/calls"] == 8 and m["attribution/alpha"] == pytest.approx(0.1)
+    con = sqlite3.connect(run_dir / "run.sqlite")
+    assert {r[0] for r in con.execute("SELECT label FROM steps")} == {"GOOD"}
+    con.close()
+    assert all(t.step_attributions == ["GOOD"] for t in store.trajectories(0))
+    store.close()

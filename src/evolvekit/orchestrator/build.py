@@ -82,7 +82,7 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
     params = sampling_for(pol)
     stages = Stages(supply=FixedTaskSupply(train_tasks, cfg.train.tasks_per_iteration, cfg.run.seed),
                     rollouts=VanillaRollouts(policy, env_factory, cfg, params, show_progress),
-                    experience=NoExperience(), samples=GRPOSamples(cfg), updater=TrainerUpdate(trainer))
+                    experience=NoExperience(), samples=_sample_stage(cfg), updater=TrainerUpdate(trainer))
 
     evaluator = None
     if cfg.train.eval_before or cfg.train.eval_after or cfg.train.eval_every:
@@ -99,3 +99,18 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
 
     store.set_meta("train_tasks", json.dumps([t.task_id for t in train_tasks]))
     return MasterLoop(cfg, run_dir, store, stages, evaluator, console)
+
+
+def _sample_stage(cfg: Config):
+    """Plain GRPO samples, or self-attributing ones (§5) when ``attributing.enabled``."""
+    if not cfg.attributing.enabled:
+        return GRPOSamples(cfg)
+    from evolvekit.attributing.attributor import StepAttributor
+    from evolvekit.attributing.stage import AttributedSamples
+    from evolvekit.llm.factory import role_llm, sampling_for
+
+    attributor = None
+    if cfg.attributing.mode != "outcome_only":
+        attributor = StepAttributor(role_llm(cfg.models, "attributor"), sampling_for(cfg.models.attributor),
+                                    cfg.attributing.max_retries, cfg.attributing.concurrency)
+    return AttributedSamples(cfg, attributor)

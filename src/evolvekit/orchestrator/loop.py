@@ -128,6 +128,7 @@ class MasterLoop:
         times["time/iteration_s"] = time.perf_counter() - t0
         metrics.update(times)
         with store.transaction() as c:
+            store.update_trajectories(c, trajectories)  # stages C/D may have annotated them (e.g. step labels)
             store.put_metrics(c, it, metrics)
             store.put_checkpoint(c, it, str(ckpt))
             store.set_iteration(c, it, IterationStatus.DONE)

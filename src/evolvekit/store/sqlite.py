@@ -113,6 +113,16 @@ class RunStore:
                             labels[i].value if i < len(labels) else None) for i, s in enumerate(t.steps)])
 
     @staticmethod
+    def update_trajectories(c: sqlite3.Connection, trajectories: Sequence[Trajectory]) -> None:
+        """Rewrite trajectories annotated by later stages (step labels, flags) and their step labels."""
+        for t in trajectories:
+            c.execute("UPDATE trajectories SET json = ? WHERE trajectory_id = ?", (t.model_dump_json(), t.trajectory_id))
+            labels = t.step_attributions or []
+            c.executemany("UPDATE steps SET label = ? WHERE trajectory_id = ? AND step_index = ?",
+                          [(labels[i].value if i < len(labels) else None, t.trajectory_id, s.index)
+                           for i, s in enumerate(t.steps)])
+
+    @staticmethod
     def set_iteration(c: sqlite3.Connection, iteration: int, status: str) -> None:
         now = time.time()
         c.execute("INSERT INTO iterations (iteration, status, started) VALUES (?, ?, ?) "

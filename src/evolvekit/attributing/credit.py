@@ -1,0 +1,90 @@
+"""Self-attributing credit assignment (AgentEvolver §5.2-5.4, Eq. 18-21) as plain functions.
+
+Per GRPO group: GOOD/BAD labels → ±1 attribution rewards, standardised with *trajectory-level* statistics
+(Eq. 18); outcome rewards standardised separately over the group (Eq. 19); fused per step with α, the outcome
+only at the last step (Eq. 20); the advantage is the undiscounted return-to-go (Eq. 21). A channel whose
+statistics are degenerate (σ below ``degenerate_std``) is neutralised (contributes 0). Standard deviations are the
+unbiased sample std, as in Eq. 16.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Literal, Sequence
+
+from evolvekit.types import StepLabel
+
+Mode = Literal["both", "outcome_only", "attribution_only"]
+
+
+def attribution_rewards(labels: Sequence[StepLabel]) -> list[float]:
+    """§5.2: GOOD → +1, BAD → −1."""
+    return [1.0 if lab == StepLabel.GOOD else -1.0 for lab in labels]
+
+
+def _std(values: Sequence[float]) -> float:
+    return statistics.stdev(values) if len(values) >= 2 else 0.0
+
+
+def standardize_attribution(rewards: Sequence[Sequence[float] | None], eps: float = 1e-8,
+                            degenerate_std: float = 1e-6) -> list[list[float]]:
+    """Eq. 18: r̂_t = (r_t − μ) / (σ + ε), μ and σ over the per-trajectory *average* attribution rewards.
+
+    ``None`` marks a trajectory whose attribution failed (neutralised): it gets zeros and is left out of μ, σ.
+    A degenerate population (fewer than two trajectories, or σ < ``degenerate_std``) gives zeros for all.
+    """
+    means = [sum(r) / len(r) for r in rewards if r]
+    sigma = _std(means)
+    out: list[list[float]] = []
+    for r in rewards:
+        if not r or len(means) < 2 or sigma < degenerate_std:
+            out.append([0.0] * (len(r) if r else 0))
+            continue
+        mu = sum(means) / len(means)
+        out.append([(x - mu) / (sigma + eps) for x in r])
+    return out
+
+
+def standardize_outcome(outcomes: Sequence[float], eps: float = 1e-8, degenerate_std: float = 1e-6) -> list[float]:
+    """Eq. 19: r̂_out = (R − μ_out) / (σ_out + ε) over the trajectories of the group (0 when degenerate)."""
+    sigma = _std(outcomes)
+    if len(outcomes) < 2 or sigma < degenerate_std:
+        return [0.0] * len(outcomes)
+    mu = sum(outcomes) / len(outcomes)
+    return [(x - mu) / (sigma + eps) for x in outcomes]
+
+
+def fuse(attr_hat: Sequence[float], out_hat: float, alpha: float, mode: Mode = "both") -> list[float]:
+    """Eq. 20: r̂_t = α·r̂_t^attr + 1[t = T]·r̂^out; ``mode`` gives Table 5's ablations."""
+    n = len(attr_hat)
+    use_attr = mode in ("both", "attribution_only")
+    use_out = mode in ("both", "outcome_only")
+    return [(alpha * a if use_attr else 0.0) + (out_hat if use_out and t == n - 1 else 0.0)
+            for t, a in enumerate(attr_hat)]
+
+
+def returns_to_go(rewards: Sequence[float]) -> list[float]:
+    """Eq. 21: A_t = Σ_{k ≥ t} r̂_k (undiscounted)."""
+    out, acc = [0.0] * len(rewards), 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        acc += rewards[t]
+        out[t] = acc
+    return out
+
+
+def group_step_advantages(labels: Sequence[Sequence[StepLabel] | None], outcomes: Sequence[float],
+                          num_steps: Sequence[int], alpha: float, mode: Mode = "both", eps: float = 1e-8,
+                          degenerate_std: float = 1e-6) -> list[list[float]]:
+    """Eq. 18-21 for one group: per trajectory, one advantage per step.
+
+    ``labels[i]`` has one label per step of trajectory i, or is None when its attribution was neutralised (its
+    attribution channel is then 0 for every step and the outcome channel still applies at the last step).
+    """
+    attr = standardize_attribution([attribution_rewards(lab) if lab is not None else None for lab in labels],
+                                   eps, degenerate_std)
+    out = standardize_outcome(outcomes, eps, degenerate_std)
+    result = []
+    for a, o, n in zip(attr, out, num_steps):
+        a = a if len(a) == n else [0.0] * n
+        result.append(returns_to_go(fuse(a, o, alpha, mode)))
+    return result

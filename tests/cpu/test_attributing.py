@@ -1,0 +1,140 @@
+"""Self-attributing: Eq. 18-21 by hand on a group of different lengths, degenerate cases, the parser (fuzzed),
+the attributor's retry/neutralise path, and the token broadcast."""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evolvekit.attributing.attributor import StepAttributor
+from evolvekit.attributing.credit import (fuse, group_step_advantages, returns_to_go, standardize_attribution,
+                                          standardize_outcome)
+from evolvekit.attributing.prompts import SYSTEM_PROMPT, parse_attribution, user_prompt
+from evolvekit.llm.base import Completion, SamplingParams
+from evolvekit.train.samples import build_samples
+from evolvekit.types import Step, StepLabel, Task, Trajectory
+
+G, B = StepLabel.GOOD, StepLabel.BAD
+
+
+def test_eq_18_to_21_by_hand():
+    labels = [[G, B, G], [B, B], [G]]
+    outcomes = [1.0, 0.0, 0.0]
+    adv = group_step_advantages(labels, outcomes, [3, 2, 1], alpha=0.1, eps=0.0)
+    # Eq. 18: trajectory means 1/3, -1, 1 -> mu = 1/9, unbiased sigma = sqrt(168/162)
+    mu, sigma = 1 / 9, math.sqrt(168 / 162)
+    a1 = [(1 - mu) / sigma, (-1 - mu) / sigma, (1 - mu) / sigma]
+    # Eq. 19: outcomes 1, 0, 0 -> mean 1/3, sigma sqrt(1/3)
+    o = [(1 - 1 / 3) / math.sqrt(1 / 3), (0 - 1 / 3) / math.sqrt(1 / 3)]
+    # Eq. 20 then Eq. 21 for trajectory 1
+    r = [0.1 * a1[0], 0.1 * a1[1], 0.1 * a1[2] + o[0]]
+    assert adv[0] == pytest.approx([r[0] + r[1] + r[2], r[1] + r[2], r[2]])
+    a2 = [(-1 - mu) / sigma] * 2
+    assert adv[1] == pytest.approx([0.1 * a2[0] + 0.1 * a2[1] + o[1], 0.1 * a2[1] + o[1]])
+    assert adv[2] == pytest.approx([0.1 * (1 - mu) / sigma + o[1]])
+
+
+def test_ablation_modes():
+    labels, outcomes = [[G, B], [B, G]], [1.0, 0.0]
+    out_only = group_step_advantages(labels, outcomes, [2, 2], alpha=0.1, mode="outcome_only", eps=0.0)
+    o = 0.5 / math.sqrt(0.5)
+    assert out_only == [pytest.approx([o, o]), pytest.approx([-o, -o])]  # = plain GRPO for every step
+    attr_only = group_step_advantages(labels, outcomes, [2, 2], alpha=0.1, mode="attribution_only", eps=0.0)
+    # both trajectories average 0: the attribution channel is degenerate -> neutralised
+    assert attr_only == [[0.0, 0.0], [0.0, 0.0]]
+
+
+def test_degenerate_channels_and_neutralised_trajectories():
+    assert standardize_outcome([1.0, 1.0, 1.0]) == [0.0, 0.0, 0.0]
+    assert standardize_outcome([0.3]) == [0.0]
+    assert standardize_attribution([[1.0, 1.0], [1.0]]) == [[0.0, 0.0], [0.0]]
+    # a neutralised trajectory (None) is left out of the statistics and gets attribution 0
+    z = standardize_attribution([[1.0], [-1.0], None], eps=0.0)
+    assert z[2] == [] and z[0][0] == pytest.approx(1 / math.sqrt(2))
+    adv = group_step_advantages([[G], [B], None], [1.0, 0.0, 0.0], [1, 1, 3], alpha=0.1, eps=0.0)
+    o_neg = (0 - 1 / 3) / math.sqrt(1 / 3)
+    assert adv[2] == pytest.approx([o_neg] * 3)  # outcome channel only, at the last step, carried back by Eq. 21
+    assert all(math.isfinite(x) for a in adv for x in a)
+
+
+def test_fuse_and_returns_to_go():
+    assert fuse([1.0, -1.0], 2.0, 0.5) == [0.5, -0.5 + 2.0]
+    assert returns_to_go([1.0, 2.0, 3.0]) == [6.0, 5.0, 3.0]
+    assert returns_to_go([]) == []
+
+
+def test_parser_accepts_variants():
+    text = ("Let me think.\nStep 0 Analysis: fine.\n**Step 0 Judgment:** good\nstep 1 judgement: `BAD`\n"
+            "Step 2: Good\nStep 7 Judgment: BAD\nStep 1 Judgment: GOOD\nThanks!")
+    parsed = parse_attribution(text, 3)
+    assert parsed.labels == [G, G, G]  # step 1 revised to GOOD (last wins); step 7 does not exist
+    assert parse_attribution("Step 0 Judgment: GOOD", 2).labels is None
+    assert "1" in parse_attribution("Step 0 Judgment: GOOD", 2).problem
+    assert parse_attribution("Step 0 Analysis: this was bad", 1).labels is None  # analysis prose is not a label
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=400), st.integers(min_value=0, max_value=6))
+def test_parser_never_crashes(text, n):
+    parsed = parse_attribution(text, n)
+    assert parsed.labels is None or len(parsed.labels) == n
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(["GOOD", "BAD", "good", "Bad"]), min_size=1, max_size=6), st.text(max_size=40))
+def test_parser_reads_well_formed_answers_amid_noise(labels, noise):
+    noise = noise.replace("tep", "")  # keep the noise from forming step judgments of its own
+    body = "\n".join(f"{noise}\nStep {i} Analysis: x\nStep {i} Judgment: {lab}\n" for i, lab in enumerate(labels))
+    parsed = parse_attribution(body + "\n" + noise, len(labels))
+    assert parsed.labels == [G if lab.upper() == "GOOD" else B for lab in labels]
+
+
+def _traj(n, reward, task_id="t"):
+    return Trajectory(task_id=task_id, group_id="g", outcome_reward=reward,
+                      steps=[Step(index=i, action_text=f"a{i}", observation=f"o{i}") for i in range(n)])
+
+
+class _Scripted:
+    """Test double of an LLM: answers from a list, in order."""
+
+    name = "scripted"
+
+    def __init__(self, answers):
+        self.answers, self.seen = list(answers), []
+
+    def chat(self, conversations, params):
+        out = []
+        for conv in conversations:
+            self.seen.append(conv)
+            out.append([Completion(text=self.answers.pop(0), token_ids=[1, 2], prompt_token_ids=[1] * 10)])
+        return out
+
+
+def test_attributor_retries_then_neutralises():
+    llm = _Scripted(["Step 0 Judgment: GOOD\nStep 1 Judgment: BAD", "garbage", "still garbage", "no"])
+    attributor = StepAttributor(llm, SamplingParams(temperature=0.0), max_retries=2, concurrency=4)
+    res = attributor.attribute([_traj(2, 1.0), _traj(1, 0.0)], {"t": Task(task_id="t", env_name="x", query="do it")})
+    assert res.labels == [[G, B], None]
+    assert res.failures == 1 and res.cost.calls == 4 and res.cost.retries == 2
+    m = res.metrics()
+    assert m["attribution/good_ratio"] == 0.5 and m["attribution/parse_failure_rate"] == 0.5
+    assert llm.seen[0][0].content == SYSTEM_PROMPT
+    assert "OVERALL PERFORMANCE SCORE 1" in llm.seen[0][1].content and "do it" in llm.seen[0][1].content
+
+
+def test_user_prompt_structure():
+    text = user_prompt(Task(task_id="t", env_name="x", query=["first", "second"]), _traj(2, 0.0), 0.0)
+    assert ">>> EVAL-STEP 0 <<<" in text and ">>> EVAL-STEP 1 <<<" in text and "total 2 steps" in text
+    assert "<ACTION> a1 <END>" in text and "Step 1 Judgment: GOOD/BAD" in text and "first\nsecond" in text
+
+
+def test_step_advantages_broadcast_to_their_tokens():
+    t = _traj(2, 1.0)
+    t.steps[0].prompt_token_ids, t.steps[0].completion_token_ids = [1, 2, 3], [4, 5]
+    t.steps[1].prompt_token_ids, t.steps[1].completion_token_ids = [1, 2, 3, 4, 5, 6], [7, 8, 9]
+    samples, _ = build_samples([t], [{0: 0.7, 1: -0.2}])
+    s = samples[0]
+    assert s.token_ids == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert s.loss_mask == [0, 0, 0, 1, 1, 0, 1, 1, 1]
+    assert s.token_advantages == [0, 0, 0, 0.7, 0.7, 0, -0.2, -0.2, -0.2]
