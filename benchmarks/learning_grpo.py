@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser(description: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--iterations", type=int, default=12)
     ap.add_argument("--eval-every", type=int, default=4)
     ap.add_argument("--eval-tasks", type=int, default=40)
@@ -36,17 +36,21 @@ def main() -> None:
     ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
-    args = ap.parse_args()
+    return ap
+
+
+def run_learning(name: str, args, extra_sets: list[str], title: str) -> dict:
+    """Run the master loop with the benchmark budget; write benchmarks/results/<name>.{json,png,md}."""
 
     from evolvekit.config import load_config
     from evolvekit.orchestrator.build import build_loop, open_run
 
-    sets = [f"run.name=learning-grpo", "run.out_dir=runs", f"run.seed={args.seed}",
+    sets = [f"run.name={name.replace('_', '-')}", "run.out_dir=runs", f"run.seed={args.seed}",
             f"train.iterations={args.iterations}", f"train.eval_every={args.eval_every}",
             f"train.eval_tasks={args.eval_tasks}", f"train.eval_k={args.eval_k}",
             f"train.tasks_per_iteration={args.tasks_per_iteration}", f"rollout.group_size={args.group_size}",
             f"train.learning_rate={args.lr}", f"models.policy.model={args.model}", "train.eval_after=false",
-            *args.overrides]
+            *extra_sets, *args.overrides]
     cfg = load_config(ROOT / "configs" / "quickstart.yaml", sets)
     cfg, run_dir, store = open_run(cfg, None)
     t0 = time.perf_counter()
@@ -61,21 +65,27 @@ def main() -> None:
     train = [{"iteration": it, "success_rate": m.get("rollout/success_rate"), "reward_mean": m.get("rollout/reward_mean"),
               "parse_error_rate": m.get("rollout/parse_error_rate"), "degenerate_groups": m.get("samples/degenerate_groups"),
               "iteration_s": m.get("time/iteration_s")} for it, m in sorted(metrics.items())]
-    result = {"benchmark": "learning_grpo", "task_set": "bfcl family 'arith' (MathAPI add/subtract/multiply/divide, "
+    result = {"benchmark": name, "task_set": "bfcl family 'arith' (MathAPI add/subtract/multiply/divide, "
               "3 chat-turn examples), held-out = family test split", "model": args.model, "seconds": round(seconds),
               "config": {k_: v for k_, v in vars(args).items() if k_ not in ("out",)}, "heldout_curve": curve,
               "train_curve": train, "run_dir": str(run_dir)}
     result["config"]["out"] = str(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "learning_grpo.json").write_text(json.dumps(result, indent=2, default=str))
-    shutil.copy(summary["learning_curve"], args.out / "learning_grpo.png")
-    lines = ["# learning_grpo (plain GRPO, SmolLM2-135M, CPU)", "", f"task set: {result['task_set']}",
+    (args.out / f"{name}.json").write_text(json.dumps(result, indent=2, default=str))
+    shutil.copy(summary["learning_curve"], args.out / f"{name}.png")
+    lines = [f"# {name} ({title}, SmolLM2-135M, CPU)", "", f"task set: {result['task_set']}",
              f"budget: {args.iterations} iterations × {args.tasks_per_iteration} tasks × {args.group_size} rollouts, "
              f"lr {args.lr}, wall time {seconds / 60:.1f} min", "", f"| iteration | held-out avg@{k} | best@{k} |", "|---|---|---|"]
     lines += [f"| {'before' if r['iteration'] < 0 else r['iteration'] + 1} | {r[f'avg@{k}']} | {r[f'best@{k}']} |" for r in curve]
-    (args.out / "learning_grpo.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print(json.dumps({"heldout_curve": curve, "seconds": round(seconds)}))
     store.close()
+    return result
+
+
+def main() -> None:
+    args = parser(__doc__.splitlines()[0]).parse_args()
+    run_learning("learning_grpo", args, [], "plain GRPO")
 
 
 if __name__ == "__main__":

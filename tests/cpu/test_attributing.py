@@ -138,3 +138,15 @@ def test_step_advantages_broadcast_to_their_tokens():
     assert s.token_ids == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert s.loss_mask == [0, 0, 0, 1, 1, 0, 1, 1, 1]
     assert s.token_advantages == [0, 0, 0, 0.7, 0.7, 0, -0.2, -0.2, -0.2]
+
+
+def test_steps_at_0_9_and_auc():
+    from evolvekit.attributing.efficiency import area_under_curve, steps_to_fraction
+
+    steps, vals = [0, 4, 8, 12], [0.2, 0.5, 0.7, 0.8]
+    assert steps_to_fraction(steps, vals, 0.9 * 0.8) == 12
+    assert steps_to_fraction(steps, vals, 0.9 * 0.7) == 8
+    assert steps_to_fraction(steps, vals, 0.95) is None
+    # trapezoids: 4*(0.35) + 4*(0.6) + 4*(0.75) = 6.8 over a span of 12
+    assert area_under_curve(steps, vals) == pytest.approx(6.8 / 12)
+    assert area_under_curve([3], [0.4]) == 0.4
