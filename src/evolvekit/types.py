@@ -100,7 +100,7 @@ class Step(_Model):
     prompt_token_ids: list[int] = Field(default_factory=list)
     completion_token_ids: list[int] = Field(default_factory=list)
     completion_logprobs: list[float] = Field(default_factory=list)
-    spans: list[TokenSpan] = Field(default_factory=list)
+    spans: list[TokenSpan] = Field(default_factory=list)  # marked ranges of prompt_token_ids (inserted experience)
     info: dict[str, Any] = Field(default_factory=dict)
 
 

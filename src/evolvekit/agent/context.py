@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evolvekit.types import ChatMessage, SpanKind, TokenSpan
+from evolvekit.types import SpanKind, TokenSpan
 
 
 @dataclass(frozen=True)
@@ -74,21 +74,3 @@ class SnapshotRecorder:
             current.step_spans[snap.step_index] = current._append(snap.completion_ids, 1, SpanKind.POLICY,
                                                                   snap.completion_logprobs)
         return sequences
-
-
-class BasicContext:
-    """The basic causal template: system prompt (tools + format), then user/assistant/tool messages in order."""
-
-    def __init__(self, system_prompt: str, first_user_message: str, examples: list[ChatMessage] | None = None) -> None:
-        self.messages: list[ChatMessage] = [ChatMessage(role="system", content=system_prompt), *(examples or []),
-                                            ChatMessage(role="user", content=first_user_message)]
-
-    def add_assistant(self, text: str) -> None:
-        self.messages.append(ChatMessage(role="assistant", content=text))
-
-    def add_observation(self, text: str) -> None:
-        # ChatML models without a tool role read tool results as a user message with a clear prefix.
-        self.messages.append(ChatMessage(role="user", content=f"Tool results:\n{text}"))
-
-    def add_user(self, text: str) -> None:
-        self.messages.append(ChatMessage(role="user", content=text))

@@ -15,9 +15,10 @@ from typing import Callable, Sequence
 
 from rich.progress import Progress
 
-from evolvekit.agent.context import BasicContext, SnapshotRecorder
+from evolvekit.agent.context import SnapshotRecorder
 from evolvekit.agent.parser import CLOSE, OPEN, parse_action
 from evolvekit.agent.prompts import system_prompt
+from evolvekit.agent.templates import BasicContext, TemplateSettings, make_context
 from evolvekit.config import RolloutConfig
 from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, Completion, SamplingParams
@@ -32,6 +33,8 @@ STOP = (CLOSE,)  # decoding economy: a step ends as soon as its call is complete
 class RolloutJob:
     task: Task
     group_id: str = field(default_factory=lambda: new_id("group"))
+    experience: str | None = None  # inserted into the system prompt as a recorded span (§4.2)
+    experience_ids: tuple[str, ...] = ()
 
 
 @dataclass
@@ -44,22 +47,33 @@ class _Episode:
     done: bool = False
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    prompt_spans: list = field(default_factory=list)
 
 
 def _generate(llm: LLM, episodes: Sequence[_Episode], params: SamplingParams) -> list[tuple[list[int], Completion]]:
+    for ep in episodes:
+        ep.context.prepare(llm)
     if hasattr(llm, "generate_ids") and hasattr(llm, "apply_chat_template"):
-        prompts = [llm.apply_chat_template(ep.context.messages) for ep in episodes]
+        prompts = []
+        for ep in episodes:
+            ids, ep.prompt_spans = ep.context.tokenize(llm)
+            prompts.append(ids)
         outs = llm.generate_ids(prompts, params)
         return [(p, o[0]) for p, o in zip(prompts, outs)]
     outs = llm.chat([ep.context.messages for ep in episodes], params)
     return [(o[0].prompt_token_ids, o[0]) for o in outs]
 
 
-def _start(job: RolloutJob, make_env: Callable[[], Environment], rendering: str) -> _Episode:
+def _start(job: RolloutJob, make_env: Callable[[], Environment], rendering: str,
+           template: TemplateSettings) -> _Episode:
     env = make_env()
     reset = env.reset(job.task)
-    ctx = BasicContext(system_prompt(reset.tools, rendering), reset.observation, reset.examples)
+    ctx = make_context(template, system_prompt(reset.tools, rendering), reset.observation, reset.examples)
     traj = Trajectory(task_id=job.task.task_id, group_id=job.group_id)
+    if job.experience:
+        ctx.insert_experience(job.experience)
+        traj.flags.experience_guided = True
+        traj.experience_used = list(job.experience_ids)
     return _Episode(job=job, env=env, context=ctx, recorder=SnapshotRecorder(), trajectory=traj)
 
 
@@ -67,25 +81,29 @@ def _advance(ep: _Episode, prompt_ids: list[int], comp: Completion, max_steps: i
     text = comp.text
     if comp.finish_reason == "stop" and OPEN in text and CLOSE not in text:
         text += CLOSE  # generation stopped on the closing tag, which the text omits
-    action = parse_action(text)
+    action_text, template_info = ep.context.parse_text(text)
+    action = parse_action(action_text)
     index = len(ep.trajectory.steps)
-    ep.recorder.record(index, prompt_ids, comp.token_ids, comp.logprobs)
+    spans = list(ep.prompt_spans)
+    ep.recorder.record(index, prompt_ids, comp.token_ids, comp.logprobs, spans=spans)
+    events = [f"{e.kind}: {e.detail}" for e in ep.context.events]
+    ep.context.events.clear()
     ep.prompt_tokens += len(prompt_ids)
     ep.completion_tokens += len(comp.token_ids)
     result = ep.env.step(action)
     ep.trajectory.steps.append(Step(
         index=index, action_text=text, tool_calls=action.tool_calls, parse_error=action.parse_error,
         observation=result.observation, reward=result.reward, done=result.done, prompt_token_ids=prompt_ids,
-        completion_token_ids=comp.token_ids, completion_logprobs=comp.logprobs,
-        info={"turn_index": result.turn_index, "new_turn": result.new_turn, "finish_reason": comp.finish_reason}))
+        completion_token_ids=comp.token_ids, completion_logprobs=comp.logprobs, spans=spans,
+        info={"turn_index": result.turn_index, "new_turn": result.new_turn, "finish_reason": comp.finish_reason,
+              **template_info, **({"context_events": events} if events else {})}))
     ep.context.add_assistant(text)
     if result.done:
         ep.done = True
         return
     if result.new_turn:
         if result.tools is not None:  # e.g. miss_func revealed functions: refresh the tool list
-            ep.context.messages[0] = ep.context.messages[0].model_copy(
-                update={"content": system_prompt(result.tools, rendering)})
+            ep.context.set_system(system_prompt(result.tools, rendering))
         ep.context.add_user(result.observation)
     else:
         ep.context.add_observation(result.observation)
@@ -111,8 +129,10 @@ def _finish(ep: _Episode) -> Trajectory:
 
 
 def run_rollouts(jobs: Sequence[RolloutJob], make_env: Callable[[], Environment], llm: LLM, cfg: RolloutConfig,
-                 params: SamplingParams, rendering: str = "compact", show_progress: bool = True) -> list[Trajectory]:
+                 params: SamplingParams, rendering: str = "compact", show_progress: bool = True,
+                 template: TemplateSettings | None = None) -> list[Trajectory]:
     """Run every job to completion (``cfg.concurrency`` at a time); results are in job order."""
+    template = template or TemplateSettings(template=cfg.template, token_limit=cfg.context_token_limit)
     params = SamplingParams(n=1, temperature=params.temperature, top_p=params.top_p,
                             max_new_tokens=params.max_new_tokens, stop=tuple(params.stop) + STOP, seed=params.seed)
     results: list[Trajectory | None] = [None] * len(jobs)
@@ -125,7 +145,7 @@ def run_rollouts(jobs: Sequence[RolloutJob], make_env: Callable[[], Environment]
             live: list[tuple[int, _Episode]] = []
             for i, job in chunk:
                 try:
-                    live.append((i, _start(job, make_env, rendering)))
+                    live.append((i, _start(job, make_env, rendering, template)))
                 except Exception as err:
                     results[i] = Trajectory(task_id=job.task.task_id, group_id=job.group_id,
                                             error=f"reset: {type(err).__name__}: {err}")

@@ -1,0 +1,166 @@
+"""The four context templates on hand-built timelines: snapshot merge, loss masks, and exact span stripping."""
+
+import pytest
+
+from evolvekit.agent.context import SnapshotRecorder
+from evolvekit.agent.templates import (EXP_OPEN, BasicContext, ReasoningContext, SelfManagingContext,
+                                       SlidingWindowContext, check_think_format)
+from evolvekit.llm.local import LocalLLM
+from evolvekit.llm.tiny import make_tiny_model
+from evolvekit.train.samples import strip_spans
+from evolvekit.types import SpanKind
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory):
+    return LocalLLM(str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "m")), device="cpu")
+
+
+def _episode(llm, ctx, replies):
+    """Play a timeline: before each reply, prepare + tokenize + record, as the rollout does."""
+    rec = SnapshotRecorder()
+    completions = []
+    for i, reply in enumerate(replies):
+        ctx.prepare(llm)
+        ids, spans = ctx.tokenize(llm)
+        comp = llm.encode(reply) + [llm.tokenizer.eos_token_id]  # what the model sampled, ending with <|im_end|>
+        rec.record(i, ids, comp, [-0.5] * len(comp), spans=spans)
+        completions.append(comp)
+        ctx.add_assistant(reply)
+        ctx.add_observation(f"result {i} " + "x " * 30)
+    return rec.merge(), completions
+
+
+def _check_masks(seqs, completions):
+    # every completion appears exactly once, under loss mask 1, at its step span; nothing else is masked in
+    total = 0
+    for seq in seqs:
+        for step, (a, b) in seq.step_spans.items():
+            assert seq.token_ids[a:b] == completions[step]
+            assert seq.loss_mask[a:b] == [1] * (b - a)
+            assert seq.logprobs[a:b] == [-0.5] * (b - a)
+        total += sum(seq.loss_mask)
+    assert total == sum(len(c) for c in completions)
+    assert sorted(k for s in seqs for k in s.step_spans) == list(range(len(completions)))
+
+
+def test_basic_template_merges_into_one_sequence(llm):
+    ctx = BasicContext("You are an agent.", "List the files.")
+    seqs, comps = _episode(llm, ctx, ['<tool_call>{"name": "ls", "arguments": {}}</tool_call>', "Done."])
+    assert len(seqs) == 1
+    _check_masks(seqs, comps)
+
+
+def test_reasoning_template_format_check(llm):
+    ctx = ReasoningContext("You are an agent.", "Add 2 and 3.")
+    assert "<think>" in ctx.messages[0].content
+    assert check_think_format("<think>add them</think> <tool_call>{}</tool_call>") == (True, "<tool_call>{}</tool_call>")
+    assert check_think_format("no thinking") == (False, "no thinking")
+    assert check_think_format("<think>a</think><think>b</think>x") == (False, "x")
+    action, info = ctx.parse_text("<think>easy</think>The answer is 5.")
+    assert action == "The answer is 5." and info == {"format_ok": True}
+    seqs, comps = _episode(llm, ctx, ["<think>call add</think>Done."])
+    _check_masks(seqs, comps)
+
+
+def test_sliding_window_summarises_and_starts_a_new_sequence(llm):
+    ctx = BasicContext("s", "u")
+    limit = len(ctx.tokenize(llm)[0]) + 60
+    ctx = SlidingWindowContext("You are an agent.", "Do the task.", token_limit=limit,
+                               summarise=lambda msgs: f"{len(msgs)} old messages")
+    seqs, comps = _episode(llm, ctx, ["first reply", "second reply", "third reply"])
+    assert any(m.content.startswith("Memory of the earlier interaction") for m in ctx.messages)
+    assert len(seqs) >= 2  # the rewritten history no longer extends the stored sequence
+    _check_masks(seqs, comps)
+    # the protected prefix (system + first request) survives every summary
+    assert ctx.messages[0].content == "You are an agent." and ctx.messages[1].content == "Do the task."
+
+
+class _Manager:
+    """Wraps the tiny model; its management answers are scripted (a test double for the policy's decision)."""
+
+    def __init__(self, llm, answer):
+        self.llm, self.answer, self.asked = llm, answer, 0
+
+    def __getattr__(self, name):
+        return getattr(self.llm, name)
+
+    def chat(self, conversations, params):
+        from evolvekit.llm.base import Completion
+
+        self.asked += 1
+        return [[Completion(text=self.answer)] for _ in conversations]
+
+
+def test_self_managing_applies_the_policys_decisions(llm):
+    ctx = SelfManagingContext("You are an agent.", "Do the task.", token_limit=10_000)
+    ctx.add_assistant("a" * 300)
+    ctx.add_observation("b" * 300)
+    ctx.add_assistant("keep me")
+    ctx.add_observation("latest")
+    ctx.token_limit = 50
+    mgr = _Manager(llm, "[0]: compress\n1: remove\n3: remove")
+    ctx.prepare(mgr)
+    body = [m.content for m in ctx.messages[2:]]
+    assert mgr.asked == 1
+    assert body[0].endswith("[compressed]") and len(body[0]) < 250
+    assert body[1:] == ["keep me", "Tool results:\nlatest"]  # message 3 is the newest: always kept
+    assert ctx.events and ctx.events[0].kind == "manage"
+    seqs, comps = _episode(_Manager(llm, "0: remove"), ctx, ["next", "again"])
+    _check_masks(seqs, comps)
+
+
+def test_experience_span_is_exact_and_stripped(llm):
+    ctx = BasicContext("You are an agent.", "List the files.")
+    ctx.insert_experience("When listing, call ls first.")
+    ids, spans = ctx.tokenize(llm)
+    assert len(spans) == 1 and spans[0].kind == SpanKind.EXPERIENCE
+    inside = llm.decode(ids[spans[0].start: spans[0].end])
+    assert EXP_OPEN in inside and "call ls first." in inside and "You are an agent" not in inside
+    seqs, comps = _episode(llm, ctx, ["ok", "done"])
+    assert len(seqs) == 1
+    exp_spans = [s for s in seqs[0].spans if s.kind == SpanKind.EXPERIENCE]
+    assert len(exp_spans) == 1  # recorded once, not once per step
+    stripped = strip_spans(seqs[0])
+    text = llm.decode(stripped.token_ids)
+    assert EXP_OPEN not in text and "call ls first" not in text and "You are an agent." in text
+    assert len(stripped.token_ids) == len(seqs[0].token_ids) - (exp_spans[0].end - exp_spans[0].start)
+    _check_masks([stripped], comps)  # completions untouched, step spans shifted
+
+
+def test_set_system_keeps_the_experience_block(llm):
+    ctx = ReasoningContext("tools: a", "go")
+    ctx.insert_experience("tip")
+    ctx.set_system("tools: a, b")
+    assert ctx.messages[0].content.startswith("tools: a, b") and "<think>" in ctx.messages[0].content
+    seg = ctx.segments[0]
+    assert ctx.messages[0].content[seg.start: seg.end].strip().startswith(EXP_OPEN)
+
+
+def test_experience_guided_rollout_records_and_strips_the_span(llm, monkeypatch):
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+    from evolvekit.agent.rollout import RolloutJob, run_rollouts
+    from evolvekit.config import EnvConfig, RolloutConfig
+    from evolvekit.env.registry import env_tasks, make_env
+    from evolvekit.llm.base import SamplingParams
+    from evolvekit.train.samples import build_samples
+
+    cfg = EnvConfig(name="coin", plugins=["coin_env"])
+    task = env_tasks(cfg, "train")[0]
+    jobs = [RolloutJob(task=task, group_id="g", experience="Answer briefly.", experience_ids=("exp-1",)),
+            RolloutJob(task=task, group_id="g")]
+    trajs = run_rollouts(jobs, lambda: make_env(cfg), llm, RolloutConfig(max_steps=1, concurrency=2),
+                         SamplingParams(max_new_tokens=6, seed=0), show_progress=False)
+    guided, vanilla = trajs
+    assert guided.flags.experience_guided and guided.experience_used == ["exp-1"]
+    assert not vanilla.flags.experience_guided and not vanilla.steps[0].spans
+    assert [s.kind for s in guided.steps[0].spans] == [SpanKind.EXPERIENCE]
+    kept, _ = build_samples([guided], [{0: 1.0}], strip_experience=True)
+    raw, _ = build_samples([guided], [{0: 1.0}], strip_experience=False)
+    span = guided.steps[0].spans[0]
+    assert len(kept[0].token_ids) == len(raw[0].token_ids) - (span.end - span.start)
+    assert sum(raw[0].experience_mask) == span.end - span.start and sum(kept[0].experience_mask) == 0
+    assert kept[0].experience_guided and "Answer briefly" not in llm.decode(kept[0].token_ids)
