@@ -89,6 +89,11 @@ class RolloutConfig(_Section):
     template: Literal["basic", "reasoning", "sliding_window", "self_managing"] = F("basic", "context template (§6.2)")
     context_token_limit: int = F(4096, "sliding-window / self-managing templates act past this many tokens")
     concurrency: int = F(8, "rollouts generated concurrently (batched for the local backend)")
+    backend: Literal["local", "ray"] = F("local", "local = in this process; ray = rollout workers and environments as Ray actors (extra 'ray')")
+    ray_address: str | None = F(None, "Ray cluster address; None starts a local Ray on 127.0.0.1")
+    ray_workers: int = F(2, "rollout worker actors (each runs its share of the jobs, batched)")
+    ray_worker_cpus: float = F(0.5, "CPUs per rollout worker actor (fractional on small machines)")
+    ray_env_cpus: float = F(0.1, "CPUs per environment actor")
 
 
 class TrainConfig(_Section):

@@ -61,6 +61,8 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
     if pol.backend != "local":
         raise ConfigError("training needs models.policy.backend: local (an OpenAI-compatible server cannot be "
                           "updated from here); use `evolvekit eval` to evaluate a served model")
+    if cfg.rollout.backend == "ray" and cfg.train.lora:
+        raise ConfigError("rollout.backend: ray with train.lora is not supported yet (workers sync full weights)")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     ckpt = store.latest_checkpoint()
     source = ckpt.path if ckpt else pol.model

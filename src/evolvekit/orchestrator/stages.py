@@ -95,6 +95,11 @@ class VanillaRollouts:
                  show_progress: bool = True) -> None:
         self.llm, self.make_env, self.cfg, self.params = llm, make_env, cfg, params
         self.show_progress = show_progress
+        self.pool = None
+        if cfg.rollout.backend == "ray":
+            from evolvekit.agent.ray_backend import RayRolloutPool
+
+            self.pool = RayRolloutPool(cfg)
 
     def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
         jobs = []
@@ -103,6 +108,10 @@ class VanillaRollouts:
             jobs += [RolloutJob(task=task, group_id=group) for _ in range(self.cfg.rollout.group_size)]
         params = SamplingParams(n=1, temperature=self.params.temperature, top_p=self.params.top_p,
                                 max_new_tokens=self.params.max_new_tokens, stop=self.params.stop, seed=ctx.seed)
+        if self.pool is not None:
+            if getattr(self.llm, "model", None) is not None:
+                self.pool.sync_weights(self.llm.model)  # workers roll out the policy being trained
+            return self.pool.run(jobs, params)
         return run_rollouts(jobs, self.make_env, self.llm, self.cfg.rollout, params, self.cfg.env.tool_rendering,
                             show_progress=self.show_progress)
 

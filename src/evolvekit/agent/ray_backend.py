@@ -1,0 +1,152 @@
+"""Scale-out on Ray (optional extra ``ray``): rollout workers and environment instances as Ray actors.
+
+``RayRolloutPool`` splits the jobs of a batch over ``rollout.ray_workers`` worker actors; each worker runs the same
+lock-step batched rollout loop as the local backend, with its environments hosted in their own ``EnvActor``s
+(``RayEnv`` is the driver-side proxy implementing the ``Environment`` protocol). A local policy's current weights
+are shipped to the workers through the object store before each batch (``sync_weights``), so rollouts always come
+from the policy being trained; an OpenAI-compatible policy needs no sync (the server serves the weights).
+Nothing here is a home-made scheduler: placement, transport and failure handling are Ray's.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+from evolvekit.config import Config, EnvConfig
+from evolvekit.errors import ConfigError
+from evolvekit.llm.base import SamplingParams
+from evolvekit.types import Trajectory
+
+log = logging.getLogger(__name__)
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("rollout.backend: ray needs the 'ray' extra (pip install -c constraints.txt 'evolvekit[ray]')") from None
+    return ray
+
+
+def init_ray(address: str | None = None, num_cpus: float | None = None, runtime_env: dict | None = None) -> None:
+    """Connect to ``address`` or start a local Ray bound to 127.0.0.1 (idempotent)."""
+    ray = _ray()
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1", runtime_env=runtime_env,
+                 log_to_driver=False, configure_logging=False)
+
+
+class _EnvActorImpl:
+    def __init__(self, env_cfg_json: str) -> None:
+        from evolvekit.env.registry import make_env
+
+        self.env = make_env(EnvConfig.model_validate_json(env_cfg_json))
+
+    def call(self, method: str, *args: Any) -> Any:
+        return getattr(self.env, method)(*args)
+
+
+class RayEnv:
+    """Driver- or worker-side proxy of an environment living in an ``EnvActor``."""
+
+    def __init__(self, env_cfg: EnvConfig, num_cpus: float = 0.1) -> None:
+        ray = _ray()
+        actor_cls = ray.remote(num_cpus=num_cpus)(_EnvActorImpl)
+        self._ray = ray
+        self.actor = actor_cls.remote(env_cfg.model_dump_json())
+        self.name = env_cfg.name
+
+    def _call(self, method: str, *args: Any) -> Any:
+        return self._ray.get(self.actor.call.remote(method, *args))
+
+    def profile(self):
+        return self._call("profile")
+
+    def reset(self, task=None, sandbox_config=None):
+        return self._call("reset", task, sandbox_config)
+
+    def step(self, action):
+        return self._call("step", action)
+
+    def evaluate(self, trajectory=None):
+        return self._call("evaluate", trajectory)
+
+    def info(self):
+        return self._call("info")
+
+    def close(self) -> None:
+        try:
+            self._call("close")
+        finally:
+            self._ray.kill(self.actor)
+
+
+class _WorkerImpl:
+    """A rollout worker actor: its own LLM client (or local model copy) and environment actors."""
+
+    def __init__(self, cfg_json: str, env_actors: bool) -> None:
+        import os
+
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        from evolvekit.llm.factory import build_llm
+
+        self.cfg = Config.model_validate_json(cfg_json)
+        self.llm = build_llm(self.cfg.models.policy, "policy")
+        self.env_actors = env_actors
+
+    def load_weights(self, state_dict) -> bool:
+        model = getattr(self.llm, "model", None)
+        if model is None:
+            return False
+        model.load_state_dict(state_dict)
+        return True
+
+    def run(self, jobs, params: SamplingParams) -> list[Trajectory]:
+        from evolvekit.agent.rollout import run_rollouts
+        from evolvekit.env.registry import make_env
+
+        cfg = self.cfg
+        if self.env_actors:
+            def make():
+                return RayEnv(cfg.env, cfg.rollout.ray_env_cpus)
+        else:
+            def make():
+                return make_env(cfg.env)
+        return run_rollouts(jobs, make, self.llm, cfg.rollout, params, cfg.env.tool_rendering, show_progress=False)
+
+
+class RayRolloutPool:
+    def __init__(self, cfg: Config, env_actors: bool = True, runtime_env: dict | None = None) -> None:
+        ray = _ray()
+        init_ray(cfg.rollout.ray_address, runtime_env=runtime_env)
+        self._ray = ray
+        worker_cls = ray.remote(num_cpus=cfg.rollout.ray_worker_cpus)(_WorkerImpl)
+        self.workers = [worker_cls.remote(cfg.model_dump_json(), env_actors) for _ in range(max(1, cfg.rollout.ray_workers))]
+
+    def sync_weights(self, model) -> None:
+        """Ship the driver's current policy weights to every worker (one object-store copy)."""
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        ref = self._ray.put(state)
+        self._ray.get([w.load_weights.remote(ref) for w in self.workers])
+
+    def run(self, jobs: Sequence, params: SamplingParams) -> list[Trajectory]:
+        """Run ``jobs`` split over the workers; results come back in job order."""
+        n = len(self.workers)
+        chunks = [list(jobs[i::n]) for i in range(n)]
+        futures = [w.run.remote(chunk, params) for w, chunk in zip(self.workers, chunks) if chunk]
+        parts = self._ray.get(futures)
+        out: list[Trajectory | None] = [None] * len(jobs)
+        for w_idx, part in enumerate(parts):
+            for j, traj in enumerate(part):
+                out[w_idx + j * n] = traj
+        return [t for t in out if t is not None]
+
+    def shutdown(self) -> None:
+        for w in self.workers:
+            self._ray.kill(w)
+        self.workers = []
