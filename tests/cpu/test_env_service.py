@@ -158,3 +158,49 @@ def test_idle_instances_are_reaped(service):
     while iid in app.state.service.instances and time.time() < deadline:
         time.sleep(0.2)
     assert iid not in app.state.service.instances
+
+
+class _Oracle:
+    """Test double of the policy: calls the task's reference solution, then ends the turn."""
+
+    name = "oracle"
+
+    def __init__(self, tasks):
+        self.by_query = {t.turns[0]: t.reference_solution[0][0] for t in tasks}
+
+    def chat(self, conversations, params):
+        from evolvekit.agent.parser import format_call
+        from evolvekit.llm.base import Completion
+
+        out = []
+        for conv in conversations:
+            if conv[-1].content.startswith("Tool results"):
+                text = "Done."
+            else:
+                text = format_call(self.by_query[conv[-1].content])
+            out.append([Completion(text=text, token_ids=[1], prompt_token_ids=[1, 2])])
+        return out
+
+
+def test_rollouts_through_the_service(service, monkeypatch):
+    from evolvekit.agent.rollout import RolloutJob, run_rollouts
+    from evolvekit.config import EnvConfig, RolloutConfig
+    from evolvekit.env.registry import env_tasks, make_env
+    from evolvekit.llm.base import SamplingParams
+
+    url, _ = service
+    monkeypatch.setenv("EVOLVEKIT_ENV_TOKEN", TOKEN)
+    cfg = EnvConfig(name="bfcl", family="arith", service_url=url)
+    tasks = env_tasks(cfg, "test")[:3]
+    envs = []
+
+    def factory():
+        env = make_env(cfg)
+        envs.append(env)
+        return env
+
+    trajs = run_rollouts([RolloutJob(task=t) for t in tasks], factory, _Oracle(tasks),
+                         RolloutConfig(max_steps=3, concurrency=3), SamplingParams(), show_progress=False)
+    assert all(isinstance(e, RemoteEnv) for e in envs) and len(envs) == 3
+    assert [t.outcome_reward for t in trajs] == [1.0, 1.0, 1.0]
+    assert all(len(t.steps) == 2 and not t.flags.failed for t in trajs)
