@@ -45,6 +45,7 @@ class ModelConfig(_Section):
     max_new_tokens: int = F(256, "generation cap per call")
     timeout_s: float = F(60.0, "openai backend: per-request timeout")
     max_retries: int = F(4, "openai backend: retries with exponential back-off on 429/5xx/timeouts")
+    return_token_ids: bool = F(False, "openai backend: ask the server for exact prompt/completion token ids (vLLM 'return_token_ids')")
 
 
 def _role(temperature: float, max_new_tokens: int = 256) -> ModelConfig:

@@ -33,6 +33,10 @@ class Server:
                 payload = {"choices": [{"message": {"role": "assistant", "content": f"echo {body['messages'][-1]['content']}"},
                                         "logprobs": {"content": [{"token": "echo", "logprob": -0.5}]},
                                         "finish_reason": "stop"} for _ in range(body.get("n", 1))]}
+                if body.get("return_token_ids"):  # what vLLM answers
+                    payload["prompt_token_ids"] = [1, 2, 3]
+                    for c in payload["choices"]:
+                        c["token_ids"] = [7]
                 data = json.dumps(payload if status == 200 else {"error": "x"}).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -112,3 +116,13 @@ def test_missing_base_url_is_clear(monkeypatch):
     monkeypatch.delenv("EVOLVEKIT_OPENAI_BASE_URL", raising=False)
     with pytest.raises(LLMError, match="models.policy.base_url"):
         OpenAICompatLLM("m")
+
+
+def test_exact_token_ids_when_the_server_returns_them(server_factory):
+    s = server_factory()
+    plain = OpenAICompatLLM("m", base_url=s.url).chat(_msgs(), SamplingParams())[0][0]
+    assert plain.prompt_token_ids == [] and plain.token_ids == []
+    assert "return_token_ids" not in s.requests[0][2]
+    exact = OpenAICompatLLM("m", base_url=s.url, return_token_ids=True).chat(_msgs(), SamplingParams())[0][0]
+    assert s.requests[1][2]["return_token_ids"] is True
+    assert exact.prompt_token_ids == [1, 2, 3] and exact.token_ids == [7]

@@ -26,12 +26,13 @@ RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 class OpenAICompatLLM:
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  timeout_s: float = 60.0, max_retries: int = 4, backoff_s: float = 0.5, concurrency: int = 8,
-                 role: str = "policy") -> None:
+                 role: str = "policy", return_token_ids: bool = False) -> None:
         base_url = base_url or os.environ.get("EVOLVEKIT_OPENAI_BASE_URL")
         if not base_url:
             raise LLMError(f"models.{role}.base_url is not set (nor EVOLVEKIT_OPENAI_BASE_URL) for the openai backend")
         self.name = model
         self.role = role
+        self.return_token_ids = return_token_ids
         self.base_url = base_url.rstrip("/")
         self.api_key_env = api_key_env
         api_key = os.environ.get(api_key_env, "")
@@ -60,6 +61,8 @@ class OpenAICompatLLM:
             "max_tokens": params.max_new_tokens,
             "logprobs": True,
         }
+        if self.return_token_ids:  # vLLM: exact prompt and completion token ids in the response
+            body["return_token_ids"] = True
         if params.stop:
             body["stop"] = list(params.stop)
         if params.seed is not None:
@@ -96,6 +99,7 @@ class OpenAICompatLLM:
     @staticmethod
     def _parse(data: dict[str, Any]) -> list[Completion]:
         out = []
+        prompt_ids = list(data.get("prompt_token_ids") or [])  # vLLM with return_token_ids
         for choice in data.get("choices", []):
             text = (choice.get("message") or {}).get("content") or ""
             lp = choice.get("logprobs") or {}
@@ -103,7 +107,8 @@ class OpenAICompatLLM:
             logprobs = [float(t.get("logprob", 0.0)) for t in content]
             token_ids = choice.get("token_ids") or []  # vLLM extension; absent on most servers
             reason = "length" if choice.get("finish_reason") == "length" else "stop"
-            out.append(Completion(text=text, token_ids=list(token_ids), logprobs=logprobs, finish_reason=reason))
+            out.append(Completion(text=text, token_ids=list(token_ids), logprobs=logprobs, finish_reason=reason,
+                                  prompt_token_ids=prompt_ids))
         if not out:
             raise LLMError("openai backend: response had no choices")
         return out
