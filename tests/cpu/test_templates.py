@@ -164,3 +164,15 @@ def test_experience_guided_rollout_records_and_strips_the_span(llm, monkeypatch)
     assert len(kept[0].token_ids) == len(raw[0].token_ids) - (span.end - span.start)
     assert sum(raw[0].experience_mask) == span.end - span.start and sum(kept[0].experience_mask) == 0
     assert kept[0].experience_guided and "Answer briefly" not in llm.decode(kept[0].token_ids)
+
+
+def test_stripped_prompt_equals_the_prompt_without_experience(llm):
+    from evolvekit.agent.context import MergedSequence
+
+    for template_cls in (BasicContext, ReasoningContext):
+        with_exp = template_cls("You are an agent. Tools: ls, cd.", "List the files.")
+        with_exp.insert_experience("When to use: listing.\nContent: call ls before anything else.")
+        ids, spans = with_exp.tokenize(llm)
+        seq = MergedSequence(token_ids=list(ids), loss_mask=[0] * len(ids), logprobs=[0.0] * len(ids), spans=spans)
+        without = template_cls("You are an agent. Tools: ls, cd.", "List the files.").tokenize(llm)[0]
+        assert strip_spans(seq).token_ids == without
