@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evolvekit.errors import ConfigError
 
@@ -122,6 +122,12 @@ class TrainConfig(_Section):
     lora: bool = F(False, "train LoRA adapters (peft) instead of the full model")
     lora_rank: int = F(16, "LoRA rank")
 
+    @field_validator("autocast", mode="before")
+    @classmethod
+    def _yaml_off(cls, v):
+        # YAML 1.1 reads a bare `off` as false (and `on` as true)
+        return {False: "off", True: "auto"}.get(v, v) if isinstance(v, bool) else v
+
 
 class DifficultyConfig(_Section):
     entities: int = F(2, "entities per synthetic task (§7.1.3: two entities)")
@@ -167,6 +173,10 @@ class NavigatingConfig(_Section):
     as_tool: bool = F(False, "expose experience as a search_experience tool instead of prompt injection (EvolveR §3.2.2)")
     theta_sim: float = F(0.85, "θ_sim, cosine at or above which a new experience is checked for merge (EvolveR)")
     theta_prune: float = F(0.3, "θ_prune, prune experiences with score (c_succ+1)/(c_use+2) below it (EvolveR)")
+    inject_count: int = F(1, "experiences injected into a guided rollout after refinement (the paper injects one snippet exp_g)")
+    success_threshold: float = F(1.0, "outcome at or above which a rollout counts as a success (experience scores, extraction split)")
+    validate_experiences: bool = F(True, "LLM validation of each extracted experience (§4.1 step 3)")
+    prune_every: int = F(1, "run the EvolveR pruning sweep every N iterations (0 = never)")
     utility_test: bool = F(False, "Evolving-RL: judge an experience by its mean reward on K related tasks")
     utility_k: int = F(4, "K related tasks for the utility test (Evolving-RL §3.1)")
 

@@ -82,9 +82,10 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
 
     train_tasks = env_tasks(cfg.env, cfg.env.train_split)
     params = sampling_for(pol)
+    rollouts, experience = _navigation(cfg, store, policy, env_factory, params, show_progress)
     stages = Stages(supply=FixedTaskSupply(train_tasks, cfg.train.tasks_per_iteration, cfg.run.seed),
-                    rollouts=VanillaRollouts(policy, env_factory, cfg, params, show_progress),
-                    experience=NoExperience(), samples=_sample_stage(cfg), updater=TrainerUpdate(trainer))
+                    rollouts=rollouts, experience=experience, samples=_sample_stage(cfg),
+                    updater=TrainerUpdate(trainer))
 
     evaluator = None
     if cfg.train.eval_before or cfg.train.eval_after or cfg.train.eval_every:
@@ -116,3 +117,23 @@ def _sample_stage(cfg: Config):
         attributor = StepAttributor(role_llm(cfg.models, "attributor"), sampling_for(cfg.models.attributor),
                                     cfg.attributing.max_retries, cfg.attributing.concurrency)
     return AttributedSamples(cfg, attributor)
+
+
+def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_progress: bool):
+    """Vanilla rollouts and no experience, or the self-navigating pair (§4) when ``navigating.enabled``."""
+    if not cfg.navigating.enabled:
+        return VanillaRollouts(policy, env_factory, cfg, params, show_progress), NoExperience()
+    from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
+    from evolvekit.navigating.extract import ExperienceExtractor, llm_equivalence
+    from evolvekit.navigating.pool import ExperiencePool
+    from evolvekit.navigating.stage import ExperienceMixedRollouts, ExperienceSummarisation
+
+    summarizer = role_llm(cfg.models, "summarizer")
+    sparams = sampling_for(cfg.models.summarizer)
+    embedder = build_embedder(cfg.embedding)
+    pool = ExperiencePool(embedder.embed, cfg.navigating.theta_sim, llm_equivalence(summarizer, sparams))
+    pool.load(store.experiences())  # a resumed run continues with its committed pool
+    refiner = summarizer if (cfg.navigating.rerank or cfg.navigating.rewrite) else None
+    rollouts = ExperienceMixedRollouts(policy, env_factory, cfg, params, pool, refiner, sparams, show_progress)
+    extractor = ExperienceExtractor(summarizer, sparams, cfg.navigating.validate_experiences, cfg.navigating.success_threshold)
+    return rollouts, ExperienceSummarisation(cfg, pool, extractor, rollouts)

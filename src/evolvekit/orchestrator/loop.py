@@ -129,6 +129,9 @@ class MasterLoop:
         metrics.update(times)
         with store.transaction() as c:
             store.update_trajectories(c, trajectories)  # stages C/D may have annotated them (e.g. step labels)
+            commit = getattr(st.experience, "commit", None)
+            if commit is not None:  # e.g. the experience pool, committed with the iteration
+                commit(c, store, it)
             store.put_metrics(c, it, metrics)
             store.put_checkpoint(c, it, str(ckpt))
             store.set_iteration(c, it, IterationStatus.DONE)

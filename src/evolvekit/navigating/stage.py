@@ -1,0 +1,115 @@
+"""Self-navigating stages (AgentEvolver §4): experience-mixed rollouts (B) and experience summarisation (C).
+
+(B) In each group of N rollouts, N_e = ⌊η·N⌋ are experience-guided (Eq. 15): the task query retrieves top-k
+experiences (Eq. 14), refined by optional LLM re-ranking and re-writing, injected through the context manager as
+a recorded span (``{system}<EXP>{exp}</EXP>{query}``). Advantages are standardised over the whole mixed group by the
+sample stage (Eq. 16); the experience tokens are stripped before the update and positive-advantage guided samples
+get ε̂_high (§4.3, in the trainer).
+(C) Uses and successes of the experiences that guided a rollout are counted; new experiences are extracted
+from this iteration's trajectories, validated, and added or merged (EvolveR); a sweep prunes low scores.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from typing import Sequence
+
+from evolvekit.agent.rollout import RolloutJob, run_rollouts
+from evolvekit.config import Config
+from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.navigating.extract import ExperienceExtractor, refine
+from evolvekit.navigating.pool import ExperiencePool
+from evolvekit.orchestrator.stages import IterationContext, VanillaRollouts
+from evolvekit.store.sqlite import RunStore
+from evolvekit.types import Task, Trajectory
+
+
+def guided_count(group_size: int, eta: float) -> int:
+    """Eq. 15: N_e = ⌊η·N⌋."""
+    return int(math.floor(eta * group_size + 1e-9))
+
+
+class ExperienceMixedRollouts(VanillaRollouts):
+    def __init__(self, llm: LLM, make_env, cfg: Config, params: SamplingParams, pool: ExperiencePool,
+                 refiner: LLM | None, refine_params: SamplingParams, show_progress: bool = True) -> None:
+        super().__init__(llm, make_env, cfg, params, show_progress)
+        self.pool, self.refiner, self.refine_params = pool, refiner, refine_params
+        self.last_metrics: dict[str, float] = {}
+
+    def _experience_for(self, task: Task) -> tuple[str | None, tuple[str, ...]]:
+        ncfg = self.cfg.navigating
+        query = "\n".join(task.turns)
+        hits = self.pool.retrieve(query, ncfg.top_k)
+        if not hits:
+            return None, ()
+        texts = refine(self.refiner, self.refine_params, query, [e for e, _ in hits], ncfg.rerank, ncfg.rewrite,
+                       keep=ncfg.inject_count)
+        return "\n\n".join(texts), tuple(e.experience_id for e, _ in hits[: ncfg.inject_count])
+
+    def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
+        n = self.cfg.rollout.group_size
+        n_e = guided_count(n, self.cfg.navigating.eta)
+        jobs, retrievals = [], 0
+        for i, task in enumerate(tasks):
+            group = f"it{ctx.iteration:04d}-g{i:03d}-{task.task_id}"
+            exp, ids = self._experience_for(task) if n_e else (None, ())
+            retrievals += bool(exp)
+            jobs += [RolloutJob(task=task, group_id=group, experience=exp if j < n_e else None,
+                                experience_ids=ids if j < n_e else ()) for j in range(n)]
+        params = SamplingParams(n=1, temperature=self.params.temperature, top_p=self.params.top_p,
+                                max_new_tokens=self.params.max_new_tokens, stop=self.params.stop, seed=ctx.seed)
+        trajs = run_rollouts(jobs, self.make_env, self.llm, self.cfg.rollout, params, self.cfg.env.tool_rendering,
+                             show_progress=self.show_progress)
+        self.last_metrics = {"navigating/retrievals": float(retrievals)}
+        return trajs
+
+
+def guided_vs_vanilla(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    g = [float(t.outcome_reward or 0.0) for t in trajectories if t.flags.experience_guided]
+    v = [float(t.outcome_reward or 0.0) for t in trajectories if not t.flags.experience_guided]
+    out = {"navigating/guided_rollouts": float(len(g)), "navigating/vanilla_rollouts": float(len(v))}
+    if g:
+        out["navigating/guided_reward"] = sum(g) / len(g)
+    if v:
+        out["navigating/vanilla_reward"] = sum(v) / len(v)
+    return out
+
+
+class ExperienceSummarisation:
+    """(C): count uses/successes, extract + validate + add/merge, prune; committed with the iteration."""
+
+    def __init__(self, cfg: Config, pool: ExperiencePool, extractor: ExperienceExtractor,
+                 rollouts: ExperienceMixedRollouts | None = None) -> None:
+        self.cfg, self.pool, self.extractor, self.rollouts = cfg, pool, extractor, rollouts
+        self._pruned: list[str] = []
+
+    def process(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        ncfg = self.cfg.navigating
+        metrics = guided_vs_vanilla(trajectories)
+        if self.rollouts is not None:
+            metrics.update(self.rollouts.last_metrics)
+        for t in trajectories:
+            if t.experience_used and not t.flags.failed:
+                self.pool.record_use(t.experience_used, float(t.outcome_reward or 0.0) >= ncfg.success_threshold)
+        tasks = {t.task_id: t for t in ctx.store.tasks()}
+        report = self.extractor.extract(trajectories, tasks, ctx.iteration)
+        added = merged = 0
+        for exp in report.experiences:
+            res = self.pool.add(exp)
+            added += res.action == "added"
+            merged += res.action == "merged"
+        self._pruned = []
+        if ncfg.prune_every and (ctx.iteration + 1) % ncfg.prune_every == 0:
+            self._pruned = self.pool.prune(ncfg.theta_prune)
+        metrics.update({"navigating/pool_size": float(len(self.pool)), "navigating/added": float(added),
+                        "navigating/merged": float(merged), "navigating/pruned": float(len(self._pruned)),
+                        "navigating/extraction_calls": float(report.calls),
+                        "navigating/unparseable": float(report.unparseable),
+                        "navigating/rejected": float(report.rejected)})
+        return metrics
+
+    def commit(self, c: sqlite3.Connection, store: RunStore, iteration: int) -> None:
+        """Persist the pool in the iteration's final transaction (resume restores it)."""
+        store.delete_experiences(c, self._pruned)
+        store.put_experiences(c, self.pool.items, iteration)

@@ -1,0 +1,165 @@
+"""Self-navigating: pool merge-vs-add at θ_sim, the score/prune rule, the η split, retrieval, parsing, refine,
+and a run of the master loop with experience-mixed rollouts (summariser scripted, everything else real)."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evolvekit.llm.base import Completion, SamplingParams
+from evolvekit.navigating.extract import parse_experiences, parse_yes_no, refine
+from evolvekit.navigating.pool import ExperiencePool, should_prune
+from evolvekit.navigating.stage import guided_count
+from evolvekit.types import Experience, ExperienceProvenance
+
+
+def _embedder(table):
+    def embed(texts):
+        return np.array([table[t] for t in texts], dtype=np.float32)
+
+    return embed
+
+
+def _unit(angle_cos):
+    return [angle_cos, math.sqrt(max(0.0, 1 - angle_cos ** 2))]
+
+
+def _exp(w, c="do the thing carefully", traj="t1"):
+    return Experience(when_to_use=w, content=c, provenance=ExperienceProvenance(trajectory_ids=[traj]))
+
+
+def test_merge_vs_add_at_the_threshold():
+    table = {"base": [1.0, 0.0], "at": _unit(0.85), "below": _unit(0.849), "query": [1.0, 0.0]}
+    pool = ExperiencePool(_embedder(table), theta_sim=0.85)
+    assert pool.add(_exp("base", traj="t1")).action == "added"
+    res = pool.add(_exp("at", traj="t2"))
+    assert res.action == "merged" and res.experience_id == pool.items[0].experience_id
+    assert pool.items[0].provenance.trajectory_ids == ["t1", "t2"]  # source trajectory linked
+    assert pool.add(_exp("below", traj="t3")).action == "added"
+    assert len(pool) == 2
+    # above the threshold but judged different by the equivalence check: added
+    strict = ExperiencePool(_embedder(table), theta_sim=0.85, equivalent=lambda new, old: False)
+    strict.add(_exp("base"))
+    assert strict.add(_exp("at")).action == "added" and len(strict) == 2
+
+
+def test_score_and_pruning_rule():
+    assert Experience(when_to_use="w", content="c").score == 0.5
+    e1 = Experience(when_to_use="w", content="c", use_count=3, success_count=0)  # 1/5 = 0.2
+    e2 = Experience(when_to_use="w", content="c", use_count=1, success_count=0)  # 1/3
+    assert should_prune(e1, 0.3) and not should_prune(e2, 0.3)
+    table = {"a": [1.0, 0.0], "b": [0.0, 1.0]}
+    pool = ExperiencePool(_embedder(table))
+    pool.add(_exp("a"))
+    pool.add(_exp("b"))
+    ida, idb = pool.items[0].experience_id, pool.items[1].experience_id
+    for _ in range(3):
+        pool.record_use([ida], success=False)
+    pool.record_use([idb], success=True)
+    assert pool.get(idb).score == pytest.approx(2 / 3)
+    assert pool.prune(0.3) == [ida]
+    assert [e.experience_id for e in pool.items] == [idb] and pool.vectors.shape == (1, 2)
+
+
+def test_eta_split():
+    assert guided_count(8, 0.5) == 4
+    assert guided_count(5, 0.5) == 2
+    assert guided_count(1, 0.5) == 0
+    assert guided_count(4, 0.0) == 0 and guided_count(4, 1.0) == 4
+    assert guided_count(10, 0.3) == 3
+
+
+def test_retrieval_top_k_and_sharing(tmp_path):
+    table = {"x": [1.0, 0.0], "y": _unit(0.5), "z": [0.0, 1.0], "q": _unit(0.9)}
+    pool = ExperiencePool(_embedder(table), theta_sim=0.99)
+    for w in ("x", "y", "z"):
+        pool.add(_exp(w))
+    hits = pool.retrieve("q", k=2)
+    assert [e.when_to_use for e, _ in hits] == ["x", "y"] and hits[0][1] == pytest.approx(0.9, abs=1e-5)
+    assert pool.export_jsonl(tmp_path / "pool.jsonl") == 3
+    other = ExperiencePool(_embedder(table), theta_sim=0.99)
+    results = other.import_jsonl(tmp_path / "pool.jsonl")
+    assert [r.action for r in results] == ["added"] * 3 and len(other) == 3
+
+
+def test_parsers():
+    text = ("Here you go:\n1. When to use: when adding two numbers\nContent: call add with a and b.\n"
+            "2. **When to use:** when a tool fails\n**Content:** read the error and retry once.")
+    pairs = parse_experiences(text)
+    assert pairs == [("when adding two numbers", "call add with a and b."),
+                     ("when a tool fails", "read the error and retry once.")]
+    assert parse_experiences('[{"when_to_use": "if the file is missing", "content": "list the folder first"}]') == \
+        [("if the file is missing", "list the folder first")]
+    assert parse_experiences("no structure here") == []
+    assert parse_yes_no("Yes, it is.") is True and parse_yes_no("NO.") is False and parse_yes_no("maybe") is None
+
+
+class _Scripted:
+    name = "scripted"
+
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def chat(self, conversations, params):
+        self.calls += len(conversations)
+        return [[Completion(text=self.fn(conv))] for conv in conversations]
+
+
+def test_refine_reranks_and_rewrites():
+    items = [_exp(f"w{i}", f"content {i}") for i in range(3)]
+    llm = _Scripted(lambda conv: "2, 0" if "List the numbers" in conv[-1].content else "rewritten")
+    assert refine(llm, SamplingParams(), "task", items, rerank=True, rewrite=False, keep=2) == [
+        "When to use: w2\nContent: content 2", "When to use: w0\nContent: content 0"]
+    assert refine(llm, SamplingParams(), "task", items, rerank=False, rewrite=True, keep=1) == ["rewritten"]
+    assert refine(None, SamplingParams(), "task", items, rerank=True, rewrite=True, keep=1) == [
+        "When to use: w0\nContent: content 0"]
+
+
+PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
+
+
+def _summariser(conv):
+    last = conv[-1].content
+    if "Reply with one to three experiences" in last:
+        return "When to use: when asked to say something\nContent: answer with a short even-length sentence."
+    return "yes"
+
+
+@pytest.mark.slow
+def test_master_loop_with_experience_mixed_rollouts(tmp_path, monkeypatch):
+    import sqlite3
+
+    from evolvekit.config import load_config
+    from evolvekit.llm.tiny import make_tiny_model
+    from evolvekit.orchestrator.build import build_loop, open_run
+
+    monkeypatch.syspath_prepend(PLUGINS)
+    tiny = make_tiny_model(tmp_path / "tiny")
+    cfg = load_config(None, [f"run.out_dir={tmp_path}", "env.name=coin", "env.plugins=[coin_env]",
+                             f"models.policy.model={tiny}", "models.policy.max_new_tokens=8",
+                             "rollout.max_steps=1", "rollout.group_size=4", "train.iterations=2",
+                             "train.tasks_per_iteration=2", "train.eval_before=false", "train.eval_after=false",
+                             "train.autocast=off", "navigating.enabled=true", "navigating.rewrite=false",
+                             "navigating.prune_every=0"])
+    cfg, run_dir, store = open_run(cfg, None)
+    loop = build_loop(cfg, run_dir, store, show_progress=False)
+    fake = _Scripted(_summariser)  # the summariser role is a test double; policy, env, embedder, trainer are real
+    loop.stages.experience.extractor.llm = fake
+    loop.stages.rollouts.refiner = fake
+    loop.stages.experience.pool.equivalent = lambda new, old: True
+    loop.run()
+    m = store.metrics()
+    assert m[0]["navigating/guided_rollouts"] == 0.0  # empty pool at the start: all vanilla
+    assert m[0]["navigating/pool_size"] >= 1.0
+    assert m[1]["navigating/guided_rollouts"] == 4.0 and m[1]["navigating/vanilla_rollouts"] == 4.0  # η = 0.5
+    assert "navigating/guided_reward" in m[1] and "navigating/vanilla_reward" in m[1]
+    assert m[1]["navigating/merged"] >= 1.0  # the same lesson again: merged, not added
+    guided = [t for t in store.trajectories(1) if t.flags.experience_guided]
+    assert len(guided) == 4 and all(t.experience_used and t.steps[0].spans for t in guided)
+    stored = store.experiences()
+    assert stored and stored[0].use_count == 4  # every guided rollout counts as one use
+    con = sqlite3.connect(run_dir / "run.sqlite")
+    assert con.execute("SELECT COUNT(*) FROM experiences").fetchone()[0] == len(stored)
+    con.close()
+    store.close()
