@@ -163,3 +163,34 @@ def test_master_loop_with_experience_mixed_rollouts(tmp_path, monkeypatch):
     assert con.execute("SELECT COUNT(*) FROM experiences").fetchone()[0] == len(stored)
     con.close()
     store.close()
+
+
+@pytest.mark.slow
+def test_experiences_cli_export_import_query(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from evolvekit.config import load_config
+    from evolvekit.orchestrator.build import open_run
+
+    _, run_dir, store = open_run(load_config(None, [f"run.out_dir={tmp_path}"]), None)
+    exp = Experience(when_to_use="when a file must be found in a folder tree",
+                     content="list the folder with ls, then cd into the matching subfolder")
+    with store.transaction() as c:
+        store.put_experiences(c, [exp], 0)
+    store.close()
+    cli = [sys.executable, "-m", "evolvekit.cli.main", "experiences"]
+    out = tmp_path / "pool.jsonl"
+    assert subprocess.run(cli + ["export", "--run", str(run_dir), "--out", str(out)], capture_output=True).returncode == 0
+    _, other, s2 = open_run(load_config(None, [f"run.out_dir={tmp_path / 'b'}"]), None)
+    s2.close()
+    res = subprocess.run(cli + ["import", str(out), "--run", str(other)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run(cli + ["query", "find the report file", "--run", str(other), "--k", "3", "--json"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    hits = json.loads(res.stdout.strip().splitlines()[-1])["results"]
+    assert len(hits) == 1 and hits[0]["content"] == exp.content and hits[0]["similarity"] > 0.2
+    bad = subprocess.run(cli + ["import", str(tmp_path / "missing.jsonl"), "--run", str(other)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no such file" in bad.stderr
