@@ -40,7 +40,7 @@ class ExperiencePool:
         self.theta_sim = theta_sim
         self.equivalent = equivalent or (lambda new, old: True)
         self.items: list[Experience] = []
-        self.vectors = np.zeros((0, 0), dtype=np.float32)
+        self._buf = np.zeros((0, 0), dtype=np.float32)
 
     def __len__(self) -> int:
         return len(self.items)
@@ -55,8 +55,29 @@ class ExperiencePool:
         return self.items[self._index_of(experience_id)]
 
     def _append(self, exp: Experience, vec: np.ndarray) -> None:
+        # capacity doubling: n appends cost O(n) copies in total, not O(n^2)
+        vec = np.asarray(vec, dtype=np.float32)
+        n = len(self.items)
+        if self._buf.shape[0] <= n or self._buf.shape[1] != vec.shape[0]:
+            grown = np.zeros((max(16, 2 * self._buf.shape[0]), vec.shape[0]), dtype=np.float32)
+            if n:
+                grown[:n] = self._buf[:n]
+            self._buf = grown
+        self._buf[n] = vec
         self.items.append(exp)
-        self.vectors = vec[None, :] if self.vectors.size == 0 else np.vstack([self.vectors, vec[None, :]])
+
+    @property
+    def vectors(self) -> np.ndarray:
+        return self._buf[: len(self.items)]
+
+    @vectors.setter
+    def vectors(self, value: np.ndarray) -> None:
+        self._buf = np.array(value, dtype=np.float32, copy=True) if value.size else np.zeros((0, 0), dtype=np.float32)
+
+    def load_vectors(self, experiences: Sequence[Experience], vectors: np.ndarray) -> None:
+        """Restore items with precomputed normalised vectors (no merging, no embedding)."""
+        self.items = list(experiences)
+        self.vectors = np.asarray(vectors, dtype=np.float32)
 
     def add(self, exp: Experience, vector: np.ndarray | None = None) -> AddResult:
         """Add, or merge into the most similar existing experience when similarity ≥ θ_sim and equivalent."""
@@ -102,9 +123,11 @@ class ExperiencePool:
 
     def prune(self, theta_prune: float) -> list[str]:
         keep = [i for i, e in enumerate(self.items) if not should_prune(e, theta_prune)]
-        removed = [e.experience_id for i, e in enumerate(self.items) if i not in set(keep)]
+        kept = set(keep)
+        removed = [e.experience_id for i, e in enumerate(self.items) if i not in kept]
+        vectors = self.vectors[keep]
         self.items = [self.items[i] for i in keep]
-        self.vectors = self.vectors[keep] if self.items else np.zeros((0, 0), dtype=np.float32)
+        self.vectors = vectors if keep else np.zeros((0, 0), dtype=np.float32)
         return removed
 
     # -- sharing -----------------------------------------------------------------------------------------------------
