@@ -140,6 +140,8 @@ class QuestioningConfig(_Section):
     n_breadth: int = F(3, "N_b breadth-first exploration steps (§3.1, Eq. 9; BFCL: 3)")
     n_depth: int = F(27, "N_d myopic depth-first window/steps (§3.1, Eq. 9; BFCL: 27)")
     explore_runs: int = F(4, "parallel exploration runs per synthesis round (§3.1)")
+    explore_steps: int = F(30, "steps per exploration run (N_b + N_d = 30 on BFCL)")
+    synthetic_tasks: int = F(64, "synthetic tasks to build before training when self-questioning is on")
     difficulty: DifficultyConfig = F(DifficultyConfig(), "user preference: difficulty (§3.2, Eq. 10)")
     style_rubrics: list[str] = F([], "user preference: free-text style rubrics (§3.2)")
     lexical_dedup_threshold: float = F(0.8, "token-overlap threshold for real-time dedup (§3.3; §7.1.3: 0.8)")

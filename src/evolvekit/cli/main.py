@@ -27,6 +27,9 @@ from evolvekit.cli.eval_cmd import eval_command, run_command  # noqa: E402
 from evolvekit.cli.experiences_cmd import experiences_app  # noqa: E402
 
 app.add_typer(experiences_app, name="experiences")
+from evolvekit.cli.tasks_cmd import tasks_app  # noqa: E402
+
+app.add_typer(tasks_app, name="tasks")
 
 app.command("eval")(eval_command)
 app.command("run")(run_command)

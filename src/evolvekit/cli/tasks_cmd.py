@@ -1,0 +1,69 @@
+"""``evolvekit tasks``: synthesize tasks by exploring an environment, and check task files by replay."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from evolvekit.cli.common import console, emit_json, setup_logging
+
+tasks_app = typer.Typer(help="Self-questioning: make tasks by exploring an environment.", no_args_is_help=True)
+
+
+@tasks_app.command("synthesize")
+def synthesize(env: str = typer.Option("bfcl", help="environment"), n: int = typer.Option(20, help="tasks to keep"),
+               out: Path = typer.Option(Path("tasks.jsonl"), help="JSONL file of the kept tasks"),
+               config: Optional[Path] = typer.Option(None, "--config", "-c"),
+               overrides: Optional[list[str]] = typer.Option(None, "--set"),
+               max_rounds: int = typer.Option(5, help="exploration rounds at most"),
+               as_json: bool = typer.Option(False, "--json")) -> None:
+    """Exploration → synthesis → curation; prints the funnel (explored, synthesized, deduplicated, infeasible, kept)."""
+    from evolvekit.config import load_config
+    from evolvekit.env.registry import make_env
+    from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
+    from evolvekit.questioning.pipeline import synthesize_tasks
+
+    cfg = load_config(config, list(overrides or []) + [f"env.name={env}"])
+    setup_logging(cfg.run.log_level)
+    embedder = build_embedder(cfg.embedding)
+    tasks, funnel, _ = synthesize_tasks(
+        cfg, n, role_llm(cfg.models, "explorer"), sampling_for(cfg.models.explorer), role_llm(cfg.models, "synthesizer"),
+        sampling_for(cfg.models.synthesizer), lambda: make_env(cfg.env), embedder.embed, max_rounds=max_rounds,
+        progress=lambda f: console.print(f"funnel: {f.as_dict()}"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w") as fh:
+        for t in tasks:
+            fh.write(t.model_dump_json() + "\n")
+    summary = {**funnel.as_dict(), "out": str(out)}
+    emit_json(summary) if as_json else sys.stdout.write(" ".join(f"{k}={v}" for k, v in summary.items()) + "\n")
+
+
+@tasks_app.command("check")
+def check(path: Path = typer.Argument(..., help="JSONL of tasks"), config: Optional[Path] = typer.Option(None, "--config", "-c"),
+          overrides: Optional[list[str]] = typer.Option(None, "--set"),
+          as_json: bool = typer.Option(False, "--json")) -> None:
+    """Replay every task's reference solution in a fresh environment and report feasibility."""
+    from evolvekit.config import load_config
+    from evolvekit.env.registry import make_env
+    from evolvekit.errors import ConfigError
+    from evolvekit.questioning.curate import replay_feasible
+    from evolvekit.types import Task
+
+    if not path.is_file():
+        raise ConfigError(f"no such file: {path}")
+    cfg = load_config(config, overrides)
+    setup_logging(cfg.run.log_level)
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            task = Task.model_validate(json.loads(line))
+            env_cfg = cfg.env.model_copy(update={"name": task.env_name})
+            ok, reason = replay_feasible(task, lambda: make_env(env_cfg))
+            rows.append({"task_id": task.task_id, "feasible": ok, "reason": reason})
+    summary = {"tasks": len(rows), "feasible": sum(r["feasible"] for r in rows),
+               "infeasible": [r for r in rows if not r["feasible"]][:20]}
+    emit_json(summary) if as_json else sys.stdout.write(f"{summary['feasible']}/{summary['tasks']} feasible\n")

@@ -1,0 +1,143 @@
+"""Curiosity-driven exploration (AgentEvolver §3.1, Eq. 8-9).
+
+The explorer LLM (its own role, high temperature) acts in the environment's *sandbox* (no task) from an initial
+state, guided by the environment profile. The first N_b steps are breadth-first: the whole history is in context
+and the explorer is asked to try operations it has not used yet. Afterwards it goes depth-first with the myopic
+rule: only the last N_d observations stay in context and it is asked to build on them. Many runs advance in lock
+step (one batched generation per round); every trajectory is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from evolvekit.agent.parser import CLOSE, format_call, parse_action
+from evolvekit.agent.prompts import system_prompt
+from evolvekit.env.base import EnvProfile, Environment
+from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.types import ChatMessage, ToolCall, new_id
+
+log = logging.getLogger(__name__)
+
+BREADTH_HINT = "Explore broadly: call a tool you have not used yet, with realistic arguments."
+DEPTH_HINT = "Explore in depth: build on the most recent results and try a follow-up operation on them."
+
+
+@dataclass
+class ExplorationStep:
+    index: int
+    action_text: str
+    tool_calls: list[ToolCall]
+    observation: str
+    ok: bool  # every call executed without an error
+
+
+@dataclass
+class ExplorationTrace:
+    exploration_id: str
+    sandbox: dict
+    steps: list[ExplorationStep] = field(default_factory=list)
+    error: str | None = None
+
+    def successful_calls(self) -> list[tuple[int, ToolCall, str]]:
+        """(step index, call, observation) of every call that executed without an error."""
+        return [(s.index, c, s.observation) for s in self.steps if s.ok for c in s.tool_calls]
+
+
+def phase(step_index: int, n_breadth: int) -> str:
+    """Eq. 9: breadth-first for the first N_b steps, depth-first after."""
+    return "breadth" if step_index < n_breadth else "depth"
+
+
+def context_window(steps: Sequence[ExplorationStep], step_index: int, n_breadth: int, n_depth: int) -> list[ExplorationStep]:
+    """The steps the explorer sees before step ``step_index``: all of them while breadth-first, the last N_d after."""
+    if phase(step_index, n_breadth) == "breadth":
+        return list(steps)
+    return list(steps)[-n_depth:] if n_depth > 0 else []
+
+
+def profile_text(profiles: Sequence[EnvProfile]) -> str:
+    parts = []
+    for p in profiles:
+        parts.append(f"Environment: {p.name}: {p.description}")
+        for e in p.entities:
+            parts.append(f"- entity {e.name}: {e.description}; attributes: {', '.join(e.attributes[:20])}")
+    return "\n".join(parts)
+
+
+def explorer_messages(tools, profiles: Sequence[EnvProfile], steps: Sequence[ExplorationStep], step_index: int,
+                      n_breadth: int, n_depth: int, rendering: str = "compact") -> list[ChatMessage]:
+    visible = context_window(steps, step_index, n_breadth, n_depth)
+    hint = BREADTH_HINT if phase(step_index, n_breadth) == "breadth" else DEPTH_HINT
+    msgs = [ChatMessage(role="system", content=system_prompt(tools, rendering) + "\n\n" + profile_text(profiles)),
+            ChatMessage(role="user", content="You are exploring this environment to learn what it can do. " + hint)]
+    for s in visible:
+        msgs.append(ChatMessage(role="assistant", content=s.action_text))
+        msgs.append(ChatMessage(role="user", content=f"Tool results:\n{s.observation}\n\n{hint}"))
+    return msgs
+
+
+class Explorer:
+    def __init__(self, llm: LLM, params: SamplingParams, n_breadth: int = 3, n_depth: int = 27,
+                 rendering: str = "compact") -> None:
+        self.llm, self.n_breadth, self.n_depth, self.rendering = llm, n_breadth, n_depth, rendering
+        self.params = SamplingParams(n=1, temperature=params.temperature, top_p=params.top_p,
+                                     max_new_tokens=params.max_new_tokens, stop=tuple(params.stop) + (CLOSE,),
+                                     seed=params.seed)
+
+    def explore(self, make_env: Callable[[], Environment], sandbox: dict, runs: int, max_steps: int) -> list[ExplorationTrace]:
+        envs, traces, tools = [], [], []
+        for _ in range(runs):
+            env = make_env()
+            trace = ExplorationTrace(exploration_id=new_id("explore"), sandbox=dict(sandbox))
+            try:
+                reset = env.reset(None, sandbox)
+                envs.append(env)
+                tools.append(reset.tools)
+                traces.append(trace)
+            except Exception as err:
+                trace.error = f"reset: {err}"
+                traces.append(trace)
+                envs.append(None)
+                tools.append([])
+        profiles = envs[0].profile() if envs and envs[0] is not None else []
+        classes = set(sandbox.get("classes") or [])
+        profiles = [p for p in profiles if not classes or p.name in classes]
+        live = [i for i, e in enumerate(envs) if e is not None]
+        for step in range(max_steps):
+            if not live:
+                break
+            convs = [explorer_messages(tools[i], profiles, traces[i].steps, step, self.n_breadth, self.n_depth,
+                                       self.rendering) for i in live]
+            outs = self.llm.chat(convs, self.params)
+            still = []
+            for i, out in zip(live, outs):
+                text = out[0].text
+                if OPEN_TAG in text and CLOSE not in text:
+                    text += CLOSE
+                action = parse_action(text)
+                if not action.tool_calls:
+                    # exploration is about calling tools: a message without a call is recorded and the run goes on
+                    traces[i].steps.append(ExplorationStep(step, text, [], action.parse_error or "(no tool call)", False))
+                    still.append(i)
+                    continue
+                try:
+                    res = envs[i].step(action)
+                except Exception as err:
+                    traces[i].error = f"step: {err}"
+                    continue
+                ok = bool(res.call_results) and all(r.ok for r in res.call_results)
+                traces[i].steps.append(ExplorationStep(step, "".join(format_call(c) for c in action.tool_calls),
+                                                       action.tool_calls, res.observation, ok))
+                if not res.done:
+                    still.append(i)
+            live = still
+        for e in envs:
+            if e is not None:
+                e.close()
+        return traces
+
+
+OPEN_TAG = "<tool_call>"

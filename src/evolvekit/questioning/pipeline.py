@@ -1,0 +1,94 @@
+"""Self-questioning end to end: exploration → synthesis → curation (dedup, feasibility) → tasks with provenance."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+from evolvekit.config import Config
+from evolvekit.env.base import Environment
+from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.questioning.curate import Deduplicator, replay_feasible
+from evolvekit.questioning.explore import Explorer, ExplorationTrace
+from evolvekit.questioning.synthesize import TaskSynthesizer
+from evolvekit.types import Task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Funnel:
+    explored: int = 0  # exploration trajectories
+    explored_calls: int = 0  # successfully executed calls in them
+    synthesized: int = 0
+    deduplicated: int = 0  # removed as lexical or semantic duplicates
+    infeasible: int = 0  # removed by the replay of their reference solution
+    kept: int = 0
+    synthesis_unparseable: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def sandbox_for(cfg: Config) -> dict:
+    """The sandbox the explorer starts in: a task family's tool subset, or the configured backends in the
+    initial state of a real training task that uses them (BFCL)."""
+    env = cfg.env
+    if env.family:
+        from evolvekit.env.bfcl.families import get_family
+
+        fam = get_family(env.family)
+        return {"classes": list(fam.classes), "tools": list(fam.tools), "initial_config": {}, "family": fam.name}
+    from evolvekit.env.registry import env_tasks
+
+    classes = list(env.backends)
+    for task in env_tasks(env, env.train_split):
+        involved = task.metadata.get("involved_classes", [])
+        if not classes or set(involved) <= set(classes):
+            return {"classes": classes or involved, "initial_config": task.initial_config}
+    return {"classes": classes, "initial_config": {}}
+
+
+def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: SamplingParams, synth_llm: LLM,
+                     synth_params: SamplingParams, make_env: Callable[[], Environment],
+                     embed=None, existing: Sequence[Task] = (), max_rounds: int = 5,
+                     progress: Callable[[Funnel], None] | None = None) -> tuple[list[Task], Funnel, list[ExplorationTrace]]:
+    q = cfg.questioning
+    sandbox = sandbox_for(cfg)
+    explorer = Explorer(explorer_llm, explorer_params, q.n_breadth, q.n_depth, cfg.env.tool_rendering)
+    synth = TaskSynthesizer(synth_llm, synth_params, q.difficulty, q.style_rubrics)
+    dedup = Deduplicator(embed, q.lexical_dedup_threshold, q.semantic_dedup_threshold)
+    dedup.seed(existing)
+    funnel, kept, traces = Funnel(), [], []
+    meta = {"category": "synthetic", "involved_classes": sandbox.get("classes", [])}
+    if sandbox.get("tools"):
+        meta["allowed_tools"] = sandbox["tools"]
+    if sandbox.get("family"):
+        meta["family"] = sandbox["family"]
+    for round_ in range(max_rounds):
+        if len(kept) >= n:
+            break
+        new = explorer.explore(make_env, sandbox, q.explore_runs, q.explore_steps)
+        traces += new
+        funnel.explored += len(new)
+        funnel.explored_calls += sum(len(t.successful_calls()) for t in new)
+        rep = synth.synthesize(new, cfg.env.name, meta)
+        funnel.synthesized += len(rep.tasks)
+        funnel.synthesis_unparseable += rep.unparseable
+        for t in rep.tasks:
+            t.metadata["bfcl_id"] = t.task_id
+        d = dedup.filter(rep.tasks)
+        funnel.deduplicated += d.lexical_duplicates + d.semantic_duplicates
+        for t in d.kept:
+            ok, reason = replay_feasible(t, make_env)
+            if ok:
+                t.metadata["curation"] = {"dedup": "passed", "feasibility": "replayed"}
+                kept.append(t)
+            else:
+                funnel.infeasible += 1
+                log.debug("infeasible task dropped: %s (%s)", t.query, reason)
+        funnel.kept = len(kept)
+        if progress:
+            progress(funnel)
+    return kept[:n], funnel, traces

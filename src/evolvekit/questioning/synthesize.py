@@ -1,0 +1,97 @@
+"""Adaptive task synthesis with reference-solution extraction (AgentEvolver §3.2, Eq. 10).
+
+The exploration trajectory is distilled to its successfully executed calls with their results (numbered). The
+synthesizer gets them with the user's preferences — difficulty as the number of entities, attributes and
+operations a task should involve, plus free-text style rubrics — and writes tasks, each naming the numbered
+calls that solve it. The reference solution is exactly those explored calls (never text the model invents), so
+every reference is an action that really executed in the sandbox.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from evolvekit.agent.parser import format_call
+from evolvekit.config import DifficultyConfig
+from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.questioning.explore import ExplorationTrace
+from evolvekit.types import ChatMessage, Difficulty, Task, TaskSource, ToolCall, new_id
+
+SYNTH_SYSTEM = """You write realistic user requests for an AI agent that uses tools.
+You are shown calls that were executed in an environment and their results. Write requests a user could make
+that are solved exactly by some of these calls, in order."""
+
+
+def distill(trace: ExplorationTrace, max_chars: int = 300) -> list[tuple[ToolCall, str]]:
+    """The successfully executed calls of an exploration, in order, with (shortened) results."""
+    return [(call, obs[:max_chars]) for _, call, obs in trace.successful_calls()]
+
+
+def synthesis_prompt(calls: Sequence[tuple[ToolCall, str]], difficulty: DifficultyConfig, rubrics: Sequence[str],
+                     n_tasks: int) -> list[ChatMessage]:
+    listing = "\n".join(f"[{i}] {format_call(c)} -> {obs}" for i, (c, obs) in enumerate(calls))
+    prefs = (f"Each request should involve about {difficulty.entities} entities, {difficulty.attributes} attributes "
+             f"and {difficulty.operations} operations (fewer if the calls do not allow it).")
+    if rubrics:
+        prefs += "\nStyle: " + "; ".join(rubrics)
+    fmt = ("Write {n} requests, each exactly as:\nTask: <the user's request, self-contained, with every value it needs>\n"
+           "Solution: <the numbers of the calls that solve it, in order, e.g. 0, 2>").format(n=n_tasks)
+    return [ChatMessage(role="system", content=SYNTH_SYSTEM),
+            ChatMessage(role="user", content=f"Executed calls:\n{listing}\n\n{prefs}\n\n{fmt}")]
+
+
+_TASK = re.compile(r"task\s*[:：]\s*(.+?)\s*\n\s*solution\s*[:：]\s*([\d,\s\[\]and]+)", re.IGNORECASE)
+
+
+def parse_synthesis(text: str, n_calls: int) -> list[tuple[str, list[int]]]:
+    """(query, call indices) pairs; indices outside the listing, or an empty solution, drop the item."""
+    out = []
+    for m in _TASK.finditer(re.sub(r"[*_#`]", "", text or "")):
+        query = m.group(1).strip()
+        idx = [int(x) for x in re.findall(r"\d+", m.group(2))]
+        if query and idx and all(0 <= i < n_calls for i in idx):
+            out.append((query, idx))
+    return out
+
+
+@dataclass
+class SynthesisReport:
+    tasks: list[Task] = field(default_factory=list)
+    calls: int = 0
+    unparseable: int = 0
+
+
+class TaskSynthesizer:
+    def __init__(self, llm: LLM, params: SamplingParams, difficulty: DifficultyConfig, rubrics: Sequence[str] = (),
+                 tasks_per_trace: int = 3) -> None:
+        self.llm, self.params, self.difficulty = llm, params, difficulty
+        self.rubrics, self.tasks_per_trace = list(rubrics), tasks_per_trace
+
+    def synthesize(self, traces: Sequence[ExplorationTrace], env_name: str, metadata: dict | None = None) -> SynthesisReport:
+        report = SynthesisReport()
+        usable = [(t, distill(t)) for t in traces]
+        usable = [(t, calls) for t, calls in usable if calls]
+        if not usable:
+            return report
+        outs = self.llm.chat([synthesis_prompt(calls, self.difficulty, self.rubrics, self.tasks_per_trace)
+                              for _, calls in usable], self.params)
+        report.calls = len(usable)
+        for (trace, calls), out in zip(usable, outs):
+            items = parse_synthesis(out[0].text, len(calls))
+            if not items:
+                report.unparseable += 1
+            for query, idx in items:
+                ref = [calls[i][0] for i in idx]
+                n_ops = len(ref)
+                n_attrs = len({k for c in ref for k in c.arguments})
+                meta = dict(metadata or {})
+                meta.update({"exploration_id": trace.exploration_id, "explored_steps": idx})
+                report.tasks.append(Task(
+                    task_id=new_id("syn"), env_name=env_name, query=query,
+                    initial_config=dict(trace.sandbox.get("initial_config") or {}), reference_solution=[ref],
+                    source=TaskSource.SYNTHETIC, difficulty=Difficulty(entities=len({c.name for c in ref}),
+                                                                       attributes=n_attrs, operations=n_ops),
+                    metadata=meta))
+        return report

@@ -1,0 +1,116 @@
+"""Self-questioning: exploration phases and myopic window, synthesis parsing, both dedup filters, feasibility
+replay (a hallucinated reference solution is dropped), and the pipeline on the real BFCL sandbox."""
+
+import numpy as np
+import pytest
+
+from evolvekit.agent.parser import format_call
+from evolvekit.config import EnvConfig, load_config
+from evolvekit.env.registry import make_env
+from evolvekit.llm.base import Completion, SamplingParams
+from evolvekit.questioning.curate import Deduplicator, lexical_overlap, replay_feasible
+from evolvekit.questioning.explore import (BREADTH_HINT, DEPTH_HINT, ExplorationStep, Explorer, context_window,
+                                           explorer_messages, phase)
+from evolvekit.questioning.pipeline import synthesize_tasks
+from evolvekit.questioning.synthesize import parse_synthesis
+from evolvekit.types import Task, ToolCall
+
+
+def _steps(n):
+    return [ExplorationStep(i, f"a{i}", [], f"o{i}", True) for i in range(n)]
+
+
+def test_phase_switch_and_myopic_window():
+    assert [phase(i, 3) for i in range(5)] == ["breadth", "breadth", "breadth", "depth", "depth"]
+    steps = _steps(10)
+    assert len(context_window(steps, 2, n_breadth=3, n_depth=4)) == 10  # breadth: everything so far
+    assert [s.index for s in context_window(steps, 10, n_breadth=3, n_depth=4)] == [6, 7, 8, 9]  # depth: last N_d
+    msgs = explorer_messages([], [], steps, 10, 3, 4)
+    assert DEPTH_HINT in msgs[1].content and sum(m.role == "assistant" for m in msgs) == 4
+    assert BREADTH_HINT in explorer_messages([], [], steps[:1], 1, 3, 4)[1].content
+
+
+def test_parse_synthesis():
+    text = "Task: Add 3 and 4.\nSolution: 0\n\n**Task:** Multiply then add.\n**Solution:** [1, 0]\nTask: bad\nSolution: 9"
+    assert parse_synthesis(text, 2) == [("Add 3 and 4.", [0]), ("Multiply then add.", [1, 0])]
+    assert parse_synthesis("nothing", 3) == []
+
+
+def _task(q, calls, tid="t"):
+    return Task(task_id=tid, env_name="bfcl", query=q, reference_solution=[calls],
+                metadata={"category": "synthetic", "bfcl_id": tid, "involved_classes": ["MathAPI"],
+                          "allowed_tools": ["add", "subtract", "multiply", "divide"]})
+
+
+def test_lexical_and_semantic_dedup():
+    assert lexical_overlap("add 3 and 4", "Add 3 and 4!") == 1.0
+    assert lexical_overlap("add 3 and 4", "multiply 9 by 2") == 0.0
+    table = {"What is 3 plus 4?": [1.0, 0.0], "Please compute 3 + 4": [0.95, np.sqrt(1 - 0.95 ** 2)],
+             "Divide 10 by 2": [0.0, 1.0], "what is 3 plus 4": [1.0, 0.0]}
+    dedup = Deduplicator(lambda ts: np.array([table[t] for t in ts], dtype=np.float32), 0.8, 0.9)
+    dedup.seed([_task("What is 3 plus 4?", [])])
+    res = dedup.filter([_task("what is 3 plus 4", []), _task("Please compute 3 + 4", []), _task("Divide 10 by 2", [])])
+    assert res.lexical_duplicates == 1 and res.semantic_duplicates == 1
+    assert [t.turns[0] for t in res.kept] == ["Divide 10 by 2"]
+
+
+def test_feasibility_replay_drops_hallucinated_solutions():
+    cfg = EnvConfig(name="bfcl")
+    good = _task("Add 3 and 4.", [ToolCall(name="add", arguments={"a": 3, "b": 4})], "good")
+    assert replay_feasible(good, lambda: make_env(cfg)) == (True, "")
+    ghost = _task("Add 3 and 4.", [ToolCall(name="add_numbers", arguments={"x": 3})], "ghost")
+    ok, reason = replay_feasible(ghost, lambda: make_env(cfg))
+    assert not ok and "unknown tool" in reason
+    bad_args = _task("Add.", [ToolCall(name="add", arguments={"a": "three"})], "bad")
+    assert not replay_feasible(bad_args, lambda: make_env(cfg))[0]
+    assert not replay_feasible(_task("x", [], "empty").model_copy(update={"reference_solution": None}),
+                               lambda: make_env(cfg))[0]
+
+
+class _Scripted:
+    name = "scripted"
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def chat(self, conversations, params):
+        return [[Completion(text=self.fn(c))] for c in conversations]
+
+
+def _explorer_answer(conv):
+    n = sum(m.role == "assistant" for m in conv)
+    calls = [ToolCall(name="add", arguments={"a": 2, "b": 5}), ToolCall(name="multiply", arguments={"a": 7, "b": 3}),
+             ToolCall(name="power", arguments={"base": 2}), ToolCall(name="divide", arguments={"a": 21, "b": 7})]
+    return format_call(calls[n % len(calls)])
+
+
+def test_explorer_runs_in_the_family_sandbox():
+    explorer = Explorer(_Scripted(_explorer_answer), SamplingParams(temperature=1.0), n_breadth=2, n_depth=10)
+    sandbox = {"classes": ["MathAPI"], "tools": ["add", "subtract", "multiply", "divide"]}
+    traces = explorer.explore(lambda: make_env(EnvConfig(name="bfcl")), sandbox, runs=2, max_steps=4)
+    assert len(traces) == 2 and all(len(t.steps) == 4 for t in traces)
+    t = traces[0]
+    assert [s.ok for s in t.steps] == [True, True, False, True]  # `power` is outside the family: an error
+    assert [c.name for _, c, _ in t.successful_calls()] == ["add", "multiply", "divide"]
+    assert '"result": 7' in t.steps[0].observation
+
+
+def test_pipeline_keeps_only_feasible_unique_tasks():
+    def synth(conv):
+        return ("Task: What is 2 plus 5?\nSolution: 0\n"
+                "Task: What is 2 plus 5 ?\nSolution: 0\n"  # lexical duplicate
+                "Task: Multiply 7 by 3, then divide 21 by 7.\nSolution: 1, 2\n"
+                "Task: Out of range.\nSolution: 7\n")
+
+    cfg = load_config(None, ["env.family=arith", "questioning.explore_runs=1", "questioning.explore_steps=4",
+                             "questioning.n_breadth=2", "questioning.n_depth=10"])
+    tasks, funnel, traces = synthesize_tasks(cfg, 5, _Scripted(_explorer_answer), SamplingParams(), _Scripted(synth),
+                                             SamplingParams(), lambda: make_env(cfg.env), embed=None, max_rounds=1)
+    assert funnel.explored == 1 and funnel.explored_calls == 3
+    assert funnel.synthesized == 3 and funnel.deduplicated == 1 and funnel.kept == 2 and funnel.infeasible == 0
+    assert [t.turns[0] for t in tasks] == ["What is 2 plus 5?", "Multiply 7 by 3, then divide 21 by 7."]
+    assert [c.name for c in tasks[1].reference_solution[0]] == ["multiply", "divide"]
+    assert tasks[1].difficulty.operations == 2 and tasks[1].source.value == "synthetic"
+    assert tasks[0].metadata["exploration_id"] == traces[0].exploration_id
+    for t in tasks:  # every kept task's reference solution replays
+        assert replay_feasible(t, lambda: make_env(cfg.env))[0]
