@@ -114,3 +114,54 @@ def test_pipeline_keeps_only_feasible_unique_tasks():
     assert tasks[0].metadata["exploration_id"] == traces[0].exploration_id
     for t in tasks:  # every kept task's reference solution replays
         assert replay_feasible(t, lambda: make_env(cfg.env))[0]
+
+
+def test_hybrid_mix_and_advantage_decay(tmp_path):
+    from evolvekit.orchestrator.stages import IterationContext
+    from evolvekit.questioning.supply import HybridTaskSupply, hybrid_counts, synthetic_advantage_scale
+    from evolvekit.types import TaskSource, Trajectory
+
+    assert hybrid_counts(8, 1.0) == (8, 0) and hybrid_counts(8, 0.25) == (2, 6) and hybrid_counts(5, 0.5) == (2, 3)
+    syn = [_task(f"s{i}", [], f"s{i}").model_copy(update={"source": TaskSource.SYNTHETIC}) for i in range(3)]
+    real = [_task(f"r{i}", [], f"r{i}") for i in range(5)]
+    supply = HybridTaskSupply(syn, real, per_iteration=4, lam=0.5, seed=0)
+    ctx = IterationContext(iteration=0, seed=0, run_dir=tmp_path, store=None)
+    drawn = supply.tasks(ctx)
+    assert sum(t.source == TaskSource.SYNTHETIC for t in drawn) == 2 and len(drawn) == 4
+    assert [t.task_id for t in supply.tasks(ctx)] == [t.task_id for t in drawn]  # deterministic (resume)
+    only_syn = HybridTaskSupply(syn, [], per_iteration=3, lam=1.0, seed=0).tasks(ctx)
+    assert sorted(t.task_id for t in only_syn) == ["s0", "s1", "s2"]  # one epoch covers each task once
+    from evolvekit.errors import EvolveKitError
+
+    with pytest.raises(EvolveKitError, match="no synthetic tasks"):
+        HybridTaskSupply([], real, 4, 1.0, 0)
+    scale = synthetic_advantage_scale({t.task_id: t for t in syn + real}, 0.5)
+    assert scale(Trajectory(task_id="s1")) == 0.5 and scale(Trajectory(task_id="r1")) == 1.0
+
+
+@pytest.mark.slow
+def test_run_trains_on_synthetic_tasks_and_evaluates_on_real_ones(tmp_path):
+    from evolvekit.llm.tiny import make_tiny_model
+    from evolvekit.orchestrator.build import build_loop, open_run
+
+    tiny = make_tiny_model(tmp_path / "tiny")
+    cfg = load_config(None, [f"run.out_dir={tmp_path}", "env.family=arith", "env.family_tasks=6",
+                             f"models.policy.model={tiny}", "models.policy.max_new_tokens=8", "rollout.max_steps=2",
+                             "rollout.group_size=2", "train.iterations=1", "train.tasks_per_iteration=2",
+                             "train.eval_tasks=2", "train.eval_k=1", "train.autocast=off", "questioning.enabled=true",
+                             "questioning.explore_runs=1", "questioning.explore_steps=4", "questioning.n_depth=10"])
+    # the synthetic task set as self-questioning would have stored it (explorer/synthesizer scripted here)
+    synth = lambda conv: "Task: What is 2 plus 5?\nSolution: 0\nTask: Multiply 7 by 3.\nSolution: 1\n"  # noqa: E731
+    tasks, funnel, _ = synthesize_tasks(cfg, 5, _Scripted(_explorer_answer), SamplingParams(), _Scripted(synth),
+                                        SamplingParams(), lambda: make_env(cfg.env), max_rounds=1)
+    assert funnel.kept == 2
+    cfg, run_dir, store = open_run(cfg, None)
+    with store.transaction() as c:
+        store.put_tasks(c, tasks, -1)
+    build_loop(cfg, run_dir, store, show_progress=False).run()
+    trained_on = {t.task_id for t in store.trajectories(0, "train")}
+    assert trained_on and trained_on <= {t.task_id for t in tasks}  # λ = 1: synthetic tasks only
+    evaluated = {t.task_id for t in store.trajectories(None, "eval_after")}
+    assert evaluated and all(tid.startswith("arith-test-") for tid in evaluated)  # the real held-out split
+    assert store.metrics()[0]["tasks/synthetic_pool"] == 2.0
+    store.close()

@@ -83,7 +83,8 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
     train_tasks = env_tasks(cfg.env, cfg.env.train_split)
     params = sampling_for(pol)
     rollouts, experience = _navigation(cfg, store, policy, env_factory, params, show_progress)
-    stages = Stages(supply=FixedTaskSupply(train_tasks, cfg.train.tasks_per_iteration, cfg.run.seed),
+    supply = _task_supply(cfg, store, train_tasks, policy, env_factory)
+    stages = Stages(supply=supply,
                     rollouts=rollouts, experience=experience, samples=_sample_stage(cfg),
                     updater=TrainerUpdate(trainer))
 
@@ -137,3 +138,31 @@ def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_
     rollouts = ExperienceMixedRollouts(policy, env_factory, cfg, params, pool, refiner, sparams, show_progress)
     extractor = ExperienceExtractor(summarizer, sparams, cfg.navigating.validate_experiences, cfg.navigating.success_threshold)
     return rollouts, ExperienceSummarisation(cfg, pool, extractor, rollouts)
+
+
+def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory):
+    """Real training tasks, or — with self-questioning — synthetic tasks built once per run (stored, reused on
+    resume) mixed with real ones by λ (Eq. 12; the paper's default λ = 1 trains on synthetic tasks only)."""
+    if not cfg.questioning.enabled:
+        return FixedTaskSupply(train_tasks, cfg.train.tasks_per_iteration, cfg.run.seed)
+    from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
+    from evolvekit.questioning.pipeline import synthesize_tasks
+    from evolvekit.questioning.supply import HybridTaskSupply
+    from evolvekit.types import TaskSource
+
+    synthetic = [t for t in store.tasks() if t.source == TaskSource.SYNTHETIC and t.metadata.get("curation")]
+    if not synthetic:
+        explorer = role_llm(cfg.models, "explorer")
+        if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
+            explorer = policy  # the initial policy explores (no second copy of the same weights)
+        tasks, funnel, traces = synthesize_tasks(
+            cfg, cfg.questioning.synthetic_tasks, explorer, sampling_for(cfg.models.explorer),
+            role_llm(cfg.models, "synthesizer"), sampling_for(cfg.models.synthesizer), env_factory,
+            build_embedder(cfg.embedding).embed, existing=train_tasks)
+        with store.transaction() as c:
+            store.put_tasks(c, tasks, -1)
+        store.set_meta("synthesis_funnel", json.dumps(funnel.as_dict()))
+        log.info("self-questioning funnel: %s", funnel.as_dict())
+        synthetic = tasks
+    return HybridTaskSupply(synthetic, train_tasks, cfg.train.tasks_per_iteration, cfg.questioning.hybrid_lambda,
+                            cfg.run.seed)

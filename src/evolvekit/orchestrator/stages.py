@@ -132,8 +132,14 @@ class GRPOSamples:
     def build(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> tuple[list[TrainingSample], dict[str, float]]:
         live = [t for t in trajectories if not t.flags.failed]
         adv = grpo_step_advantages(live, self.cfg.train.eps_norm)
+        scale = None
+        q = self.cfg.questioning
+        if q.enabled and q.hybrid_lambda < 1.0:  # hybrid training: proxy-task advantages are down-weighted
+            from evolvekit.questioning.supply import synthetic_advantage_scale
+
+            scale = synthetic_advantage_scale({t.task_id: t for t in ctx.store.tasks()}, q.synthetic_advantage_decay)
         samples, st = build_samples(live, adv, strip_experience=self.cfg.navigating.strip_experience,
-                                    max_tokens=self.cfg.train.max_sequence_tokens)
+                                    max_tokens=self.cfg.train.max_sequence_tokens, advantage_scale=scale)
         groups: dict[str, list[float]] = {}
         for t in live:
             groups.setdefault(t.group_id or t.trajectory_id, []).append(float(t.outcome_reward or 0.0))

@@ -1,0 +1,59 @@
+"""Stage A with self-questioning: synthetic tasks, mixed with real ones by λ (AgentEvolver Eq. 12)."""
+
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+from evolvekit.errors import EvolveKitError
+from evolvekit.orchestrator.stages import IterationContext
+from evolvekit.types import Task, TaskSource, Trajectory
+
+
+def hybrid_counts(batch: int, lam: float) -> tuple[int, int]:
+    """Eq. 12: of a batch of B tasks, round(λ·B) are proxy (synthetic) tasks and the rest real."""
+    n_syn = int(round(lam * batch))
+    return n_syn, batch - n_syn
+
+
+class HybridTaskSupply:
+    """Draws ``per_iteration`` tasks per iteration: λ synthetic, 1 − λ real, each pool reshuffled per epoch."""
+
+    def __init__(self, synthetic: Sequence[Task], real: Sequence[Task], per_iteration: int, lam: float, seed: int) -> None:
+        self.synthetic, self.real = list(synthetic), list(real)
+        self.per_iteration, self.lam, self.seed = per_iteration, lam, seed
+        n_syn, n_real = hybrid_counts(per_iteration, lam)
+        if n_syn and not self.synthetic:
+            raise EvolveKitError("self-questioning produced no synthetic tasks (see the synthesis funnel in the log); "
+                                 "a stronger explorer/synthesizer role or more exploration rounds may help")
+        if n_real and not self.real:
+            raise EvolveKitError("λ < 1 needs real training tasks, and there are none")
+
+    @staticmethod
+    def _draw(pool: list[Task], start: int, count: int, seed: int) -> list[Task]:
+        out = []
+        for k in range(start, start + count):
+            epoch, pos = divmod(k, len(pool))
+            order = list(range(len(pool)))
+            random.Random(seed * 100_003 + epoch).shuffle(order)
+            out.append(pool[order[pos]])
+        return out
+
+    def tasks(self, ctx: IterationContext) -> list[Task]:
+        n_syn, n_real = hybrid_counts(self.per_iteration, self.lam)
+        out = self._draw(self.synthetic, ctx.iteration * n_syn, n_syn, self.seed) if n_syn else []
+        if n_real:
+            out += self._draw(self.real, ctx.iteration * n_real, n_real, self.seed + 1)
+        return out
+
+    def observe(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        return {"tasks/synthetic_pool": float(len(self.synthetic))}
+
+
+def synthetic_advantage_scale(tasks_by_id: dict[str, Task], decay: float):
+    """§7.1.3: in hybrid training, advantages of proxy-task trajectories are multiplied by ``decay`` (0.5)."""
+    def scale(traj: Trajectory) -> float:
+        task = tasks_by_id.get(traj.task_id)
+        return decay if task is not None and task.source == TaskSource.SYNTHETIC else 1.0
+
+    return scale
