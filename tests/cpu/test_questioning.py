@@ -78,7 +78,8 @@ class _Scripted:
 
 
 def _explorer_answer(conv):
-    n = sum(m.role == "assistant" for m in conv)
+    start = next(i for i, m in enumerate(conv) if m.content.startswith("You are exploring"))
+    n = sum(m.role == "assistant" for m in conv[start:])  # own steps only (worked examples come before)
     calls = [ToolCall(name="add", arguments={"a": 2, "b": 5}), ToolCall(name="multiply", arguments={"a": 7, "b": 3}),
              ToolCall(name="power", arguments={"base": 2}), ToolCall(name="divide", arguments={"a": 21, "b": 7})]
     return format_call(calls[n % len(calls)])

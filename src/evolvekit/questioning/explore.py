@@ -68,10 +68,12 @@ def profile_text(profiles: Sequence[EnvProfile]) -> str:
 
 
 def explorer_messages(tools, profiles: Sequence[EnvProfile], steps: Sequence[ExplorationStep], step_index: int,
-                      n_breadth: int, n_depth: int, rendering: str = "compact") -> list[ChatMessage]:
+                      n_breadth: int, n_depth: int, rendering: str = "compact",
+                      examples: Sequence[ChatMessage] = ()) -> list[ChatMessage]:
     visible = context_window(steps, step_index, n_breadth, n_depth)
     hint = BREADTH_HINT if phase(step_index, n_breadth) == "breadth" else DEPTH_HINT
     msgs = [ChatMessage(role="system", content=system_prompt(tools, rendering) + "\n\n" + profile_text(profiles)),
+            *examples,
             ChatMessage(role="user", content="You are exploring this environment to learn what it can do. " + hint)]
     for s in visible:
         msgs.append(ChatMessage(role="assistant", content=s.action_text))
@@ -88,7 +90,7 @@ class Explorer:
                                      seed=params.seed)
 
     def explore(self, make_env: Callable[[], Environment], sandbox: dict, runs: int, max_steps: int) -> list[ExplorationTrace]:
-        envs, traces, tools = [], [], []
+        envs, traces, tools, examples = [], [], [], []
         for _ in range(runs):
             env = make_env()
             trace = ExplorationTrace(exploration_id=new_id("explore"), sandbox=dict(sandbox))
@@ -96,12 +98,14 @@ class Explorer:
                 reset = env.reset(None, sandbox)
                 envs.append(env)
                 tools.append(reset.tools)
+                examples.append(reset.examples)
                 traces.append(trace)
             except Exception as err:
                 trace.error = f"reset: {err}"
                 traces.append(trace)
                 envs.append(None)
                 tools.append([])
+                examples.append([])
         profiles = envs[0].profile() if envs and envs[0] is not None else []
         classes = set(sandbox.get("classes") or [])
         profiles = [p for p in profiles if not classes or p.name in classes]
@@ -110,7 +114,7 @@ class Explorer:
             if not live:
                 break
             convs = [explorer_messages(tools[i], profiles, traces[i].steps, step, self.n_breadth, self.n_depth,
-                                       self.rendering) for i in live]
+                                       self.rendering, examples[i]) for i in live]
             outs = self.llm.chat(convs, self.params)
             still = []
             for i, out in zip(live, outs):

@@ -98,8 +98,14 @@ class BfclEnv:
         self.turns = [""]
         self.executed = [[]]
         desc = ", ".join(classes)
+        examples = []
+        if config.get("family"):  # a family's worked examples show the call format to the explorer too
+            from evolvekit.agent.parser import format_call
+            from evolvekit.env.bfcl.families import get_family
+
+            examples = [m for d in get_family(config["family"]).demonstrations for m in d.messages(format_call)]
         return ResetResult(observation=f"Sandbox of {desc}: explore freely with the tools.", tools=self.tools(),
-                           turn_index=0, num_turns=1)
+                           turn_index=0, num_turns=1, examples=examples)
 
     def _restrict(self, tools: list[str], classes: list[str]) -> None:
         unknown = set(tools) - set(self.visible)
