@@ -166,3 +166,52 @@ def test_run_trains_on_synthetic_tasks_and_evaluates_on_real_ones(tmp_path):
     assert evaluated and all(tid.startswith("arith-test-") for tid in evaluated)  # the real held-out split
     assert store.metrics()[0]["tasks/synthetic_pool"] == 2.0
     store.close()
+
+
+def _tr(task, score, calls=("add",), group=None, tid=None):
+    from evolvekit.types import Step, Trajectory
+
+    steps = [Step(index=0, action_text="x", tool_calls=[ToolCall(name=c) for c in calls])]
+    kw = {"trajectory_id": tid} if tid else {}
+    return Trajectory(task_id=task, group_id=group or task, outcome_reward=score, steps=steps, **kw)
+
+
+def test_coevolve_signal_rules_on_hand_built_histories():
+    from evolvekit.questioning.coevolve import SignalTracker, boundary, forgetting, rare
+
+    assert forgetting([0.0, 1.0, 0.0], 0.0) and not forgetting([0.0, 0.4], 0.0) and not forgetting([1.0], 0.5)
+    assert boundary([1.0, 0.0]) and not boundary([0.5, 0.0]) and not boundary([1.0, 1.0])
+    assert rare(2, 50, 5.0, 50) and not rare(2, 49, 5.0, 50) and not rare(3, 50, 5.0, 50) and not rare(0, 60, 5.0, 50)
+
+    tracker = SignalTracker(window=2, theta_percent=5.0, n_min=4)
+    assert tracker.observe([_tr("a", 1.0)]) == []  # success, no history yet
+    assert tracker.observe([_tr("a", 0.0)])[0].kind == "forgetting"
+    tracker.observe([_tr("a", 0.0)])
+    # window W = 2 now holds [0.0, 0.0]: the old success fell out, so no forgetting signal
+    assert [s.kind for s in tracker.observe([_tr("a", 0.0)])] == []
+    sig = tracker.observe([_tr("b", 1.0, group="g", tid="t1"), _tr("b", 0.0, group="g", tid="t2")])
+    assert sorted(s.trajectory_id for s in sig if s.kind == "boundary") == ["t1", "t2"]
+    # N = 26 patterns observed, 'cd->ls' seen once: 1/26 < 5% -> rare
+    many = [_tr(f"c{i}", 1.0) for i in range(20)] + [_tr("odd", 1.0, calls=("cd", "ls"), tid="rare1")]
+    assert [s.trajectory_id for s in tracker.observe(many) if s.kind == "rare"] == ["rare1"]
+
+
+def test_coevolve_regenerator_makes_signal_tagged_tasks():
+    from evolvekit.questioning.coevolve import GOALS, CoEvolveRegenerator, Signal
+
+    seen_goals = []
+
+    def explore_fn(kind, goal):
+        seen_goals.append((kind, goal))
+        return [_task(f"new task for {kind}", [ToolCall(name="add", arguments={"a": 1, "b": 2})], f"n-{kind}")]
+
+    reflect = _Scripted(lambda conv: "The agent confuses subtract argument order.")
+    regen = CoEvolveRegenerator(reflect, SamplingParams(), explore_fn, max_contexts=2)
+    trajs = {"t1": _tr("a", 0.0, tid="t1"), "t2": _tr("b", 1.0, tid="t2"), "t3": _tr("c", 0.0, tid="t3")}
+    signals = [Signal("boundary", "t2", "b"), Signal("forgetting", "t1", "a"), Signal("rare", "t3", "c")]
+    new = regen.regenerate(signals, trajs, {})
+    assert [k for k, _ in seen_goals] == ["forgetting", "boundary"]  # forgetting first, at most 2 contexts
+    assert "Reinforce Forgotten Skills" in seen_goals[0][1] and "argument order" in seen_goals[0][1]
+    assert GOALS["boundary"].split("\n")[0] in seen_goals[1][1]
+    assert [t.metadata["signal"]["kind"] for t in new] == ["forgetting", "boundary"]
+    assert regen.regenerate([], trajs, {}) == []

@@ -144,6 +144,8 @@ def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory)
     """Real training tasks, or — with self-questioning — synthetic tasks built once per run (stored, reused on
     resume) mixed with real ones by λ (Eq. 12; the paper's default λ = 1 trains on synthetic tasks only)."""
     if not cfg.questioning.enabled:
+        if cfg.coevolve.enabled:
+            raise ConfigError("coevolve.enabled needs questioning.enabled (its new tasks come from the synthesis pipeline)")
         return FixedTaskSupply(train_tasks, cfg.train.tasks_per_iteration, cfg.run.seed)
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
     from evolvekit.questioning.pipeline import synthesize_tasks
@@ -164,5 +166,30 @@ def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory)
         store.set_meta("synthesis_funnel", json.dumps(funnel.as_dict()))
         log.info("self-questioning funnel: %s", funnel.as_dict())
         synthetic = tasks
-    return HybridTaskSupply(synthetic, train_tasks, cfg.train.tasks_per_iteration, cfg.questioning.hybrid_lambda,
-                            cfg.run.seed)
+    supply = HybridTaskSupply(synthetic, train_tasks, cfg.train.tasks_per_iteration, cfg.questioning.hybrid_lambda,
+                              cfg.run.seed)
+    if cfg.coevolve.enabled:
+        supply.coevolve = _coevolve_hook(cfg, store, policy, env_factory, train_tasks + synthetic)
+    return supply
+
+
+def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory, existing):
+    from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
+    from evolvekit.questioning.coevolve import CoEvolveRegenerator, SignalTracker
+    from evolvekit.questioning.curate import Deduplicator
+    from evolvekit.questioning.pipeline import Funnel, goal_explorer
+    from evolvekit.questioning.supply import CoEvolveHook
+
+    co, q = cfg.coevolve, cfg.questioning
+    tracker = SignalTracker(co.forgetting_window, co.rare_theta_percent, co.rare_min_patterns)
+    for it in store.completed_iterations():  # a resumed run rebuilds its score windows and pattern counts
+        tracker.observe(store.trajectories(it, "train"))
+    dedup = Deduplicator(build_embedder(cfg.embedding).embed, q.lexical_dedup_threshold, q.semantic_dedup_threshold)
+    dedup.seed(existing)
+    explorer = role_llm(cfg.models, "explorer")
+    if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
+        explorer = policy  # the current policy re-explores
+    run = goal_explorer(cfg, explorer, sampling_for(cfg.models.explorer), role_llm(cfg.models, "synthesizer"),
+                        sampling_for(cfg.models.synthesizer), env_factory, dedup, Funnel())
+    regen = CoEvolveRegenerator(role_llm(cfg.models, "synthesizer"), sampling_for(cfg.models.synthesizer), run)
+    return CoEvolveHook(tracker, regen, co.every_iterations)

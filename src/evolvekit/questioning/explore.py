@@ -69,12 +69,13 @@ def profile_text(profiles: Sequence[EnvProfile]) -> str:
 
 def explorer_messages(tools, profiles: Sequence[EnvProfile], steps: Sequence[ExplorationStep], step_index: int,
                       n_breadth: int, n_depth: int, rendering: str = "compact",
-                      examples: Sequence[ChatMessage] = ()) -> list[ChatMessage]:
+                      examples: Sequence[ChatMessage] = (), goal: str | None = None) -> list[ChatMessage]:
     visible = context_window(steps, step_index, n_breadth, n_depth)
     hint = BREADTH_HINT if phase(step_index, n_breadth) == "breadth" else DEPTH_HINT
     msgs = [ChatMessage(role="system", content=system_prompt(tools, rendering) + "\n\n" + profile_text(profiles)),
             *examples,
-            ChatMessage(role="user", content="You are exploring this environment to learn what it can do. " + hint)]
+            ChatMessage(role="user", content="You are exploring this environment to learn what it can do. "
+                        + (goal + "\n" if goal else "") + hint)]
     for s in visible:
         msgs.append(ChatMessage(role="assistant", content=s.action_text))
         msgs.append(ChatMessage(role="user", content=f"Tool results:\n{s.observation}\n\n{hint}"))
@@ -89,7 +90,9 @@ class Explorer:
                                      max_new_tokens=params.max_new_tokens, stop=tuple(params.stop) + (CLOSE,),
                                      seed=params.seed)
 
-    def explore(self, make_env: Callable[[], Environment], sandbox: dict, runs: int, max_steps: int) -> list[ExplorationTrace]:
+    def explore(self, make_env: Callable[[], Environment], sandbox: dict, runs: int, max_steps: int,
+                goal: str | None = None) -> list[ExplorationTrace]:
+        """``runs`` exploration runs of ``max_steps`` steps (``goal``: a CoEvolve signal-conditioned context)."""
         envs, traces, tools, examples = [], [], [], []
         for _ in range(runs):
             env = make_env()
@@ -114,7 +117,7 @@ class Explorer:
             if not live:
                 break
             convs = [explorer_messages(tools[i], profiles, traces[i].steps, step, self.n_breadth, self.n_depth,
-                                       self.rendering, examples[i]) for i in live]
+                                       self.rendering, examples[i], goal) for i in live]
             outs = self.llm.chat(convs, self.params)
             still = []
             for i, out in zip(live, outs):

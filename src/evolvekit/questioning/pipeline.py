@@ -92,3 +92,46 @@ def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: Sa
         if progress:
             progress(funnel)
     return kept[:n], funnel, traces
+
+
+def curate_new(tasks: Sequence[Task], dedup: Deduplicator, make_env: Callable[[], Environment], funnel: Funnel) -> list[Task]:
+    """Dedup against everything seen, then the feasibility replay; returns the kept tasks."""
+    kept = []
+    d = dedup.filter(tasks)
+    funnel.deduplicated += d.lexical_duplicates + d.semantic_duplicates
+    for t in d.kept:
+        ok, _ = replay_feasible(t, make_env)
+        if ok:
+            t.metadata["curation"] = {"dedup": "passed", "feasibility": "replayed"}
+            kept.append(t)
+        else:
+            funnel.infeasible += 1
+    funnel.kept += len(kept)
+    return kept
+
+
+def goal_explorer(cfg: Config, explorer_llm: LLM, explorer_params: SamplingParams, synth_llm: LLM,
+                  synth_params: SamplingParams, make_env: Callable[[], Environment], dedup: Deduplicator,
+                  funnel: Funnel) -> Callable[[str, str], list[Task]]:
+    """CoEvolve §3.2: re-explore from a signal context (``reexplore_rounds`` runs × ``reexplore_steps`` steps),
+    then synthesize and curate like any exploration."""
+    q, co = cfg.questioning, cfg.coevolve
+    sandbox = sandbox_for(cfg)
+    explorer = Explorer(explorer_llm, explorer_params, q.n_breadth, q.n_depth, cfg.env.tool_rendering)
+    synth = TaskSynthesizer(synth_llm, synth_params, q.difficulty, q.style_rubrics)
+    meta = {"category": "synthetic", "involved_classes": sandbox.get("classes", [])}
+    if sandbox.get("tools"):
+        meta["allowed_tools"] = sandbox["tools"]
+    if sandbox.get("family"):
+        meta["family"] = sandbox["family"]
+
+    def run(kind: str, goal: str) -> list[Task]:
+        traces = explorer.explore(make_env, sandbox, co.reexplore_rounds, co.reexplore_steps, goal=goal)
+        funnel.explored += len(traces)
+        rep = synth.synthesize(traces, cfg.env.name, meta)
+        funnel.synthesized += len(rep.tasks)
+        for t in rep.tasks:
+            t.metadata["bfcl_id"] = t.task_id
+        return curate_new(rep.tasks, dedup, make_env, funnel)
+
+    return run

@@ -22,6 +22,7 @@ class HybridTaskSupply:
     def __init__(self, synthetic: Sequence[Task], real: Sequence[Task], per_iteration: int, lam: float, seed: int) -> None:
         self.synthetic, self.real = list(synthetic), list(real)
         self.per_iteration, self.lam, self.seed = per_iteration, lam, seed
+        self.coevolve = None  # a CoEvolveHook adds signal-guided tasks during training
         n_syn, n_real = hybrid_counts(per_iteration, lam)
         if n_syn and not self.synthetic:
             raise EvolveKitError("self-questioning produced no synthetic tasks (see the synthesis funnel in the log); "
@@ -47,7 +48,11 @@ class HybridTaskSupply:
         return out
 
     def observe(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
-        return {"tasks/synthetic_pool": float(len(self.synthetic))}
+        metrics = {}
+        if self.coevolve is not None:
+            metrics.update(self.coevolve.observe(ctx, trajectories, self))
+        metrics["tasks/synthetic_pool"] = float(len(self.synthetic))
+        return metrics
 
 
 def synthetic_advantage_scale(tasks_by_id: dict[str, Task], decay: float):
@@ -57,3 +62,30 @@ def synthetic_advantage_scale(tasks_by_id: dict[str, Task], decay: float):
         return decay if task is not None and task.source == TaskSource.SYNTHETIC else 1.0
 
     return scale
+
+
+class CoEvolveHook:
+    """Tracks CoEvolve signals on every iteration's trajectories; every F iterations turns them into new tasks
+    (stored with their signal provenance) that join the synthetic pool."""
+
+    def __init__(self, tracker, regenerator, every: int) -> None:
+        self.tracker, self.regenerator, self.every = tracker, regenerator, every
+        self.pending: list = []
+        self.trajectories: dict[str, Trajectory] = {}
+
+    def observe(self, ctx: IterationContext, trajectories: Sequence[Trajectory], supply: HybridTaskSupply) -> dict[str, float]:
+        signals = self.tracker.observe(trajectories)
+        self.pending += signals
+        self.trajectories.update({t.trajectory_id: t for t in trajectories})
+        metrics = {f"coevolve/{k}": float(sum(s.kind == k for s in signals)) for k in ("forgetting", "boundary", "rare")}
+        new: list[Task] = []
+        if self.every and (ctx.iteration + 1) % self.every == 0 and self.pending:
+            tasks = {t.task_id: t for t in ctx.store.tasks()} if ctx.store is not None else {}
+            new = self.regenerator.regenerate(self.pending, self.trajectories, tasks)
+            if new and ctx.store is not None:
+                with ctx.store.transaction() as c:
+                    ctx.store.put_tasks(c, new, ctx.iteration)
+            supply.synthetic += new
+            self.pending, self.trajectories = [], {}
+        metrics["coevolve/new_tasks"] = float(len(new))
+        return metrics
