@@ -148,7 +148,8 @@ class QuestioningConfig(_Section):
     semantic_dedup_threshold: float = F(0.9, "embedding cosine threshold for semantic dedup (§3.3)")
     hybrid_lambda: float = F(1.0, "λ share of proxy tasks in the hybrid distribution (Eq. 12; paper default trains on synthetic only)")
     synthetic_advantage_decay: float = F(0.5, "advantage down-weighting of proxy tasks in hybrid training (§7.1.3: 0.5)")
-    reward: Literal["state"] = F("state", "reward for synthetic tasks (§3.4): 'state' = the environment's check against the state/results the reference solution produces (the LLM judge is not built yet)")
+    reward: Literal["judge", "state", "mix"] = F("judge", "reward for synthetic tasks (§3.4): LLM judge (unparseable -> state check, counted), state check, or mix")
+    judge_retries: int = F(2, "retries of an unparseable judge answer before the fallback")
     judge_weight: float = F(0.5, "weight of the judge in the 'mix' reward")
 
 

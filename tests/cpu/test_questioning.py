@@ -1,6 +1,8 @@
 """Self-questioning: exploration phases and myopic window, synthesis parsing, both dedup filters, feasibility
 replay (a hallucinated reference solution is dropped), and the pipeline on the real BFCL sandbox."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -150,7 +152,8 @@ def test_run_trains_on_synthetic_tasks_and_evaluates_on_real_ones(tmp_path):
                              f"models.policy.model={tiny}", "models.policy.max_new_tokens=8", "rollout.max_steps=2",
                              "rollout.group_size=2", "train.iterations=1", "train.tasks_per_iteration=2",
                              "train.eval_tasks=2", "train.eval_k=1", "train.autocast=off", "questioning.enabled=true",
-                             "questioning.explore_runs=1", "questioning.explore_steps=4", "questioning.n_depth=10"])
+                             "questioning.explore_runs=1", "questioning.explore_steps=4", "questioning.n_depth=10",
+                             "questioning.reward=state"])
     # the synthetic task set as self-questioning would have stored it (explorer/synthesizer scripted here)
     synth = lambda conv: "Task: What is 2 plus 5?\nSolution: 0\nTask: Multiply 7 by 3.\nSolution: 1\n"  # noqa: E731
     tasks, funnel, _ = synthesize_tasks(cfg, 5, _Scripted(_explorer_answer), SamplingParams(), _Scripted(synth),
@@ -215,3 +218,36 @@ def test_coevolve_regenerator_makes_signal_tagged_tasks():
     assert GOALS["boundary"].split("\n")[0] in seen_goals[1][1]
     assert [t.metadata["signal"]["kind"] for t in new] == ["forgetting", "boundary"]
     assert regen.regenerate([], trajs, {}) == []
+
+
+def test_judge_parsing_fallback_and_mix():
+    from evolvekit.config import Config
+    from evolvekit.orchestrator.stages import IterationContext
+    from evolvekit.questioning.judge import LLMJudge, judge_prompt, mix_reward, parse_judge_score
+    from evolvekit.questioning.reward import SyntheticRewardRollouts
+    from evolvekit.types import TaskSource
+
+    assert parse_judge_score("Reasoning... Score: 0.85") == 0.85
+    assert parse_judge_score("score = 1\nactually **Score:** 0.2") == 0.2  # the last one counts
+    assert parse_judge_score("Score: 7") is None and parse_judge_score("great job") is None
+    assert mix_reward("state", 1.0, 0.2, 0.5) == 1.0 and mix_reward("judge", 1.0, 0.2, 0.5) == 0.2
+    assert mix_reward("mix", 1.0, 0.2, 0.5) == pytest.approx(0.6) and mix_reward("judge", 1.0, None, 0.5) == 1.0
+
+    syn = _task("Add 2 and 5.", [ToolCall(name="add", arguments={"a": 2, "b": 5})], "s1").model_copy(
+        update={"source": TaskSource.SYNTHETIC})
+    real = _task("Real one.", [], "r1")
+    prompt = judge_prompt(syn, _tr("s1", 1.0))
+    assert '"name": "add"' in prompt[1].content and "Principle 1" in prompt[0].content
+
+    class Inner:
+        def rollout(self, ctx, tasks):
+            return [_tr("s1", 1.0, tid="a"), _tr("s1", 0.0, tid="b"), _tr("r1", 1.0, tid="c")]
+
+    answers = iter(["Score: 0.9", "no idea", "still no idea", "nope"])
+    judge = LLMJudge(_Scripted(lambda conv: next(answers)), SamplingParams(), max_retries=2)
+    cfg = Config()
+    stage = SyntheticRewardRollouts(Inner(), cfg, judge)
+    out = stage.rollout(IterationContext(0, 0, Path("."), None), [syn, real])
+    assert [t.outcome_reward for t in out] == [0.9, 0.0, 1.0]  # judged; fallback to the state check; real untouched
+    assert out[1].outcome_details == {"state_score": 0.0, "judge_score": None}
+    assert stage.last_metrics["judge/fallbacks"] == 1.0 and stage.last_metrics["judge/calls"] == 4.0

@@ -87,8 +87,6 @@ class ExperienceSummarisation:
     def process(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         ncfg = self.cfg.navigating
         metrics = guided_vs_vanilla(trajectories)
-        if self.rollouts is not None:
-            metrics.update(self.rollouts.last_metrics)
         for t in trajectories:
             if t.experience_used and not t.flags.failed:
                 self.pool.record_use(t.experience_used, float(t.outcome_reward or 0.0) >= ncfg.success_threshold)

@@ -84,6 +84,15 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
     params = sampling_for(pol)
     rollouts, experience = _navigation(cfg, store, policy, env_factory, params, show_progress)
     supply = _task_supply(cfg, store, train_tasks, policy, env_factory)
+    if cfg.questioning.enabled:
+        from evolvekit.llm.factory import role_llm, sampling_for
+        from evolvekit.questioning.judge import LLMJudge
+        from evolvekit.questioning.reward import SyntheticRewardRollouts
+
+        judge = None
+        if cfg.questioning.reward != "state":
+            judge = LLMJudge(role_llm(cfg.models, "judge"), sampling_for(cfg.models.judge), cfg.questioning.judge_retries)
+        rollouts = SyntheticRewardRollouts(rollouts, cfg, judge)
     stages = Stages(supply=supply,
                     rollouts=rollouts, experience=experience, samples=_sample_stage(cfg),
                     updater=TrainerUpdate(trainer))

@@ -110,6 +110,7 @@ class MasterLoop:
                 store.set_iteration(c, it, IterationStatus.ROLLED_OUT)
         times["time/rollout_s"] = time.perf_counter() - t0
         metrics = rollout_metrics(trajectories)
+        metrics.update(getattr(st.rollouts, "last_metrics", None) or {})  # e.g. judge cost, retrievals
         metrics.update(st.supply.observe(ctx, trajectories))
         t1 = time.perf_counter()
         metrics.update(st.experience.process(ctx, trajectories))

@@ -1,0 +1,90 @@
+"""The reference-based LLM judge for synthetic tasks (AgentEvolver §3.4), and the reward mix.
+
+Two principles: (i) a relevance and repetition check — steps unrelated to the task, hallucinated or redundant
+steps without justification give 0 at once; (ii) continuous scoring — correct solutions score high, incorrect
+ones low, graded by efficiency and intermediate errors. The reference solution from exploration is shown so the
+judge checks that every critical step appears (directly or by an equivalent). The judge answers with a score in
+[0, 1]; an unparseable answer is retried, then the documented fallback applies: the environment's state check
+score (if the mode has one) else 0, and it is counted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from evolvekit.agent.parser import format_call
+from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.types import ChatMessage, Task, Trajectory
+
+JUDGE_SYSTEM = """You grade how well an AI agent completed a task, from its trajectory.
+Principle 1 — relevance and repetition: if the trajectory contains steps unrelated to the task, hallucinated
+results, or redundant repeated steps without a clear reason, the score is 0.
+Principle 2 — continuous scoring: a correct solution scores between 0.7 and 1.0 (higher when efficient and free
+of intermediate errors); an incorrect or incomplete one scores between 0.0 and 0.3 (higher for partial progress).
+Reference check: a REFERENCE SOLUTION found while exploring the environment is given. Check that every critical
+step of it appears in the agent's execution, directly or through a functionally equivalent alternative.
+End your answer with a line: Score: <number between 0 and 1>"""
+
+
+def judge_prompt(task: Task, traj: Trajectory) -> list[ChatMessage]:
+    ref = "\n".join(format_call(c) for turn in (task.reference_solution or []) for c in turn) or "(none)"
+    steps = "\n".join(f"Step {i}: {s.action_text[:400]}\nResult: {s.observation[:400]}" for i, s in enumerate(traj.steps))
+    return [ChatMessage(role="system", content=JUDGE_SYSTEM),
+            ChatMessage(role="user", content=f"TASK:\n{chr(10).join(task.turns)}\n\nREFERENCE SOLUTION:\n{ref}\n\n"
+                        f"AGENT TRAJECTORY:\n{steps or '(no steps)'}")]
+
+
+_SCORE = re.compile(r"score\s*[:=]\s*\**\s*([01](?:\.\d+)?|\.\d+)", re.IGNORECASE)
+
+
+def parse_judge_score(text: str) -> float | None:
+    """The last 'Score: x' in the answer, x in [0, 1]; None when absent or out of range."""
+    found = _SCORE.findall(text or "")
+    if not found:
+        return None
+    value = float(found[-1])
+    return value if 0.0 <= value <= 1.0 else None
+
+
+def mix_reward(mode: str, state: float | None, judge: float | None, judge_weight: float) -> float:
+    """The synthetic-task reward: 'state', 'judge' or 'mix' = w·judge + (1 − w)·state (missing parts fall back)."""
+    if mode == "state" or judge is None:
+        return float(state or 0.0)
+    if mode == "judge" or state is None:
+        return judge
+    return judge_weight * judge + (1.0 - judge_weight) * state
+
+
+@dataclass
+class JudgeReport:
+    scores: list[float | None] = field(default_factory=list)
+    calls: int = 0
+    fallbacks: int = 0
+
+
+class LLMJudge:
+    def __init__(self, llm: LLM, params: SamplingParams, max_retries: int = 2, batch: int = 8) -> None:
+        self.llm, self.params, self.max_retries, self.batch = llm, params, max_retries, batch
+
+    def score(self, pairs: Sequence[tuple[Task, Trajectory]]) -> JudgeReport:
+        report = JudgeReport(scores=[None] * len(pairs))
+        pending = list(range(len(pairs)))
+        for _ in range(self.max_retries + 1):
+            if not pending:
+                break
+            still = []
+            for lo in range(0, len(pending), self.batch):
+                chunk = pending[lo: lo + self.batch]
+                outs = self.llm.chat([judge_prompt(*pairs[i]) for i in chunk], self.params)
+                report.calls += len(chunk)
+                for i, out in zip(chunk, outs):
+                    s = parse_judge_score(out[0].text)
+                    if s is None:
+                        still.append(i)
+                    else:
+                        report.scores[i] = s
+            pending = still
+        report.fallbacks = len(pending)
+        return report

@@ -1,0 +1,44 @@
+"""Rewards for synthetic tasks (AgentEvolver §3.4): the environment's state check, the LLM judge, or a mix.
+
+Wraps the rollout stage: after the rollouts, every trajectory of a synthetic task keeps the environment's check
+as ``outcome_details['state_score']`` (BFCL: the official checker against the state and results the reference
+solution produces), gets a judge score when the mode asks for one, and its ``outcome_reward`` becomes the
+configured mix. Real tasks keep the environment's reward.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from evolvekit.config import Config
+from evolvekit.orchestrator.stages import IterationContext, RolloutStage
+from evolvekit.questioning.judge import LLMJudge, mix_reward
+from evolvekit.types import Task, TaskSource, Trajectory
+
+
+class SyntheticRewardRollouts:
+    def __init__(self, inner: RolloutStage, cfg: Config, judge: LLMJudge | None) -> None:
+        self.inner, self.cfg, self.judge = inner, cfg, judge
+        self.last_metrics: dict[str, float] = {}
+
+    def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
+        trajs = self.inner.rollout(ctx, tasks)
+        self.last_metrics = dict(getattr(self.inner, "last_metrics", {}) or {})
+        by_id = {t.task_id: t for t in tasks}
+        synthetic = [(by_id[t.task_id], t) for t in trajs
+                     if t.task_id in by_id and by_id[t.task_id].source == TaskSource.SYNTHETIC and not t.flags.failed]
+        q = self.cfg.questioning
+        judged: list[float | None] = [None] * len(synthetic)
+        if synthetic and q.reward in ("judge", "mix") and self.judge is not None:
+            report = self.judge.score(synthetic)
+            judged = report.scores
+            self.last_metrics.update({"judge/calls": float(report.calls), "judge/fallbacks": float(report.fallbacks),
+                                      "judge/fallback_rate": report.fallbacks / len(synthetic)})
+        for (task, traj), j in zip(synthetic, judged):
+            state = traj.outcome_reward
+            traj.outcome_details = {**traj.outcome_details, "state_score": state, "judge_score": j}
+            traj.outcome_reward = mix_reward(q.reward, state, j, q.judge_weight)
+        if synthetic:
+            self.last_metrics["rollout/synthetic_state_score"] = sum(float(t.outcome_details["state_score"] or 0.0)
+                                                                     for _, t in synthetic) / len(synthetic)
+        return trajs
