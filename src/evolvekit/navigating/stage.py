@@ -36,6 +36,7 @@ class ExperienceMixedRollouts(VanillaRollouts):
         super().__init__(llm, make_env, cfg, params, show_progress)
         self.pool, self.refiner, self.refine_params = pool, refiner, refine_params
         self.last_metrics: dict[str, float] = {}
+        self.summariser: "ExperienceSummarisation | None" = None  # set by the builder: its extractor feeds cold start
 
     def _experience_for(self, task: Task) -> tuple[str | None, tuple[str, ...]]:
         ncfg = self.cfg.navigating
@@ -47,7 +48,23 @@ class ExperienceMixedRollouts(VanillaRollouts):
                        keep=ncfg.inject_count)
         return "\n\n".join(texts), tuple(e.experience_id for e, _ in hits[: ncfg.inject_count])
 
+    def cold_start(self, ctx: IterationContext, tasks: Sequence[Task]) -> int:
+        """Eq. 13: with an empty pool, N_pc vanilla rollouts per task of the initial policy feed Ω_process."""
+        n_pc = self.cfg.navigating.n_pc
+        if len(self.pool) or not n_pc or self.summariser is None:
+            return 0
+        jobs = [RolloutJob(task=t, group_id=f"coldstart-{i}-{t.task_id}") for i, t in enumerate(tasks) for _ in range(n_pc)]
+        params = SamplingParams(n=1, temperature=self.params.temperature, top_p=self.params.top_p,
+                                max_new_tokens=self.params.max_new_tokens, stop=self.params.stop, seed=ctx.seed + 7)
+        trajs = run_rollouts(jobs, self.make_env, self.llm, self.cfg.rollout, params, self.cfg.env.tool_rendering,
+                             show_progress=self.show_progress)
+        report = self.summariser.extractor.extract(trajs, {t.task_id: t for t in tasks}, ctx.iteration)
+        for exp in report.experiences:
+            self.pool.add(exp)
+        return len(trajs)
+
     def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
+        cold = self.cold_start(ctx, tasks)
         n = self.cfg.rollout.group_size
         n_e = guided_count(n, self.cfg.navigating.eta)
         jobs, retrievals = [], 0
@@ -61,7 +78,7 @@ class ExperienceMixedRollouts(VanillaRollouts):
                                 max_new_tokens=self.params.max_new_tokens, stop=self.params.stop, seed=ctx.seed)
         trajs = run_rollouts(jobs, self.make_env, self.llm, self.cfg.rollout, params, self.cfg.env.tool_rendering,
                              show_progress=self.show_progress)
-        self.last_metrics = {"navigating/retrievals": float(retrievals)}
+        self.last_metrics = {"navigating/retrievals": float(retrievals), "navigating/cold_start_rollouts": float(cold)}
         return trajs
 
 

@@ -144,9 +144,18 @@ def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_
     pool = ExperiencePool(embedder.embed, cfg.navigating.theta_sim, llm_equivalence(summarizer, sparams))
     pool.load(store.experiences())  # a resumed run continues with its committed pool
     refiner = summarizer if (cfg.navigating.rerank or cfg.navigating.rewrite) else None
+    if cfg.navigating.as_tool:  # EvolveR: the agent searches experience itself through a tool
+        from evolvekit.navigating.tool_env import ExperienceToolEnv
+
+        inner_factory = env_factory
+
+        def env_factory():
+            return ExperienceToolEnv(inner_factory(), pool, cfg.navigating.top_k)
     rollouts = ExperienceMixedRollouts(policy, env_factory, cfg, params, pool, refiner, sparams, show_progress)
     extractor = ExperienceExtractor(summarizer, sparams, cfg.navigating.validate_experiences, cfg.navigating.success_threshold)
-    return rollouts, ExperienceSummarisation(cfg, pool, extractor, rollouts)
+    summarisation = ExperienceSummarisation(cfg, pool, extractor, rollouts)
+    rollouts.summariser = summarisation
+    return rollouts, summarisation
 
 
 def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory):

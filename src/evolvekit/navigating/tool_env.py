@@ -1,0 +1,65 @@
+"""Experience as an action (EvolveR §3.2.2): a ``search_experience`` tool next to the environment's own tools.
+
+The wrapper adds the tool to the visible tool list; a call returns the top principles for its query from the
+pool, and every other call goes to the wrapped environment. The tool's output reaches the policy as an
+observation, i.e. prompt tokens with loss mask 0 — it is never trained on. Uses are counted on the experiences
+returned (``experience_ids_used``) so the EvolveR score sees them.
+"""
+
+from __future__ import annotations
+
+from evolvekit.env.base import Action, CallResult, Environment, ResetResult, StepResult, ToolSchema
+from evolvekit.navigating.pool import ExperiencePool
+
+TOOL_NAME = "search_experience"
+TOOL = ToolSchema(name=TOOL_NAME, description="Search past experience for principles that help with a situation.",
+                  parameters={"type": "dict", "properties": {"query": {"type": "string", "description":
+                              "the situation or sub-goal to get advice for"}}, "required": ["query"]})
+
+
+class ExperienceToolEnv:
+    def __init__(self, env: Environment, pool: ExperiencePool, k: int = 3) -> None:
+        self.env, self.pool, self.k = env, pool, k
+        self.name = getattr(env, "name", "env")
+        self.experience_ids_used: list[str] = []
+
+    def profile(self):
+        return self.env.profile()
+
+    def reset(self, task=None, sandbox_config=None) -> ResetResult:
+        self.experience_ids_used = []
+        res = self.env.reset(task, sandbox_config)
+        return res.model_copy(update={"tools": [*res.tools, TOOL]})
+
+    def _search(self, query: str) -> CallResult:
+        hits = self.pool.retrieve(query, self.k)
+        self.experience_ids_used += [e.experience_id for e, _ in hits]
+        if not hits:
+            return CallResult(name=TOOL_NAME, ok=True, output="No stored experience matches.")
+        text = "\n".join(f"- When to use: {e.when_to_use} | {e.content}" for e, _ in hits)
+        return CallResult(name=TOOL_NAME, ok=True, output=text)
+
+    def step(self, action: Action) -> StepResult:
+        mine = [c for c in action.tool_calls if c.name == TOOL_NAME]
+        if not mine:
+            res = self.env.step(action)
+            if res.tools is not None:
+                res = res.model_copy(update={"tools": [*res.tools, TOOL]})
+            return res
+        results = [self._search(str(c.arguments.get("query", ""))) for c in mine]
+        others = [c for c in action.tool_calls if c.name != TOOL_NAME]
+        obs = [f"[{r.name}] {r.output}" for r in results]
+        if others:
+            inner = self.env.step(action.model_copy(update={"tool_calls": others}))
+            results += inner.call_results
+            obs.append(inner.observation)
+        return StepResult(observation="\n".join(obs), call_results=results)
+
+    def evaluate(self, trajectory=None):
+        return self.env.evaluate(trajectory)
+
+    def info(self):
+        return self.env.info()
+
+    def close(self) -> None:
+        self.env.close()
