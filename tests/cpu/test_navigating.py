@@ -217,3 +217,36 @@ def test_search_experience_tool_wraps_the_environment():
     env.step(parse_action(format_call(task.reference_solution[0][0])))  # the real tools still work
     env.step(parse_action("done"))
     assert env.evaluate().score == 1.0  # the search call does not disturb the official check
+
+
+def test_utility_test_keeps_only_helpful_experiences():
+    from evolvekit.navigating.utility import UtilityTester, related_tasks
+    from evolvekit.types import Task, Trajectory
+
+    tasks = [Task(task_id=f"t{i}", env_name="x", query=q) for i, q in enumerate(["add a b", "add c d", "sort list", "add e f"])]
+    table = {"add a b": [1.0, 0.0], "add c d": [0.99, math.sqrt(1 - 0.99 ** 2)], "sort list": [0.0, 1.0],
+             "add e f": [0.9, math.sqrt(1 - 0.81)]}
+    embed = _embedder(table)
+    rel = related_tasks(tasks[0], tasks, embed, 3)
+    assert [t.task_id for t in rel] == ["t0", "t1", "t3"]  # source first, then by task-description similarity
+
+    helpful = Experience(when_to_use="w", content="good", provenance=ExperienceProvenance(task_ids=["t0"]))
+    useless = Experience(when_to_use="w", content="bad", provenance=ExperienceProvenance(task_ids=["t0"]))
+    orphan = Experience(when_to_use="w", content="x")
+
+    import evolvekit.navigating.utility as utility_mod
+
+    def fake_rollouts(jobs, make_env, llm, cfg, params, rendering, show_progress=False):
+        return [Trajectory(task_id=j.task.task_id, outcome_reward=1.0 if "good" in j.experience else 0.0,
+                           flags={"experience_guided": True}) for j in jobs]
+
+    real = utility_mod.run_rollouts
+    utility_mod.run_rollouts = fake_rollouts  # rollouts are a test double here; the selection logic is real
+    try:
+        tester = UtilityTester(None, None, None, None, "compact", embed, k=3)
+        vanilla = [Trajectory(task_id="t0", outcome_reward=0.5), Trajectory(task_id="t1", outcome_reward=0.0)]
+        out = tester.test([helpful, useless, orphan], {t.task_id: t for t in tasks}, tasks, vanilla)
+    finally:
+        utility_mod.run_rollouts = real
+    assert [(round(u, 3), keep) for _, u, keep in out] == [(1.0, True), (0.0, False), (0.0, False)]
+    assert out[0][0].utility == 1.0

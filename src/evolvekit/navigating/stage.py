@@ -100,6 +100,7 @@ class ExperienceSummarisation:
                  rollouts: ExperienceMixedRollouts | None = None) -> None:
         self.cfg, self.pool, self.extractor, self.rollouts = cfg, pool, extractor, rollouts
         self._pruned: list[str] = []
+        self.utility = None  # an Evolving-RL UtilityTester when navigating.utility_test
 
     def process(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         ncfg = self.cfg.navigating
@@ -109,8 +110,14 @@ class ExperienceSummarisation:
                 self.pool.record_use(t.experience_used, float(t.outcome_reward or 0.0) >= ncfg.success_threshold)
         tasks = {t.task_id: t for t in ctx.store.tasks()}
         report = self.extractor.extract(trajectories, tasks, ctx.iteration)
+        candidates = report.experiences
+        dropped = 0
+        if self.utility is not None and candidates:  # Evolving-RL: keep only experiences that raise reward
+            tested = self.utility.test(candidates, tasks, list(tasks.values()), trajectories)
+            candidates = [e for e, _, keep in tested if keep]
+            dropped = len(tested) - len(candidates)
         added = merged = 0
-        for exp in report.experiences:
+        for exp in candidates:
             res = self.pool.add(exp)
             added += res.action == "added"
             merged += res.action == "merged"
@@ -121,7 +128,7 @@ class ExperienceSummarisation:
                         "navigating/merged": float(merged), "navigating/pruned": float(len(self._pruned)),
                         "navigating/extraction_calls": float(report.calls),
                         "navigating/unparseable": float(report.unparseable),
-                        "navigating/rejected": float(report.rejected)})
+                        "navigating/rejected": float(report.rejected), "navigating/utility_dropped": float(dropped)})
         return metrics
 
     def commit(self, c: sqlite3.Connection, store: RunStore, iteration: int) -> None:

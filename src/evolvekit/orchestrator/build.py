@@ -155,6 +155,11 @@ def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_
     extractor = ExperienceExtractor(summarizer, sparams, cfg.navigating.validate_experiences, cfg.navigating.success_threshold)
     summarisation = ExperienceSummarisation(cfg, pool, extractor, rollouts)
     rollouts.summariser = summarisation
+    if cfg.navigating.utility_test:
+        from evolvekit.navigating.utility import UtilityTester
+
+        summarisation.utility = UtilityTester(policy, env_factory, cfg.rollout, params, cfg.env.tool_rendering,
+                                              embedder.embed, cfg.navigating.utility_k)
     return rollouts, summarisation
 
 
