@@ -195,7 +195,9 @@ class AttributingConfig(_Section):
 
 
 class EvolvingRLConfig(_Section):
-    enabled: bool = F(False, "Evolving-RL joint extractor/solver training (Evolving-RL §3)")
+    enabled: bool = F(False, "co_evolution switch: Evolving-RL joint extractor/solver training (Evolving-RL §3)")
+    mode: Literal["both", "solver_only", "extractor_only"] = F("both", "Table 3 ablations: train both roles, or only one")
+    skill_max_tokens: int = F(128, "generation cap of one extracted skill")
     n_candidates: int = F(8, "N candidate skills per source task (Evolving-RL §3.1)")
     k_tasks: int = F(4, "K related downstream tasks, source included (Evolving-RL §3.1)")
     lambda_e: float = F(0.2, "λ_e weight of the extractor loss (Eq. 6)")

@@ -170,6 +170,8 @@ class TrainingSample(_Model):
     experience_mask: list[int]  # 1 on tokens of inserted experience (stripped before the update)
     old_logprobs: list[float] | None = None
     experience_guided: bool = False
+    loss_weight: float = 1.0  # e.g. λ_e / λ_s of Evolving-RL's joint objective (Eq. 6)
+    entropy_coef: float = 0.0  # per-sample entropy coefficient (Evolving-RL Eq. 3 uses a negative one)
 
     def model_post_init(self, __context: Any) -> None:
         n = len(self.token_ids)

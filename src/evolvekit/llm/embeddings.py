@@ -26,7 +26,7 @@ class SentenceTransformerEmbedder:
 
         self.model = SentenceTransformer(resolve_model_path(model), device=device)
         self.batch_size = batch_size
-        self.dim = int(self.model.get_sentence_embedding_dimension())
+        self.dim = int(getattr(self.model, "get_embedding_dimension", self.model.get_sentence_embedding_dimension)())
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

@@ -84,6 +84,17 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
     params = sampling_for(pol)
     rollouts, experience = _navigation(cfg, store, policy, env_factory, params, show_progress)
     supply = _task_supply(cfg, store, train_tasks, policy, env_factory)
+    samples = _sample_stage(cfg)
+    if cfg.evolving_rl.enabled:  # Evolving-RL replaces stages B, C and D(samples) with its own structure
+        if cfg.navigating.enabled or cfg.attributing.enabled:
+            raise ConfigError("evolving_rl.enabled replaces the rollout, experience and sample stages; "
+                              "turn navigating.enabled and attributing.enabled off")
+        from evolvekit.llm.factory import build_embedder
+        from evolvekit.navigating.evolving_stage import EvolvingRLStage
+
+        candidates = list(train_tasks) + list(getattr(supply, "synthetic", []))
+        rollouts = experience = samples = EvolvingRLStage(cfg, policy, env_factory, params, candidates,
+                                                          build_embedder(cfg.embedding).embed)
     if cfg.questioning.enabled:
         from evolvekit.llm.factory import role_llm, sampling_for
         from evolvekit.questioning.judge import LLMJudge
@@ -94,7 +105,7 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
             judge = LLMJudge(role_llm(cfg.models, "judge"), sampling_for(cfg.models.judge), cfg.questioning.judge_retries)
         rollouts = SyntheticRewardRollouts(rollouts, cfg, judge)
     stages = Stages(supply=supply,
-                    rollouts=rollouts, experience=experience, samples=_sample_stage(cfg),
+                    rollouts=rollouts, experience=experience, samples=samples,
                     updater=TrainerUpdate(trainer))
 
     evaluator = None

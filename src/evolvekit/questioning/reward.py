@@ -26,7 +26,8 @@ class SyntheticRewardRollouts:
         self.last_metrics = dict(getattr(self.inner, "last_metrics", {}) or {})
         by_id = {t.task_id: t for t in tasks}
         synthetic = [(by_id[t.task_id], t) for t in trajs
-                     if t.task_id in by_id and by_id[t.task_id].source == TaskSource.SYNTHETIC and not t.flags.failed]
+                     if t.task_id in by_id and by_id[t.task_id].source == TaskSource.SYNTHETIC and not t.flags.failed
+                     and t.metadata.get("role") != "extractor"]  # an extractor's reward is its skill's utility
         q = self.cfg.questioning
         judged: list[float | None] = [None] * len(synthetic)
         if synthetic and q.reward in ("judge", "mix") and self.judge is not None:

@@ -105,11 +105,13 @@ def token_mean(values: torch.Tensor, mask: torch.Tensor, denominator: float | No
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
                 guided: torch.Tensor, *, eps_low: float, eps_high: float, eps_high_boost: float | None = None,
                 ref_logprobs: torch.Tensor | None = None, kl_beta: float = 0.0, entropy: torch.Tensor | None = None,
-                entropy_coef: float = 0.0, denominator: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                entropy_coef: float | torch.Tensor = 0.0, denominator: float | None = None,
+                weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The full token-level loss: clipped surrogate (Eq. 17) + β·KL_k3 − c_H·entropy, token-mean over ``mask``.
 
-    A negative ``entropy_coef`` (Evolving-RL Eq. 3) penalises entropy. Returns the scalar loss and detached
-    statistics (means over masked tokens).
+    A negative ``entropy_coef`` (Evolving-RL Eq. 3) penalises entropy; it may be a per-sample ``[B]`` tensor.
+    ``weights`` (``[B]``) scale each sample's per-token loss (Evolving-RL Eq. 6: λ_e, λ_s). Returns the scalar
+    loss and detached statistics (means over masked tokens).
     """
     bounds = per_token_eps_high(advantages, guided, eps_high, eps_high_boost)
     pg, clipped = clipped_surrogate(logprobs, old_logprobs, advantages, eps_low, bounds)
@@ -119,9 +121,12 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         kl = k3_kl(logprobs, ref_logprobs)
         total = total + kl_beta * kl
         stats["kl"] = float(token_mean(kl.detach(), mask))
-    if entropy is not None and entropy_coef != 0.0:
-        total = total - entropy_coef * entropy
+    if entropy is not None:
+        coef = entropy_coef.unsqueeze(-1) if torch.is_tensor(entropy_coef) else entropy_coef
+        total = total - coef * entropy
         stats["entropy"] = float(token_mean(entropy.detach(), mask))
+    if weights is not None:
+        total = total * weights.unsqueeze(-1)
     loss = token_mean(total, mask, denominator)
     stats["pg_loss"] = float(token_mean(pg.detach(), mask))
     stats["clip_frac"] = float(token_mean(clipped, mask))

@@ -154,8 +154,11 @@ class GRPOTrainer:
             mask[i, :n] = m
             adv[i, :n] = torch.tensor(s.token_advantages)
         guided = torch.tensor([s.experience_guided for s in samples], dtype=torch.bool)
+        weights = torch.tensor([s.loss_weight for s in samples], dtype=torch.float32)
+        ent = torch.tensor([s.entropy_coef + self.entropy_coef for s in samples], dtype=torch.float32)
         return {"ids": ids.to(self.device), "attn": attn.to(self.device), "mask": mask.to(self.device),
-                "adv": adv.to(self.device), "guided": guided.to(self.device)}
+                "adv": adv.to(self.device), "guided": guided.to(self.device), "weights": weights.to(self.device),
+                "entropy_coef": ent.to(self.device)}
 
     @torch.no_grad()
     def _logprobs_no_grad(self, model, samples: Sequence[TrainingSample]) -> list[torch.Tensor]:
@@ -194,7 +197,7 @@ class GRPOTrainer:
         self.model.train()
         agg: dict[str, float] = {}
         weight_total = 0.0
-        with_entropy = self.entropy_coef != 0.0
+        with_entropy = self.entropy_coef != 0.0 or any(s.entropy_coef != 0.0 for s in samples)
         for _ in range(self.cfg.ppo_epochs):
             for mini in _batches(samples, self.cfg.mini_batch_size or len(samples)):
                 mini_tokens = sum(float(sum(samples[i].loss_mask[1:])) for i in mini) or 1.0
@@ -218,8 +221,9 @@ class GRPOTrainer:
                     loss, st = policy_loss(logp[:, :width], old_lp, batch["adv"], batch["mask"], batch["guided"],
                                            eps_low=self.cfg.eps_low, eps_high=self.cfg.eps_high,
                                            eps_high_boost=self.eps_high_boost, ref_logprobs=ref_lp,
-                                           kl_beta=self.cfg.kl_beta, entropy=ent, entropy_coef=self.entropy_coef,
-                                           denominator=mini_tokens)
+                                           kl_beta=self.cfg.kl_beta, entropy=ent, entropy_coef=batch["entropy_coef"],
+                                           denominator=mini_tokens,
+                                           weights=batch["weights"] if any(s.loss_weight != 1.0 for s in samples) else None)
                     loss.backward()
                     w = float(batch["mask"].sum())
                     weight_total += w

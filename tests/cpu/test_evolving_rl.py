@@ -1,0 +1,125 @@
+"""Evolving-RL: Eq. 2/4 groupings by hand, the skill filter, Eq. 7-10 reliability, Table 3 weights, the joint
+loss weighting, and one master-loop iteration with the co-evolution stages (tiny model, test environment)."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from evolvekit.navigating.evolving_rl import (abnormal_skill, extractor_advantages, gap_sigma, group_reliability,
+                                              joint_weights, normal_cdf, ordering_lower_bound, ordering_probability,
+                                              skill_rewards, solver_advantages)
+from evolvekit.train.losses import policy_loss
+
+R = [[1.0, 0.0, 1.0],   # skill 0
+     [0.0, 0.0, 0.0],   # skill 1
+     [1.0, 1.0, 1.0]]   # skill 2
+
+
+def test_skill_rewards_and_both_groupings_by_hand():
+    assert skill_rewards(R) == pytest.approx([2 / 3, 0.0, 1.0])
+    # extractor group: rewards 2/3, 0, 1 -> mean 5/9, unbiased std sqrt(((1/9)^2 + (5/9)^2 + (4/9)^2)/2)
+    sd = math.sqrt(((1 / 9) ** 2 + (5 / 9) ** 2 + (4 / 9) ** 2) / 2)
+    assert extractor_advantages(R, eps=0.0) == pytest.approx([(2 / 3 - 5 / 9) / sd, -5 / 9 / sd, 4 / 9 / sd])
+    # a malformed skill is zeroed before normalising
+    assert extractor_advantages(R, valid=[True, True, False], eps=0.0)[2] < 0
+    # solver groups: one per downstream task (column); task 2 is degenerate only if all equal
+    adv = solver_advantages(R, eps=0.0)
+    col0 = [1.0, 0.0, 1.0]
+    m, s = 2 / 3, math.sqrt(1 / 3)
+    assert [adv[i][0] for i in range(3)] == pytest.approx([(x - m) / s for x in col0])
+    assert [adv[i][1] for i in range(3)] == pytest.approx([-(1 / 3) / s, -(1 / 3) / s, (2 / 3) / s])
+
+
+def test_abnormal_skill_filter():
+    assert not abnormal_skill("When to use: adding numbers\nContent: call add(a, b) — then answer.")
+    assert not abnormal_skill("Quand utiliser : fichiers, répertoires")
+    assert abnormal_skill("call add \ufffd\ufffd")
+    assert abnormal_skill("ok\x07")
+    assert abnormal_skill("∑∑∑∑∑∑ ≈≈≈ ok")
+    assert abnormal_skill("   ")
+
+
+def test_reliability_equations():
+    assert normal_cdf(0.0) == 0.5
+    # Eq. 7: K = 2, v = 0.25 everywhere -> sigma^2 = (1/4) * 4 * 0.25 = 0.25
+    assert gap_sigma([0.25, 0.25], [0.25, 0.25]) == pytest.approx(0.5)
+    assert ordering_probability(0.5, 0.5) == pytest.approx(normal_cdf(1.0))
+    # Eq. 10 with K = 4, range 1: Phi(0.25 * sqrt(8))
+    assert ordering_lower_bound(0.25, 4) == pytest.approx(normal_cdf(0.25 * math.sqrt(8)))
+    rel = group_reliability(R)
+    assert rel["spread"] == pytest.approx(1.0)
+    gaps = [1.0 - 2 / 3, 2 / 3]
+    assert rel["ordering_bound"] == pytest.approx(sum(normal_cdf(g * math.sqrt(6)) for g in gaps) / 2)
+
+
+def test_joint_weights_and_weighted_loss():
+    assert joint_weights("both", 0.2, 1.0) == (0.2, 1.0)
+    assert joint_weights("solver_only", 0.2, 1.0) == (0.0, 1.0)
+    assert joint_weights("extractor_only", 0.2, 1.0) == (0.2, 0.0)
+    logp = torch.zeros(2, 2)
+    adv = torch.tensor([[1.0, 1.0], [1.0, 1.0]])
+    mask = torch.ones(2, 2)
+    loss, _ = policy_loss(logp, logp, adv, mask, torch.tensor([False, False]), eps_low=0.2, eps_high=0.2,
+                          weights=torch.tensor([0.2, 1.0]))
+    assert loss.item() == pytest.approx(-(0.2 * 2 + 1.0 * 2) / 4)
+    ent = torch.ones(2, 2)
+    loss, _ = policy_loss(logp, logp, torch.zeros(2, 2), mask, torch.tensor([False, False]), eps_low=0.2,
+                          eps_high=0.2, entropy=ent, entropy_coef=torch.tensor([-0.03, 0.0]))
+    assert loss.item() == pytest.approx(0.03 * 2 / 4)  # only the extractor sample pays the entropy penalty
+
+
+PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
+
+
+@pytest.mark.slow
+def test_one_co_evolution_iteration(tmp_path, monkeypatch):
+    from evolvekit.config import load_config
+    from evolvekit.llm.tiny import make_tiny_model
+    from evolvekit.orchestrator.build import build_loop, open_run
+
+    monkeypatch.syspath_prepend(PLUGINS)
+    tiny = make_tiny_model(tmp_path / "tiny")
+    cfg = load_config(None, [f"run.out_dir={tmp_path}", "env.name=coin", "env.plugins=[coin_env]",
+                             f"models.policy.model={tiny}", "models.policy.max_new_tokens=8", "rollout.max_steps=1",
+                             "train.iterations=1", "train.tasks_per_iteration=2", "train.eval_before=false",
+                             "train.eval_after=false", "train.autocast=off", "train.learning_rate=1e-3",
+                             "evolving_rl.enabled=true", "evolving_rl.n_candidates=3", "evolving_rl.k_tasks=2",
+                             "evolving_rl.skill_max_tokens=12"])
+    cfg, run_dir, store = open_run(cfg, None)
+    loop = build_loop(cfg, run_dir, store, show_progress=False)
+    stage = loop.stages.rollouts
+    captured = {}
+    inner_build = stage.build
+
+    def spy(ctx, trajs):
+        samples, m = inner_build(ctx, trajs)
+        captured["samples"] = samples
+        return samples, m
+
+    stage.build = spy
+    loop.stages.samples = stage
+    loop.run()
+    trajs = store.trajectories(0)
+    roles = [t.metadata["role"] for t in trajs]
+    assert roles.count("source") == 2 and roles.count("extractor") == 2 * 3 and roles.count("solver") == 2 * 3 * 2
+    # extractor groups: one per source task; solver groups: one per (source, downstream task), N members each
+    ext_groups = {t.group_id for t in trajs if t.metadata["role"] == "extractor"}
+    sol_groups = {}
+    for t in trajs:
+        if t.metadata["role"] == "solver":
+            sol_groups.setdefault(t.group_id, []).append(t.metadata["skill"])
+    assert len(ext_groups) == 2 and len(sol_groups) == 4 and all(sorted(v) == [0, 1, 2] for v in sol_groups.values())
+    for t in trajs:  # Eq. 2: an extractor's reward is its skill's mean downstream reward
+        if t.metadata["role"] == "extractor" and not t.metadata["abnormal"]:
+            downstream = [s.outcome_reward for s in trajs if s.metadata["role"] == "solver"
+                          and s.metadata["source"] == t.metadata["source"] and s.metadata["skill"] == t.metadata["skill"]]
+            assert t.outcome_reward == pytest.approx(sum(downstream) / len(downstream))
+    weights = sorted({s.loss_weight for s in captured["samples"]})
+    assert weights == [0.2, 1.0]
+    assert {s.entropy_coef for s in captured["samples"] if s.loss_weight == 0.2} == {-0.03}
+    m = store.metrics()[0]
+    assert {"evolving/skill_reward_spread", "evolving/ordering_bound", "evolving/skills_kept"} <= set(m)
+    assert all(e.provenance.kind == "skill" and e.utility is not None for e in store.experiences())
+    store.close()
