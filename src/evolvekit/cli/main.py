@@ -30,6 +30,11 @@ app.add_typer(experiences_app, name="experiences")
 from evolvekit.cli.tasks_cmd import tasks_app  # noqa: E402
 
 app.add_typer(tasks_app, name="tasks")
+from evolvekit.cli.report_cmd import ablate_command, dashboard_command, report_command  # noqa: E402
+
+app.command("report")(report_command)
+app.command("dashboard")(dashboard_command)
+app.command("ablate")(ablate_command)
 
 app.command("eval")(eval_command)
 app.command("run")(run_command)

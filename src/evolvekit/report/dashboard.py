@@ -1,0 +1,130 @@
+"""``evolvekit dashboard RUN_DIR``: a read-only local web page to browse a run, live while it runs.
+
+Pages: overview (held-out evaluations, curves, metrics), tasks (provenance, reference solutions), trajectories
+(step by step: tool calls, observations, GOOD/BAD attribution colouring, injected experience), the experience
+pool with scores. Every piece of text from models and environments is HTML-escaped. The store is opened
+read-only per request (WAL: the training process is never blocked). Bound to 127.0.0.1 by the CLI.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import HTMLResponse, Response
+
+from evolvekit.report.figures import connect_ro, load_summary, write_figures
+
+GOOD_COLOR, BAD_COLOR = "#c8f7c5", "#f7c5c5"
+CSS = f"""body{{font-family:system-ui,sans-serif;margin:1.5em;max-width:80em}}nav a{{margin-right:1em}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.25em .5em;vertical-align:top}}
+pre{{white-space:pre-wrap;margin:0}}.GOOD{{background:{GOOD_COLOR}}}.BAD{{background:{BAD_COLOR}}}
+.exp{{background:#fff3c4;border-left:4px solid #e0b000;padding:.4em;margin:.5em 0}}"""
+
+e = html.escape
+
+
+def _page(title: str, body: str) -> HTMLResponse:
+    nav = "<nav><a href='/'>overview</a><a href='/tasks'>tasks</a><a href='/trajectories'>trajectories</a>" \
+          "<a href='/experiences'>experiences</a></nav>"
+    return HTMLResponse(f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
+                        f"<meta http-equiv='refresh' content='60'><style>{CSS}</style></head><body>{nav}"
+                        f"<h1>{e(title)}</h1>{body}</body></html>")
+
+
+def create_dashboard(run_dir: Path) -> FastAPI:
+    run_dir = Path(run_dir)
+    if not (run_dir / "run.sqlite").is_file():
+        raise FileNotFoundError(f"{run_dir} has no run.sqlite")
+    app = FastAPI(title=f"evolvekit dashboard: {run_dir.name}", docs_url=None, redoc_url=None)
+    fig_dir = run_dir / "report" / "live"
+
+    @app.get("/", response_class=HTMLResponse)
+    def overview():
+        run = load_summary(run_dir)
+        figs = write_figures(run, fig_dir)
+        evals = "".join(f"<tr><td>{e(p)}</td><td>{e(json.dumps({k: v for k, v in ev.items() if '@' in k}))}</td></tr>"
+                        for p, ev in sorted(run.evaluations.items()))
+        last = run.metrics[max(run.metrics)] if run.metrics else {}
+        rows = "".join(f"<tr><td>{e(k)}</td><td>{v:.4g}</td></tr>" for k, v in sorted(last.items()))
+        imgs = "".join(f"<h3>{e(n)}</h3><img src='/figures/{e(p.name)}' alt='{e(n)}'>" for n, p in figs.items())
+        return _page(f"run {run_dir.name}", f"<p>{len(run.metrics)} iterations done</p><h2>Held-out evaluation</h2>"
+                     f"<table>{evals}</table>{imgs}<h2>Latest iteration</h2><table>{rows}</table>")
+
+    @app.get("/figures/{name}")
+    def figure(name: str):
+        path = (fig_dir / name).resolve()
+        if path.parent != fig_dir.resolve() or not path.is_file() or path.suffix != ".png":
+            raise HTTPException(404)
+        return Response(path.read_bytes(), media_type="image/png")
+
+    @app.get("/tasks", response_class=HTMLResponse)
+    def tasks():
+        con = connect_ro(run_dir)
+        rows = []
+        for (j,) in con.execute("SELECT json FROM tasks ORDER BY rowid LIMIT 500"):
+            t = json.loads(j)
+            meta = t.get("metadata") or {}
+            prov = {k: meta[k] for k in ("exploration_id", "signal", "curation", "family", "category") if k in meta}
+            ref = "\n".join(f"{c['name']}({json.dumps(c.get('arguments', {}))})" for turn in (t.get("reference_solution") or [])
+                            for c in turn)
+            query = t["query"] if isinstance(t["query"], str) else "\n".join(t["query"])
+            rows.append(f"<tr><td>{e(t['task_id'])}</td><td>{e(t.get('source', ''))}</td><td><pre>{e(query)}</pre></td>"
+                        f"<td><pre>{e(ref)}</pre></td><td><pre>{e(json.dumps(prov))}</pre></td></tr>")
+        con.close()
+        return _page("tasks", "<table><tr><th>task</th><th>source</th><th>query</th><th>reference solution</th>"
+                     f"<th>provenance</th></tr>{''.join(rows)}</table>")
+
+    @app.get("/trajectories", response_class=HTMLResponse)
+    def trajectories():
+        con = connect_ro(run_dir)
+        rows = "".join(
+            f"<tr><td><a href='/trajectories/{e(tid)}'>{e(tid)}</a></td><td>{it}</td><td>{e(phase)}</td><td>{e(task)}</td>"
+            f"<td>{'' if r is None else f'{r:.2f}'}</td><td>{'yes' if g else ''}</td></tr>"
+            for tid, it, phase, task, r, g in con.execute(
+                "SELECT trajectory_id, iteration, phase, task_id, outcome_reward, experience_guided FROM trajectories "
+                "ORDER BY rowid DESC LIMIT 500"))
+        con.close()
+        return _page("trajectories", "<table><tr><th>trajectory</th><th>iteration</th><th>phase</th><th>task</th>"
+                     f"<th>reward</th><th>guided</th></tr>{rows}</table>")
+
+    @app.get("/trajectories/{trajectory_id}", response_class=HTMLResponse)
+    def trajectory(trajectory_id: str):
+        con = connect_ro(run_dir)
+        row = con.execute("SELECT json FROM trajectories WHERE trajectory_id = ?", (trajectory_id,)).fetchone()
+        con.close()
+        if row is None:
+            raise HTTPException(404, "no such trajectory")
+        t = json.loads(row[0])
+        labels = t.get("step_attributions") or []
+        parts = [f"<p>task {e(t['task_id'])} · reward {e(str(t.get('outcome_reward')))} · "
+                 f"{'experience-guided' if t['flags'].get('experience_guided') else 'vanilla'}</p>"]
+        if t.get("experience_used"):
+            parts.append(f"<p>experiences used: {e(', '.join(t['experience_used']))}</p>")
+        parts.append("<table><tr><th>step</th><th>label</th><th>action</th><th>tool calls</th><th>observation</th></tr>")
+        for i, s in enumerate(t.get("steps", [])):
+            label = labels[i] if i < len(labels) else ""
+            calls = "\n".join(f"{c['name']}({json.dumps(c.get('arguments', {}))})" for c in s.get("tool_calls", []))
+            parts.append(f"<tr class='{e(label)}' data-label='{e(label)}'><td>{s['index']}</td><td>{e(label)}</td>"
+                         f"<td><pre>{e(s['action_text'])}</pre></td><td><pre>{e(calls)}</pre></td>"
+                         f"<td><pre>{e(s.get('observation', ''))}</pre></td></tr>")
+        parts.append("</table>")
+        return _page(f"trajectory {trajectory_id}", "".join(parts))
+
+    @app.get("/experiences", response_class=HTMLResponse)
+    def experiences():
+        con = connect_ro(run_dir)
+        rows = []
+        for (j,) in con.execute("SELECT json FROM experiences ORDER BY rowid"):
+            x = json.loads(j)
+            score = (x.get("success_count", 0) + 1) / (x.get("use_count", 0) + 2)
+            rows.append(f"<tr><td>{e(x['experience_id'])}</td><td class='exp'>{e(x['when_to_use'])}</td>"
+                        f"<td><pre>{e(x['content'])}</pre></td><td>{x.get('use_count', 0)}</td>"
+                        f"<td>{score:.2f}</td><td>{e(str(x.get('utility')))}</td></tr>")
+        con.close()
+        return _page("experience pool", "<table><tr><th>id</th><th>when to use</th><th>content</th><th>uses</th>"
+                     f"<th>score</th><th>utility</th></tr>{''.join(rows)}</table>")
+
+    return app

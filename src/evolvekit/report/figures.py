@@ -1,0 +1,139 @@
+"""Figures and summary numbers of a run, read from its run store (used by the report and the dashboard)."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evolvekit.attributing.efficiency import area_under_curve, steps_to_fraction
+
+
+def connect_ro(run_dir: Path) -> sqlite3.Connection:
+    """Read-only connection (safe next to a live run: WAL readers never block the writer)."""
+    return sqlite3.connect(f"file:{Path(run_dir) / 'run.sqlite'}?mode=ro", uri=True, check_same_thread=False)
+
+
+def metrics_table(con: sqlite3.Connection) -> dict[int, dict[str, float]]:
+    out: dict[int, dict[str, float]] = {}
+    for it, name, value in con.execute("SELECT iteration, name, value FROM metrics ORDER BY iteration"):
+        out.setdefault(it, {})[name] = value
+    return out
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    metrics: dict[int, dict[str, float]]
+    evaluations: dict[str, dict] = field(default_factory=dict)
+    task_sources: dict[str, int] = field(default_factory=dict)
+    signal_tasks: dict[str, int] = field(default_factory=dict)
+
+    def heldout_curve(self) -> tuple[list[float], list[float], str]:
+        """(steps, values, key): held-out avg@k before training (step 0), periodically, and after."""
+        key = None
+        xs, ys = [], []
+        before = self.evaluations.get("before")
+        if before:
+            key = next((k for k in before if k.startswith("avg@")), None)
+            if key:
+                xs.append(0.0)
+                ys.append(before[key])
+        for it in sorted(self.metrics):
+            k2 = next((k for k in self.metrics[it] if k.startswith("eval/avg@")), None)
+            if k2:
+                key = key or k2[5:]
+                xs.append(it + 1.0)
+                ys.append(self.metrics[it][k2])
+        after = self.evaluations.get("after")
+        if after and key and key in after and (not xs or xs[-1] < len(self.metrics)):
+            xs.append(float(len(self.metrics)))
+            ys.append(after[key])
+        return xs, ys, key or "avg@k"
+
+
+def load_summary(run_dir: Path) -> RunSummary:
+    import json
+
+    con = connect_ro(run_dir)
+    try:
+        evaluations = {p: json.loads(j) for p, j in con.execute("SELECT phase, json FROM evaluations")}
+        sources: dict[str, int] = {}
+        signals: dict[str, int] = {}
+        for (j,) in con.execute("SELECT json FROM tasks"):
+            t = json.loads(j)
+            sources[t.get("source", "real")] = sources.get(t.get("source", "real"), 0) + 1
+            sig = (t.get("metadata") or {}).get("signal")
+            if sig:
+                signals[sig["kind"]] = signals.get(sig["kind"], 0) + 1
+        return RunSummary(Path(run_dir), metrics_table(con), evaluations, sources, signals)
+    finally:
+        con.close()
+
+
+def efficiency(run: RunSummary, baseline: RunSummary | None) -> dict[str, float | None]:
+    """Steps@0.9 (steps to reach 90% of the baseline's best held-out value) and AUC, as in AgentEvolver Table 6."""
+    xs, ys, _ = run.heldout_curve()
+    out: dict[str, float | None] = {"auc": area_under_curve(xs, ys) if ys else None}
+    if baseline is not None:
+        bx, by, _ = baseline.heldout_curve()
+        if by:
+            target = 0.9 * max(by)
+            out.update({"baseline_auc": area_under_curve(bx, by), "steps@0.9": steps_to_fraction(xs, ys, target),
+                        "baseline_steps@0.9": steps_to_fraction(bx, by, target)})
+    return out
+
+
+def _plot(path: Path, title: str, series: list[tuple[str, list[float], list[float]]], ylabel: str = "") -> Path | None:
+    series = [s for s in series if s[1]]
+    if not series:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for label, xs, ys in series:
+        ax.plot(xs, ys, "o-", label=label, markersize=4)
+    ax.set_title(title)
+    ax.set_xlabel("iteration")
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def series(metrics: dict[int, dict[str, float]], key: str) -> tuple[list[float], list[float]]:
+    its = [it for it in sorted(metrics) if key in metrics[it]]
+    return [float(i) for i in its], [metrics[i][key] for i in its]
+
+
+def write_figures(run: RunSummary, out: Path, baseline: RunSummary | None = None) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    m = run.metrics
+    figs: dict[str, Path | None] = {}
+    hx, hy, key = run.heldout_curve()
+    curves = [(f"held-out {key}", hx, hy), ("train success", *series(m, "rollout/success_rate"))]
+    if baseline is not None:
+        bx, by, _ = baseline.heldout_curve()
+        curves.append((f"baseline held-out {key}", bx, by))
+    figs["learning"] = _plot(out / "learning.png", "Learning curve", curves, "rate")
+    figs["guided"] = _plot(out / "guided_vs_vanilla.png", "Reward: experience-guided vs vanilla rollouts",
+                           [("guided", *series(m, "navigating/guided_reward")),
+                            ("vanilla", *series(m, "navigating/vanilla_reward"))], "reward")
+    figs["pool"] = _plot(out / "experience_pool.png", "Experience pool",
+                         [("size", *series(m, "navigating/pool_size")), ("merged", *series(m, "navigating/merged")),
+                          ("pruned", *series(m, "navigating/pruned"))])
+    figs["attribution"] = _plot(out / "attribution.png", "Attribution GOOD ratio",
+                                [("GOOD ratio", *series(m, "attribution/good_ratio")),
+                                 ("parse failures", *series(m, "attribution/parse_failure_rate"))], "rate")
+    figs["tasks"] = _plot(out / "task_growth.png", "Task set growth",
+                          [("synthetic pool", *series(m, "tasks/synthetic_pool"))] +
+                          [(f"{k} signals", *series(m, f"coevolve/{k}")) for k in ("forgetting", "boundary", "rare")] +
+                          [("CoEvolve new tasks", *series(m, "coevolve/new_tasks"))])
+    return {k: v for k, v in figs.items() if v is not None}

@@ -1,0 +1,57 @@
+"""``evolvekit report RUN_DIR``: a self-contained HTML report (plus its PNGs) of one run."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from evolvekit.report.figures import efficiency, load_summary, write_figures
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}th{background:#f4f4f4}img{max-width:100%}"""
+
+
+def _table(rows: list[dict]) -> str:
+    if not rows:
+        return "<p>(none)</p>"
+    cols = list(rows[0])
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "" if v is None else str(v)
+
+
+def write_report(run_dir: Path, out: Path | None = None, baseline: Path | None = None) -> Path:
+    run = load_summary(run_dir)
+    base = load_summary(baseline) if baseline else None
+    out = Path(out or Path(run_dir) / "report")
+    figs = write_figures(run, out, base)
+    eff = efficiency(run, base)
+    key_metrics = ["rollout/success_rate", "rollout/reward_mean", "navigating/guided_reward", "navigating/vanilla_reward",
+                   "navigating/pool_size", "attribution/good_ratio", "train/loss", "time/iteration_s"]
+    rows = [{"iteration": it, **{k: m.get(k) for k in key_metrics if any(k in mm for mm in run.metrics.values())}}
+            for it, m in sorted(run.metrics.items())]
+    evals = [{"phase": p, **{k: v for k, v in e.items() if "@" in k or k in ("tasks", "split")}}
+             for p, e in sorted(run.evaluations.items())]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(run_dir.name)}</title>"
+             f"<style>{CSS}</style></head><body>",
+             f"<h1>Run report: {html.escape(Path(run_dir).name)}</h1>",
+             "<h2>Held-out evaluation</h2>", _table(evals),
+             "<h2>Learning efficiency</h2>",
+             _table([{k: v for k, v in eff.items()}]) +
+             (f"<p>baseline: {html.escape(str(baseline))}</p>" if baseline else "<p>no baseline run given (--baseline)</p>"),
+             "<h2>Task set</h2>", _table([{"source": k, "tasks": v} for k, v in run.task_sources.items()] +
+                                          [{"source": f"CoEvolve {k}", "tasks": v} for k, v in run.signal_tasks.items()])]
+    for name, path in figs.items():
+        parts.append(f"<h2>{html.escape(name)}</h2><img src='{html.escape(path.name)}' alt='{html.escape(name)}'>")
+    parts += ["<h2>Per iteration</h2>", _table(rows), "</body></html>"]
+    page = out / "index.html"
+    page.write_text("\n".join(parts))
+    (out / "efficiency.json").write_text(json.dumps(eff, indent=2))
+    return page

@@ -1,0 +1,145 @@
+"""Report, dashboard (escaping, live read-only store, a real headless Chromium screenshot) and the ablation runner."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from evolvekit.config import load_config
+from evolvekit.llm.tiny import make_tiny_model
+from evolvekit.orchestrator.build import build_loop, open_run
+from evolvekit.store.sqlite import RunStore
+from evolvekit.types import Step, StepLabel, Trajectory
+
+PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
+XSS = "<script>alert('x')</script>"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    import sys
+
+    sys.path.insert(0, PLUGINS)
+    tmp = tmp_path_factory.mktemp("report")
+    tiny = make_tiny_model(tmp / "tiny")
+    cfg = load_config(None, [f"run.out_dir={tmp}", "env.name=coin", "env.plugins=[coin_env]", f"models.policy.model={tiny}",
+                             "models.policy.max_new_tokens=8", "rollout.max_steps=1", "rollout.group_size=2",
+                             "train.iterations=2", "train.tasks_per_iteration=2", "train.eval_tasks=2", "train.eval_k=1",
+                             "train.eval_every=1", "train.autocast=off"])
+    cfg, rd, store = open_run(cfg, None)
+    build_loop(cfg, rd, store, show_progress=False).run()
+    # one hand-made trajectory with attribution labels and hostile text, as a model could produce
+    traj = Trajectory(trajectory_id="traj-xss", task_id="coin-train-0", outcome_reward=1.0,
+                      steps=[Step(index=0, action_text=XSS, observation="<b>obs</b>"), Step(index=1, action_text="fine")],
+                      step_attributions=[StepLabel.GOOD, StepLabel.BAD])
+    with store.transaction() as c:
+        store.put_trajectories(c, [traj], 1, "train")
+    store.close()
+    return rd
+
+
+def test_report_writes_html_and_figures(run_dir):
+    from evolvekit.report.html import write_report
+
+    page = write_report(run_dir, baseline=run_dir)
+    text = page.read_text()
+    assert "Held-out evaluation" in text and "learning.png" in text and "steps@0.9" in text
+    assert (page.parent / "learning.png").stat().st_size > 1000
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "report", str(run_dir / "nope")],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and "not a run directory" in res.stderr
+
+
+def test_dashboard_pages_escape_everything(run_dir):
+    from fastapi.testclient import TestClient
+
+    from evolvekit.report.dashboard import create_dashboard
+
+    client = TestClient(create_dashboard(run_dir))
+    for path in ("/", "/tasks", "/trajectories", "/experiences"):
+        assert client.get(path).status_code == 200, path
+    page = client.get("/trajectories/traj-xss").text
+    assert XSS not in page and "&lt;script&gt;" in page and "&lt;b&gt;obs&lt;/b&gt;" in page
+    assert "class='GOOD'" in page and "class='BAD'" in page
+    assert client.get("/trajectories/none").status_code == 404
+    assert client.get("/figures/../run.sqlite").status_code == 404
+    overview = client.get("/").text
+    assert "/figures/learning.png" in overview and client.get("/figures/learning.png").status_code == 200
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (scripts/setup.sh installs it when it can)")
+def test_trajectory_view_renders_attribution_colours_in_chromium(run_dir, tmp_path):
+    import uvicorn
+    from matplotlib import image
+
+    from evolvekit.report.dashboard import BAD_COLOR, GOOD_COLOR, create_dashboard
+
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_dashboard(run_dir), host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}/trajectories/traj-xss"
+    for _ in range(100):
+        try:
+            if httpx.get(url).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    shot = tmp_path / "shot.png"
+    try:
+        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        f"--screenshot={shot}", "--window-size=1200,700", url], capture_output=True, timeout=120)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=5)
+    assert shot.is_file()
+    px = (image.imread(str(shot))[..., :3] * 255).round().astype(int).reshape(-1, 3)
+
+    def present(hex_color):
+        rgb = [int(hex_color[i:i + 2], 16) for i in (1, 3, 5)]
+        return int(((abs(px - rgb) <= 3).all(axis=1)).sum())
+
+    assert present(GOOD_COLOR) > 500 and present(BAD_COLOR) > 500  # both rows rendered in their colours
+
+
+@pytest.mark.slow
+def test_ablation_runner_table_and_resume(tmp_path, monkeypatch):
+    from evolvekit.report.ablate import run_ablation
+
+    monkeypatch.syspath_prepend(PLUGINS)
+    tiny = make_tiny_model(tmp_path / "tiny")
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump({"env": {"name": "coin", "plugins": ["coin_env"]},
+                                    "models": {"policy": {"model": str(tiny), "max_new_tokens": 6}},
+                                    "rollout": {"max_steps": 1, "group_size": 2},
+                                    "train": {"autocast": "off", "eval_tasks": 2, "eval_k": 1}}))
+    spec = tmp_path / "ablation.yaml"
+    spec.write_text(yaml.safe_dump({"base": str(base), "out_dir": str(tmp_path / "abl"), "seeds": [0, 1],
+                                    "budget": ["train.iterations=1", "train.tasks_per_iteration=1"],
+                                    "rows": [{"name": "base_model", "overrides": ["train.iterations=0", "train.eval_after=false"]},
+                                             {"name": "grpo_real"}]}))
+    table = run_ablation(spec).read_text()
+    assert "| base_model |" in table and "| grpo_real |" in table and "±" in table
+    assert len(list((tmp_path / "abl").glob("*/seed*/summary.json"))) == 4
+    stamp = (tmp_path / "abl" / "grpo_real" / "seed0" / "summary.json").stat().st_mtime
+    run_ablation(spec)  # finished runs are skipped, not redone
+    assert (tmp_path / "abl" / "grpo_real" / "seed0" / "summary.json").stat().st_mtime == stamp
