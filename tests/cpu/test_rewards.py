@@ -1,0 +1,33 @@
+"""EvolveR's format reward: execution-checked partial credit, mixed with the outcome by w_o / w_f."""
+
+import pytest
+
+from evolvekit.train.rewards import format_reward, shape_rewards
+from evolvekit.types import Step, ToolCall, Trajectory
+
+
+def _step(i, calls=None, parse_error=None, text="x"):
+    tc = [ToolCall(name=c["name"]) for c in (calls or [])]
+    return Step(index=i, action_text=text, tool_calls=tc, parse_error=parse_error, info={"calls": calls or []})
+
+
+def test_format_reward_partial_credit():
+    t = Trajectory(task_id="t", steps=[
+        _step(0, [{"name": "add", "ok": True, "unknown_tool": False}]),                       # 1
+        _step(1, [{"name": "add", "ok": False, "unknown_tool": False},                        # bad args 0.5
+                  {"name": "plus", "ok": False, "unknown_tool": True}]),                      # unknown 0 -> 0.25
+        _step(2, parse_error="bad json"),                                                     # 0
+        _step(3, text="The answer is 7.")])                                                   # not scored
+    assert format_reward(t) == pytest.approx((1.0 + 0.25 + 0.0) / 3)
+    assert format_reward(Trajectory(task_id="t", steps=[_step(0, text="hi")])) == 0.0
+
+
+def test_shape_rewards_mixes_and_keeps_parts():
+    a = Trajectory(task_id="t", outcome_reward=1.0, steps=[_step(0, [{"name": "add", "ok": True, "unknown_tool": False}])])
+    b = Trajectory(task_id="t", outcome_reward=0.0, steps=[_step(0, parse_error="x")])
+    assert shape_rewards([a, b], 1.0, 0.0) == {}  # paper-faithful default: untouched
+    assert a.outcome_reward == 1.0
+    m = shape_rewards([a, b], 1.0, 0.1)
+    assert a.outcome_reward == pytest.approx(1.1) and b.outcome_reward == pytest.approx(0.0)
+    assert a.outcome_details == {"outcome": 1.0, "format": 1.0}
+    assert m == {"reward/format": 0.5, "reward/outcome": 0.5}
