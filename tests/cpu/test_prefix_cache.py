@@ -24,3 +24,26 @@ def test_prefix_cache_matches_full_prefill(tmp_path):
     for a, b in zip(with_cache, without):
         assert a[0].token_ids == b[0].token_ids
         assert a[0].logprobs == pytest.approx(b[0].logprobs, abs=1e-4)
+
+
+def test_prefix_kv_is_reused_across_calls_and_invalidated_by_updates(tmp_path):
+    import torch
+
+    llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu")
+    shared = list(range(200, 260))
+    params = SamplingParams(temperature=0.0, max_new_tokens=5)
+    first = llm.generate_ids([shared + [1], shared + [2, 3]], params)
+    assert llm.prefix_cache_hits == 0
+    second = llm.generate_ids([shared + [1], shared + [2, 3]], params)  # the next turn: same shared prefix
+    assert llm.prefix_cache_hits == 1
+    assert [c[0].token_ids for c in first] == [c[0].token_ids for c in second]
+    with torch.no_grad():  # a weight update makes the cached KV stale
+        for p in llm.model.parameters():
+            p.add_(0.05)
+    llm.invalidate_cache()
+    llm.prefix_cache_min_tokens = 10_000
+    fresh = llm.generate_ids([shared + [1], shared + [2, 3]], params)
+    llm.prefix_cache_min_tokens = 32
+    third = llm.generate_ids([shared + [1], shared + [2, 3]], params)
+    assert llm.prefix_cache_hits == 1  # recomputed, not reused
+    assert [c[0].token_ids for c in third] == [c[0].token_ids for c in fresh]

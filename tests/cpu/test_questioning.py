@@ -251,3 +251,27 @@ def test_judge_parsing_fallback_and_mix():
     assert [t.outcome_reward for t in out] == [0.9, 0.0, 1.0]  # judged; fallback to the state check; real untouched
     assert out[1].outcome_details == {"state_score": 0.0, "judge_score": None}
     assert stage.last_metrics["judge/fallbacks"] == 1.0 and stage.last_metrics["judge/calls"] == 4.0
+
+
+@pytest.mark.slow
+def test_tasks_synthesize_cli_offline_with_the_embedded_model(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "tasks.jsonl"
+    cli = [sys.executable, "-m", "evolvekit.cli.main", "tasks"]
+    res = subprocess.run(cli + ["synthesize", "--env", "bfcl", "--n", "5", "--max-rounds", "1", "--out", str(out), "--json",
+                                "--set", "env.family=arith", "--set", "questioning.explore_runs=4",
+                                "--set", "questioning.explore_steps=4", "--set", "models.explorer.max_new_tokens=48",
+                                "--set", "models.synthesizer.max_new_tokens=160"],
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    funnel = json.loads(res.stdout.strip().splitlines()[-1])
+    assert {"explored", "synthesized", "deduplicated", "infeasible", "kept"} <= set(funnel)
+    assert funnel["explored"] == 4 and funnel["kept"] <= funnel["synthesized"]
+    kept = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(kept) == funnel["kept"]
+    if kept:  # every kept task's reference solution replays
+        chk = subprocess.run(cli + ["check", str(out), "--json"], capture_output=True, text=True, timeout=300)
+        assert chk.returncode == 0 and json.loads(chk.stdout.strip().splitlines()[-1])["feasible"] == len(kept)

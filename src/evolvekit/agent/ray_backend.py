@@ -104,6 +104,8 @@ class _WorkerImpl:
         if model is None:
             return False
         model.load_state_dict(state_dict)
+        if hasattr(self.llm, "invalidate_cache"):
+            self.llm.invalidate_cache()
         return True
 
     def run(self, jobs, params: SamplingParams) -> list[Trajectory]:

@@ -70,6 +70,8 @@ class LocalLLM:
 
         self.name = model if isinstance(model, str) else "custom"
         self.prefix_cache_min_tokens = 32  # shared prefixes shorter than this are not worth a separate prefill
+        self._kv_entry: tuple | None = None  # (prefix token ids, KV cache) kept across calls
+        self.prefix_cache_hits = 0
         self.device = pick_device(device)
         if hf_model is not None:
             self.model = hf_model
@@ -136,8 +138,7 @@ class LocalLLM:
         shared = min(common_prefix_len(rows), min(len(r) for r in rows) - 1)
         cache = None
         if B > 1 and shared >= self.prefix_cache_min_tokens:
-            prefix = torch.tensor([rows[0][:shared]], dtype=torch.long, device=self.device)
-            cache = self.model(input_ids=prefix, use_cache=True).past_key_values
+            cache = self._prefix_kv(tuple(rows[0][:shared]))
             cache.batch_repeat_interleave(B)
             rows_in = [r[shared:] for r in rows]
         else:
@@ -207,6 +208,25 @@ class LocalLLM:
                                         prompt_token_ids=list(prompt), finish_reason=finish[row]))
             results.append(group)
         return results
+
+    def _prefix_kv(self, prefix: tuple[int, ...]):
+        """KV cache of a shared prefix, reused across calls (turns) while the weights are unchanged.
+
+        Lock-step rounds share the system prompt, tools and worked examples; the cache of that prefix is computed
+        once and kept (one entry). ``invalidate_cache()`` — called by the trainer after every update — drops it.
+        """
+        import copy
+
+        if self._kv_entry is not None and self._kv_entry[0] == prefix:
+            self.prefix_cache_hits += 1
+            return copy.deepcopy(self._kv_entry[1])
+        ids = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)
+        cache = self.model(input_ids=ids, use_cache=True).past_key_values
+        self._kv_entry = (prefix, copy.deepcopy(cache))
+        return cache
+
+    def invalidate_cache(self) -> None:
+        self._kv_entry = None
 
     def _stop_cut(self, tokens: list[int], stops: tuple[str, ...]) -> int | None:
         tail = self.tokenizer.decode(tokens[-16:], skip_special_tokens=True)

@@ -241,6 +241,8 @@ class GRPOTrainer:
                 stats.optimizer_steps += 1
                 stats.grad_norm = max(stats.grad_norm, float(grad_norm))
         self.model.eval()
+        if hasattr(self.llm, "invalidate_cache"):
+            self.llm.invalidate_cache()  # the sampler's cached prefix KV belongs to the old weights
         if weight_total:
             for k, v in agg.items():
                 if hasattr(stats, k):
