@@ -162,6 +162,8 @@ def test_master_loop_with_experience_mixed_rollouts(tmp_path, monkeypatch):
     assert stored and stored[0].use_count == 8  # every guided rollout (4 per iteration) counts as one use
     con = sqlite3.connect(run_dir / "run.sqlite")
     assert con.execute("SELECT COUNT(*) FROM experiences").fetchone()[0] == len(stored)
+    blobs = store.experience_vectors()
+    assert len(blobs) == len(stored) and all(len(b) == 384 * 4 for b in blobs.values())  # the vector index
     con.close()
     store.close()
 

@@ -270,6 +270,7 @@ def test_tasks_synthesize_cli_offline_with_the_embedded_model(tmp_path):
     funnel = json.loads(res.stdout.strip().splitlines()[-1])
     assert {"explored", "synthesized", "deduplicated", "infeasible", "kept"} <= set(funnel)
     assert funnel["explored"] == 4 and funnel["kept"] <= funnel["synthesized"]
+    assert len((tmp_path / "tasks.explorations.jsonl").read_text().splitlines()) == 4  # every exploration kept
     kept = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(kept) == funnel["kept"]
     if kept:  # every kept task's reference solution replays

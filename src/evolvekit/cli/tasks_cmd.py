@@ -30,7 +30,7 @@ def synthesize(env: str = typer.Option("bfcl", help="environment"), n: int = typ
     cfg = load_config(config, list(overrides or []) + [f"env.name={env}"])
     setup_logging(cfg.run.log_level)
     embedder = build_embedder(cfg.embedding)
-    tasks, funnel, _ = synthesize_tasks(
+    tasks, funnel, traces = synthesize_tasks(
         cfg, n, role_llm(cfg.models, "explorer"), sampling_for(cfg.models.explorer), role_llm(cfg.models, "synthesizer"),
         sampling_for(cfg.models.synthesizer), lambda: make_env(cfg.env), embedder.embed, max_rounds=max_rounds,
         progress=lambda f: console.print(f"funnel: {f.as_dict()}"))
@@ -38,7 +38,13 @@ def synthesize(env: str = typer.Option("bfcl", help="environment"), n: int = typ
     with open(out, "w") as fh:
         for t in tasks:
             fh.write(t.model_dump_json() + "\n")
-    summary = {**funnel.as_dict(), "out": str(out)}
+    import dataclasses
+
+    explorations = out.with_name(out.stem + ".explorations.jsonl")
+    with open(explorations, "w") as fh:  # every exploration trajectory is kept
+        for t in traces:
+            fh.write(json.dumps(dataclasses.asdict(t), default=lambda o: o.model_dump()) + "\n")
+    summary = {**funnel.as_dict(), "out": str(out), "explorations": str(explorations)}
     emit_json(summary) if as_json else sys.stdout.write(" ".join(f"{k}={v}" for k, v in summary.items()) + "\n")
 
 

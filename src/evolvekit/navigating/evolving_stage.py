@@ -113,6 +113,8 @@ class EvolvingRLStage:
         w_e, w_s = joint_weights(e.mode, e.lambda_e, e.lambda_s)
         samples: list[TrainingSample] = []
         spreads, bounds, abnormal = [], [], 0
+        ext_rewards = [float(t.outcome_reward or 0.0) for t in trajectories if t.metadata.get("role") == "extractor"]
+        sol_rewards = [float(t.outcome_reward or 0.0) for t in trajectories if t.metadata.get("role") == "solver"]
         sources = sorted({t.metadata.get("source") for t in trajectories if t.metadata.get("role") == "extractor"})
         for src in sources:
             exts = sorted([t for t in trajectories if t.metadata.get("role") == "extractor" and t.metadata.get("source") == src],
@@ -138,6 +140,8 @@ class EvolvingRLStage:
                 built, _ = build_samples(sols, step_adv, strip_experience=False, max_tokens=self.cfg.train.max_sequence_tokens)
                 samples += [s.model_copy(update={"loss_weight": w_s, "experience_guided": False}) for s in built]
         n = len(sources) or 1
-        return samples, {"evolving/sources": float(len(sources)), "evolving/skill_reward_spread": sum(spreads) / n,
+        return samples, {"evolving/extractor_reward": sum(ext_rewards) / max(1, len(ext_rewards)),
+                         "evolving/solver_reward": sum(sol_rewards) / max(1, len(sol_rewards)),
+                         "evolving/sources": float(len(sources)), "evolving/skill_reward_spread": sum(spreads) / n,
                          "evolving/ordering_bound": sum(bounds) / n, "evolving/abnormal_skills": float(abnormal),
                          "evolving/samples": float(len(samples))}

@@ -134,4 +134,4 @@ class ExperienceSummarisation:
     def commit(self, c: sqlite3.Connection, store: RunStore, iteration: int) -> None:
         """Persist the pool in the iteration's final transaction (resume restores it)."""
         store.delete_experiences(c, self._pruned)
-        store.put_experiences(c, self.pool.items, iteration)
+        store.put_experiences(c, self.pool.items, iteration, self.pool.vectors)

@@ -153,7 +153,13 @@ def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_
     sparams = sampling_for(cfg.models.summarizer)
     embedder = build_embedder(cfg.embedding)
     pool = ExperiencePool(embedder.embed, cfg.navigating.theta_sim, llm_equivalence(summarizer, sparams))
-    pool.load(store.experiences())  # a resumed run continues with its committed pool
+    stored, blobs = store.experiences(), store.experience_vectors()
+    if stored and all(e.experience_id in blobs for e in stored):  # the committed vector index, no re-embedding
+        import numpy as np
+
+        pool.load_vectors(stored, np.stack([np.frombuffer(blobs[e.experience_id], dtype=np.float32) for e in stored]))
+    else:
+        pool.load(stored)  # a resumed run continues with its committed pool
     refiner = summarizer if (cfg.navigating.rerank or cfg.navigating.rewrite) else None
     if cfg.navigating.as_tool:  # EvolveR: the agent searches experience itself through a tool
         from evolvekit.navigating.tool_env import ExperienceToolEnv
@@ -197,6 +203,7 @@ def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory)
             build_embedder(cfg.embedding).embed, existing=train_tasks)
         with store.transaction() as c:
             store.put_tasks(c, tasks, -1)
+            store.put_explorations(c, traces, -1)  # every exploration trajectory is kept
         store.set_meta("synthesis_funnel", json.dumps(funnel.as_dict()))
         log.info("self-questioning funnel: %s", funnel.as_dict())
         synthetic = tasks

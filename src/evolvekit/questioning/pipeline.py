@@ -127,6 +127,7 @@ def goal_explorer(cfg: Config, explorer_llm: LLM, explorer_params: SamplingParam
 
     def run(kind: str, goal: str) -> list[Task]:
         traces = explorer.explore(make_env, sandbox, co.reexplore_rounds, co.reexplore_steps, goal=goal)
+        run.traces += traces  # kept for the run store
         funnel.explored += len(traces)
         rep = synth.synthesize(traces, cfg.env.name, meta)
         funnel.synthesized += len(rep.tasks)
@@ -134,4 +135,5 @@ def goal_explorer(cfg: Config, explorer_llm: LLM, explorer_params: SamplingParam
             t.metadata["bfcl_id"] = t.task_id
         return curate_new(rep.tasks, dedup, make_env, funnel)
 
+    run.traces = []
     return run

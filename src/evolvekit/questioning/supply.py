@@ -82,9 +82,13 @@ class CoEvolveHook:
         if self.every and (ctx.iteration + 1) % self.every == 0 and self.pending:
             tasks = {t.task_id: t for t in ctx.store.tasks()} if ctx.store is not None else {}
             new = self.regenerator.regenerate(self.pending, self.trajectories, tasks)
-            if new and ctx.store is not None:
+            traces = getattr(self.regenerator.explore_fn, "traces", [])
+            if ctx.store is not None and (new or traces):
                 with ctx.store.transaction() as c:
                     ctx.store.put_tasks(c, new, ctx.iteration)
+                    ctx.store.put_explorations(c, traces, ctx.iteration)
+            if traces:
+                traces.clear()
             supply.synthetic += new
             self.pending, self.trajectories = [], {}
         metrics["coevolve/new_tasks"] = float(len(new))

@@ -37,12 +37,20 @@ CREATE TABLE IF NOT EXISTS steps (
     step_index INTEGER NOT NULL, action_text TEXT NOT NULL, observation TEXT NOT NULL, reward REAL NOT NULL,
     parse_error TEXT, label TEXT, PRIMARY KEY (trajectory_id, step_index));
 CREATE TABLE IF NOT EXISTS experiences (
-    experience_id TEXT PRIMARY KEY, iteration INTEGER, json TEXT NOT NULL);
+    experience_id TEXT PRIMARY KEY, iteration INTEGER, json TEXT NOT NULL, vector BLOB);
 CREATE TABLE IF NOT EXISTS metrics (
     iteration INTEGER NOT NULL, name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (iteration, name));
+CREATE TABLE IF NOT EXISTS explorations (
+    exploration_id TEXT PRIMARY KEY, iteration INTEGER, json TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS evaluations (phase TEXT PRIMARY KEY, json TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS checkpoints (iteration INTEGER PRIMARY KEY, path TEXT NOT NULL, created REAL NOT NULL);
 """
+
+
+def _jsonable(obj):
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
 class IterationStatus:
@@ -140,13 +148,26 @@ class RunStore:
         c.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?)", (iteration, path, time.time()))
 
     @staticmethod
-    def put_experiences(c: sqlite3.Connection, experiences: Sequence[Experience], iteration: int) -> None:
-        c.executemany("INSERT OR REPLACE INTO experiences VALUES (?, ?, ?)",
-                      [(e.experience_id, iteration, e.model_dump_json()) for e in experiences])
+    def put_experiences(c: sqlite3.Connection, experiences: Sequence[Experience], iteration: int,
+                        vectors=None) -> None:
+        """Upsert experiences, with their float32 ``when_to_use`` embeddings (the pool's vector index) if given."""
+        rows = []
+        for i, e in enumerate(experiences):
+            blob = vectors[i].astype("float32").tobytes() if vectors is not None else None
+            rows.append((e.experience_id, iteration, e.model_dump_json(), blob))
+        c.executemany("INSERT OR REPLACE INTO experiences VALUES (?, ?, ?, ?)", rows)
 
     @staticmethod
     def delete_experiences(c: sqlite3.Connection, ids: Sequence[str]) -> None:
         c.executemany("DELETE FROM experiences WHERE experience_id = ?", [(i,) for i in ids])
+
+    @staticmethod
+    def put_explorations(c: sqlite3.Connection, traces: Sequence, iteration: int | None) -> None:
+        """Self-questioning exploration trajectories (dataclasses; stored as JSON)."""
+        import dataclasses
+
+        c.executemany("INSERT OR REPLACE INTO explorations VALUES (?, ?, ?)",
+                      [(t.exploration_id, iteration, json.dumps(dataclasses.asdict(t), default=_jsonable)) for t in traces])
 
     @staticmethod
     def put_evaluation(c: sqlite3.Connection, phase: str, summary: dict) -> None:
@@ -182,7 +203,8 @@ class RunStore:
         return [Trajectory.model_validate_json(r[0]) for r in rows]
 
     def count(self, table: str) -> int:
-        if table not in {"tasks", "trajectories", "steps", "experiences", "metrics", "checkpoints", "iterations"}:
+        if table not in {"tasks", "trajectories", "steps", "experiences", "metrics", "checkpoints", "iterations",
+                         "explorations"}:
             raise ValueError(f"unknown table {table}")
         return self._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
 
@@ -203,6 +225,9 @@ class RunStore:
     def latest_checkpoint(self) -> CheckpointRow | None:
         rows = self.checkpoints()
         return rows[-1] if rows else None
+
+    def experience_vectors(self) -> dict[str, bytes]:
+        return {i: v for i, v in self._conn.execute("SELECT experience_id, vector FROM experiences") if v is not None}
 
     def experiences(self) -> list[Experience]:
         return [Experience.model_validate_json(r[0])
