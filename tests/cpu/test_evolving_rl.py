@@ -123,3 +123,25 @@ def test_one_co_evolution_iteration(tmp_path, monkeypatch):
     assert {"evolving/skill_reward_spread", "evolving/ordering_bound", "evolving/skills_kept"} <= set(m)
     assert all(e.provenance.kind == "skill" and e.utility is not None for e in store.experiences())
     store.close()
+
+
+@pytest.mark.slow
+def test_co_evolution_run_offline_with_the_embedded_model(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "run", "configs/quickstart.yaml", "--json",
+                          "--no-progress", "--set", f"run.out_dir={tmp_path}", "--set", "evolving_rl.enabled=true",
+                          "--set", "evolving_rl.n_candidates=2", "--set", "evolving_rl.k_tasks=2",
+                          "--set", "evolving_rl.skill_max_tokens=48", "--set", "train.iterations=1",
+                          "--set", "train.tasks_per_iteration=1", "--set", "train.eval_before=false",
+                          "--set", "train.eval_after=false", "--set", "rollout.max_steps=2",
+                          "--set", "models.policy.max_new_tokens=32"], capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    line = json.loads(open(summary["metrics"]).read().splitlines()[0])
+    for key in ("evolving/extractor_reward", "evolving/solver_reward", "train/entropy", "train/kl"):
+        assert key in line, key
+    assert line["train/entropy"] > 0.0  # computed because extractor samples carry the (negative) entropy term
+    assert line["evolving/sources"] == 1.0

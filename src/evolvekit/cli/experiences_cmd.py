@@ -31,7 +31,7 @@ def _save(store, pool, iteration: int | None = None) -> None:
     current = {e.experience_id for e in pool.items}
     with store.transaction() as c:
         store.delete_experiences(c, sorted(stored - current))
-        store.put_experiences(c, pool.items, iteration if iteration is not None else -1)
+        store.put_experiences(c, pool.items, iteration if iteration is not None else -1, pool.vectors)
 
 
 @experiences_app.command("build")
