@@ -73,7 +73,8 @@ def run_learning(name: str, args, extra_sets: list[str], title: str) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{name}.json").write_text(json.dumps(result, indent=2, default=str))
     shutil.copy(summary["learning_curve"], args.out / f"{name}.png")
-    lines = [f"# {name} ({title}, SmolLM2-135M, CPU)", "", f"task set: {result['task_set']}",
+    command = "$ .venv/bin/python " + " ".join(["benchmarks/" + Path(sys.argv[0]).name, *sys.argv[1:]])
+    lines = [f"# {name} ({title}, SmolLM2-135M, CPU)", "", f"command: `{command}`", "", f"task set: {result['task_set']}",
              f"budget: {args.iterations} iterations × {args.tasks_per_iteration} tasks × {args.group_size} rollouts, "
              f"lr {args.lr}, wall time {seconds / 60:.1f} min", "", f"| iteration | held-out avg@{k} | best@{k} |", "|---|---|---|"]
     lines += [f"| {'before' if r['iteration'] < 0 else r['iteration'] + 1} | {r[f'avg@{k}']} | {r[f'best@{k}']} |" for r in curve]

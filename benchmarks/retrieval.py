@@ -59,7 +59,7 @@ def growth(steps=3000, lessons=200, dim=384, seed=0, lifecycle=True) -> list[int
     sizes = []
     for step in range(steps):
         j = int(rng.integers(lessons))
-        v = _normalise((centers[j] + 0.03 * rng.standard_normal(dim))[None, :])[0]
+        v = _normalise((centers[j] + 0.01 * rng.standard_normal(dim))[None, :])[0]  # copies at cosine ~0.96
         key = f"e{step}"
         table[key] = v
         res = pool.add(Experience(when_to_use=key, content="c"), v)
