@@ -125,6 +125,9 @@ def _finish(ep: _Episode) -> Trajectory:
         traj.flags.failed, traj.error = True, f"evaluate: {type(err).__name__}: {err}"
     finally:
         ep.env.close()
+    searched = getattr(ep.env, "experience_ids_used", None)  # experience searched through a tool (EvolveR)
+    if searched:
+        traj.experience_used = list(dict.fromkeys([*traj.experience_used, *searched]))
     traj.metadata.update(prompt_tokens=ep.prompt_tokens, completion_tokens=ep.completion_tokens,
                          merged_sequences=len(ep.recorder.merge()))
     return traj
