@@ -252,3 +252,16 @@ def test_utility_test_keeps_only_helpful_experiences():
         utility_mod.run_rollouts = real
     assert [(round(u, 3), keep) for _, u, keep in out] == [(1.0, True), (0.0, False), (0.0, False)]
     assert out[0][0].utility == 1.0
+
+
+def test_evaluation_with_test_time_experience(tmp_path, monkeypatch):
+    from evolvekit.cli.eval_cmd import _experience_lookup
+    from evolvekit.config import load_config
+    from evolvekit.types import Task
+
+    pool_file = tmp_path / "skills.jsonl"
+    pool_file.write_text(Experience(when_to_use="when adding two numbers", content="call add with a and b").model_dump_json()
+                         + "\n" + Experience(when_to_use="when listing files in a folder", content="call ls").model_dump_json() + "\n")
+    lookup = _experience_lookup(load_config(None), pool_file)
+    text, ids = lookup(Task(task_id="t", env_name="bfcl", query="What is 3 plus 4? Add them."))
+    assert "call add with a and b" in text and len(ids) == 1

@@ -14,7 +14,29 @@ import typer
 from evolvekit.cli.common import console, emit_json, setup_logging
 
 
-def _evaluate(cfg, category: str, subset: str, k: int, limit: Optional[int], out: Path):
+def _experience_lookup(cfg, path: Path):
+    """Test-time experience (e.g. Evolving-RL skills): top-k retrieval from an exported pool, injected as a span."""
+    from evolvekit.errors import ConfigError
+    from evolvekit.llm.factory import build_embedder
+    from evolvekit.navigating.pool import ExperiencePool
+
+    if not path.is_file():
+        raise ConfigError(f"no such file: {path}")
+    pool = ExperiencePool(build_embedder(cfg.embedding).embed, theta_sim=2.0)  # keep every imported entry
+    pool.import_jsonl(path)
+
+    def lookup(task):
+        hits = pool.retrieve("\n".join(task.turns), cfg.navigating.inject_count)
+        if not hits:
+            return None, ()
+        return ("\n\n".join(f"When to use: {e.when_to_use}\nContent: {e.content}" for e, _ in hits),
+                tuple(e.experience_id for e, _ in hits))
+
+    return lookup
+
+
+def _evaluate(cfg, category: str, subset: str, k: int, limit: Optional[int], out: Path,
+              experiences: Optional[Path] = None):
     from evolvekit.agent.evaluate import evaluate_policy, write_results
     from evolvekit.env.bfcl.data import load_tasks
     from evolvekit.env.registry import env_tasks, make_env
@@ -33,7 +55,9 @@ def _evaluate(cfg, category: str, subset: str, k: int, limit: Optional[int], out
         raise EnvError(f"no tasks in {category}/{subset} with backends {cfg.env.backends}")
     llm = role_llm(cfg.models, "policy")
     params = sampling_for(cfg.models.policy, seed=cfg.run.seed)
-    report, trajs = evaluate_policy(tasks, lambda: make_env(cfg.env), llm, cfg.rollout, params, k, cfg.env.tool_rendering)
+    lookup = _experience_lookup(cfg, experiences) if experiences else None
+    report, trajs = evaluate_policy(tasks, lambda: make_env(cfg.env), llm, cfg.rollout, params, k, cfg.env.tool_rendering,
+                                    experience_for=lookup)
     write_results(out, report, trajs)
     return report
 
@@ -47,6 +71,8 @@ def eval_command(env: str = typer.Option("bfcl", help="environment"),
                  config: Optional[Path] = typer.Option(None, "--config", "-c"),
                  overrides: Optional[list[str]] = typer.Option(None, "--set"),
                  out: Optional[Path] = typer.Option(None, help="per-task results JSONL (default under runs/eval-...)"),
+                 experiences: Optional[Path] = typer.Option(None, help="JSONL pool (evolvekit experiences export): "
+                                                            "inject the best match into every rollout"),
                  as_json: bool = typer.Option(False, "--json")) -> None:
     """Evaluate the policy: avg@k and best@k with per-task results written to a file."""
     from evolvekit.config import load_config
@@ -56,7 +82,7 @@ def eval_command(env: str = typer.Option("bfcl", help="environment"),
     setup_logging(cfg.run.log_level)
     out = out or Path(cfg.run.out_dir) / f"eval-{datetime.now():%Y%m%d-%H%M%S}" / "results.jsonl"
     t0 = time.perf_counter()
-    report = _evaluate(cfg, split, subset or cfg.env.eval_split, k, limit, out)
+    report = _evaluate(cfg, split, subset or cfg.env.eval_split, k, limit, out, experiences)
     summary = {**report.summary(), "split": split, "results": str(out), "seconds": round(time.perf_counter() - t0, 1)}
     if as_json:
         emit_json(summary)
