@@ -276,3 +276,12 @@ def test_tasks_synthesize_cli_offline_with_the_embedded_model(tmp_path):
     if kept:  # every kept task's reference solution replays
         chk = subprocess.run(cli + ["check", str(out), "--json"], capture_output=True, text=True, timeout=300)
         assert chk.returncode == 0 and json.loads(chk.stdout.strip().splitlines()[-1])["feasible"] == len(kept)
+
+
+def test_breadth_hint_names_an_untried_tool():
+    from evolvekit.env.base import ToolSchema
+
+    tools = [ToolSchema(name="add"), ToolSchema(name="divide")]
+    done = [ExplorationStep(0, "x", [ToolCall(name="add", arguments={})], "ok", True)]
+    assert "Try `divide`" in explorer_messages(tools, [], done, 1, 3, 4)[-1].content
+    assert "Try `" not in explorer_messages(tools, [], done * 5, 5, 3, 4)[-1].content  # depth phase: no nudge

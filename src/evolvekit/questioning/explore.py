@@ -58,6 +58,11 @@ def context_window(steps: Sequence[ExplorationStep], step_index: int, n_breadth:
     return list(steps)[-n_depth:] if n_depth > 0 else []
 
 
+def untried_tools(tools, steps: Sequence[ExplorationStep]) -> list[str]:
+    used = {c.name for s in steps if s.ok for c in s.tool_calls}
+    return [t.name for t in tools if t.name not in used]
+
+
 def profile_text(profiles: Sequence[EnvProfile]) -> str:
     parts = []
     for p in profiles:
@@ -72,6 +77,10 @@ def explorer_messages(tools, profiles: Sequence[EnvProfile], steps: Sequence[Exp
                       examples: Sequence[ChatMessage] = (), goal: str | None = None) -> list[ChatMessage]:
     visible = context_window(steps, step_index, n_breadth, n_depth)
     hint = BREADTH_HINT if phase(step_index, n_breadth) == "breadth" else DEPTH_HINT
+    if phase(step_index, n_breadth) == "breadth":
+        untried = untried_tools(tools, steps)
+        if untried:  # curiosity made concrete: name one operation not yet used (small models need the nudge)
+            hint += " Try `" + untried[step_index % len(untried)] + "`."
     msgs = [ChatMessage(role="system", content=system_prompt(tools, rendering) + "\n\n" + profile_text(profiles)),
             *examples,
             ChatMessage(role="user", content="You are exploring this environment to learn what it can do. "
