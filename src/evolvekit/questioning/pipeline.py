@@ -50,6 +50,16 @@ def sandbox_for(cfg: Config) -> dict:
     return {"classes": classes, "initial_config": {}}
 
 
+def synthetic_metadata(sandbox: dict) -> dict:
+    """Task metadata every synthetic task of this sandbox carries (classes, tool subset, family)."""
+    meta = {"category": "synthetic", "involved_classes": sandbox.get("classes", [])}
+    if sandbox.get("tools"):
+        meta["allowed_tools"] = sandbox["tools"]
+    if sandbox.get("family"):
+        meta["family"] = sandbox["family"]
+    return meta
+
+
 def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: SamplingParams, synth_llm: LLM,
                      synth_params: SamplingParams, make_env: Callable[[], Environment],
                      embed=None, existing: Sequence[Task] = (), max_rounds: int = 5,
@@ -61,11 +71,7 @@ def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: Sa
     dedup = Deduplicator(embed, q.lexical_dedup_threshold, q.semantic_dedup_threshold)
     dedup.seed(existing)
     funnel, kept, traces = Funnel(), [], []
-    meta = {"category": "synthetic", "involved_classes": sandbox.get("classes", [])}
-    if sandbox.get("tools"):
-        meta["allowed_tools"] = sandbox["tools"]
-    if sandbox.get("family"):
-        meta["family"] = sandbox["family"]
+    meta = synthetic_metadata(sandbox)
     for round_ in range(max_rounds):
         if len(kept) >= n:
             break
@@ -78,17 +84,7 @@ def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: Sa
         funnel.synthesis_unparseable += rep.unparseable
         for t in rep.tasks:
             t.metadata["bfcl_id"] = t.task_id
-        d = dedup.filter(rep.tasks)
-        funnel.deduplicated += d.lexical_duplicates + d.semantic_duplicates
-        for t in d.kept:
-            ok, reason = replay_feasible(t, make_env)
-            if ok:
-                t.metadata["curation"] = {"dedup": "passed", "feasibility": "replayed"}
-                kept.append(t)
-            else:
-                funnel.infeasible += 1
-                log.debug("infeasible task dropped: %s (%s)", t.query, reason)
-        funnel.kept = len(kept)
+        kept += curate_new(rep.tasks, dedup, make_env, funnel)
         if progress:
             progress(funnel)
     return kept[:n], funnel, traces
@@ -100,12 +96,13 @@ def curate_new(tasks: Sequence[Task], dedup: Deduplicator, make_env: Callable[[]
     d = dedup.filter(tasks)
     funnel.deduplicated += d.lexical_duplicates + d.semantic_duplicates
     for t in d.kept:
-        ok, _ = replay_feasible(t, make_env)
+        ok, reason = replay_feasible(t, make_env)
         if ok:
             t.metadata["curation"] = {"dedup": "passed", "feasibility": "replayed"}
             kept.append(t)
         else:
             funnel.infeasible += 1
+            log.debug("infeasible task dropped: %s (%s)", t.query, reason)
     funnel.kept += len(kept)
     return kept
 
@@ -119,11 +116,7 @@ def goal_explorer(cfg: Config, explorer_llm: LLM, explorer_params: SamplingParam
     sandbox = sandbox_for(cfg)
     explorer = Explorer(explorer_llm, explorer_params, q.n_breadth, q.n_depth, cfg.env.tool_rendering)
     synth = TaskSynthesizer(synth_llm, synth_params, q.difficulty, q.style_rubrics)
-    meta = {"category": "synthetic", "involved_classes": sandbox.get("classes", [])}
-    if sandbox.get("tools"):
-        meta["allowed_tools"] = sandbox["tools"]
-    if sandbox.get("family"):
-        meta["family"] = sandbox["family"]
+    meta = synthetic_metadata(sandbox)
 
     def run(kind: str, goal: str) -> list[Task]:
         traces = explorer.explore(make_env, sandbox, co.reexplore_rounds, co.reexplore_steps, goal=goal)
