@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evolvekit.errors import ConfigError
 
@@ -203,6 +203,15 @@ class EvolvingRLConfig(_Section):
     lambda_e: float = F(0.2, "λ_e weight of the extractor loss (Eq. 6)")
     lambda_s: float = F(1.0, "λ_s weight of the solver loss (Eq. 6)")
     entropy_coef: float = F(-0.03, "entropy coefficient of the extractor loss, negative (Eq. 3)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _co_evolution_alias(cls, data):
+        # the Evolving-RL paper's switch name: `co_evolution: on/off` (YAML reads on/off as booleans)
+        if isinstance(data, dict) and "co_evolution" in data:
+            data = dict(data)
+            data["enabled"] = data.pop("co_evolution")
+        return data
 
 
 class RewardConfig(_Section):

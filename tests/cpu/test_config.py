@@ -88,3 +88,13 @@ def test_cli_bad_config_is_one_line(tmp_path, content, needle):
     assert needle in res.stderr
     assert "Traceback" not in res.stderr
     assert len([line for line in res.stderr.splitlines() if line.strip()]) == 1
+
+
+def test_co_evolution_switch_alias(tmp_path):
+    from evolvekit.config import load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("evolving_rl:\n  co_evolution: on\n  mode: solver_only\n")
+    cfg = load_config(path)
+    assert cfg.evolving_rl.enabled is True and cfg.evolving_rl.mode == "solver_only"
+    assert load_config(None, ["evolving_rl.co_evolution=off"]).evolving_rl.enabled is False
