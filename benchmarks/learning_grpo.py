@@ -36,6 +36,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--tag", default="", help="suffix of the result files, e.g. _seed1 for a multi-seed study")
     return ap
 
 
@@ -45,6 +46,7 @@ def run_learning(name: str, args, extra_sets: list[str], title: str) -> dict:
     from evolvekit.config import load_config
     from evolvekit.orchestrator.build import build_loop, open_run
 
+    name = name + args.tag
     sets = [f"run.name={name.replace('_', '-')}", "run.out_dir=runs", f"run.seed={args.seed}",
             f"train.iterations={args.iterations}", f"train.eval_every={args.eval_every}",
             f"train.eval_tasks={args.eval_tasks}", f"train.eval_k={args.eval_k}",
