@@ -150,3 +150,34 @@ def test_steps_at_0_9_and_auc():
     # trapezoids: 4*(0.35) + 4*(0.6) + 4*(0.75) = 6.8 over a span of 12
     assert area_under_curve(steps, vals) == pytest.approx(6.8 / 12)
     assert area_under_curve([3], [0.4]) == 0.4
+
+
+def test_attributed_samples_share_the_hybrid_proxy_task_decay(tmp_path):
+    """Self-attributing reuses GRPOSamples' build: proxy-task advantages are decayed by 0.5 when λ < 1."""
+    from evolvekit.attributing.stage import AttributedSamples
+    from evolvekit.config import load_config
+    from evolvekit.orchestrator.stages import IterationContext
+    from evolvekit.store.sqlite import RunStore
+    from evolvekit.types import TaskSource
+
+    cfg = load_config(None, ["questioning.enabled=true", "questioning.hybrid_lambda=0.5",
+                             "attributing.enabled=true", "attributing.mode=outcome_only"])
+    store = RunStore(tmp_path / "run.db")
+    tasks = [Task(task_id="real", env_name="x", query="q"),
+             Task(task_id="syn", env_name="x", query="q", source=TaskSource.SYNTHETIC)]
+    with store.transaction() as c:
+        store.put_tasks(c, tasks, -1)
+    trajs = []
+    for tid in ("real", "syn"):
+        for r in (1.0, 0.0):
+            t = _traj(1, r, tid)
+            t.group_id = tid
+            t.steps[0].prompt_token_ids, t.steps[0].completion_token_ids = [1, 2], [3]
+            trajs.append(t)
+    ctx = IterationContext(iteration=0, seed=0, run_dir=tmp_path, store=store)
+    samples, metrics = AttributedSamples(cfg, None).build(ctx, trajs)
+    adv = [s.token_advantages[-1] for s in samples]
+    assert adv[0] == pytest.approx(-adv[1]) and adv[0] > 0  # the real task's group: full advantages
+    assert adv[2] == pytest.approx(adv[0] * 0.5) and adv[3] == pytest.approx(adv[1] * 0.5)  # proxy task: × 0.5
+    assert metrics["attribution/alpha"] == cfg.attributing.alpha and metrics["samples/groups"] == 2
+    store.close()

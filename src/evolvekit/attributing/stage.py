@@ -7,9 +7,8 @@ from typing import Sequence
 from evolvekit.attributing.attributor import StepAttributor
 from evolvekit.attributing.credit import group_step_advantages
 from evolvekit.config import Config
-from evolvekit.orchestrator.stages import IterationContext
-from evolvekit.train.samples import build_samples
-from evolvekit.types import TrainingSample, Trajectory
+from evolvekit.orchestrator.stages import GRPOSamples, IterationContext
+from evolvekit.types import Trajectory
 
 
 def alpha_for(cfg: Config, iteration: int) -> float:
@@ -20,15 +19,16 @@ def alpha_for(cfg: Config, iteration: int) -> float:
     return sched[min(iteration, len(sched) - 1)]
 
 
-class AttributedSamples:
-    """Replaces ``GRPOSamples``: the same samples, with step-level advantages from both channels."""
+class AttributedSamples(GRPOSamples):
+    """Replaces ``GRPOSamples``' advantages with step-level ones from both channels; the rest of the build is shared."""
 
     def __init__(self, cfg: Config, attributor: StepAttributor | None) -> None:
-        self.cfg, self.attributor = cfg, attributor
+        super().__init__(cfg)
+        self.attributor = attributor
 
-    def build(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> tuple[list[TrainingSample], dict[str, float]]:
+    def step_advantages(self, ctx: IterationContext, live: Sequence[Trajectory]
+                        ) -> tuple[list[dict[int, float]], dict[str, float]]:
         acfg = self.cfg.attributing
-        live = [t for t in trajectories if not t.flags.failed]
         metrics: dict[str, float] = {}
         labels: list = [None] * len(live)
         if acfg.mode != "outcome_only" and self.attributor is not None:
@@ -49,9 +49,5 @@ class AttributedSamples:
                                          [len(live[i].steps) for i in idx], alpha, acfg.mode, acfg.eps)
             for i, a in zip(idx, advs):
                 step_adv[i] = {s.index: a[k] for k, s in enumerate(live[i].steps)}
-        samples, st = build_samples(live, step_adv, strip_experience=self.cfg.navigating.strip_experience,
-                                    max_tokens=self.cfg.train.max_sequence_tokens)
-        metrics.update({"samples/count": st.samples, "samples/skipped_too_long": st.skipped_too_long,
-                        "samples/skipped_failed": len(trajectories) - len(live), "samples/groups": len(groups),
-                        "attribution/alpha": alpha})
-        return samples, metrics
+        metrics["attribution/alpha"] = alpha
+        return step_adv, metrics

@@ -124,14 +124,23 @@ class NoExperience:
 
 
 class GRPOSamples:
-    """(D, first half) baseline: outcome reward, Eq. 16 group advantages, broadcast to every policy token."""
+    """(D, first half) baseline: outcome reward, Eq. 16 group advantages, broadcast to every policy token.
+
+    Subclasses change only ``step_advantages`` (self-attributing does); every sample builder shares the rest:
+    the hybrid proxy-task advantage decay (§3.3), experience stripping (§4.3) and the length cap.
+    """
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
 
+    def step_advantages(self, ctx: IterationContext, live: Sequence[Trajectory]
+                        ) -> tuple[list[dict[int, float]], dict[str, float]]:
+        """Advantage of every step of every live trajectory (here: Eq. 16, the same for all steps)."""
+        return grpo_step_advantages(live, self.cfg.train.eps_norm), {}
+
     def build(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> tuple[list[TrainingSample], dict[str, float]]:
         live = [t for t in trajectories if not t.flags.failed]
-        adv = grpo_step_advantages(live, self.cfg.train.eps_norm)
+        adv, metrics = self.step_advantages(ctx, live)
         scale = None
         q = self.cfg.questioning
         if q.enabled and q.hybrid_lambda < 1.0:  # hybrid training: proxy-task advantages are down-weighted
@@ -144,9 +153,10 @@ class GRPOSamples:
         for t in live:
             groups.setdefault(t.group_id or t.trajectory_id, []).append(float(t.outcome_reward or 0.0))
         degenerate = sum(1 for r in groups.values() if len(set(r)) < 2)
-        return samples, {"samples/count": st.samples, "samples/skipped_too_long": st.skipped_too_long,
-                         "samples/skipped_failed": len(trajectories) - len(live),
-                         "samples/groups": len(groups), "samples/degenerate_groups": degenerate}
+        metrics.update({"samples/count": st.samples, "samples/skipped_too_long": st.skipped_too_long,
+                        "samples/skipped_failed": len(trajectories) - len(live),
+                        "samples/groups": len(groups), "samples/degenerate_groups": degenerate})
+        return samples, metrics
 
 
 class TrainerUpdate:
