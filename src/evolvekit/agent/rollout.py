@@ -1,8 +1,11 @@
 """Rollout worker and manager: episodes of one task in one environment, run many at once.
 
-Episodes advance in lock-step: each round gathers the prompts of every live episode and generates them in *one*
-batched call (the local backend batches them; the OpenAI-compatible backend sends them concurrently). A failing
-episode is recorded with its error and the rest go on.
+With the local backend, episodes share one *continuous* batch (``llm.batcher.DecodeBatch``): as soon as an
+episode's action is complete it is stepped in its environment and its next prompt joins the batch, and a new
+episode starts whenever one ends, so up to ``concurrency`` rows decode together all the time. Other backends
+advance in lock-step: each round gathers the prompts of every live episode into *one* call (the
+OpenAI-compatible backend sends them concurrently). A failing episode is recorded with its error and the rest go
+on.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -48,6 +52,7 @@ class _Episode:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     prompt_spans: list = field(default_factory=list)
+    prompt_ids: list[int] = field(default_factory=list)
 
 
 def _generate(llm: LLM, episodes: Sequence[_Episode], params: SamplingParams) -> list[tuple[list[int], Completion]]:
@@ -133,17 +138,91 @@ def _finish(ep: _Episode) -> Trajectory:
     return traj
 
 
+def _advance_safely(ep: _Episode, prompt_ids: list[int], comp: Completion, max_steps: int, rendering: str) -> None:
+    try:
+        _advance(ep, prompt_ids, comp, max_steps, rendering)
+    except Exception as err:
+        log.warning("rollout of %s failed: %s", ep.job.task.task_id, err)
+        ep.trajectory.flags.failed = True
+        ep.trajectory.error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
+        ep.done = True
+
+
+def _failed_start(job: RolloutJob, err: Exception) -> Trajectory:
+    traj = Trajectory(task_id=job.task.task_id, group_id=job.group_id, error=f"reset: {type(err).__name__}: {err}")
+    traj.flags.failed = True
+    return traj
+
+
+def _run_continuous(jobs: Sequence[RolloutJob], make_env: Callable[[], Environment], llm, cfg: RolloutConfig,
+                    params: SamplingParams, rendering: str, template: TemplateSettings,
+                    results: list[Trajectory | None], advance_bar: Callable[[], None]) -> None:
+    """Continuous batching: episodes join the decode batch turn by turn; new ones start as others end."""
+    queue = deque(enumerate(jobs))
+    live: dict[int, _Episode] = {}
+    batch = llm.decode_batch(params, keep_rows=True)  # an episode's next turn reuses its own KV
+
+    def submit(indices: list[int]) -> None:
+        items = []
+        for i in indices:
+            ep = live[i]
+            try:
+                ep.context.prepare(llm)
+                ep.prompt_ids, ep.prompt_spans = ep.context.tokenize(llm)
+            except Exception as err:
+                ep.trajectory.flags.failed, ep.done = True, True
+                ep.trajectory.error = f"context: {type(err).__name__}: {err}"
+                batch.forget(i)
+                results[i] = _finish(live.pop(i))
+                advance_bar()
+                continue
+            items.append((i, ep.prompt_ids))
+        batch.add(items)
+
+    def refill(ready: list[int]) -> None:
+        while queue and len(live) < cfg.concurrency:
+            i, job = queue.popleft()
+            try:
+                live[i] = _start(job, make_env, rendering, template)
+            except Exception as err:
+                results[i] = _failed_start(job, err)
+                advance_bar()
+                continue
+            ready.append(i)
+        submit(ready)
+
+    refill([])
+    while len(batch) or queue:
+        ready = []
+        for i, comp in batch.step():
+            ep = live[i]
+            _advance_safely(ep, ep.prompt_ids, comp, cfg.max_steps, rendering)
+            if ep.done:
+                batch.forget(i)
+                results[i] = _finish(live.pop(i))
+                advance_bar()
+            else:
+                ready.append(i)
+        refill(ready)
+
+
 def run_rollouts(jobs: Sequence[RolloutJob], make_env: Callable[[], Environment], llm: LLM, cfg: RolloutConfig,
                  params: SamplingParams, rendering: str = "compact", show_progress: bool = True,
                  template: TemplateSettings | None = None) -> list[Trajectory]:
     """Run every job to completion (``cfg.concurrency`` at a time); results are in job order."""
     template = template or TemplateSettings(template=cfg.template, token_limit=cfg.context_token_limit)
     params = SamplingParams(n=1, temperature=params.temperature, top_p=params.top_p,
-                            max_new_tokens=params.max_new_tokens, stop=tuple(params.stop) + STOP, seed=params.seed)
+                            max_new_tokens=params.max_new_tokens, stop=tuple(params.stop) + STOP, seed=params.seed,
+                            stop_on_balanced_json=True)
     results: list[Trajectory | None] = [None] * len(jobs)
     t0 = time.perf_counter()
     with Progress(transient=True, disable=not show_progress) as progress:
         bar = progress.add_task("rollouts", total=len(jobs))
+        if hasattr(llm, "decode_batch") and hasattr(llm, "apply_chat_template"):
+            _run_continuous(jobs, make_env, llm, cfg, params, rendering, template, results,
+                            lambda: progress.advance(bar))
+            log.info("%d rollouts in %.1fs", len(jobs), time.perf_counter() - t0)
+            return [r for r in results if r is not None]
         indexed = list(enumerate(jobs))
         for lo in range(0, len(jobs), cfg.concurrency):
             chunk = indexed[lo: lo + cfg.concurrency]
@@ -152,21 +231,13 @@ def run_rollouts(jobs: Sequence[RolloutJob], make_env: Callable[[], Environment]
                 try:
                     live.append((i, _start(job, make_env, rendering, template)))
                 except Exception as err:
-                    results[i] = Trajectory(task_id=job.task.task_id, group_id=job.group_id,
-                                            error=f"reset: {type(err).__name__}: {err}")
-                    results[i].flags.failed = True
+                    results[i] = _failed_start(job, err)
                     progress.advance(bar)
             while live:
                 outs = _generate(llm, [ep for _, ep in live], params)
                 still = []
                 for (i, ep), (prompt_ids, comp) in zip(live, outs):
-                    try:
-                        _advance(ep, prompt_ids, comp, cfg.max_steps, rendering)
-                    except Exception as err:
-                        log.warning("rollout of %s failed: %s", ep.job.task.task_id, err)
-                        ep.trajectory.flags.failed = True
-                        ep.trajectory.error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
-                        ep.done = True
+                    _advance_safely(ep, prompt_ids, comp, cfg.max_steps, rendering)
                     if ep.done:
                         results[i] = _finish(ep)
                         progress.advance(bar)

@@ -18,6 +18,7 @@ class SamplingParams:
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    stop_on_balanced_json: bool = False  # local backend: a bare JSON action ends at its closing bracket
 
     def __post_init__(self) -> None:
         if self.n < 1:

@@ -1,0 +1,118 @@
+"""Continuous batching: rows that join a live batch mid-decode get exactly what they would get alone."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from evolvekit.llm.base import SamplingParams
+from evolvekit.llm.batcher import balanced_json_end
+from evolvekit.llm.local import LocalLLM
+from evolvekit.llm.tiny import make_tiny_model
+
+
+def test_balanced_json_end():
+    assert balanced_json_end('{"name": "add", "arguments": {"a": 1}}')
+    assert balanced_json_end(' [{"name": "x"}] and then rambling')
+    assert not balanced_json_end('{"name": "add", "arguments": {"a": 1}')
+    assert not balanced_json_end('{"name": "a}b"')  # a bracket inside a string does not count
+    assert balanced_json_end('{"s": "quote \\" and } inside"}')
+    assert not balanced_json_end('The answer is {5}')  # prose first: not a bare JSON action
+    assert not balanced_json_end("<tool_call>{}")  # tagged calls end on the closing tag instead
+    assert not balanced_json_end("")
+
+
+@given(st.text(max_size=40))
+def test_balanced_json_end_never_crashes(text):
+    assert balanced_json_end(text) in (True, False)
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory):
+    return LocalLLM(str(make_tiny_model(tmp_path_factory.mktemp("m") / "m")), device="cpu")
+
+
+def test_rows_joining_mid_decode_match_solo_generation(llm):
+    shared = list(range(100, 150))
+    prompts = [shared + [7, 8, 9], shared + [11], [3, 4, 5, 6], shared + [12, 13, 14, 15, 16, 17, 18]]
+    params = SamplingParams(temperature=0.0, max_new_tokens=6)
+    solo = []
+    for p in prompts:
+        llm.invalidate_cache()
+        solo.append(llm.generate_ids([p], params)[0][0])
+    llm.invalidate_cache()
+    batch = llm.decode_batch(params)
+    batch.add([(0, prompts[0]), (1, prompts[1])])  # shared prefix prefilled once and kept
+    done = {}
+    for step in range(20):
+        if step == 2:
+            batch.add([(2, prompts[2])])  # no shared prefix, shorter cache: padded on the left
+        if step == 4:
+            batch.add([(3, prompts[3])])  # reuses the kept prefix, prefills only its own suffix
+        done.update(batch.step())
+        if len(done) == 4:
+            break
+    assert len(batch) == 0 and llm.prefix_cache_hits >= 1
+    for i, want in enumerate(solo):
+        assert done[i].token_ids == want.token_ids
+        assert done[i].logprobs == pytest.approx(want.logprobs, abs=1e-4)
+        assert done[i].prompt_token_ids == prompts[i]
+
+
+def test_rows_leave_as_they_finish_and_the_cache_is_trimmed(llm):
+    params = SamplingParams(temperature=0.0, max_new_tokens=3)
+    batch = llm.decode_batch(params)
+    batch.add([("long", list(range(10, 90)))])
+    batch.step()
+    batch.add([("short", [5, 6])])
+    width = batch.attn.shape[1]
+    finished = []
+    while len(batch):
+        finished += [k for k, _ in batch.step()]
+    assert finished == ["long", "short"]  # the first row leaves first, the other decodes on
+    assert width >= 81
+    llm2 = llm.decode_batch(params)
+    llm2.add([("a", list(range(10, 90))), ("b", [5, 6])])
+    llm2.step(), llm2.step()
+    llm2._select([1])  # only the short row is left: the long row's columns are dropped
+    assert llm2.attn.shape[1] == 2 + 2 and llm2.cache.get_seq_length() == 4
+
+
+def test_generate_ids_stops_at_balanced_json(llm, monkeypatch):
+    import torch
+
+    import evolvekit.llm.local as local
+
+    script = llm.tokenizer.encode('{"name": "add", "arguments": {"a": 1}} and more text', add_special_tokens=False)
+    drawn = iter(script)
+    monkeypatch.setattr(local, "sample_next", lambda logits, *a: torch.tensor([next(drawn)] * logits.shape[0]))
+    out = llm.generate_ids([[1, 2, 3]], SamplingParams(max_new_tokens=40, stop_on_balanced_json=True))[0][0]
+    assert out.finish_reason == "stop" and out.text == '{"name": "add", "arguments": {"a": 1}}'
+    drawn = iter(script)
+    out = llm.generate_ids([[1, 2, 3]], SamplingParams(max_new_tokens=len(script)))[0][0]
+    assert out.finish_reason == "length" and out.text.startswith('{"name": "add", "arguments": {"a": 1}} and more')
+
+
+def test_a_returning_row_reuses_its_own_kv(llm):
+    """The next turn of an episode prefills only its new tokens, and samples what a full prefill would."""
+    params = SamplingParams(temperature=0.0, max_new_tokens=5)
+    llm.invalidate_cache()
+    first = llm.generate_ids([[20, 21, 22, 23]], params)[0][0]
+    turn2 = [20, 21, 22, 23, *first.token_ids, 30, 31, 32]
+    want = llm.generate_ids([turn2], params)[0][0]
+    llm.invalidate_cache()
+    batch = llm.decode_batch(params, keep_rows=True)
+    batch.add([("ep", [20, 21, 22, 23])])
+    batch.add([("other", [40, 41])])
+    done = {}
+    while "ep" not in done:
+        done.update(batch.step())
+    before = batch.prefilled_tokens
+    batch.add([("ep", turn2)])  # its previous prompt + completion (but the last token) are in the kept KV
+    assert batch.prefilled_tokens - before == 1 + 3
+    got = {}
+    while "ep" not in got:
+        got.update(batch.step())
+    assert got["ep"].token_ids == want.token_ids
+    assert got["ep"].logprobs == pytest.approx(want.logprobs, abs=1e-4)
+    batch.forget("ep")
+    assert "ep" not in batch.kept
