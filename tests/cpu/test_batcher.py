@@ -17,7 +17,8 @@ def test_balanced_json_end():
     assert not balanced_json_end('{"name": "a}b"')  # a bracket inside a string does not count
     assert balanced_json_end('{"s": "quote \\" and } inside"}')
     assert not balanced_json_end('The answer is {5}')  # prose first: not a bare JSON action
-    assert not balanced_json_end("<tool_call>{}")  # tagged calls end on the closing tag instead
+    assert balanced_json_end('<tool_call>{"name": "x"} rambling')  # a tagged call is complete at its JSON's end
+    assert not balanced_json_end('<tool_call>{"name": "x"')
     assert not balanced_json_end("")
 
 

@@ -285,3 +285,51 @@ def test_breadth_hint_names_an_untried_tool():
     done = [ExplorationStep(0, "x", [ToolCall(name="add", arguments={})], "ok", True)]
     assert "Try `divide`" in explorer_messages(tools, [], done, 1, 3, 4)[-1].content
     assert "Try `" not in explorer_messages(tools, [], done * 5, 5, 3, 4)[-1].content  # depth phase: no nudge
+
+
+def test_scaffold_call_prefix_names_an_untried_tool_then_lets_the_model_choose():
+    from evolvekit.questioning.explore import ExplorationStep, call_prefix
+    from evolvekit.types import ToolCall
+
+    class T:
+        def __init__(self, name):
+            self.name = name
+
+    tools = [T("add"), T("subtract")]
+    done = [ExplorationStep(0, "", [ToolCall(name="add", arguments={})], "ok", True)]
+    assert call_prefix(tools, done, 1, n_breadth=3) == '<tool_call>{"name": "subtract", "arguments": {"'
+    assert call_prefix(tools, done, 3, n_breadth=3) == '<tool_call>{"name": "'  # depth phase
+
+
+def test_targeted_synthesis_parsing_windows_and_shots():
+    from evolvekit.questioning.synthesize import parse_request, shots_from_examples, windows
+    from evolvekit.types import ChatMessage
+
+    assert parse_request('Task: "What is 2 plus 3?"\nSolution: 0') == "What is 2 plus 3?"
+    assert parse_request("**Add 5 to 8.**") == "Add 5 to 8."
+    assert parse_request("   \n") is None and parse_request("ok") is None
+    assert parse_request('<tool_call>{"name": "add"}') is None
+    assert windows(5, 1, 3) == [[0], [2], [4]]
+    assert windows(5, 2, 2) == [[0, 1], [3, 4]]
+    assert windows(2, 3, 3) == [[0, 1]]  # fewer calls than the difficulty asks for
+    ex = [ChatMessage(role="user", content="What is 1 plus 2?"),
+          ChatMessage(role="assistant", content='<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'),
+          ChatMessage(role="user", content='Tool results:\n[add] {"result": 3}'),
+          ChatMessage(role="assistant", content="3.")]
+    shots = shots_from_examples(ex)
+    assert len(shots) == 1 and shots[0][1] == "What is 1 plus 2?" and '"add"' in shots[0][0] and "3" in shots[0][0]
+
+
+def test_targeted_synthesizer_uses_the_chosen_window_as_reference():
+    from evolvekit.config import DifficultyConfig
+    from evolvekit.questioning.explore import ExplorationStep, ExplorationTrace
+    from evolvekit.questioning.synthesize import TaskSynthesizer
+    from evolvekit.types import ToolCall
+
+    calls = [ToolCall(name="add", arguments={"a": i, "b": 1}) for i in range(3)]
+    trace = ExplorationTrace("e1", {}, [ExplorationStep(i, "", [c], f"{i + 1}", True) for i, c in enumerate(calls)])
+    llm = _Scripted(lambda conv: "What is 0 plus 1?" if '"a": 0' in conv[-1].content else "sure")
+    rep = TaskSynthesizer(llm, SamplingParams(), DifficultyConfig(operations=1), tasks_per_trace=2,
+                          targeted=True).synthesize([trace], "bfcl")
+    assert [t.reference_solution[0][0].arguments["a"] for t in rep.tasks] == [0]  # windows [0] and [2] asked
+    assert rep.tasks[0].query == "What is 0 plus 1?" and rep.unparseable == 1  # "sure" is not a request

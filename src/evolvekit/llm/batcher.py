@@ -32,9 +32,12 @@ def balanced_json_end(text: str) -> bool:
     """True once ``text`` is one complete bare JSON object or list (brackets balanced outside strings).
 
     Decoding economy (AgentEvolver/EvolveR action formats): a bare JSON tool call is complete at its closing
-    bracket, and whatever a small model rambles after it is never parsed, so sampling stops there.
+    bracket, and whatever a small model rambles after it is never parsed, so sampling stops there. The same holds
+    for the JSON of a ``<tool_call>`` block (the caller restores the closing tag).
     """
     s = text.lstrip()
+    if s.startswith("<tool_call>"):  # a tagged call is complete at its JSON's end, closing tag or not
+        s = s[len("<tool_call>"):].lstrip()
     if not s or s[0] not in "{[":
         return False
     depth, in_str, esc = 0, False, False
@@ -110,6 +113,7 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     finish: str = "length"
     stopped_on_string: bool = False
+    text_prefix: str = ""  # text already in the prompt that the completion continues (stop checks see both)
 
 
 def _pad_left(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
@@ -147,15 +151,20 @@ class DecodeBatch:
 
     # -- joining ------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def add(self, items: Sequence[tuple[Hashable, Sequence[int]]]) -> None:
-        """Prefill ``(key, prompt ids)`` rows and merge them into the live batch."""
+    def add(self, items: Sequence[tuple[Hashable, Sequence[int]]], text_prefixes: Sequence[str] | None = None) -> None:
+        """Prefill ``(key, prompt ids)`` rows and merge them into the live batch.
+
+        ``text_prefixes``: per row, the start of the reply that the prompt already contains (a response prefix such
+        as an opened tool call); the balanced-JSON stop checks prefix + completion.
+        """
         if not items:
             return
         prompts = [list(p) for _, p in items]
         if any(len(p) == 0 for p in prompts):
             raise ValueError("empty prompt")
         cache, attn, pos, logits = self._prefill([k for k, _ in items], prompts)
-        self.rows.extend(_Row(key=k, prompt=p) for (k, _), p in zip(items, prompts))
+        prefixes = list(text_prefixes) if text_prefixes is not None else [""] * len(items)
+        self.rows.extend(_Row(key=k, prompt=p, text_prefix=x) for (k, _), p, x in zip(items, prompts, prefixes))
         if self.cache is None:
             self.cache, self.attn, self.next_pos, self.logits = cache, attn, pos, logits
             return
@@ -235,7 +244,8 @@ class DecodeBatch:
                 row.finish = "stop"
             elif p.stop and llm._stop_cut(row.tokens, p.stop) is not None:
                 row.finish, row.stopped_on_string = "stop", True
-            elif p.stop_on_balanced_json and balanced_json_end(llm.tokenizer.decode(row.tokens, skip_special_tokens=True)):
+            elif p.stop_on_balanced_json and balanced_json_end(
+                    row.text_prefix + llm.tokenizer.decode(row.tokens, skip_special_tokens=True)):
                 row.finish = "stop"
             elif len(row.tokens) < p.max_new_tokens:
                 keep.append(j)

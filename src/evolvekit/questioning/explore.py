@@ -10,7 +10,7 @@ step (one batched generation per round); every trajectory is kept.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from evolvekit.agent.parser import CLOSE, format_call, parse_action
@@ -91,13 +91,34 @@ def explorer_messages(tools, profiles: Sequence[EnvProfile], steps: Sequence[Exp
     return msgs
 
 
+def call_prefix(tools, steps: Sequence[ExplorationStep], step_index: int, n_breadth: int) -> str:
+    """Scaffold: the explorer's reply starts as an opened tool call; breadth steps name an untried tool."""
+    if phase(step_index, n_breadth) == "breadth":
+        untried = untried_tools(tools, steps)
+        if untried:
+            return '<tool_call>{"name": "' + untried[step_index % len(untried)] + '", "arguments": {"'
+    return '<tool_call>{"name": "'
+
+
 class Explorer:
     def __init__(self, llm: LLM, params: SamplingParams, n_breadth: int = 3, n_depth: int = 27,
-                 rendering: str = "compact") -> None:
+                 rendering: str = "compact", scaffold: bool = False) -> None:
         self.llm, self.n_breadth, self.n_depth, self.rendering = llm, n_breadth, n_depth, rendering
+        # the call-prefix scaffold needs a backend that continues a given reply start (the local one)
+        self.scaffold = scaffold and hasattr(llm, "decode_batch")
         self.params = SamplingParams(n=1, temperature=params.temperature, top_p=params.top_p,
                                      max_new_tokens=params.max_new_tokens, stop=tuple(params.stop) + (CLOSE,),
-                                     seed=params.seed)
+                                     seed=params.seed, stop_on_balanced_json=True)
+
+    def _generate(self, convs: list[list[ChatMessage]], prefixes: list[str], step: int) -> list[str]:
+        params = replace(self.params, seed=None if self.params.seed is None else self.params.seed + step)
+        if not self.scaffold:
+            return [o[0].text for o in self.llm.chat(convs, params)]
+        batch = self.llm.decode_batch(params)
+        batch.add([(j, self.llm.apply_chat_template(c) + self.llm.encode(x)) for j, (c, x) in enumerate(zip(convs, prefixes))],
+                  text_prefixes=prefixes)
+        done = batch.run()
+        return [x + done[j].text for j, x in enumerate(prefixes)]
 
     def explore(self, make_env: Callable[[], Environment], sandbox: dict, runs: int, max_steps: int,
                 goal: str | None = None) -> list[ExplorationTrace]:
@@ -127,10 +148,10 @@ class Explorer:
                 break
             convs = [explorer_messages(tools[i], profiles, traces[i].steps, step, self.n_breadth, self.n_depth,
                                        self.rendering, examples[i], goal) for i in live]
-            outs = self.llm.chat(convs, self.params)
+            prefixes = [call_prefix(tools[i], traces[i].steps, step, self.n_breadth) for i in live]
+            outs = self._generate(convs, prefixes, step)
             still = []
-            for i, out in zip(live, outs):
-                text = out[0].text
+            for i, text in zip(live, outs):
                 if OPEN_TAG in text and CLOSE not in text:
                     text += CLOSE
                 action = parse_action(text)

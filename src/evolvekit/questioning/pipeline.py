@@ -11,7 +11,7 @@ from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.questioning.curate import Deduplicator, replay_feasible
 from evolvekit.questioning.explore import Explorer, ExplorationTrace
-from evolvekit.questioning.synthesize import TaskSynthesizer
+from evolvekit.questioning.synthesize import TaskSynthesizer, shots_from_examples
 from evolvekit.types import Task
 
 log = logging.getLogger(__name__)
@@ -60,14 +60,36 @@ def synthetic_metadata(sandbox: dict) -> dict:
     return meta
 
 
+def scaffold_on(cfg: Config, llm: LLM) -> bool:
+    """questioning.scaffold: 'auto' turns the small-model scaffolds on for in-process (local) models."""
+    mode = cfg.questioning.scaffold
+    return mode == "on" or (mode == "auto" and hasattr(llm, "decode_batch"))
+
+
+def explorer_and_synthesizer(cfg: Config, explorer_llm: LLM, explorer_params: SamplingParams, synth_llm: LLM,
+                             synth_params: SamplingParams, make_env: Callable[[], Environment]
+                             ) -> tuple[Explorer, TaskSynthesizer]:
+    q = cfg.questioning
+    explorer = Explorer(explorer_llm, explorer_params, q.n_breadth, q.n_depth, cfg.env.tool_rendering,
+                        scaffold=scaffold_on(cfg, explorer_llm))
+    targeted, shots = scaffold_on(cfg, synth_llm), []
+    if targeted:  # the environment's worked examples become (calls -> request) examples for the synthesizer
+        env = make_env()
+        try:
+            shots = shots_from_examples(env.reset(None, sandbox_for(cfg)).examples)
+        finally:
+            env.close()
+    return explorer, TaskSynthesizer(synth_llm, synth_params, q.difficulty, q.style_rubrics, targeted=targeted,
+                                     shots=shots)
+
+
 def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: SamplingParams, synth_llm: LLM,
                      synth_params: SamplingParams, make_env: Callable[[], Environment],
                      embed=None, existing: Sequence[Task] = (), max_rounds: int = 5,
                      progress: Callable[[Funnel], None] | None = None) -> tuple[list[Task], Funnel, list[ExplorationTrace]]:
     q = cfg.questioning
     sandbox = sandbox_for(cfg)
-    explorer = Explorer(explorer_llm, explorer_params, q.n_breadth, q.n_depth, cfg.env.tool_rendering)
-    synth = TaskSynthesizer(synth_llm, synth_params, q.difficulty, q.style_rubrics)
+    explorer, synth = explorer_and_synthesizer(cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env)
     dedup = Deduplicator(embed, q.lexical_dedup_threshold, q.semantic_dedup_threshold)
     dedup.seed(existing)
     funnel, kept, traces = Funnel(), [], []
@@ -112,10 +134,9 @@ def goal_explorer(cfg: Config, explorer_llm: LLM, explorer_params: SamplingParam
                   funnel: Funnel) -> Callable[[str, str], list[Task]]:
     """CoEvolve §3.2: re-explore from a signal context (``reexplore_rounds`` runs × ``reexplore_steps`` steps),
     then synthesize and curate like any exploration."""
-    q, co = cfg.questioning, cfg.coevolve
+    co = cfg.coevolve
     sandbox = sandbox_for(cfg)
-    explorer = Explorer(explorer_llm, explorer_params, q.n_breadth, q.n_depth, cfg.env.tool_rendering)
-    synth = TaskSynthesizer(synth_llm, synth_params, q.difficulty, q.style_rubrics)
+    explorer, synth = explorer_and_synthesizer(cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env)
     meta = synthetic_metadata(sandbox)
 
     def run(kind: str, goal: str) -> list[Task]:

@@ -10,7 +10,7 @@ every reference is an action that really executed in the sandbox.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from evolvekit.agent.parser import format_call
@@ -56,6 +56,52 @@ def parse_synthesis(text: str, n_calls: int) -> list[tuple[str, list[int]]]:
     return out
 
 
+TARGETED_ASK = "Write the user's request that exactly these calls solve: one sentence, self-contained, with every value it needs."
+
+
+def targeted_prompt(calls: Sequence[tuple[ToolCall, str]], shots: Sequence[tuple[str, str]] = ()) -> list[ChatMessage]:
+    """Scaffold for small synthesizers: the calls are chosen (a window of the exploration); the model only writes
+    the request they solve. ``shots`` are (call listing, request) worked examples given as chat turns."""
+    msgs = [ChatMessage(role="system", content=SYNTH_SYSTEM)]
+    for listing, request in shots:
+        msgs += [ChatMessage(role="user", content=f"Executed calls:\n{listing}\n\n{TARGETED_ASK}"),
+                 ChatMessage(role="assistant", content=request)]
+    listing = "\n".join(f"[{i}] {format_call(c)} -> {obs}" for i, (c, obs) in enumerate(calls))
+    return msgs + [ChatMessage(role="user", content=f"Executed calls:\n{listing}\n\n{TARGETED_ASK}")]
+
+
+def parse_request(text: str) -> str | None:
+    """The request of a targeted-synthesis answer: its first line, without a 'Task:' label or quotes."""
+    line = next((ln.strip() for ln in (text or "").splitlines() if ln.strip()), "")
+    line = re.sub(r"^(task|request|user)\s*[:：]\s*", "", re.sub(r"[*_#`]", "", line), flags=re.IGNORECASE).strip(' "\'')
+    if len(line) < 8 or len(line) > 400 or "<tool" in line or line.startswith("{"):
+        return None
+    return line
+
+
+def windows(n_calls: int, size: int, count: int) -> list[list[int]]:
+    """Up to ``count`` distinct windows of ``size`` consecutive call indices, spread over the exploration."""
+    size = max(1, min(size, n_calls))
+    starts = sorted({round(i * (n_calls - size) / max(count - 1, 1)) for i in range(count)}) if n_calls > size else [0]
+    return [list(range(st, st + size)) for st in starts][:count]
+
+
+def shots_from_examples(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
+    """(call listing, request) pairs out of an environment's worked examples (user turn, call, tool result)."""
+    from evolvekit.agent.parser import parse_action
+
+    shots = []
+    for i in range(len(examples) - 2):
+        user, call, result = examples[i], examples[i + 1], examples[i + 2]
+        if user.role != "user" or call.role != "assistant":
+            continue
+        calls = parse_action(call.content or "").tool_calls
+        if calls:
+            obs = (result.content or "").replace("Tool results:\n", "").strip()[:300]
+            shots.append(("\n".join(f"[{j}] {format_call(c)} -> {obs}" for j, c in enumerate(calls)), user.content or ""))
+    return shots
+
+
 @dataclass
 class SynthesisReport:
     tasks: list[Task] = field(default_factory=list)
@@ -65,9 +111,31 @@ class SynthesisReport:
 
 class TaskSynthesizer:
     def __init__(self, llm: LLM, params: SamplingParams, difficulty: DifficultyConfig, rubrics: Sequence[str] = (),
-                 tasks_per_trace: int = 3) -> None:
+                 tasks_per_trace: int = 3, targeted: bool = False, shots: Sequence[tuple[str, str]] = ()) -> None:
         self.llm, self.params, self.difficulty = llm, params, difficulty
         self.rubrics, self.tasks_per_trace = list(rubrics), tasks_per_trace
+        self.targeted, self.shots = targeted, list(shots)
+
+    def _items(self, usable) -> tuple[list[list[tuple[str, list[int]]]], int]:
+        """Per usable trace, its (request, call indices) items; and how many answers gave none."""
+        if not self.targeted:
+            outs = self.llm.chat([synthesis_prompt(calls, self.difficulty, self.rubrics, self.tasks_per_trace)
+                                  for _, calls in usable], self.params)
+            items = [parse_synthesis(out[0].text, len(calls)) for (_, calls), out in zip(usable, outs)]
+            return items, sum(1 for it in items if not it)
+        asks = [(k, w) for k, (_, calls) in enumerate(usable)
+                for w in windows(len(calls), self.difficulty.operations, self.tasks_per_trace)]
+        outs = self.llm.chat([targeted_prompt([usable[k][1][i] for i in w], self.shots) for k, w in asks],
+                             replace(self.params, stop=tuple(self.params.stop) + ("\n",)))
+        items: list[list[tuple[str, list[int]]]] = [[] for _ in usable]
+        bad = 0
+        for (k, w), out in zip(asks, outs):
+            request = parse_request(out[0].text)
+            if request is None:
+                bad += 1
+            else:
+                items[k].append((request, w))
+        return items, bad
 
     def synthesize(self, traces: Sequence[ExplorationTrace], env_name: str, metadata: dict | None = None) -> SynthesisReport:
         report = SynthesisReport()
@@ -75,13 +143,9 @@ class TaskSynthesizer:
         usable = [(t, calls) for t, calls in usable if calls]
         if not usable:
             return report
-        outs = self.llm.chat([synthesis_prompt(calls, self.difficulty, self.rubrics, self.tasks_per_trace)
-                              for _, calls in usable], self.params)
+        per_trace, report.unparseable = self._items(usable)
         report.calls = len(usable)
-        for (trace, calls), out in zip(usable, outs):
-            items = parse_synthesis(out[0].text, len(calls))
-            if not items:
-                report.unparseable += 1
+        for (trace, calls), items in zip(usable, per_trace):
             for query, idx in items:
                 ref = [calls[i][0] for i in idx]
                 n_ops = len(ref)
