@@ -272,7 +272,7 @@ def test_tasks_synthesize_cli_offline_with_the_embedded_model(tmp_path):
     assert funnel["explored"] == 4 and funnel["kept"] <= funnel["synthesized"]
     assert len((tmp_path / "tasks.explorations.jsonl").read_text().splitlines()) == 4  # every exploration kept
     kept = [json.loads(x) for x in out.read_text().splitlines()]
-    assert len(kept) == funnel["kept"]
+    assert len(kept) == funnel["kept"] >= 1  # the scaffolded embedded explorer/synthesizer produce usable tasks
     if kept:  # every kept task's reference solution replays
         chk = subprocess.run(cli + ["check", str(out), "--json"], capture_output=True, text=True, timeout=300)
         assert chk.returncode == 0 and json.loads(chk.stdout.strip().splitlines()[-1])["feasible"] == len(kept)

@@ -109,6 +109,7 @@ def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: Sa
         kept += curate_new(rep.tasks, dedup, make_env, funnel)
         if progress:
             progress(funnel)
+    funnel.kept = min(funnel.kept, n)  # the tasks returned (a round may keep more than were asked for)
     return kept[:n], funnel, traces
 
 
