@@ -117,6 +117,7 @@ class TrainConfig(_Section):
     eval_after: bool = F(True, "evaluate the policy on held-out tasks after training")
     eval_tasks: int = F(0, "held-out tasks per evaluation (0 = all of the eval split)")
     eval_k: int = F(0, "samples per held-out task (avg@k/best@k); 0 = rollout.group_size")
+    eval_synthetic: str | None = F(None, "JSONL of held-out synthetic tasks (e.g. from `evolvekit tasks synthesize` with another seed), evaluated next to the real split (keys synthetic/avg@k) and kept out of the run's own synthetic tasks by dedup")
     eval_every: int = F(0, "also evaluate on held-out tasks every N iterations (0 = only before/after)")
     max_grad_norm: float = F(1.0, "gradient clipping")
     lora: bool = F(False, "train LoRA adapters (peft) instead of the full model")

@@ -117,3 +117,23 @@ def test_a_returning_row_reuses_its_own_kv(llm):
     assert got["ep"].logprobs == pytest.approx(want.logprobs, abs=1e-4)
     batch.forget("ep")
     assert "ep" not in batch.kept
+
+
+def test_json_end_index_and_the_cut_completion(llm, monkeypatch):
+    import torch
+
+    import evolvekit.llm.local as local
+    from evolvekit.llm.batcher import json_end_index
+
+    assert json_end_index('<tool_call>{"a": 1}}</') == len('<tool_call>{"a": 1}')
+    assert json_end_index('  {"a": "}"} x') == len('  {"a": "}"}')
+    assert json_end_index('{"a": 1') is None and json_end_index("hello") is None
+    # a token that closes the JSON and carries more characters: the text is cut right after the JSON
+    script = llm.tokenizer.encode('1}}</tool_call> and more', add_special_tokens=False)
+    drawn = iter(script)
+    monkeypatch.setattr(local, "sample_next", lambda logits, *a: torch.tensor([next(drawn)] * logits.shape[0]))
+    batch = llm.decode_batch(SamplingParams(max_new_tokens=len(script), stop_on_balanced_json=True))
+    prefix = '<tool_call>{"name": "add", "arguments": {"a": '
+    batch.add([("r", [1, 2, 3])], text_prefixes=[prefix])
+    out = batch.run()["r"]
+    assert out.finish_reason == "stop" and prefix + out.text == prefix + "1}}"

@@ -28,20 +28,23 @@ if TYPE_CHECKING:
     from evolvekit.llm.local import LocalLLM
 
 
-def balanced_json_end(text: str) -> bool:
-    """True once ``text`` is one complete bare JSON object or list (brackets balanced outside strings).
+def json_end_index(text: str) -> int | None:
+    """Index just past the end of ``text``'s leading bare JSON object or list (brackets balanced outside strings),
+    or None while it is incomplete or ``text`` does not start with one.
 
     Decoding economy (AgentEvolver/EvolveR action formats): a bare JSON tool call is complete at its closing
     bracket, and whatever a small model rambles after it is never parsed, so sampling stops there. The same holds
     for the JSON of a ``<tool_call>`` block (the caller restores the closing tag).
     """
-    s = text.lstrip()
-    if s.startswith("<tool_call>"):  # a tagged call is complete at its JSON's end, closing tag or not
-        s = s[len("<tool_call>"):].lstrip()
-    if not s or s[0] not in "{[":
-        return False
+    i = len(text) - len(text.lstrip())
+    if text.startswith("<tool_call>", i):  # a tagged call is complete at its JSON's end, closing tag or not
+        i += len("<tool_call>")
+        i += len(text[i:]) - len(text[i:].lstrip())
+    if i >= len(text) or text[i] not in "{[":
+        return None
     depth, in_str, esc = 0, False, False
-    for ch in s:
+    for j in range(i, len(text)):
+        ch = text[j]
         if in_str:
             if esc:
                 esc = False
@@ -56,8 +59,13 @@ def balanced_json_end(text: str) -> bool:
         elif ch in "}]":
             depth -= 1
             if depth == 0:
-                return True
-    return False
+                return j + 1
+    return None
+
+
+def balanced_json_end(text: str) -> bool:
+    """True once ``text`` starts with one complete JSON action (see ``json_end_index``)."""
+    return json_end_index(text) is not None
 
 
 class GrowingLayer(DynamicLayer):
@@ -113,6 +121,7 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     finish: str = "length"
     stopped_on_string: bool = False
+    stopped_on_json: bool = False
     text_prefix: str = ""  # text already in the prompt that the completion continues (stop checks see both)
 
 
@@ -246,7 +255,7 @@ class DecodeBatch:
                 row.finish, row.stopped_on_string = "stop", True
             elif p.stop_on_balanced_json and balanced_json_end(
                     row.text_prefix + llm.tokenizer.decode(row.tokens, skip_special_tokens=True)):
-                row.finish = "stop"
+                row.finish, row.stopped_on_json = "stop", True
             elif len(row.tokens) < p.max_new_tokens:
                 keep.append(j)
                 continue
@@ -295,6 +304,10 @@ class DecodeBatch:
         text = self.llm.tokenizer.decode(body, skip_special_tokens=True)
         if row.stopped_on_string:
             text = LocalLLM._cut_text(text, self.params.stop)
+        elif row.stopped_on_json:  # the last token may carry a few characters past the JSON's end: drop them
+            end = json_end_index(row.text_prefix + text)
+            if end is not None:
+                text = text[: max(end - len(row.text_prefix), 0)]
         return Completion(text=text, token_ids=list(toks), logprobs=list(row.logprobs), prompt_token_ids=row.prompt,
                           finish_reason=row.finish)
 

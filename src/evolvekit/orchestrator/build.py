@@ -115,14 +115,39 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
             eval_tasks = eval_tasks[: cfg.train.eval_tasks]
         k = cfg.train.eval_k or cfg.rollout.group_size
 
+        heldout_synthetic = load_task_file(cfg.train.eval_synthetic) if cfg.train.eval_synthetic else []
+
         def evaluator(seed: int):
             eval_params = sampling_for(pol, seed=seed)
             report, trajs = evaluate_policy(eval_tasks, env_factory, policy, cfg.rollout, eval_params, k,
                                             cfg.env.tool_rendering, show_progress)
-            return {**report.summary(), "split": cfg.env.eval_split}, trajs
+            summary = {**report.summary(), "split": cfg.env.eval_split}
+            if heldout_synthetic:  # held-out synthetic tasks, scored by the environment's own check
+                syn, syn_trajs = evaluate_policy(heldout_synthetic, env_factory, policy, cfg.rollout, eval_params, k,
+                                                 cfg.env.tool_rendering, show_progress)
+                summary.update({f"synthetic/{key}": v for key, v in syn.summary().items() if "@" in key})
+                trajs = list(trajs) + list(syn_trajs)
+            return summary, trajs
 
     store.set_meta("train_tasks", json.dumps([t.task_id for t in train_tasks]))
     return MasterLoop(cfg, run_dir, store, stages, evaluator, console)
+
+
+def load_task_file(path: str) -> list:
+    """Tasks from a JSONL file (one Task per line), with a clear error for a missing or malformed file."""
+    from evolvekit.types import Task
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"task file not found: {path}")
+    tasks = []
+    for n, line in enumerate(p.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                tasks.append(Task.model_validate_json(line))
+            except ValueError as err:
+                raise ConfigError(f"{path}:{n}: not a task: {str(err).splitlines()[0]}") from None
+    return tasks
 
 
 def _sample_stage(cfg: Config):
@@ -200,7 +225,8 @@ def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory)
         tasks, funnel, traces = synthesize_tasks(
             cfg, cfg.questioning.synthetic_tasks, explorer, sampling_for(cfg.models.explorer),
             role_llm(cfg.models, "synthesizer"), sampling_for(cfg.models.synthesizer), env_factory,
-            build_embedder(cfg.embedding).embed, existing=train_tasks)
+            build_embedder(cfg.embedding).embed,
+            existing=list(train_tasks) + (load_task_file(cfg.train.eval_synthetic) if cfg.train.eval_synthetic else []))
         with store.transaction() as c:
             store.put_tasks(c, tasks, -1)
             store.put_explorations(c, traces, -1)  # every exploration trajectory is kept
