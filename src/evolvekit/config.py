@@ -216,6 +216,16 @@ class EvolvingRLConfig(_Section):
         return data
 
 
+class ColdStartConfig(_Section):
+    enabled: bool = F(False, "supervised warm-up before RL on verified (task -> reference solution) pairs; teaches the action format, not answers (EvolveR §3.2.2, A.2)")
+    tasks_file: str | None = F(None, "JSONL of verified tasks to warm up on (e.g. `evolvekit tasks synthesize`); default: the run's own self-questioning tasks")
+    epochs: int = F(3, "epochs over the warm-up pairs (EvolveR A.2: 3)")
+    learning_rate: float = F(1e-4, "peak learning rate (EvolveR A.2: 1e-4 with LoRA; full fine-tuning a 135M model wants ~1e-5)")
+    warmup_ratio: float = F(0.1, "linear warm-up share of the steps, then linear decay (EvolveR A.2: 0.1)")
+    batch_size: int = F(16, "pairs per optimizer step (EvolveR A.2: 16)")
+    max_examples: int = F(512, "cap on warm-up pairs")
+
+
 class RewardConfig(_Section):
     w_outcome: float = F(1.0, "w_o, outcome weight (EvolveR §3.3)")
     w_format: float = F(0.0, "w_f, format weight; EvolveR uses 0.1, off (0) in paper-faithful configs")
@@ -238,6 +248,7 @@ class Config(_Section):
     rollout: RolloutConfig = F(RolloutConfig(), "rollouts and context management (§6.2)")
     train: TrainConfig = F(TrainConfig(), "policy optimisation (§6.4)")
     reward: RewardConfig = F(RewardConfig(), "reward shaping")
+    cold_start: ColdStartConfig = F(ColdStartConfig(), "supervised warm-up before RL (EvolveR)")
     questioning: QuestioningConfig = F(QuestioningConfig(), "self-questioning (§3)")
     coevolve: CoEvolveConfig = F(CoEvolveConfig(), "CoEvolve signals")
     navigating: NavigatingConfig = F(NavigatingConfig(), "self-navigating (§4)")

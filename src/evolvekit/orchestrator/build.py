@@ -130,7 +130,41 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
             return summary, trajs
 
     store.set_meta("train_tasks", json.dumps([t.task_id for t in train_tasks]))
-    return MasterLoop(cfg, run_dir, store, stages, evaluator, console)
+    warmup = _cold_start(cfg, store, trainer, reference, env_factory) if cfg.cold_start.enabled else None
+    return MasterLoop(cfg, run_dir, store, stages, evaluator, console, warmup=warmup)
+
+
+def _cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory):
+    """The cold-start warm-up (EvolveR): verified (task -> reference) pairs, never held-out tasks."""
+    if not cfg.cold_start.tasks_file and not cfg.questioning.enabled:
+        raise ConfigError("cold_start.enabled needs verified tasks: set cold_start.tasks_file or questioning.enabled")
+
+    def warmup() -> dict:
+        from evolvekit.agent.templates import TemplateSettings
+        from evolvekit.env.registry import env_tasks
+        from evolvekit.train.sft import reference_pairs, sft_warmup
+        from evolvekit.types import TaskSource
+
+        if cfg.cold_start.tasks_file:
+            tasks = load_task_file(cfg.cold_start.tasks_file)
+        else:
+            tasks = [t for t in store.tasks() if t.source == TaskSource.SYNTHETIC and t.metadata.get("curation")]
+        held = env_tasks(cfg.env, cfg.env.eval_split)
+        if cfg.train.eval_synthetic:
+            held += load_task_file(cfg.train.eval_synthetic)
+        held_ids, held_queries = {t.task_id for t in held}, {str(t.query) for t in held}
+        tasks = [t for t in tasks if t.task_id not in held_ids and str(t.query) not in held_queries]
+        template = TemplateSettings(template=cfg.rollout.template, token_limit=cfg.rollout.context_token_limit)
+        pairs = reference_pairs(tasks, env_factory, trainer.llm, cfg.env.tool_rendering, template,
+                                cfg.cold_start.max_examples)
+        if not pairs:
+            raise ConfigError("cold start: no verified tasks with a reference solution to warm up on")
+        stats = sft_warmup(trainer, pairs, cfg.cold_start, cfg.run.seed)
+        if reference is not None and not cfg.train.lora:  # the KL anchor is the warmed-up policy
+            reference.load_state_dict(trainer.model.state_dict())
+        return stats.as_metrics()
+
+    return warmup
 
 
 def load_task_file(path: str) -> list:

@@ -46,9 +46,10 @@ def iteration_seed(seed: int, iteration: int) -> int:
 
 class MasterLoop:
     def __init__(self, cfg: Config, run_dir: Path, store: RunStore, stages: Stages, evaluator: Evaluator | None = None,
-                 console: Console | None = None) -> None:
+                 console: Console | None = None, warmup: Callable[[], dict] | None = None) -> None:
         self.cfg, self.run_dir, self.store, self.stages = cfg, Path(run_dir), store, stages
         self.evaluator = evaluator
+        self.warmup = warmup  # cold start (EvolveR): supervised warm-up before iteration 0
         self.console = console or Console(stderr=True)
 
     # -- evaluation --------------------------------------------------------------------------------------------
@@ -61,7 +62,7 @@ class MasterLoop:
         with self.store.transaction() as c:
             self.store.delete_iteration_trajectories(c, iteration, f"eval_{phase}")
             self.store.put_trajectories(c, trajs, iteration, f"eval_{phase}")
-            if phase in ("before", "after"):
+            if phase in ("before", "after", "cold_start"):
                 self.store.put_evaluation(c, phase, summary)
         self.console.print(f"[bold]held-out evaluation ({phase})[/bold]: " +
                            " ".join(f"{k}={v}" for k, v in summary.items() if "@" in k))
@@ -77,6 +78,8 @@ class MasterLoop:
         try:
             if cfg.train.eval_before and store.evaluation("before") is None:
                 self._evaluate("before", -1)
+            if self.warmup is not None and start == 0 and store.get_meta("cold_start") is None:
+                self._cold_start()
             for it in range(start, cfg.train.iterations):
                 self._iteration(it, sink)
             if cfg.train.eval_after and store.evaluation("after") is None:
@@ -85,13 +88,26 @@ class MasterLoop:
             sink.close()
         evaluations = {p: e for p in ("before", "after") if (e := store.evaluation(p))}
         curve = sink.plot(store.metrics(), evaluations)
+        cold = store.get_meta("cold_start")
         summary = {"run_dir": str(self.run_dir), "iterations": len(store.completed_iterations()),
                    "eval_before": evaluations.get("before"), "eval_after": evaluations.get("after"),
+                   **({"cold_start": json.loads(cold), "eval_cold_start": store.evaluation("cold_start")} if cold else {}),
                    "metrics": str(self.run_dir / "metrics.jsonl"), "tensorboard": str(self.run_dir / "tensorboard"),
                    "learning_curve": str(curve), "store": str(store.path),
                    "checkpoint": (store.latest_checkpoint().path if store.latest_checkpoint() else None)}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
+
+    def _cold_start(self) -> None:
+        """Warm up, checkpoint the warmed-up policy (iteration -1, so a resumed run starts from it), evaluate."""
+        metrics = self.warmup()
+        ckpt = self.stages.updater.save(self.run_dir / "checkpoints" / "cold-start")
+        with self.store.transaction() as c:
+            self.store.put_checkpoint(c, -1, str(ckpt))
+            c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", ("cold_start", json.dumps(metrics)))
+        self.console.print("[bold]cold start[/bold]: " + " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+        if self.evaluator is not None and (self.cfg.train.eval_before or self.cfg.train.eval_after):
+            self._evaluate("cold_start", -1)
 
     def _iteration(self, it: int, sink: MetricsSink) -> None:
         cfg, store, st = self.cfg, self.store, self.stages

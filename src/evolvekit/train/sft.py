@@ -1,0 +1,119 @@
+"""Cold start (EvolveR §3.2.2 and A.2): a short supervised warm-up before RL.
+
+The pairs are (task -> reference solution) of tasks self-questioning produced *and verified* (their reference
+replayed in the environment), never held-out evaluation tasks. The prompt is exactly what a rollout shows the
+policy (system prompt with tools, worked examples, the task), and the target is the reference's first-turn tool
+calls in the documented action format, so the warm-up teaches the format of a call rather than task answers.
+Loss: token-mean negative log-likelihood of the target tokens; AdamW with linear warm-up then linear decay.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from evolvekit.agent.parser import format_call
+from evolvekit.agent.prompts import system_prompt
+from evolvekit.agent.templates import TemplateSettings, make_context
+from evolvekit.config import ColdStartConfig
+from evolvekit.env.base import Environment
+from evolvekit.train.trainer import first_loss_position, sequence_logprobs
+from evolvekit.types import Task, TrainingSample
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SFTStats:
+    examples: int = 0
+    steps: int = 0
+    epochs: int = 0
+    losses: list[float] = field(default_factory=list)  # per optimizer step
+    seconds: float = 0.0
+
+    def as_metrics(self) -> dict[str, float]:
+        out = {"cold_start/examples": float(self.examples), "cold_start/steps": float(self.steps),
+               "cold_start/seconds": self.seconds}
+        if self.losses:
+            out.update({"cold_start/loss_first": self.losses[0], "cold_start/loss_last": self.losses[-1]})
+        return out
+
+
+def reference_pairs(tasks: Sequence[Task], make_env: Callable[[], Environment], llm, rendering: str,
+                    template: TemplateSettings, limit: int) -> list[TrainingSample]:
+    """One sample per task with a reference solution: rollout prompt tokens (mask 0) + reference calls (mask 1)."""
+    out: list[TrainingSample] = []
+    for task in tasks:
+        if len(out) >= limit:
+            break
+        if not task.reference_solution or not task.reference_solution[0]:
+            continue
+        env = make_env()
+        try:
+            reset = env.reset(task)
+        finally:
+            env.close()
+        ctx = make_context(template, system_prompt(reset.tools, rendering), reset.observation, reset.examples)
+        prompt, _ = ctx.tokenize(llm)
+        target = llm.encode("".join(format_call(c) for c in task.reference_solution[0]))
+        ids = list(prompt) + list(target)
+        out.append(TrainingSample(trajectory_id=task.task_id, group_id=task.task_id, token_ids=ids,
+                                  loss_mask=[0] * len(prompt) + [1] * len(target), token_advantages=[0.0] * len(ids),
+                                  experience_mask=[0] * len(ids)))
+    return out
+
+
+def lr_factor(step: int, total: int, warmup_ratio: float) -> float:
+    """Linear warm-up over the first ``warmup_ratio`` of the steps, then linear decay to 0."""
+    warm = max(1, round(total * warmup_ratio))
+    if step < warm:
+        return (step + 1) / warm
+    return max(0.0, (total - step) / max(1, total - warm))
+
+
+def sft_warmup(trainer, samples: Sequence[TrainingSample], cfg: ColdStartConfig, seed: int = 0) -> SFTStats:
+    """Fine-tune ``trainer``'s policy (full or LoRA, as configured for RL) on ``samples``; its own optimizer."""
+    stats = SFTStats(examples=len(samples))
+    if not samples:
+        return stats
+    t0 = time.perf_counter()
+    model = trainer.model
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.learning_rate)
+    per_epoch = (len(samples) + cfg.batch_size - 1) // cfg.batch_size
+    total = per_epoch * cfg.epochs
+    rng = random.Random(seed)
+    order = list(range(len(samples)))
+    micro = max(1, trainer.cfg.micro_batch_size)
+    model.train()
+    for epoch in range(cfg.epochs):
+        rng.shuffle(order)
+        for b in range(per_epoch):
+            idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
+            for g in opt.param_groups:
+                g["lr"] = cfg.learning_rate * lr_factor(stats.steps, total, cfg.warmup_ratio)
+            opt.zero_grad(set_to_none=True)
+            n_tokens = sum(sum(samples[i].loss_mask) for i in idx)
+            step_loss = 0.0
+            for m in range(0, len(idx), micro):
+                batch = trainer._collate([samples[i] for i in idx[m:m + micro]])
+                lp, _ = sequence_logprobs(model, batch["ids"], batch["attn"], trainer.amp,
+                                          start=first_loss_position(batch["mask"]))
+                loss = -(lp * batch["mask"]).sum() / n_tokens  # token mean over the whole optimizer batch
+                loss.backward()
+                step_loss += float(loss.detach())
+            torch.nn.utils.clip_grad_norm_(params, trainer.cfg.max_grad_norm)
+            opt.step()
+            stats.steps += 1
+            stats.losses.append(step_loss)
+        stats.epochs += 1
+        log.info("cold start epoch %d/%d: loss %.4f", epoch + 1, cfg.epochs, stats.losses[-1])
+    model.eval()
+    trainer.llm.invalidate_cache()
+    stats.seconds = round(time.perf_counter() - t0, 1)
+    return stats

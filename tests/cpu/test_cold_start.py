@@ -1,0 +1,72 @@
+"""Cold start (EvolveR): the warm-up pairs, the schedule, and a run that warms up, checkpoints and evaluates."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evolvekit.config import load_config
+from evolvekit.env.bfcl.families import get_family
+from evolvekit.llm.tiny import make_tiny_model
+from evolvekit.orchestrator.build import build_loop, open_run
+from evolvekit.train.sft import lr_factor
+
+
+def test_lr_schedule_warms_up_then_decays():
+    assert [round(lr_factor(s, 10, 0.2), 3) for s in range(10)] == [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375,
+                                                                     0.25, 0.125]
+
+
+def test_reference_pairs_mask_only_the_reference_calls(tmp_path):
+    from evolvekit.agent.templates import TemplateSettings
+    from evolvekit.config import EnvConfig
+    from evolvekit.env.registry import make_env
+    from evolvekit.llm.local import LocalLLM
+    from evolvekit.train.sft import reference_pairs
+
+    llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu")
+    tasks = get_family("arith").tasks("train", 2)
+    pairs = reference_pairs(tasks, lambda: make_env(EnvConfig(name="bfcl", family="arith")), llm, "compact",
+                            TemplateSettings(), limit=5)
+    assert len(pairs) == 2
+    for task, s in zip(tasks, pairs):
+        target = llm.decode([t for t, m in zip(s.token_ids, s.loss_mask) if m])
+        call = task.reference_solution[0][0]
+        assert target.startswith("<tool_call>") and target.endswith("</tool_call>") and f'"{call.name}"' in target
+        assert str(task.query) in llm.decode(s.token_ids[: s.loss_mask.index(1)])  # the rollout's prompt
+
+
+@pytest.mark.slow
+def test_run_with_cold_start_warms_up_checkpoints_and_never_uses_held_out_tasks(tmp_path):
+    tiny = make_tiny_model(tmp_path / "tiny")
+    fam = get_family("arith")
+    train, held = fam.tasks("train", 3), fam.tasks("test", 1)
+    tasks_file = tmp_path / "warm.jsonl"
+    tasks_file.write_text("".join(t.model_dump_json() + "\n" for t in train + held))  # one held-out task sneaks in
+    cfg = load_config(None, [f"run.out_dir={tmp_path}", "env.family=arith", f"models.policy.model={tiny}",
+                             "models.policy.max_new_tokens=8", "rollout.max_steps=2", "rollout.group_size=2",
+                             "train.iterations=1", "train.tasks_per_iteration=1", "train.eval_tasks=1",
+                             "train.eval_k=1", "train.autocast=off", "cold_start.enabled=true",
+                             f"cold_start.tasks_file={tasks_file}", "cold_start.epochs=3", "cold_start.batch_size=2"])
+    cfg, run_dir, store = open_run(cfg, None)
+    summary = build_loop(cfg, run_dir, store, show_progress=False).run()
+    cold = summary["cold_start"]
+    assert cold["cold_start/examples"] == 3  # the held-out task was filtered out
+    assert cold["cold_start/steps"] == 6 and cold["cold_start/loss_last"] < cold["cold_start/loss_first"]
+    assert summary["eval_cold_start"] is not None and "avg@1" in summary["eval_cold_start"]
+    assert [r.iteration for r in store.checkpoints()][:1] == [-1]
+    assert json.loads(store.get_meta("cold_start")) == cold
+    store.close()
+
+
+def test_cold_start_without_verified_tasks_is_a_config_error(tmp_path):
+    from evolvekit.errors import ConfigError
+
+    tiny = make_tiny_model(tmp_path / "tiny")
+    cfg = load_config(None, [f"run.out_dir={tmp_path}", "env.family=arith", f"models.policy.model={tiny}",
+                             "cold_start.enabled=true", "train.autocast=off"])
+    cfg, run_dir, store = open_run(cfg, None)
+    with pytest.raises(ConfigError, match="cold_start.enabled needs verified tasks"):
+        build_loop(cfg, run_dir, store, show_progress=False)
+    store.close()
