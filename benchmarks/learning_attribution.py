@@ -21,7 +21,8 @@ from learning_grpo import parser, run_learning  # noqa: E402
 
 
 def _curve(result: dict, k: int) -> tuple[list[float], list[float]]:
-    pts = [(r["iteration"] + 1, r[f"avg@{k}"]) for r in result["heldout_curve"] if r.get(f"avg@{k}") is not None]
+    pts = [(r["iteration"] + 1, r[f"avg@{k}"]) for r in result["heldout_curve"]
+           if r.get(f"avg@{k}") is not None and not r.get("phase")]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 

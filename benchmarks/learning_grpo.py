@@ -62,6 +62,9 @@ def run_learning(name: str, args, extra_sets: list[str], title: str) -> dict:
     before = store.evaluation("before") or {}
     k = cfg.train.eval_k
     curve = [{"iteration": -1, f"avg@{k}": before.get(f"avg@{k}"), f"best@{k}": before.get(f"best@{k}")}]
+    cold = store.evaluation("cold_start")
+    if cold:  # cold start on: the warm-up's effect alone, before any RL
+        curve.append({"iteration": -1, "phase": "cold_start", f"avg@{k}": cold.get(f"avg@{k}"), f"best@{k}": cold.get(f"best@{k}")})
     curve += [{"iteration": it, f"avg@{k}": m[f"eval/avg@{k}"], f"best@{k}": m[f"eval/best@{k}"]}
               for it, m in sorted(metrics.items()) if f"eval/avg@{k}" in m]
     train = [{"iteration": it, "success_rate": m.get("rollout/success_rate"), "reward_mean": m.get("rollout/reward_mean"),
@@ -79,7 +82,8 @@ def run_learning(name: str, args, extra_sets: list[str], title: str) -> dict:
     lines = [f"# {name} ({title}, SmolLM2-135M, CPU)", "", f"command: `{command}`", "", f"task set: {result['task_set']}",
              f"budget: {args.iterations} iterations × {args.tasks_per_iteration} tasks × {args.group_size} rollouts, "
              f"lr {args.lr}, wall time {seconds / 60:.1f} min", "", f"| iteration | held-out avg@{k} | best@{k} |", "|---|---|---|"]
-    lines += [f"| {'before' if r['iteration'] < 0 else r['iteration'] + 1} | {r[f'avg@{k}']} | {r[f'best@{k}']} |" for r in curve]
+    lines += [f"| {r.get('phase') or ('before' if r['iteration'] < 0 else r['iteration'] + 1)} | {r[f'avg@{k}']} | "
+              f"{r[f'best@{k}']} |" for r in curve]
     (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print(json.dumps({"heldout_curve": curve, "seconds": round(seconds)}))
     store.close()
