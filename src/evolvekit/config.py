@@ -194,6 +194,7 @@ class AttributingConfig(_Section):
     eps: float = F(1e-8, "ε in the standardisations of Eq. 18 and Eq. 19")
     max_retries: int = F(2, "retries of an unparseable attribution before neutralising the channel")
     concurrency: int = F(4, "concurrent attributor calls")
+    constrained: Literal["auto", "on", "off"] = F("auto", "forced-choice labels: the answer structure is forced and the model only picks GOOD/BAD per step by log-probability (never unparseable, no written analysis); 'auto' = on for an in-process attributor, 'off' = the paper's free answer + parser")
 
 
 class EvolvingRLConfig(_Section):

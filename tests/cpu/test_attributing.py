@@ -13,7 +13,7 @@ from evolvekit.attributing.credit import (fuse, group_step_advantages, returns_t
 from evolvekit.attributing.prompts import SYSTEM_PROMPT, parse_attribution, user_prompt
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.train.samples import build_samples
-from evolvekit.types import Step, StepLabel, Task, Trajectory
+from evolvekit.types import ChatMessage, Step, StepLabel, Task, Trajectory
 
 G, B = StepLabel.GOOD, StepLabel.BAD
 
@@ -181,3 +181,41 @@ def test_attributed_samples_share_the_hybrid_proxy_task_decay(tmp_path):
     assert adv[2] == pytest.approx(adv[0] * 0.5) and adv[3] == pytest.approx(adv[1] * 0.5)  # proxy task: × 0.5
     assert metrics["attribution/alpha"] == cfg.attributing.alpha and metrics["samples/groups"] == 2
     store.close()
+
+
+def test_forced_choice_picks_by_log_probability():
+    import random
+
+    from evolvekit.attributing.constrained import choose
+
+    rng = random.Random(0)
+    assert choose([-0.1, -2.0], 0.0, rng) == 0 and choose([-3.0, -0.5], 0.0, rng) == 1
+    draws = [choose([math.log(0.8), math.log(0.2)], 1.0, rng) for _ in range(2000)]
+    assert 0.75 < draws.count(0) / 2000 < 0.85  # sampled from the two-way softmax
+
+
+def test_constrained_attributor_labels_every_step_and_never_fails(tmp_path):
+    from evolvekit.attributing.constrained import ConstrainedLabeler
+    from evolvekit.llm.local import LocalLLM
+    from evolvekit.llm.tiny import make_tiny_model
+
+    llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu")
+    attributor = StepAttributor(llm, SamplingParams(temperature=0.0), constrained=True)
+    trajs = [_traj(3, 1.0), _traj(1, 0.0), _traj(0, 0.0)]
+    res = attributor.attribute(trajs, {"t": Task(task_id="t", env_name="x", query="do it")})
+    assert [len(lab) for lab in res.labels] == [3, 1, 0] and res.failures == 0
+    assert all(lab in (G, B) for labs in res.labels for lab in labs)
+    assert res.cost.calls == 2 and res.cost.completion_tokens >= 4
+    # the choice really follows the model: the label with the higher full-sequence log-probability wins
+    labeler = ConstrainedLabeler(llm, 0.0)
+    conv = [ChatMessage(role="user", content="judge")]
+    ids = llm.apply_chat_template(conv) + llm.encode("Step 0 Judgment:")
+    import torch
+
+    with torch.no_grad():
+        def seq_lp(label_ids):
+            full = torch.tensor([ids + label_ids])
+            lp = torch.log_softmax(llm.model(input_ids=full).logits[0].float(), -1)
+            return sum(float(lp[len(ids) - 1 + j, t]) for j, t in enumerate(label_ids))
+        want = G if seq_lp(labeler.label_ids[0]) >= seq_lp(labeler.label_ids[1]) else B
+    assert labeler.label(conv, 1)[0] == [want]

@@ -44,12 +44,40 @@ class AttributionResult:
                 prefix + "completion_tokens": float(self.cost.completion_tokens), prefix + "seconds": self.cost.seconds}
 
 
+def _conversation(task: Task | None, traj: Trajectory) -> list[ChatMessage]:
+    return [ChatMessage(role="system", content=SYSTEM_PROMPT),
+            ChatMessage(role="user", content=user_prompt(task, traj, float(traj.outcome_reward or 0.0)))]
+
+
 class StepAttributor:
-    def __init__(self, llm: LLM, params: SamplingParams, max_retries: int = 2, concurrency: int = 4) -> None:
+    def __init__(self, llm: LLM, params: SamplingParams, max_retries: int = 2, concurrency: int = 4,
+                 constrained: bool = False) -> None:
         self.llm, self.params = llm, params
         self.max_retries, self.concurrency = max_retries, max(1, concurrency)
+        self.labeler = None
+        if constrained:  # forced-choice labels (attributing/constrained.py); needs an in-process model
+            from evolvekit.attributing.constrained import ConstrainedLabeler
+
+            self.labeler = ConstrainedLabeler(llm, params.temperature, params.seed or 0)
+
+    def _attribute_constrained(self, trajectories: Sequence[Trajectory], tasks: dict[str, Task]) -> AttributionResult:
+        t0 = time.perf_counter()
+        result = AttributionResult(labels=[None] * len(trajectories))
+        for i, t in enumerate(trajectories):
+            if not t.steps:
+                result.labels[i] = []
+                continue
+            labels, prompt_tokens, generated = self.labeler.label(_conversation(tasks.get(t.task_id), t), len(t.steps))
+            result.labels[i] = labels
+            result.cost.calls += 1
+            result.cost.prompt_tokens += prompt_tokens
+            result.cost.completion_tokens += generated
+        result.cost.seconds = time.perf_counter() - t0
+        return result
 
     def attribute(self, trajectories: Sequence[Trajectory], tasks: dict[str, Task]) -> AttributionResult:
+        if self.labeler is not None:
+            return self._attribute_constrained(trajectories, tasks)
         t0 = time.perf_counter()
         result = AttributionResult(labels=[None] * len(trajectories))
         pending = [i for i, t in enumerate(trajectories) if t.steps]
@@ -64,10 +92,7 @@ class StepAttributor:
             still = []
             for lo in range(0, len(pending), self.concurrency):
                 chunk = pending[lo: lo + self.concurrency]
-                convs = [[ChatMessage(role="system", content=SYSTEM_PROMPT),
-                          ChatMessage(role="user", content=user_prompt(tasks.get(trajectories[i].task_id), trajectories[i],
-                                                                       float(trajectories[i].outcome_reward or 0.0)))]
-                         for i in chunk]
+                convs = [_conversation(tasks.get(trajectories[i].task_id), trajectories[i]) for i in chunk]
                 try:
                     outs = self.llm.chat(convs, self.params)
                 except Exception as err:  # a failing attributor call must not take the update down

@@ -194,8 +194,11 @@ def _sample_stage(cfg: Config):
 
     attributor = None
     if cfg.attributing.mode != "outcome_only":
-        attributor = StepAttributor(role_llm(cfg.models, "attributor"), sampling_for(cfg.models.attributor),
-                                    cfg.attributing.max_retries, cfg.attributing.concurrency)
+        llm = role_llm(cfg.models, "attributor")
+        mode = cfg.attributing.constrained
+        constrained = mode == "on" or (mode == "auto" and hasattr(llm, "decode_batch"))
+        attributor = StepAttributor(llm, sampling_for(cfg.models.attributor), cfg.attributing.max_retries,
+                                    cfg.attributing.concurrency, constrained=constrained)
     return AttributedSamples(cfg, attributor)
 
 
