@@ -46,3 +46,62 @@ def test_env_tasks_uses_the_family_or_bfcl_splits():
     assert len(env_tasks(EnvConfig(family="arith", family_tasks=7), "train")) == 7
     real = env_tasks(EnvConfig(backends=["GorillaFileSystem"]), "train")
     assert real and all(t.metadata["involved_classes"] == ["GorillaFileSystem"] for t in real)
+
+
+@pytest.mark.parametrize("name", ["arith", "arith_wide"])
+def test_every_family_task_replays_its_reference_with_the_official_checker(name):
+    fam = get_family(name)
+    tasks = fam.tasks("test", 30)
+    assert not {t.query for t in tasks} & {t.query for t in fam.tasks("train", 200)}
+    used = set()
+    for task in tasks:
+        env = BfclEnv()
+        reset = env.reset(task)
+        assert sorted(t.name for t in reset.tools) == sorted(fam.tools)
+        for call in task.reference_solution[0]:
+            used.add(call.name)
+            env.step(parse_action(format_call(call)))
+        env.step(parse_action("Done."))
+        assert env.evaluate().score == 1.0, task.query
+    if name == "arith_wide":
+        assert {"power", "absolute_value", "max_value"} <= used  # the wider step really uses the new tools
+
+
+def test_curriculum_widens_the_family_as_success_grows():
+    from evolvekit.orchestrator.curriculum import CurriculumTaskSupply, curriculum_levels
+    from evolvekit.orchestrator.stages import IterationContext
+
+    # promotion needs `window` iterations at the level with mean success >= threshold; never back, capped
+    assert curriculum_levels([0.5, 0.8, 0.9, 0.2, 0.9], 0.7, 2, 2) == [0, 0, 0, 1, 1, 1]
+    assert curriculum_levels([0.9, 0.9, 0.9, 0.9, 0.9], 0.7, 2, 3) == [0, 0, 1, 1, 2, 2]
+    assert curriculum_levels([], 0.7, 2, 2) == [0]
+
+    class Store:
+        def __init__(self, success):
+            self.m = {i: {"rollout/success_rate": s} for i, s in enumerate(success)}
+
+        def metrics(self):
+            return self.m
+
+    fams = ["arith", "arith_wide"]
+    supply = CurriculumTaskSupply(fams, [get_family(f).tasks("train", 20) for f in fams], 4, 0, 0.7, 2)
+    early = supply.tasks(IterationContext(iteration=1, seed=0, run_dir=None, store=Store([0.9])))
+    late = supply.tasks(IterationContext(iteration=2, seed=0, run_dir=None, store=Store([0.9, 0.8])))
+    assert {t.metadata["family"] for t in early} == {"arith"} and {t.metadata["family"] for t in late} == {"arith_wide"}
+    assert supply.observe(IterationContext(iteration=2, seed=0, run_dir=None, store=Store([0.9, 0.8])), []) == \
+        {"curriculum/level": 1.0}
+
+
+def test_curriculum_config_builds_the_widening_supply():
+    from evolvekit.config import load_config
+    from evolvekit.orchestrator.build import _task_supply
+    from evolvekit.orchestrator.curriculum import CurriculumTaskSupply
+
+    cfg = load_config(None, ["env.family=arith", "env.curriculum=[arith, arith_wide]", "env.family_tasks=10"])
+    supply = _task_supply(cfg, None, [], None, None)
+    assert isinstance(supply, CurriculumTaskSupply) and supply.families == ["arith", "arith_wide"]
+    bad = load_config(None, ["env.family=arith", "env.curriculum=[arith, arith_wide]", "questioning.enabled=true"])
+    from evolvekit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="curriculum"):
+        _task_supply(bad, None, [], None, None)

@@ -245,6 +245,16 @@ def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_
 def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory):
     """Real training tasks, or — with self-questioning — synthetic tasks built once per run (stored, reused on
     resume) mixed with real ones by λ (Eq. 12; the paper's default λ = 1 trains on synthetic tasks only)."""
+    if cfg.env.curriculum:
+        if cfg.questioning.enabled:
+            raise ConfigError("env.curriculum widens real task families; with questioning.enabled it is not supported yet")
+        from evolvekit.env.bfcl.families import get_family
+        from evolvekit.orchestrator.curriculum import CurriculumTaskSupply
+
+        return CurriculumTaskSupply(cfg.env.curriculum,
+                                    [get_family(f).tasks(cfg.env.train_split, cfg.env.family_tasks) for f in cfg.env.curriculum],
+                                    cfg.train.tasks_per_iteration, cfg.run.seed, cfg.env.curriculum_threshold,
+                                    cfg.env.curriculum_window)
     if not cfg.questioning.enabled:
         if cfg.coevolve.enabled:
             raise ConfigError("coevolve.enabled needs questioning.enabled (its new tasks come from the synthesis pipeline)")

@@ -93,19 +93,48 @@ def _arith(rng: random.Random) -> tuple[str, list[ToolCall]]:
     return query, [ToolCall(name=op, arguments={"a": a, "b": b})]
 
 
+def _arith_wide(rng: random.Random) -> tuple[str, list[ToolCall]]:
+    """The wider curriculum step: the four arithmetic tools plus power, absolute value and max (new arguments)."""
+    kind = rng.randrange(7)
+    if kind < 4:
+        return _arith(rng)
+    if kind == 4:
+        base, exp = rng.randint(2, 12), rng.randint(2, 4)
+        q = rng.choice(["What is {a} to the power of {b}?", "Raise {a} to the power {b}."]).format(a=base, b=exp)
+        return q, [ToolCall(name="power", arguments={"base": base, "exponent": exp})]
+    if kind == 5:
+        n = -rng.randint(2, 999)
+        return rng.choice(["What is the absolute value of {n}?", "Give the magnitude of {n}."]).format(n=n), \
+            [ToolCall(name="absolute_value", arguments={"number": n})]
+    nums = [rng.randint(1, 99) for _ in range(rng.randint(3, 5))]
+    listing = ", ".join(map(str, nums))
+    return rng.choice(["Which is the largest of {x}?", "Find the maximum of {x}."]).format(x=listing), \
+        [ToolCall(name="max_value", arguments={"numbers": nums})]
+
+
+_ARITH_DEMOS = (
+    Demonstration("What is 12 plus 30?", ToolCall(name="add", arguments={"a": 12, "b": 30}),
+                  '{"result": 42}', "12 plus 30 is 42."),
+    Demonstration("Multiply 6 by 7.", ToolCall(name="multiply", arguments={"a": 6, "b": 7}),
+                  '{"result": 42}', "6 times 7 is 42."),
+    Demonstration("What is 50 minus 8?", ToolCall(name="subtract", arguments={"a": 50, "b": 8}),
+                  '{"result": 42}', "50 minus 8 is 42."),
+)
+
 FAMILIES: dict[str, TaskFamily] = {
     "arith": TaskFamily(
         name="arith", classes=("MathAPI",), tools=("add", "subtract", "multiply", "divide"),
         description="MathAPI restricted to add/subtract/multiply/divide (shared arguments a, b); one call per task",
-        demonstrations=(
-            Demonstration("What is 12 plus 30?", ToolCall(name="add", arguments={"a": 12, "b": 30}),
-                          '{"result": 42}', "12 plus 30 is 42."),
-            Demonstration("Multiply 6 by 7.", ToolCall(name="multiply", arguments={"a": 6, "b": 7}),
-                          '{"result": 42}', "6 times 7 is 42."),
-            Demonstration("What is 50 minus 8?", ToolCall(name="subtract", arguments={"a": 50, "b": 8}),
-                          '{"result": 42}', "50 minus 8 is 42."),
-        ),
-        generator=_arith, split_seeds={"train": 1, "dev": 2, "test": 3}),
+        demonstrations=_ARITH_DEMOS, generator=_arith, split_seeds={"train": 1, "dev": 2, "test": 3}),
+    # the next curriculum step after `arith`: three more MathAPI tools with arguments of their own
+    "arith_wide": TaskFamily(
+        name="arith_wide", classes=("MathAPI",),
+        tools=("add", "subtract", "multiply", "divide", "power", "absolute_value", "max_value"),
+        description="arith plus power(base, exponent), absolute_value(number), max_value(numbers); one call per task",
+        demonstrations=_ARITH_DEMOS + (
+            Demonstration("What is 3 to the power of 4?", ToolCall(name="power", arguments={"base": 3, "exponent": 4}),
+                          '{"result": 81.0}', "3 to the power of 4 is 81."),),
+        generator=_arith_wide, split_seeds={"train": 11, "dev": 12, "test": 13}),
 }
 
 
