@@ -13,6 +13,8 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
+import torch
+
 from evolvekit.agent.parser import CLOSE, format_call, parse_action
 from evolvekit.agent.prompts import system_prompt
 from evolvekit.env.base import EnvProfile, Environment
@@ -110,15 +112,19 @@ class Explorer:
                                      max_new_tokens=params.max_new_tokens, stop=tuple(params.stop) + (CLOSE,),
                                      seed=params.seed, stop_on_balanced_json=True)
 
-    def _generate(self, convs: list[list[ChatMessage]], prefixes: list[str], step: int) -> list[str]:
+    def _generate(self, convs: list[list[ChatMessage]], prefixes: list[str], step: int, keys: list[int],
+                  batch=None) -> list[str]:
         params = replace(self.params, seed=None if self.params.seed is None else self.params.seed + step)
         if not self.scaffold:
             return [o[0].text for o in self.llm.chat(convs, params)]
-        batch = self.llm.decode_batch(params)
-        batch.add([(j, self.llm.apply_chat_template(c) + self.llm.encode(x)) for j, (c, x) in enumerate(zip(convs, prefixes))],
+        # one decode batch per exploration (keep_rows): a run's next step prefills only what is new in its context
+        batch.params = params
+        if params.seed is not None:
+            batch.generator = torch.Generator(device="cpu").manual_seed(params.seed)
+        batch.add([(k, self.llm.apply_chat_template(c) + self.llm.encode(x)) for k, c, x in zip(keys, convs, prefixes)],
                   text_prefixes=prefixes)
         done = batch.run()
-        return [x + done[j].text for j, x in enumerate(prefixes)]
+        return [x + done[k].text for k, x in zip(keys, prefixes)]
 
     def explore(self, make_env: Callable[[], Environment], sandbox: dict, runs: int, max_steps: int,
                 goal: str | None = None) -> list[ExplorationTrace]:
@@ -143,13 +149,14 @@ class Explorer:
         classes = set(sandbox.get("classes") or [])
         profiles = [p for p in profiles if not classes or p.name in classes]
         live = [i for i, e in enumerate(envs) if e is not None]
+        batch = self.llm.decode_batch(self.params, keep_rows=True) if self.scaffold else None
         for step in range(max_steps):
             if not live:
                 break
             convs = [explorer_messages(tools[i], profiles, traces[i].steps, step, self.n_breadth, self.n_depth,
                                        self.rendering, examples[i], goal) for i in live]
             prefixes = [call_prefix(tools[i], traces[i].steps, step, self.n_breadth) for i in live]
-            outs = self._generate(convs, prefixes, step)
+            outs = self._generate(convs, prefixes, step, live, batch)
             still = []
             for i, text in zip(live, outs):
                 if OPEN_TAG in text and CLOSE not in text:
