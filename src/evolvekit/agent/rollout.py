@@ -69,11 +69,17 @@ def _generate(llm: LLM, episodes: Sequence[_Episode], params: SamplingParams) ->
     return [(o[0].prompt_token_ids, o[0]) for o in outs]
 
 
+def initial_context(reset, rendering: str, template: TemplateSettings) -> BasicContext:
+    """The context a rollout starts from (system prompt with tools, worked examples, the task); the cold start's
+    supervised prompts are built by the same function, so they equal what rollouts show the policy."""
+    return make_context(template, system_prompt(reset.tools, rendering), reset.observation, reset.examples)
+
+
 def _start(job: RolloutJob, make_env: Callable[[], Environment], rendering: str,
            template: TemplateSettings) -> _Episode:
     env = make_env()
     reset = env.reset(job.task)
-    ctx = make_context(template, system_prompt(reset.tools, rendering), reset.observation, reset.examples)
+    ctx = initial_context(reset, rendering, template)
     traj = Trajectory(task_id=job.task.task_id, group_id=job.group_id)
     if job.experience:
         ctx.insert_experience(job.experience)

@@ -18,8 +18,8 @@ from typing import Callable, Sequence
 import torch
 
 from evolvekit.agent.parser import format_call
-from evolvekit.agent.prompts import system_prompt
-from evolvekit.agent.templates import TemplateSettings, make_context
+from evolvekit.agent.rollout import initial_context
+from evolvekit.agent.templates import TemplateSettings
 from evolvekit.config import ColdStartConfig
 from evolvekit.env.base import Environment
 from evolvekit.train.trainer import first_loss_position, sequence_logprobs
@@ -58,7 +58,7 @@ def reference_pairs(tasks: Sequence[Task], make_env: Callable[[], Environment], 
             reset = env.reset(task)
         finally:
             env.close()
-        ctx = make_context(template, system_prompt(reset.tools, rendering), reset.observation, reset.examples)
+        ctx = initial_context(reset, rendering, template)
         prompt, _ = ctx.tokenize(llm)
         target = llm.encode("".join(format_call(c) for c in task.reference_solution[0]))
         ids = list(prompt) + list(target)
