@@ -77,6 +77,63 @@ def test_dashboard_pages_escape_everything(run_dir):
     assert "/figures/learning.png" in overview and client.get("/figures/learning.png").status_code == 200
 
 
+def _ablation_folder(run_dir, root, rows=("grpo_real", "<b>row")):
+    for row in rows:
+        for seed in (0, 1):
+            shutil.copytree(run_dir, root / row / f"seed{seed}", ignore=shutil.ignore_patterns("report"))
+    return root
+
+
+def test_report_on_a_folder_of_runs_groups_rows_over_seeds(run_dir, tmp_path):
+    import json
+    import sys
+
+    from evolvekit.errors import ConfigError
+    from evolvekit.report.html import write_collection_report
+
+    root = _ablation_folder(run_dir, tmp_path / "abl")
+    page = write_collection_report(root, baseline="grpo_real")
+    text = page.read_text()
+    rows = json.loads((page.parent / "rows.json").read_text())
+    assert [r["row"] for r in rows] == ["<b>row", "grpo_real"] and all(r["seeds"] == "2/2" for r in rows)
+    assert "<b>row" not in text and "&lt;b&gt;row" in text  # row names are escaped like any other text
+    assert rows[1]["steps@0.9"] is not None and "±" in rows[1]["avg@1"]
+    for png in ("heldout_final_by_row.png", "heldout_by_row.png", "train_success_by_row.png"):
+        assert (page.parent / png).stat().st_size > 1000, png
+    assert (root / "grpo_real" / "seed1" / "report" / "index.html").is_file()
+    assert "../grpo_real/seed1/report/index.html" in text
+    with pytest.raises(ConfigError, match="baseline row"):
+        write_collection_report(root, baseline="nope")
+    res = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "report", str(tmp_path)], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.strip().endswith("index.html")
+    (tmp_path / "empty").mkdir()
+    res = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "report", str(tmp_path / "empty")],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and "holds no runs" in res.stderr
+
+
+def test_dashboard_on_a_folder_of_runs_mounts_each_run_and_picks_up_new_ones(run_dir, tmp_path):
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from evolvekit.report.dashboard import create_collection_dashboard
+
+    root = _ablation_folder(run_dir, tmp_path / "abl", rows=("grpo_real",))
+    client = TestClient(create_collection_dashboard(root))
+    links = re.findall(r"href='([^']+)'", client.get("/").text)
+    assert links == ["/runs/grpo_real/seed0/", "/runs/grpo_real/seed1/"]
+    run_page = client.get("/runs/grpo_real/seed1/").text
+    assert "href='/runs/grpo_real/seed1/tasks'" in run_page and "href='/'" in run_page
+    img = re.findall(r"src='([^']+)'", run_page)[0]
+    assert img.startswith("/runs/grpo_real/seed1/figures/") and client.get(img).status_code == 200
+    traj = client.get("/runs/grpo_real/seed1/trajectories/traj-xss").text
+    assert "class='GOOD'" in traj and XSS not in traj
+    shutil.copytree(run_dir, root / "overall" / "seed0", ignore=shutil.ignore_patterns("report"))  # a live ablation
+    assert "/runs/overall/seed0/" in client.get("/").text
+    assert client.get("/runs/overall/seed0/tasks").status_code == 200
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -143,3 +200,11 @@ def test_ablation_runner_table_and_resume(tmp_path, monkeypatch):
     stamp = (tmp_path / "abl" / "grpo_real" / "seed0" / "summary.json").stat().st_mtime
     run_ablation(spec)  # finished runs are skipped, not redone
     assert (tmp_path / "abl" / "grpo_real" / "seed0" / "summary.json").stat().st_mtime == stamp
+
+
+def test_heldout_curve_of_a_run_evaluated_only_after_training():
+    from evolvekit.report.figures import RunSummary
+
+    run = RunSummary(Path("."), {0: {"train/loss": 1.0}, 1: {"train/loss": 0.5}}, {"after": {"avg@2": 0.5, "best@2": 1.0}})
+    assert run.heldout_curve() == ([2.0], [0.5], "avg@2")
+    assert RunSummary(Path("."), {}, {}).heldout_curve() == ([], [], "avg@k")

@@ -11,32 +11,44 @@ import typer
 from evolvekit.cli.common import console, setup_logging
 
 
-def report_command(run_dir: Path = typer.Argument(..., help="run directory"),
-                   baseline: Optional[Path] = typer.Option(None, help="a baseline run for Steps@0.9 and AUC"),
+def report_command(run_dir: Path = typer.Argument(..., help="a run directory, or a folder of runs (an ablation)"),
+                   baseline: Optional[str] = typer.Option(
+                       None, help="for a run: a baseline run directory; for a folder: a row name (e.g. grpo_real)"),
                    out: Optional[Path] = typer.Option(None, help="output folder (default RUN_DIR/report)")) -> None:
-    """Write an HTML report (and its PNGs) of a run."""
+    """Write an HTML report (and its PNGs) of a run, or of every run in a folder with per-row curves over seeds."""
     from evolvekit.errors import ConfigError
-    from evolvekit.report.html import write_report
+    from evolvekit.report.collection import find_runs, is_run_dir
+    from evolvekit.report.html import write_collection_report, write_report
 
-    for d in [run_dir] + ([baseline] if baseline else []):
-        if not (d / "run.sqlite").is_file():
-            raise ConfigError(f"{d} is not a run directory (no run.sqlite)")
-    page = write_report(run_dir, out, baseline)
+    if not is_run_dir(run_dir):
+        if not find_runs(run_dir):
+            raise ConfigError(f"{run_dir} is not a run directory (no run.sqlite) and holds no runs")
+        sys.stdout.write(f"{write_collection_report(run_dir, out, baseline)}\n")
+        return
+    base = Path(baseline) if baseline else None
+    if base is not None and not is_run_dir(base):
+        raise ConfigError(f"{base} is not a run directory (no run.sqlite)")
+    page = write_report(run_dir, out, base)
     sys.stdout.write(f"{page}\n")
 
 
-def dashboard_command(run_dir: Path = typer.Argument(..., help="run directory"),
+def dashboard_command(run_dir: Path = typer.Argument(..., help="a run directory, or a folder of runs (an ablation)"),
                       port: int = typer.Option(8770, help="port on 127.0.0.1")) -> None:
-    """Serve a read-only page to browse a run (live while it runs), on 127.0.0.1 only."""
+    """Serve a read-only page to browse a run or a folder of runs (live while they run), on 127.0.0.1 only."""
     import uvicorn
 
     from evolvekit.errors import ConfigError
-    from evolvekit.report.dashboard import create_dashboard
+    from evolvekit.report.collection import find_runs, is_run_dir
+    from evolvekit.report.dashboard import create_collection_dashboard, create_dashboard
 
-    if not (run_dir / "run.sqlite").is_file():
-        raise ConfigError(f"{run_dir} is not a run directory (no run.sqlite)")
+    if is_run_dir(run_dir):
+        app = create_dashboard(run_dir)
+    elif find_runs(run_dir):
+        app = create_collection_dashboard(run_dir)
+    else:
+        raise ConfigError(f"{run_dir} is not a run directory (no run.sqlite) and holds no runs")
     console.print(f"dashboard on http://127.0.0.1:{port}/ (Ctrl-C to stop)")
-    uvicorn.run(create_dashboard(run_dir), host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
 def ablate_command(spec: Path = typer.Argument(..., help="ablation YAML, e.g. configs/ablation.yaml"),

@@ -26,16 +26,20 @@ pre{{white-space:pre-wrap;margin:0}}.GOOD{{background:{GOOD_COLOR}}}.BAD{{backgr
 e = html.escape
 
 
-def _page(title: str, body: str) -> HTMLResponse:
-    nav = "<nav><a href='/'>overview</a><a href='/tasks'>tasks</a><a href='/trajectories'>trajectories</a>" \
-          "<a href='/experiences'>experiences</a></nav>"
+def _page(title: str, body: str, base: str = "", up: str | None = None, run_nav: bool = True) -> HTMLResponse:
+    back = f"<a href='{e(up)}'>all runs</a>" if up else ""
+    links = (f"<a href='{base}/'>overview</a><a href='{base}/tasks'>tasks</a>"
+             f"<a href='{base}/trajectories'>trajectories</a><a href='{base}/experiences'>experiences</a>") if run_nav else ""
+    nav = f"<nav>{back}{links}</nav>"
     return HTMLResponse(f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
                         f"<meta http-equiv='refresh' content='60'><style>{CSS}</style></head><body>{nav}"
                         f"<h1>{e(title)}</h1>{body}</body></html>")
 
 
-def create_dashboard(run_dir: Path) -> FastAPI:
+def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> FastAPI:
+    """One run's dashboard; ``base`` is the URL prefix it is mounted under (links carry it), ``up`` a link back."""
     run_dir = Path(run_dir)
+    base = e(base)
     if not (run_dir / "run.sqlite").is_file():
         raise FileNotFoundError(f"{run_dir} has no run.sqlite")
     app = FastAPI(title=f"evolvekit dashboard: {run_dir.name}", docs_url=None, redoc_url=None)
@@ -49,9 +53,9 @@ def create_dashboard(run_dir: Path) -> FastAPI:
                         for p, ev in sorted(run.evaluations.items()))
         last = run.metrics[max(run.metrics)] if run.metrics else {}
         rows = "".join(f"<tr><td>{e(k)}</td><td>{v:.4g}</td></tr>" for k, v in sorted(last.items()))
-        imgs = "".join(f"<h3>{e(n)}</h3><img src='/figures/{e(p.name)}' alt='{e(n)}'>" for n, p in figs.items())
+        imgs = "".join(f"<h3>{e(n)}</h3><img src='{base}/figures/{e(p.name)}' alt='{e(n)}'>" for n, p in figs.items())
         return _page(f"run {run_dir.name}", f"<p>{len(run.metrics)} iterations done</p><h2>Held-out evaluation</h2>"
-                     f"<table>{evals}</table>{imgs}<h2>Latest iteration</h2><table>{rows}</table>")
+                     f"<table>{evals}</table>{imgs}<h2>Latest iteration</h2><table>{rows}</table>", base, up)
 
     @app.get("/figures/{name}")
     def figure(name: str):
@@ -75,20 +79,20 @@ def create_dashboard(run_dir: Path) -> FastAPI:
                         f"<td><pre>{e(ref)}</pre></td><td><pre>{e(json.dumps(prov))}</pre></td></tr>")
         con.close()
         return _page("tasks", "<table><tr><th>task</th><th>source</th><th>query</th><th>reference solution</th>"
-                     f"<th>provenance</th></tr>{''.join(rows)}</table>")
+                     f"<th>provenance</th></tr>{''.join(rows)}</table>", base, up)
 
     @app.get("/trajectories", response_class=HTMLResponse)
     def trajectories():
         con = connect_ro(run_dir)
         rows = "".join(
-            f"<tr><td><a href='/trajectories/{e(tid)}'>{e(tid)}</a></td><td>{it}</td><td>{e(phase)}</td><td>{e(task)}</td>"
+            f"<tr><td><a href='{base}/trajectories/{e(tid)}'>{e(tid)}</a></td><td>{it}</td><td>{e(phase)}</td><td>{e(task)}</td>"
             f"<td>{'' if r is None else f'{r:.2f}'}</td><td>{'yes' if g else ''}</td></tr>"
             for tid, it, phase, task, r, g in con.execute(
                 "SELECT trajectory_id, iteration, phase, task_id, outcome_reward, experience_guided FROM trajectories "
                 "ORDER BY rowid DESC LIMIT 500"))
         con.close()
         return _page("trajectories", "<table><tr><th>trajectory</th><th>iteration</th><th>phase</th><th>task</th>"
-                     f"<th>reward</th><th>guided</th></tr>{rows}</table>")
+                     f"<th>reward</th><th>guided</th></tr>{rows}</table>", base, up)
 
     @app.get("/trajectories/{trajectory_id}", response_class=HTMLResponse)
     def trajectory(trajectory_id: str):
@@ -111,7 +115,7 @@ def create_dashboard(run_dir: Path) -> FastAPI:
                          f"<td><pre>{e(s['action_text'])}</pre></td><td><pre>{e(calls)}</pre></td>"
                          f"<td><pre>{e(s.get('observation', ''))}</pre></td></tr>")
         parts.append("</table>")
-        return _page(f"trajectory {trajectory_id}", "".join(parts))
+        return _page(f"trajectory {trajectory_id}", "".join(parts), base, up)
 
     @app.get("/experiences", response_class=HTMLResponse)
     def experiences():
@@ -125,6 +129,43 @@ def create_dashboard(run_dir: Path) -> FastAPI:
                         f"<td>{score:.2f}</td><td>{e(str(x.get('utility')))}</td></tr>")
         con.close()
         return _page("experience pool", "<table><tr><th>id</th><th>when to use</th><th>content</th><th>uses</th>"
-                     f"<th>score</th><th>utility</th></tr>{''.join(rows)}</table>")
+                     f"<th>score</th><th>utility</th></tr>{''.join(rows)}</table>", base, up)
 
+    return app
+
+
+def create_collection_dashboard(root: Path) -> FastAPI:
+    """A folder of runs (an ablation): an index of rows and seeds with their held-out results, each run's own
+    dashboard under ``/runs/<row>/<seed>/``. Runs that appear while it serves (a live ablation) are picked up."""
+    from urllib.parse import quote
+
+    from evolvekit.report.collection import find_runs, load_groups
+
+    root = Path(root)
+    app = FastAPI(title=f"evolvekit dashboard: {root.name}", docs_url=None, redoc_url=None)
+    mounted: set[str] = set()
+
+    def mount_new() -> None:
+        for run_dir in find_runs(root):
+            prefix = "/runs/" + quote(run_dir.relative_to(root).as_posix())
+            if prefix not in mounted:
+                app.mount(prefix, create_dashboard(run_dir, base=prefix, up="/"))
+                mounted.add(prefix)
+
+    @app.get("/", response_class=HTMLResponse)
+    def index():
+        mount_new()
+        rows = []
+        for g in load_groups(root):
+            for r in g.runs:
+                prefix = "/runs/" + quote(r.run_dir.relative_to(root).as_posix())
+                after = r.evaluations.get("after") or r.evaluations.get("before") or {}
+                res = ", ".join(f"{k}={v:.3f}" for k, v in sorted(after.items())
+                                if "@" in k and isinstance(v, (int, float)))
+                rows.append(f"<tr><td>{e(g.name)}</td><td><a href='{e(prefix)}/'>{e(r.run_dir.name)}</a></td>"
+                            f"<td>{len(r.metrics)}</td><td>{e(res or 'running')}</td></tr>")
+        return _page(f"runs in {root.name}", "<table><tr><th>row</th><th>run</th><th>iterations</th>"
+                     f"<th>held-out after training</th></tr>{''.join(rows)}</table>", run_nav=False)
+
+    mount_new()
     return app

@@ -46,6 +46,8 @@ class RunSummary:
                 xs.append(it + 1.0)
                 ys.append(self.metrics[it][k2])
         after = self.evaluations.get("after")
+        if after and key is None:  # no evaluation before or during training: the curve is the final point
+            key = next((k for k in after if k.startswith("avg@")), None)
         if after and key and key in after and (not xs or xs[-1] < len(self.metrics)):
             xs.append(float(len(self.metrics)))
             ys.append(after[key])
@@ -137,3 +139,63 @@ def write_figures(run: RunSummary, out: Path, baseline: RunSummary | None = None
                           [(f"{k} signals", *series(m, f"coevolve/{k}")) for k in ("forgetting", "boundary", "rare")] +
                           [("CoEvolve new tasks", *series(m, "coevolve/new_tasks"))])
     return {k: v for k, v in figs.items() if v is not None}
+
+
+def plot_groups(groups, out: Path) -> dict[str, Path]:
+    """Held-out curves (one thin line per seed, a thick mean) and train success (mean over seeds) per run group."""
+    import statistics
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    figs: dict[str, Path] = {}
+    finals = [g.final() for g in groups]
+    keys = [k for k in sorted({k for f in finals for k in f}) if "avg@" in k]
+    if keys:  # the table as bars: mean ± std over seeds of every avg@k after training
+        fig, ax = plt.subplots(figsize=(max(6.4, 1.1 * len(groups) * len(keys)), 4.0))
+        width = 0.8 / len(keys)
+        for j, k in enumerate(keys):
+            xs = [i + (j - (len(keys) - 1) / 2) * width for i in range(len(groups))]
+            ax.bar(xs, [f.get(k, (0, 0, 0))[0] for f in finals], width, yerr=[f.get(k, (0, 0, 0))[1] for f in finals],
+                   capsize=3, label=k)
+        ax.set_xticks(range(len(groups)), [g.name for g in groups], rotation=25, ha="right", fontsize=8)
+        ax.set_ylabel("held-out success")
+        ax.set_title("Held-out after training (mean ± std over seeds)")
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        figs["held-out after training"] = out / "heldout_final_by_row.png"
+        fig.savefig(figs["held-out after training"], dpi=100)
+        plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7.2, 4.0))
+    for i, g in enumerate(groups):
+        color = f"C{i % 10}"
+        for _, xs, ys in g.curves():
+            ax.plot(xs, ys, "o-", color=color, alpha=0.3, linewidth=0.8, markersize=3)
+        mx, my = g.mean_curve()
+        ax.plot(mx, my, "s-", color=color, linewidth=2, markersize=6, label=f"{g.name} (n={len(g.runs)})")
+    ax.set_title("Held-out avg@k per row (thin: seeds, thick: mean)")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("avg@k")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    figs["held-out by row"] = out / "heldout_by_row.png"
+    fig.savefig(figs["held-out by row"], dpi=100)
+    plt.close(fig)
+    train = []
+    for g in groups:
+        per_it: dict[int, list[float]] = {}
+        for r in g.runs:
+            for it, m in r.metrics.items():
+                if "rollout/success_rate" in m:
+                    per_it.setdefault(it, []).append(m["rollout/success_rate"])
+        its = sorted(per_it)
+        train.append((g.name, [float(i) for i in its], [statistics.fmean(per_it[i]) for i in its]))
+    path = _plot(out / "train_success_by_row.png", "Train rollout success per row (mean over seeds)", train, "rate")
+    if path:
+        figs["train success by row"] = path
+    return figs
