@@ -185,6 +185,7 @@ class NavigatingConfig(_Section):
     success_threshold: float = F(1.0, "outcome at or above which a rollout counts as a success (experience scores, extraction split)")
     validate_experiences: bool = F(True, "LLM validation of each extracted experience (§4.1 step 3)")
     prune_every: int = F(1, "run the EvolveR pruning sweep every N iterations (0 = never)")
+    seed_file: str = F("", "JSONL experiences (the `evolvekit experiences export` format) that seed an empty pool before the first iteration, e.g. a family's worked examples (`evolvekit experiences from-family arith`); '' = the pool starts from the n_pc cold-start rollouts")
     utility_test: bool = F(False, "Evolving-RL: judge an experience by its mean reward on K related tasks")
     utility_k: int = F(4, "K related tasks for the utility test (Evolving-RL §3.1)")
 

@@ -265,3 +265,42 @@ def test_evaluation_with_test_time_experience(tmp_path, monkeypatch):
     lookup = _experience_lookup(load_config(None), pool_file)
     text, ids = lookup(Task(task_id="t", env_name="bfcl", query="What is 3 plus 4? Add them."))
     assert "call add with a and b" in text and len(ids) == 1
+
+
+def test_family_worked_examples_seed_the_pool_and_skip_the_cold_start(tmp_path, monkeypatch):
+    from evolvekit.config import load_config
+    from evolvekit.env.bfcl.families import get_family
+    from evolvekit.errors import ConfigError
+    from evolvekit.llm.tiny import make_tiny_model
+    from evolvekit.navigating.seed import family_experiences
+    from evolvekit.orchestrator.build import build_loop, open_run
+
+    seeds = family_experiences(get_family("arith"))
+    assert len(seeds) == len(get_family("arith").demonstrations) and len({e.experience_id for e in seeds}) == len(seeds)
+    assert all("<tool_call>" in e.content and e.provenance.kind == "imported" for e in seeds)
+    committed = Path(__file__).resolve().parents[2] / "configs" / "experiences_arith_examples.jsonl"
+    assert [Experience.model_validate_json(x) for x in committed.read_text().splitlines()] == seeds  # regenerated as is
+    monkeypatch.syspath_prepend(PLUGINS)
+    tiny = make_tiny_model(tmp_path / "tiny")
+    sets = [f"run.out_dir={tmp_path}", "env.name=coin", "env.plugins=[coin_env]", f"models.policy.model={tiny}",
+            "models.policy.max_new_tokens=8", "rollout.max_steps=1", "rollout.group_size=2", "train.iterations=1",
+            "train.tasks_per_iteration=1", "train.eval_before=false", "train.eval_after=false", "train.autocast=off",
+            "navigating.enabled=true", "navigating.rerank=false", "navigating.rewrite=false", "navigating.prune_every=0",
+            "navigating.validate_experiences=false", f"navigating.seed_file={committed}"]
+    cfg, run_dir, store = open_run(load_config(None, sets), None)
+    loop = build_loop(cfg, run_dir, store, show_progress=False)
+    assert [e.experience_id for e in loop.stages.experience.pool.items] == [e.experience_id for e in seeds]
+    loop.run()
+    m = store.metrics()
+    assert m[0]["navigating/cold_start_rollouts"] == 0.0 and m[0]["navigating/guided_rollouts"] == 1.0
+    guided = [t for t in store.trajectories(0) if t.flags.experience_guided]
+    assert guided and set(guided[0].experience_used) <= {e.experience_id for e in seeds}
+    store.close()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    for path, match in ((bad, "seed_file"), (tmp_path / "missing.jsonl", "no such file")):
+        cfg2, rd2, s2 = open_run(load_config(None, sets[:-1] + [f"navigating.seed_file={path}",
+                                                               f"run.out_dir={tmp_path / path.stem}"]), None)
+        with pytest.raises(ConfigError, match=match):
+            build_loop(cfg2, rd2, s2, show_progress=False)
+        s2.close()

@@ -90,3 +90,16 @@ def import_(path: Path = typer.Argument(..., help="JSONL written by `experiences
     _save(store, pool)
     store.close()
     console.print(f"imported {actions.count('added')} new, merged {actions.count('merged')}; pool size {len(pool)}")
+
+
+@experiences_app.command("from-family")
+def from_family(family: str = typer.Argument(..., help="task family, e.g. arith"),
+                out: Path = typer.Option(..., "--out", help="JSONL file to write (for navigating.seed_file)")) -> None:
+    """Write a task family's worked examples as experiences (JSONL), to seed a pool (navigating.seed_file)."""
+    from evolvekit.env.bfcl.families import get_family
+    from evolvekit.navigating.seed import family_experiences
+
+    items = family_experiences(get_family(family))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(e.model_dump_json() + "\n" for e in items))
+    console.print(f"{len(items)} experiences -> {out}")

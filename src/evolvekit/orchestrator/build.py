@@ -222,6 +222,16 @@ def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_
         pool.load_vectors(stored, np.stack([np.frombuffer(blobs[e.experience_id], dtype=np.float32) for e in stored]))
     else:
         pool.load(stored)  # a resumed run continues with its committed pool
+    if not len(pool) and cfg.navigating.seed_file:  # seeded before the first commit (idempotent on resume)
+        seed = Path(cfg.navigating.seed_file)
+        if not seed.is_file():
+            raise ConfigError(f"navigating.seed_file: no such file: {seed}")
+        from evolvekit.types import Experience
+
+        try:  # loaded as given (no merging: curated seeds stay distinct)
+            pool.load([Experience.model_validate_json(line) for line in seed.read_text().splitlines() if line.strip()])
+        except ValueError as err:
+            raise ConfigError(f"navigating.seed_file {seed}: {str(err).splitlines()[0]}") from None
     refiner = summarizer if (cfg.navigating.rerank or cfg.navigating.rewrite) else None
     if cfg.navigating.as_tool:  # EvolveR: the agent searches experience itself through a tool
         from evolvekit.navigating.tool_env import ExperienceToolEnv
