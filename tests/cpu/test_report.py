@@ -202,6 +202,38 @@ def test_ablation_runner_table_and_resume(tmp_path, monkeypatch):
     assert (tmp_path / "abl" / "grpo_real" / "seed0" / "summary.json").stat().st_mtime == stamp
 
 
+@pytest.mark.slow
+def test_ablation_validates_every_row_first_and_survives_a_dying_run(tmp_path, monkeypatch):
+    import json
+
+    from evolvekit.errors import ConfigError
+    from evolvekit.report.ablate import run_ablation
+
+    monkeypatch.syspath_prepend(PLUGINS)
+    tiny = make_tiny_model(tmp_path / "tiny")
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump({"env": {"name": "coin", "plugins": ["coin_env"]},
+                                    "models": {"policy": {"model": str(tiny), "max_new_tokens": 6}},
+                                    "rollout": {"max_steps": 1, "group_size": 2},
+                                    "train": {"autocast": "off", "eval_tasks": 2, "eval_k": 1, "eval_before": False,
+                                              "iterations": 1, "tasks_per_iteration": 1}}))
+    spec = tmp_path / "ablation.yaml"
+    rows = [{"name": "crash", "overrides": ["env.name=coin_crash"]}, {"name": "grpo_real"},
+            {"name": "typo", "overrides": ["train.iteratoins=3"]}]
+    spec.write_text(yaml.safe_dump({"base": str(base), "out_dir": str(tmp_path / "abl"), "seeds": [0], "rows": rows}))
+    with pytest.raises(ConfigError, match="typo"):  # the last row's typo stops the table before any run starts
+        run_ablation(spec)
+    assert not (tmp_path / "abl").exists()
+
+    spec.write_text(yaml.safe_dump({"base": str(base), "out_dir": str(tmp_path / "abl"), "seeds": [0], "rows": rows[:2]}))
+    table = run_ablation(spec).read_text()  # the first run's process dies; the second row still runs
+    assert "| crash | 0/1 |" in table and "| grpo_real | 1/1 |" in table
+    results = json.loads((tmp_path / "abl" / "results.json").read_text())
+    assert "crash/seed0" in results["failed"] and "grpo_real/seed0" not in results["failed"]
+    assert (tmp_path / "abl" / "grpo_real" / "seed0" / "summary.json").is_file()
+    assert (tmp_path / "abl" / "crash" / "seed0" / "run.sqlite").is_file()  # kept, to resume
+
+
 def test_heldout_curve_of_a_run_evaluated_only_after_training():
     from evolvekit.report.figures import RunSummary
 

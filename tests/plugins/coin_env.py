@@ -56,3 +56,20 @@ def _make(cfg: EnvConfig) -> CoinEnv:
 def _tasks(cfg: EnvConfig, split: str) -> list[Task]:
     return [Task(task_id=f"coin-{split}-{i}", env_name="coin", query=f"Say something ({split} {i}).")
             for i in range(6)]
+
+
+class CrashingCoinEnv(CoinEnv):
+    """Dies like an out-of-memory kill on its first step: the process exits without cleanup."""
+
+    def step(self, action: Action) -> StepResult:
+        os._exit(3)
+
+
+@register_env("coin_crash", "test double: the process dies on the first step")
+def _make_crash(cfg: EnvConfig) -> CrashingCoinEnv:
+    return CrashingCoinEnv()
+
+
+@register_task_source("coin_crash")
+def _crash_tasks(cfg: EnvConfig, split: str) -> list[Task]:
+    return _tasks(cfg, split)

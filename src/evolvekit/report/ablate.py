@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import statistics
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -35,6 +37,7 @@ class AblationSpec(BaseModel):
     out_dir: str = "runs/ablation"
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
     budget: list[str] = Field(default_factory=list)  # overrides shared by every row (iterations, tasks, eval size)
+    isolate: bool = True  # one spawned process per run: memory is freed between runs, a crash does not stop the table
     rows: list[AblationRow]
 
 
@@ -55,35 +58,75 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 
 
 def run_ablation(spec_path: Path, only: list[str] | None = None) -> Path:
-    from evolvekit.orchestrator.build import build_loop, open_run
-
     spec = load_spec(spec_path)
     base = Path(spec_path).parent / spec.base if not Path(spec.base).is_file() else Path(spec.base)
     out = Path(spec.out_dir)
+    rows = [row for row in spec.rows if not only or row.name in only]
+    if only and (unknown := sorted(set(only) - {row.name for row in spec.rows})):
+        raise ConfigError(f"{spec_path}: no row named {', '.join(unknown)} (rows: {', '.join(r.name for r in spec.rows)})")
+    configs = {}
+    for row in rows:  # validate every row before the first (long) run starts
+        for seed in spec.seeds:
+            try:
+                configs[row.name, seed] = load_config(
+                    base, [*spec.budget, *row.overrides, f"run.seed={seed}", f"run.name={row.name}"])
+            except ConfigError as err:
+                raise ConfigError(f"{spec_path}: row {row.name!r}: {err}") from None
     results: dict[str, dict] = {}
-    for row in spec.rows:
-        if only and row.name not in only:
-            continue
+    failed: dict[str, str] = {}
+    for row in rows:
         per_seed = []
         for seed in spec.seeds:
             run_dir = out / row.name / f"seed{seed}"
             summary_file = run_dir / "summary.json"
             if not summary_file.is_file():
-                if (run_dir / "run.sqlite").is_file():
-                    cfg, rd, store = open_run(None, run_dir)
-                else:
-                    cfg = load_config(base, [*spec.budget, *row.overrides, f"run.seed={seed}", f"run.name={row.name}"])
-                    run_dir.mkdir(parents=True, exist_ok=True)
-                    cfg, rd, store = _open_fixed(cfg, run_dir)
-                try:
-                    build_loop(cfg, rd, store, show_progress=False).run()
-                finally:
-                    store.close()
-            per_seed.append(json.loads(summary_file.read_text()))
-        results[row.name] = _aggregate(per_seed)
-    (out / "results.json").write_text(json.dumps(results, indent=2))
+                error = _run_isolated(configs[row.name, seed], run_dir) if spec.isolate else _run_one(
+                    configs[row.name, seed].model_dump_json(), str(run_dir))
+                if error:
+                    log.error("ablation run %s failed: %s (the other runs go on; re-run to resume it)", run_dir, error)
+                    failed[f"{row.name}/seed{seed}"] = error
+            if summary_file.is_file():
+                per_seed.append(json.loads(summary_file.read_text()))
+        results[row.name] = {**_aggregate(per_seed), "seeds_total": len(spec.seeds)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({**results, "failed": failed} if failed else results, indent=2))
     (out / "results.md").write_text(markdown_table(results, spec))
     return out / "results.md"
+
+
+def _run_one(cfg_json: str, run_dir_str: str, log_level: int | None = None) -> str | None:
+    """One (row, seed) run, new or resumed; returns None, or the error that stopped it."""
+    from evolvekit.config import Config
+    from evolvekit.orchestrator.build import build_loop, open_run
+
+    if log_level is not None:  # in a spawned child: log like the parent
+        from evolvekit.cli.common import setup_logging
+
+        setup_logging(logging.getLevelName(log_level))
+    run_dir = Path(run_dir_str)
+    if (run_dir / "run.sqlite").is_file():
+        cfg, rd, store = open_run(None, run_dir)
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        cfg, rd, store = _open_fixed(Config.model_validate_json(cfg_json), run_dir)
+    try:
+        build_loop(cfg, rd, store, show_progress=False).run()
+    except Exception as err:  # noqa: BLE001 - recorded; the table goes on
+        log.exception("run %s failed", run_dir)
+        return f"{type(err).__name__}: {err}"
+    finally:
+        store.close()
+    return None
+
+
+def _run_isolated(cfg, run_dir: Path) -> str | None:
+    """``_run_one`` in a spawned process; a crash or kill (non-zero exit) is returned as an error."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        try:
+            return pool.submit(_run_one, cfg.model_dump_json(), str(run_dir),
+                               logging.getLogger().getEffectiveLevel()).result()
+        except Exception as err:  # noqa: BLE001 - the child died (BrokenProcessPool) or could not be started
+            return f"{type(err).__name__}: {err}"
 
 
 def _open_fixed(cfg, run_dir: Path):
@@ -111,13 +154,14 @@ def _aggregate(summaries: list[dict]) -> dict:
 def markdown_table(results: dict[str, dict], spec: AblationSpec) -> str:
     keys = sorted({k for r in results.values() for k in r if k.startswith("eval_after/")})
     keys = keys or sorted({k for r in results.values() for k in r if k.startswith("eval_before/")})
-    head = "| row | " + " | ".join(k.split("/", 1)[1] for k in keys) + " |"
+    head = "| row | seeds | " + " | ".join(k.split("/", 1)[1] for k in keys) + " |"
     lines = [f"# Ablation ({len(spec.seeds)} seeds: {spec.seeds})", "", "budget: " + (", ".join(spec.budget) or "base config"),
-             "", head, "|" + "---|" * (len(keys) + 1)]
+             "", head, "|" + "---|" * (len(keys) + 2)]
     for name, r in results.items():
         cells = []
         for k in keys:
             v = r.get(k) or r.get(k.replace("eval_after", "eval_before"))
             cells.append(f"{v['mean']:.3f} ± {v['std']:.3f}" if v else "—")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        done = f"{r.get('seeds', 0)}/{r.get('seeds_total', len(spec.seeds))}"
+        lines.append(f"| {name} | {done} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
