@@ -101,9 +101,10 @@ class _Scripted:
     name = "scripted"
 
     def __init__(self, answers):
-        self.answers, self.seen = list(answers), []
+        self.answers, self.seen, self.temperatures = list(answers), [], []
 
     def chat(self, conversations, params):
+        self.temperatures.append(params.temperature)
         out = []
         for conv in conversations:
             self.seen.append(conv)
@@ -117,6 +118,7 @@ def test_attributor_retries_then_neutralises():
     res = attributor.attribute([_traj(2, 1.0), _traj(1, 0.0)], {"t": Task(task_id="t", env_name="x", query="do it")})
     assert res.labels == [[G, B], None]
     assert res.failures == 1 and res.cost.calls == 4 and res.cost.retries == 2
+    assert llm.temperatures == [0.0, 0.7, 0.7]  # a greedy retry would repeat itself: retries sample
     m = res.metrics()
     assert m["attribution/good_ratio"] == 0.5 and m["attribution/parse_failure_rate"] == 0.5
     assert llm.seen[0][0].content == SYSTEM_PROMPT

@@ -253,6 +253,27 @@ def test_judge_parsing_fallback_and_mix():
     assert stage.last_metrics["judge/fallbacks"] == 1.0 and stage.last_metrics["judge/calls"] == 4.0
 
 
+def test_retries_of_a_greedy_call_sample_and_sampled_calls_keep_their_temperature():
+    from evolvekit.llm.base import RETRY_TEMPERATURE, retry_params
+    from evolvekit.questioning.judge import LLMJudge
+
+    greedy = SamplingParams(temperature=0.0, seed=3)
+    assert retry_params(greedy, 0) is greedy
+    assert retry_params(greedy, 1).temperature == RETRY_TEMPERATURE and retry_params(greedy, 1).seed == 4
+    assert retry_params(greedy, 2).seed == 5 and retry_params(greedy, 2).max_new_tokens == greedy.max_new_tokens
+    sampled = SamplingParams(temperature=0.3)
+    assert retry_params(sampled, 2) is sampled
+    seen = []
+
+    class Recording:
+        def chat(self, convs, params):
+            seen.append(params.temperature)
+            return [[Completion(text="no score here", token_ids=[1])] for _ in convs]
+
+    report = LLMJudge(Recording(), SamplingParams(temperature=0.0), max_retries=2).score([(_task("t", [], "a"), _tr("a", 0.0))])
+    assert seen == [0.0, RETRY_TEMPERATURE, RETRY_TEMPERATURE] and report.fallbacks == 1
+
+
 @pytest.mark.slow
 def test_tasks_synthesize_cli_offline_with_the_embedded_model(tmp_path):
     import json

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from evolvekit.attributing.prompts import SYSTEM_PROMPT, parse_attribution, user_prompt
-from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.llm.base import LLM, SamplingParams, retry_params
 from evolvekit.types import ChatMessage, StepLabel, Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class StepAttributor:
                 chunk = pending[lo: lo + self.concurrency]
                 convs = [_conversation(tasks.get(trajectories[i].task_id), trajectories[i]) for i in chunk]
                 try:
-                    outs = self.llm.chat(convs, self.params)
+                    outs = self.llm.chat(convs, retry_params(self.params, attempt))
                 except Exception as err:  # a failing attributor call must not take the update down
                     log.warning("attributor call failed: %s", err)
                     still += chunk

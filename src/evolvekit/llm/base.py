@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, Sequence, runtime_checkable
 
 from evolvekit.types import ChatMessage
@@ -29,6 +29,20 @@ class SamplingParams:
             raise ValueError("SamplingParams.top_p must be in (0, 1]")
         if self.max_new_tokens < 1:
             raise ValueError("SamplingParams.max_new_tokens must be >= 1")
+
+
+RETRY_TEMPERATURE = 0.7
+
+
+def retry_params(params: SamplingParams, attempt: int) -> SamplingParams:
+    """Sampling for attempt ``attempt`` (0 = first) of a call whose answer could not be parsed.
+
+    A greedy (temperature 0) retry would repeat the same unparseable answer, so retries of a greedy call sample at
+    ``RETRY_TEMPERATURE``; a sampled call keeps its own temperature.
+    """
+    if attempt == 0 or params.temperature > 0:
+        return params
+    return replace(params, temperature=RETRY_TEMPERATURE, seed=None if params.seed is None else params.seed + attempt)
 
 
 @dataclass

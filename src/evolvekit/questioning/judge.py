@@ -4,7 +4,8 @@ Two principles: (i) a relevance and repetition check — steps unrelated to the 
 steps without justification give 0 at once; (ii) continuous scoring — correct solutions score high, incorrect
 ones low, graded by efficiency and intermediate errors. The reference solution from exploration is shown so the
 judge checks that every critical step appears (directly or by an equivalent). The judge answers with a score in
-[0, 1]; an unparseable answer is retried, then the documented fallback applies: the environment's state check
+[0, 1]; an unparseable answer is retried (sampled at llm.base.RETRY_TEMPERATURE when the judge is greedy, since a
+greedy retry repeats itself), then the documented fallback applies: the environment's state check
 score (if the mode has one) else 0, and it is counted.
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from evolvekit.agent.parser import format_call
-from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.llm.base import LLM, SamplingParams, retry_params
 from evolvekit.types import ChatMessage, Task, Trajectory
 
 JUDGE_SYSTEM = """You grade how well an AI agent completed a task, from its trajectory.
@@ -71,13 +72,14 @@ class LLMJudge:
     def score(self, pairs: Sequence[tuple[Task, Trajectory]]) -> JudgeReport:
         report = JudgeReport(scores=[None] * len(pairs))
         pending = list(range(len(pairs)))
-        for _ in range(self.max_retries + 1):
+        for attempt in range(self.max_retries + 1):
             if not pending:
                 break
             still = []
+            params = retry_params(self.params, attempt)
             for lo in range(0, len(pending), self.batch):
                 chunk = pending[lo: lo + self.batch]
-                outs = self.llm.chat([judge_prompt(*pairs[i]) for i in chunk], self.params)
+                outs = self.llm.chat([judge_prompt(*pairs[i]) for i in chunk], params)
                 report.calls += len(chunk)
                 for i, out in zip(chunk, outs):
                     s = parse_judge_score(out[0].text)
