@@ -49,6 +49,10 @@ def test_degenerate_channels_and_neutralised_trajectories():
     assert standardize_outcome([1.0, 1.0, 1.0]) == [0.0, 0.0, 0.0]
     assert standardize_outcome([0.3]) == [0.0]
     assert standardize_attribution([[1.0, 1.0], [1.0]]) == [[0.0, 0.0], [0.0]]
+    from evolvekit.attributing.credit import attribution_degenerate
+
+    assert attribution_degenerate([[1.0, 1.0], [1.0]]) and attribution_degenerate([[1.0, -1.0], None])
+    assert not attribution_degenerate([[1.0, -1.0], [1.0]])  # averages 0 and 1
     # a neutralised trajectory (None) is left out of the statistics and gets attribution 0
     z = standardize_attribution([[1.0], [-1.0], None], eps=0.0)
     assert z[2] == [] and z[0][0] == pytest.approx(1 / math.sqrt(2))
@@ -182,6 +186,7 @@ def test_attributed_samples_share_the_hybrid_proxy_task_decay(tmp_path):
     assert adv[0] == pytest.approx(-adv[1]) and adv[0] > 0  # the real task's group: full advantages
     assert adv[2] == pytest.approx(adv[0] * 0.5) and adv[3] == pytest.approx(adv[1] * 0.5)  # proxy task: × 0.5
     assert metrics["attribution/alpha"] == cfg.attributing.alpha and metrics["samples/groups"] == 2
+    assert metrics["attribution/constant_channel_groups"] == 2  # no labels at all (outcome only)
     store.close()
 
 

@@ -207,6 +207,8 @@ def test_attribution_stage_logs_metrics_and_stores_labels(tiny, tmp_path):
     m = store.metrics()[0]
     assert m["attribution/good_ratio"] == 1.0 and m["attribution/parse_failure_rate"] == 0.0
     assert m["attribution/calls"] == 8 and m["attribution/alpha"] == pytest.approx(0.1)
+    # every step GOOD: Eq. 18's population is constant, so every group's attribution channel contributed nothing
+    assert m["attribution/constant_channel_groups"] == m["samples/groups"] > 0
     con = sqlite3.connect(run_dir / "run.sqlite")
     assert {r[0] for r in con.execute("SELECT label FROM steps")} == {"GOOD"}
     con.close()

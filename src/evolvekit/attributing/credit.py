@@ -33,16 +33,18 @@ def standardize_attribution(rewards: Sequence[Sequence[float] | None], eps: floa
     ``None`` marks a trajectory whose attribution failed (neutralised): it gets zeros and is left out of μ, σ.
     A degenerate population (fewer than two trajectories, or σ < ``degenerate_std``) gives zeros for all.
     """
+    if attribution_degenerate(rewards, degenerate_std):
+        return [[0.0] * len(r) if r else [] for r in rewards]
     means = [sum(r) / len(r) for r in rewards if r]
-    sigma = _std(means)
-    out: list[list[float]] = []
-    for r in rewards:
-        if not r or len(means) < 2 or sigma < degenerate_std:
-            out.append([0.0] * (len(r) if r else 0))
-            continue
-        mu = sum(means) / len(means)
-        out.append([(x - mu) / (sigma + eps) for x in r])
-    return out
+    mu, sigma = sum(means) / len(means), _std(means)
+    return [[(x - mu) / (sigma + eps) for x in r] if r else [] for r in rewards]
+
+
+def attribution_degenerate(rewards: Sequence[Sequence[float] | None], degenerate_std: float = 1e-6) -> bool:
+    """True when Eq. 18's population is degenerate (fewer than two attributed trajectories, or σ of their average
+    attribution rewards below ``degenerate_std``, e.g. every step judged GOOD): the channel is then 0 for all."""
+    means = [sum(r) / len(r) for r in rewards if r]
+    return len(means) < 2 or _std(means) < degenerate_std
 
 
 def standardize_outcome(outcomes: Sequence[float], eps: float = 1e-8, degenerate_std: float = 1e-6) -> list[float]:

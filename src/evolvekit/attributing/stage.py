@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from evolvekit.attributing.attributor import StepAttributor
-from evolvekit.attributing.credit import group_step_advantages
+from evolvekit.attributing.credit import attribution_degenerate, attribution_rewards, group_step_advantages
 from evolvekit.config import Config
 from evolvekit.orchestrator.stages import GRPOSamples, IterationContext
 from evolvekit.types import Trajectory
@@ -44,10 +44,14 @@ class AttributedSamples(GRPOSamples):
         for i, t in enumerate(live):
             groups.setdefault(t.group_id or t.trajectory_id, []).append(i)
         step_adv: list[dict[int, float]] = [{} for _ in live]
+        constant = 0  # groups whose attribution channel was degenerate (Eq. 18) and so contributed nothing
         for idx in groups.values():
+            constant += attribution_degenerate([attribution_rewards(labels[i]) if labels[i] is not None else None
+                                                for i in idx])
             advs = group_step_advantages([labels[i] for i in idx], [float(live[i].outcome_reward or 0.0) for i in idx],
                                          [len(live[i].steps) for i in idx], alpha, acfg.mode, acfg.eps)
             for i, a in zip(idx, advs):
                 step_adv[i] = {s.index: a[k] for k, s in enumerate(live[i].steps)}
         metrics["attribution/alpha"] = alpha
+        metrics["attribution/constant_channel_groups"] = float(constant)
         return step_adv, metrics
