@@ -178,17 +178,23 @@ def test_trajectory_view_renders_attribution_colours_in_chromium(run_dir, tmp_pa
     assert present(GOOD_COLOR) > 500 and present(BAD_COLOR) > 500  # both rows rendered in their colours
 
 
-@pytest.mark.slow
-def test_ablation_runner_table_and_resume(tmp_path, monkeypatch):
-    from evolvekit.report.ablate import run_ablation
-
+def _ablation_base(tmp_path, monkeypatch, **train) -> Path:
+    """A base config for ablation tests: the coin test env and a tiny random model."""
     monkeypatch.syspath_prepend(PLUGINS)
     tiny = make_tiny_model(tmp_path / "tiny")
     base = tmp_path / "base.yaml"
     base.write_text(yaml.safe_dump({"env": {"name": "coin", "plugins": ["coin_env"]},
                                     "models": {"policy": {"model": str(tiny), "max_new_tokens": 6}},
                                     "rollout": {"max_steps": 1, "group_size": 2},
-                                    "train": {"autocast": "off", "eval_tasks": 2, "eval_k": 1}}))
+                                    "train": {"autocast": "off", "eval_tasks": 2, "eval_k": 1, **train}}))
+    return base
+
+
+@pytest.mark.slow
+def test_ablation_runner_table_and_resume(tmp_path, monkeypatch):
+    from evolvekit.report.ablate import run_ablation
+
+    base = _ablation_base(tmp_path, monkeypatch)
     spec = tmp_path / "ablation.yaml"
     spec.write_text(yaml.safe_dump({"base": str(base), "out_dir": str(tmp_path / "abl"), "seeds": [0, 1],
                                     "budget": ["train.iterations=1", "train.tasks_per_iteration=1"],
@@ -209,14 +215,7 @@ def test_ablation_validates_every_row_first_and_survives_a_dying_run(tmp_path, m
     from evolvekit.errors import ConfigError
     from evolvekit.report.ablate import run_ablation
 
-    monkeypatch.syspath_prepend(PLUGINS)
-    tiny = make_tiny_model(tmp_path / "tiny")
-    base = tmp_path / "base.yaml"
-    base.write_text(yaml.safe_dump({"env": {"name": "coin", "plugins": ["coin_env"]},
-                                    "models": {"policy": {"model": str(tiny), "max_new_tokens": 6}},
-                                    "rollout": {"max_steps": 1, "group_size": 2},
-                                    "train": {"autocast": "off", "eval_tasks": 2, "eval_k": 1, "eval_before": False,
-                                              "iterations": 1, "tasks_per_iteration": 1}}))
+    base = _ablation_base(tmp_path, monkeypatch, eval_before=False, iterations=1, tasks_per_iteration=1)
     spec = tmp_path / "ablation.yaml"
     rows = [{"name": "crash", "overrides": ["env.name=coin_crash"]}, {"name": "grpo_real"},
             {"name": "typo", "overrides": ["train.iteratoins=3"]}]
