@@ -30,8 +30,9 @@ def new_run_dir(cfg: Config) -> Path:
     return path
 
 
-def open_run(cfg: Config | None, resume: Path | None) -> tuple[Config, Path, RunStore]:
-    """A new run directory (``cfg``), or an existing one to resume (its stored config wins)."""
+def open_run(cfg: Config | None, resume: Path | None, fixed_dir: Path | None = None) -> tuple[Config, Path, RunStore]:
+    """A new run directory (``cfg``; named after the run and the time, or ``fixed_dir``), or an existing one to
+    resume (its stored config wins)."""
     if resume is not None:
         resume = Path(resume)
         if not (resume / CONFIG_FILE).is_file() or not (resume / STORE_FILE).is_file():
@@ -40,8 +41,8 @@ def open_run(cfg: Config | None, resume: Path | None) -> tuple[Config, Path, Run
         return stored, resume, RunStore(resume / STORE_FILE)
     if cfg is None:
         raise ConfigError("give a config file, or --resume RUN_DIR")
-    run_dir = new_run_dir(cfg)
-    run_dir.mkdir(parents=True)
+    run_dir = Path(fixed_dir) if fixed_dir is not None else new_run_dir(cfg)
+    run_dir.mkdir(parents=True, exist_ok=fixed_dir is not None)
     (run_dir / CONFIG_FILE).write_text(cfg.model_dump_json(indent=2))
     store = RunStore(run_dir / STORE_FILE)
     store.set_meta("config", cfg.model_dump_json())

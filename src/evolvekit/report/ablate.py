@@ -106,9 +106,8 @@ def _run_one(cfg_json: str, run_dir_str: str, log_level: int | None = None) -> s
     run_dir = Path(run_dir_str)
     if (run_dir / "run.sqlite").is_file():
         cfg, rd, store = open_run(None, run_dir)
-    else:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        cfg, rd, store = _open_fixed(Config.model_validate_json(cfg_json), run_dir)
+    else:  # a fixed directory, so the table can find and resume it
+        cfg, rd, store = open_run(Config.model_validate_json(cfg_json), None, fixed_dir=run_dir)
     try:
         build_loop(cfg, rd, store, show_progress=False).run()
     except Exception as err:  # noqa: BLE001 - recorded; the table goes on
@@ -127,17 +126,6 @@ def _run_isolated(cfg, run_dir: Path) -> str | None:
                                logging.getLogger().getEffectiveLevel()).result()
         except Exception as err:  # noqa: BLE001 - the child died (BrokenProcessPool) or could not be started
             return f"{type(err).__name__}: {err}"
-
-
-def _open_fixed(cfg, run_dir: Path):
-    """Like open_run, but in a fixed directory (so the table can find and resume it)."""
-    from evolvekit.orchestrator.build import CONFIG_FILE, STORE_FILE
-    from evolvekit.store.sqlite import RunStore
-
-    (run_dir / CONFIG_FILE).write_text(cfg.model_dump_json(indent=2))
-    store = RunStore(run_dir / STORE_FILE)
-    store.set_meta("config", cfg.model_dump_json())
-    return cfg, run_dir, store
 
 
 def _aggregate(summaries: list[dict]) -> dict:
