@@ -27,7 +27,7 @@ def _curve(result: dict, k: int) -> tuple[list[float], list[float]]:
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def plot_against_baseline(base: dict, result: dict, k: int, path: Path) -> None:
+def plot_against_baseline(base: dict, result: dict, k: int, path: Path, label: str = "GRPO + self-attributing") -> None:
     """Both held-out curves on one figure (iteration 0 = before training)."""
     import matplotlib
 
@@ -35,10 +35,8 @@ def plot_against_baseline(base: dict, result: dict, k: int, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for label, res in (("GRPO (baseline)", base), ("GRPO + self-attributing", result)):
-        pts = [(r["iteration"] + 1, r[f"avg@{k}"]) for r in res["heldout_curve"]
-               if r.get(f"avg@{k}") is not None and not r.get("phase")]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    for name, res in (("GRPO (baseline)", base), (label, result)):
+        ax.plot(*_curve(res, k), marker="o", label=name)
     ax.set_xlabel("iteration")
     ax.set_ylabel(f"held-out avg@{k}")
     ax.set_ylim(0, 1)

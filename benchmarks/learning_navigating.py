@@ -22,17 +22,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_attribution import _curve
+from learning_attribution import _curve, plot_against_baseline
 from learning_grpo import parser, run_learning
 
 
 def _heldout_with_and_without(run_dir: Path, k: int, n_tasks: int) -> dict:
-    """avg@k / best@k on the held-out split for {base, final} policy × {no experience, final pool}."""
+    """avg@k / best@k on the held-out split for {base, final} policy × {no experience, final pool}.
+
+    The "without experience" cells are the loop's own evaluations (``eval_before`` and the last iteration's eval, the
+    same tasks and k); each "with experience" cell re-runs that evaluation with the same sampling seed and the final
+    pool retrieved into the prompt, so every pair differs only by the retrieved experience.
+    """
     from evolvekit.agent.evaluate import evaluate_policy
     from evolvekit.cli.eval_cmd import _experience_lookup
     from evolvekit.env.registry import env_tasks, make_env
     from evolvekit.llm.factory import role_llm, sampling_for
     from evolvekit.orchestrator.build import open_run
+    from evolvekit.orchestrator.loop import iteration_seed
 
     cfg, _, store = open_run(None, run_dir)
     ckpt = store.latest_checkpoint()
@@ -40,24 +46,28 @@ def _heldout_with_and_without(run_dir: Path, k: int, n_tasks: int) -> dict:
     pool_file = run_dir / "final_pool.jsonl"  # the format of `evolvekit experiences export`
     pool_file.write_text("".join(e.model_dump_json() + "\n" for e in experiences))
     n_exp = len(experiences)
+    before = store.evaluation("before") or {}
+    evals = {it: m for it, m in store.metrics().items() if f"eval/avg@{k}" in m}
     store.close()
     tasks = env_tasks(cfg.env, cfg.env.eval_split)[:n_tasks]
     lookup = _experience_lookup(cfg, pool_file) if n_exp else None
     out: dict = {"pool_size": n_exp, "tasks": len(tasks), "k": k}
-    for name, model in (("base", cfg.models.policy.model), ("final", ckpt.path if ckpt else None)):
-        if model is None:
+    cells = [("base", cfg.models.policy.model, -1, before)]
+    last = max(evals) if evals else None
+    if ckpt is not None and last is not None and last == ckpt.iteration:
+        m = evals[last]
+        cells.append(("final", ckpt.path, last, {f"avg@{k}": m[f"eval/avg@{k}"], f"best@{k}": m[f"eval/best@{k}"]}))
+    for name, model, it, without in cells:
+        if without.get(f"avg@{k}") is not None:
+            out[f"{name}/without_experience"] = {key: round(without[key], 4) for key in (f"avg@{k}", f"best@{k}")}
+        if lookup is None:
             continue
         models = cfg.models.model_copy(update={"policy": cfg.models.policy.model_copy(update={"model": model})})
         llm = role_llm(models, "policy")
-        params = sampling_for(models.policy, seed=cfg.run.seed + 1000)
-        for with_exp in (False, True):
-            if with_exp and lookup is None:
-                continue
-            report, _ = evaluate_policy(tasks, lambda: make_env(cfg.env), llm, cfg.rollout, params, k,
-                                        cfg.env.tool_rendering, show_progress=False,
-                                        experience_for=lookup if with_exp else None)
-            out[f"{name}/{'with' if with_exp else 'without'}_experience"] = {
-                f"avg@{k}": round(report.avg_at_k, 4), f"best@{k}": round(report.best_at_k, 4)}
+        params = sampling_for(models.policy, seed=iteration_seed(cfg.run.seed, 10_000 + it))
+        report, _ = evaluate_policy(tasks, lambda: make_env(cfg.env), llm, cfg.rollout, params, k,
+                                    cfg.env.tool_rendering, show_progress=False, experience_for=lookup)
+        out[f"{name}/with_experience"] = {f"avg@{k}": round(report.avg_at_k, 4), f"best@{k}": round(report.best_at_k, 4)}
         del llm
     return out
 
@@ -99,6 +109,8 @@ def main() -> None:
                      "grpo": {"steps@0.9": steps_to_fraction(bx, by, target), "auc": area_under_curve(bx, by)},
                      "navigating": {"steps@0.9": steps_to_fraction(nx, ny, target), "auc": area_under_curve(nx, ny)}}
             result["efficiency"] = table
+            plot_against_baseline(base, result, k, args.out / f"learning_navigating{args.tag}_vs_grpo.png",
+                                  "GRPO + self-navigating (no experience at eval)")
             lines += ["", f"## Held-out without experience vs plain GRPO ({base_path.name})", "",
                       "| method | Steps@0.9 | AUC |", "|---|---|---|"]
             lines += [f"| {m} | {table[m]['steps@0.9']} | {table[m]['auc']:.3f} |" for m in ("grpo", "navigating")]

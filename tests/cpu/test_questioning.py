@@ -107,9 +107,12 @@ def test_pipeline_keeps_only_feasible_unique_tasks():
 
     cfg = load_config(None, ["env.family=arith", "questioning.explore_runs=1", "questioning.explore_steps=4",
                              "questioning.n_breadth=2", "questioning.n_depth=10"])
+    rounds = []
     tasks, funnel, traces = synthesize_tasks(cfg, 5, _Scripted(_explorer_answer), SamplingParams(), _Scripted(synth),
-                                             SamplingParams(), lambda: make_env(cfg.env), embed=None, max_rounds=1)
+                                             SamplingParams(), lambda: make_env(cfg.env), embed=None, max_rounds=1,
+                                             on_round=lambda f, tr, kept: rounds.append((f.kept, tr, kept)))
     assert funnel.explored == 1 and funnel.explored_calls == 3
+    assert len(rounds) == 1 and rounds[0][0] == 2 and rounds[0][1] == traces and rounds[0][2] == tasks  # per round
     assert funnel.synthesized == 3 and funnel.deduplicated == 1 and funnel.kept == 2 and funnel.infeasible == 0
     assert [t.turns[0] for t in tasks] == ["What is 2 plus 5?", "Multiply 7 by 3, then divide 21 by 7."]
     assert [c.name for c in tasks[1].reference_solution[0]] == ["multiply", "divide"]

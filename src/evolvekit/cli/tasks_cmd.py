@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -30,20 +31,27 @@ def synthesize(env: str = typer.Option("bfcl", help="environment"), n: int = typ
     cfg = load_config(config, list(overrides or []) + [f"env.name={env}"])
     setup_logging(cfg.run.log_level)
     embedder = build_embedder(cfg.embedding)
-    tasks, funnel, traces = synthesize_tasks(
-        cfg, n, role_llm(cfg.models, "explorer"), sampling_for(cfg.models.explorer), role_llm(cfg.models, "synthesizer"),
-        sampling_for(cfg.models.synthesizer), lambda: make_env(cfg.env), embedder.embed, max_rounds=max_rounds,
-        progress=lambda f: console.print(f"funnel: {f.as_dict()}"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w") as fh:
-        for t in tasks:
-            fh.write(t.model_dump_json() + "\n")
-    import dataclasses
-
     explorations = out.with_name(out.stem + ".explorations.jsonl")
-    with open(explorations, "w") as fh:  # every exploration trajectory is kept
-        for t in traces:
-            fh.write(json.dumps(dataclasses.asdict(t), default=lambda o: o.model_dump()) + "\n")
+    written = 0
+    # each round's kept tasks and every exploration trajectory are appended as the round ends, so an interrupted
+    # synthesis keeps what it finished; at most n tasks are written
+    with open(out, "w") as task_fh, open(explorations, "w") as trace_fh:
+        def on_round(funnel, traces, kept) -> None:
+            nonlocal written
+            for t in traces:
+                trace_fh.write(json.dumps(dataclasses.asdict(t), default=lambda o: o.model_dump()) + "\n")
+            for t in kept[: max(0, n - written)]:
+                task_fh.write(t.model_dump_json() + "\n")
+                written += 1
+            task_fh.flush()
+            trace_fh.flush()
+            console.print(f"funnel: {funnel.as_dict()}")
+
+        _, funnel, _ = synthesize_tasks(
+            cfg, n, role_llm(cfg.models, "explorer"), sampling_for(cfg.models.explorer),
+            role_llm(cfg.models, "synthesizer"), sampling_for(cfg.models.synthesizer), lambda: make_env(cfg.env),
+            embedder.embed, max_rounds=max_rounds, on_round=on_round)
     summary = {**funnel.as_dict(), "out": str(out), "explorations": str(explorations)}
     emit_json(summary) if as_json else sys.stdout.write(" ".join(f"{k}={v}" for k, v in summary.items()) + "\n")
 

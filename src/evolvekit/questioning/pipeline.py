@@ -86,7 +86,13 @@ def explorer_and_synthesizer(cfg: Config, explorer_llm: LLM, explorer_params: Sa
 def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: SamplingParams, synth_llm: LLM,
                      synth_params: SamplingParams, make_env: Callable[[], Environment],
                      embed=None, existing: Sequence[Task] = (), max_rounds: int = 5,
-                     progress: Callable[[Funnel], None] | None = None) -> tuple[list[Task], Funnel, list[ExplorationTrace]]:
+                     on_round: Callable[[Funnel, list[ExplorationTrace], list[Task]], None] | None = None
+                     ) -> tuple[list[Task], Funnel, list[ExplorationTrace]]:
+    """Rounds of exploration → synthesis → curation until ``n`` tasks are kept or ``max_rounds`` ran.
+
+    ``on_round(funnel, new_traces, new_kept)`` is called after every round, so a caller can persist each round's
+    explorations and kept tasks as they come (a killed run keeps the rounds it finished).
+    """
     q = cfg.questioning
     sandbox = sandbox_for(cfg)
     explorer, synth = explorer_and_synthesizer(cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env)
@@ -106,9 +112,10 @@ def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: Sa
         funnel.synthesis_unparseable += rep.unparseable
         for t in rep.tasks:
             t.metadata["bfcl_id"] = t.task_id
-        kept += curate_new(rep.tasks, dedup, make_env, funnel)
-        if progress:
-            progress(funnel)
+        new_kept = curate_new(rep.tasks, dedup, make_env, funnel)
+        kept += new_kept
+        if on_round:
+            on_round(funnel, new, new_kept)
     funnel.kept = min(funnel.kept, n)  # the tasks returned (a round may keep more than were asked for)
     return kept[:n], funnel, traces
 
