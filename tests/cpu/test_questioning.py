@@ -32,6 +32,20 @@ def test_phase_switch_and_myopic_window():
     assert BREADTH_HINT in explorer_messages([], [], steps[:1], 1, 3, 4)[1].content
 
 
+def test_explorer_context_grows_by_appending_so_a_kept_kv_cache_is_reused():
+    from evolvekit.env.base import ToolSchema
+
+    tools = [ToolSchema(name=n) for n in ("add", "subtract", "multiply", "divide")]
+    steps = [ExplorationStep(i, f"a{i}", [ToolCall(name=tools[i % 4].name, arguments={})], f"o{i}", True)
+             for i in range(8)]
+    for t in range(7):  # N_b = 3 breadth steps, then depth with N_d = 10 (no slide yet): pure appends
+        now, nxt = explorer_messages(tools, [], steps, t, 3, 10), explorer_messages(tools, [], steps, t + 1, 3, 10)
+        assert nxt[:len(now)] == now and len(nxt) == len(now) + 2
+    # each past message keeps the hint it was shown with: step 1's nudge named a tool untried after step 0
+    assert "Try `multiply`" in explorer_messages(tools, [], steps, 5, 3, 10)[3].content  # untried[1 % 3]
+    assert DEPTH_HINT in explorer_messages(tools, [], steps, 5, 3, 10)[-1].content
+
+
 def test_parse_synthesis():
     text = "Task: Add 3 and 4.\nSolution: 0\n\n**Task:** Multiply then add.\n**Solution:** [1, 0]\nTask: bad\nSolution: 9"
     assert parse_synthesis(text, 2) == [("Add 3 and 4.", [0]), ("Multiply then add.", [1, 0])]

@@ -74,22 +74,35 @@ def profile_text(profiles: Sequence[EnvProfile]) -> str:
     return "\n".join(parts)
 
 
+def step_hint(tools, steps: Sequence[ExplorationStep], step_index: int, n_breadth: int) -> str:
+    """The instruction shown before step ``step_index``, given the steps before it (Eq. 9's phase)."""
+    if phase(step_index, n_breadth) == "depth":
+        return DEPTH_HINT
+    untried = untried_tools(tools, steps[:step_index])
+    # curiosity made concrete: name one operation not yet used (small models need the nudge)
+    return BREADTH_HINT + (" Try `" + untried[step_index % len(untried)] + "`." if untried else "")
+
+
 def explorer_messages(tools, profiles: Sequence[EnvProfile], steps: Sequence[ExplorationStep], step_index: int,
                       n_breadth: int, n_depth: int, rendering: str = "compact",
                       examples: Sequence[ChatMessage] = (), goal: str | None = None) -> list[ChatMessage]:
+    """The explorer's context before step ``step_index``.
+
+    Every message is rendered as it was first shown (each hint is the one of the step it preceded), so while the
+    window keeps all steps the context of step t is an exact prefix of the context of step t+1 and a kept KV cache
+    prefills only the newest observation and hint.
+    """
+    steps = list(steps)[:step_index]
     visible = context_window(steps, step_index, n_breadth, n_depth)
-    hint = BREADTH_HINT if phase(step_index, n_breadth) == "breadth" else DEPTH_HINT
-    if phase(step_index, n_breadth) == "breadth":
-        untried = untried_tools(tools, steps)
-        if untried:  # curiosity made concrete: name one operation not yet used (small models need the nudge)
-            hint += " Try `" + untried[step_index % len(untried)] + "`."
+    first = step_index - len(visible)  # index of the first visible step
     msgs = [ChatMessage(role="system", content=system_prompt(tools, rendering) + "\n\n" + profile_text(profiles)),
             *examples,
             ChatMessage(role="user", content="You are exploring this environment to learn what it can do. "
-                        + (goal + "\n" if goal else "") + hint)]
-    for s in visible:
+                        + (goal + "\n" if goal else "") + step_hint(tools, steps, first, n_breadth))]
+    for j, s in enumerate(visible, start=first):
         msgs.append(ChatMessage(role="assistant", content=s.action_text))
-        msgs.append(ChatMessage(role="user", content=f"Tool results:\n{s.observation}\n\n{hint}"))
+        msgs.append(ChatMessage(role="user", content=f"Tool results:\n{s.observation}\n\n"
+                                + step_hint(tools, steps, j + 1, n_breadth)))
     return msgs
 
 
