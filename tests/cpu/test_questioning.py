@@ -335,7 +335,13 @@ def test_scaffold_call_prefix_names_an_untried_tool_then_lets_the_model_choose()
 
     tools = [T("add"), T("subtract")]
     done = [ExplorationStep(0, "", [ToolCall(name="add", arguments={})], "ok", True)]
-    assert call_prefix(tools, done, 1, n_breadth=3) == '<tool_call>{"name": "subtract", "arguments": {"'
+    assert call_prefix(tools, done, 1, n_breadth=3) == '<tool_call>{"name": "subtract", "arguments": {'
+    from evolvekit.env.base import ToolSchema
+
+    schemas = [ToolSchema(name="add", parameters={"required": ["a", "b"]}), ToolSchema(name="ls", parameters={})]
+    # the first required argument is opened; a tool without required arguments may close its object at once
+    assert call_prefix(schemas, [], 0, n_breadth=3) == '<tool_call>{"name": "add", "arguments": {"a": '
+    assert call_prefix(schemas, [], 1, n_breadth=3) == '<tool_call>{"name": "ls", "arguments": {'
     assert call_prefix(tools, done, 3, n_breadth=3) == '<tool_call>{"name": "'  # depth phase
 
 

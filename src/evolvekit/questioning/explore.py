@@ -107,11 +107,15 @@ def explorer_messages(tools, profiles: Sequence[EnvProfile], steps: Sequence[Exp
 
 
 def call_prefix(tools, steps: Sequence[ExplorationStep], step_index: int, n_breadth: int) -> str:
-    """Scaffold: the explorer's reply starts as an opened tool call; breadth steps name an untried tool."""
+    """Scaffold: the explorer's reply starts as an opened tool call. Breadth steps name an untried tool and open its
+    first required argument (a 135M explorer at T = 1 otherwise invents argument names: `c`, `number`, `x`)."""
     if phase(step_index, n_breadth) == "breadth":
         untried = untried_tools(tools, steps)
         if untried:
-            return '<tool_call>{"name": "' + untried[step_index % len(untried)] + '", "arguments": {"'
+            name = untried[step_index % len(untried)]
+            tool = next(t for t in tools if t.name == name)
+            required = (getattr(tool, "parameters", None) or {}).get("required") or []
+            return '<tool_call>{"name": "' + name + '", "arguments": {' + (f'"{required[0]}": ' if required else "")
     return '<tool_call>{"name": "'
 
 
