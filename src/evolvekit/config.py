@@ -229,6 +229,7 @@ class ColdStartConfig(_Section):
     warmup_ratio: float = F(0.1, "linear warm-up share of the steps, then linear decay (EvolveR A.2: 0.1)")
     batch_size: int = F(16, "pairs per optimizer step (EvolveR A.2: 16)")
     max_examples: int = F(512, "cap on warm-up pairs")
+    closing: str = F("Done.", "closing message trained after the replayed tool result, so the warm-up also teaches that a turn ends once its calls ran; empty = calls only")
 
 
 class RewardConfig(_Section):

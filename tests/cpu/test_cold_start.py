@@ -18,7 +18,7 @@ def test_lr_schedule_warms_up_then_decays():
                                                                      0.25, 0.125]
 
 
-def test_reference_pairs_mask_only_the_reference_calls(tmp_path):
+def test_reference_pairs_mask_the_calls_and_the_closing_turn_only(tmp_path):
     from evolvekit.agent.templates import TemplateSettings
     from evolvekit.config import EnvConfig
     from evolvekit.env.registry import make_env
@@ -27,14 +27,28 @@ def test_reference_pairs_mask_only_the_reference_calls(tmp_path):
 
     llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu")
     tasks = get_family("arith").tasks("train", 2)
-    pairs = reference_pairs(tasks, lambda: make_env(EnvConfig(name="bfcl", family="arith")), llm, "compact",
-                            TemplateSettings(), limit=5)
-    assert len(pairs) == 2
-    for task, s in zip(tasks, pairs):
-        target = llm.decode([t for t, m in zip(s.token_ids, s.loss_mask) if m])
+    env = lambda: make_env(EnvConfig(name="bfcl", family="arith"))  # noqa: E731
+    pairs = reference_pairs(tasks, env, llm, "compact", TemplateSettings(), limit=5)
+    calls_only = reference_pairs(tasks, env, llm, "compact", TemplateSettings(), limit=5, closing="")
+    assert len(pairs) == 2 and len(calls_only) == 2
+    eot = llm.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for task, s, c in zip(tasks, pairs, calls_only):
         call = task.reference_solution[0][0]
+        target = llm.decode([t for t, m in zip(c.token_ids, c.loss_mask) if m])
         assert target.startswith("<tool_call>") and target.endswith("</tool_call>") and f'"{call.name}"' in target
         assert str(task.query) in llm.decode(s.token_ids[: s.loss_mask.index(1)])  # the rollout's prompt
+        # masked runs: [calls + end of turn], then [closing + end of turn]; the replayed tool result is context
+        runs, cur = [], []
+        for t, m in zip(s.token_ids, s.loss_mask):
+            if m:
+                cur.append(t)
+            elif cur:
+                runs, cur = runs + [cur], []
+        runs += [cur] if cur else []
+        assert len(runs) == 2 and runs[0][-1] == eot and runs[1][-1] == eot
+        assert llm.decode(runs[0][:-1]) == target and llm.decode(runs[1][:-1]) == "Done."
+        between = llm.decode(s.token_ids[len(c.token_ids) + 1: len(s.token_ids) - len(runs[1])])
+        assert "Tool results:" in between and '"result"' in between  # the executed reference's observation
 
 
 @pytest.mark.slow

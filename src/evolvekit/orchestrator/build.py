@@ -157,7 +157,7 @@ def _cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory):
         tasks = [t for t in tasks if t.task_id not in held_ids and str(t.query) not in held_queries]
         template = TemplateSettings(template=cfg.rollout.template, token_limit=cfg.rollout.context_token_limit)
         pairs = reference_pairs(tasks, env_factory, trainer.llm, cfg.env.tool_rendering, template,
-                                cfg.cold_start.max_examples)
+                                cfg.cold_start.max_examples, cfg.cold_start.closing)
         if not pairs:
             raise ConfigError("cold start: no verified tasks with a reference solution to warm up on")
         stats = sft_warmup(trainer, pairs, cfg.cold_start, cfg.run.seed)

@@ -2,8 +2,11 @@
 
 The pairs are (task -> reference solution) of tasks self-questioning produced *and verified* (their reference
 replayed in the environment), never held-out evaluation tasks. The prompt is exactly what a rollout shows the
-policy (system prompt with tools, worked examples, the task), and the target is the reference's first-turn tool
-calls in the documented action format, so the warm-up teaches the format of a call rather than task answers.
+policy (system prompt with tools, worked examples, the task), and the target is the reference's first turn as an
+episode: the tool calls in the documented action format and their end of turn, then (after the replayed tool
+result, not a target) a closing message and its end of turn. So the warm-up teaches the format of a call *and* that
+a turn ends once its calls ran; trained on the calls alone, the 135M policy learned to call again after every
+result (held-out avg@8 0.28 -> 0.09 on the arith family).
 Loss: token-mean negative log-likelihood of the target tokens; AdamW with linear warm-up then linear decay.
 """
 
@@ -21,7 +24,7 @@ from evolvekit.agent.parser import format_call
 from evolvekit.agent.rollout import initial_context
 from evolvekit.agent.templates import TemplateSettings
 from evolvekit.config import ColdStartConfig
-from evolvekit.env.base import Environment
+from evolvekit.env.base import Action, Environment
 from evolvekit.train.trainer import first_loss_position, sequence_logprobs
 from evolvekit.types import Task, TrainingSample
 
@@ -45,26 +48,45 @@ class SFTStats:
 
 
 def reference_pairs(tasks: Sequence[Task], make_env: Callable[[], Environment], llm, rendering: str,
-                    template: TemplateSettings, limit: int) -> list[TrainingSample]:
-    """One sample per task with a reference solution: rollout prompt tokens (mask 0) + reference calls (mask 1)."""
+                    template: TemplateSettings, limit: int, closing: str = "Done.") -> list[TrainingSample]:
+    """One sample per task with a reference solution: its first turn as the rollout would see it.
+
+    Tokens: rollout prompt (mask 0) + reference calls and end of turn (mask 1) + the replayed tool result (mask 0)
+    + ``closing`` and end of turn (mask 1). Where the chat template does not reproduce the call tokens verbatim
+    (or ``closing`` is empty), the sample is the prompt and the calls alone.
+    """
     out: list[TrainingSample] = []
     for task in tasks:
         if len(out) >= limit:
             break
         if not task.reference_solution or not task.reference_solution[0]:
             continue
+        calls = list(task.reference_solution[0])
+        call_ids = llm.encode("".join(format_call(c) for c in calls))
         env = make_env()
         try:
             reset = env.reset(task)
+            ctx = initial_context(reset, rendering, template)
+            prompt, _ = ctx.tokenize(llm)
+            observation = env.step(Action(tool_calls=calls)).observation if closing else ""
         finally:
             env.close()
-        ctx = initial_context(reset, rendering, template)
-        prompt, _ = ctx.tokenize(llm)
-        target = llm.encode("".join(format_call(c) for c in task.reference_solution[0]))
-        ids = list(prompt) + list(target)
-        out.append(TrainingSample(trajectory_id=task.task_id, group_id=task.task_id, token_ids=ids,
-                                  loss_mask=[0] * len(prompt) + [1] * len(target), token_advantages=[0.0] * len(ids),
-                                  experience_mask=[0] * len(ids)))
+        ids, mask = list(prompt) + call_ids, [0] * len(prompt) + [1] * len(call_ids)
+        if closing:
+            ctx.add_assistant("".join(format_call(c) for c in calls))
+            ctx.add_observation(observation)
+            after, _ = ctx.tokenize(llm)
+            n = len(prompt) + len(call_ids)
+            if after[:n] == ids and len(after) > n:
+                end = after[n]  # the template's end-of-turn token after an assistant message
+                tail = llm.encode(closing) + [end]
+                ids = list(after) + tail
+                mask = mask + [1] + [0] * (len(after) - n - 1) + [1] * len(tail)
+            else:
+                log.warning("cold start: the chat template does not reproduce the call tokens of %s; calls only",
+                            task.task_id)
+        out.append(TrainingSample(trajectory_id=task.task_id, group_id=task.task_id, token_ids=ids, loss_mask=mask,
+                                  token_advantages=[0.0] * len(ids), experience_mask=[0] * len(ids)))
     return out
 
 
