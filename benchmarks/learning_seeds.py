@@ -12,15 +12,19 @@ import argparse
 import json
 import os
 import statistics
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from learning_attribution import _curve
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _points(result: dict, k: int) -> dict[int, float]:
     """Evaluation point (0 = before training, i = after iteration i) -> held-out avg@k."""
-    return {r["iteration"] + 1: r[f"avg@{k}"] for r in result["heldout_curve"]
-            if r.get(f"avg@{k}") is not None and not r.get("phase")}
+    return dict(zip(*_curve(result, k)))
 
 
 def aggregate(results: list[dict], k: int) -> list[dict]:

@@ -62,7 +62,8 @@ def reference_pairs(tasks: Sequence[Task], make_env: Callable[[], Environment], 
         if not task.reference_solution or not task.reference_solution[0]:
             continue
         calls = list(task.reference_solution[0])
-        call_ids = llm.encode("".join(format_call(c) for c in calls))
+        call_text = "".join(format_call(c) for c in calls)
+        call_ids = llm.encode(call_text)
         env = make_env()
         try:
             reset = env.reset(task)
@@ -73,7 +74,7 @@ def reference_pairs(tasks: Sequence[Task], make_env: Callable[[], Environment], 
             env.close()
         ids, mask = list(prompt) + call_ids, [0] * len(prompt) + [1] * len(call_ids)
         if closing:
-            ctx.add_assistant("".join(format_call(c) for c in calls))
+            ctx.add_assistant(call_text)
             ctx.add_observation(observation)
             after, _ = ctx.tokenize(llm)
             n = len(prompt) + len(call_ids)
