@@ -377,3 +377,21 @@ def test_targeted_synthesizer_uses_the_chosen_window_as_reference():
                           targeted=True).synthesize([trace], "bfcl")
     assert [t.reference_solution[0][0].arguments["a"] for t in rep.tasks] == [0]  # windows [0] and [2] asked
     assert rep.tasks[0].query == "What is 0 plus 1?" and rep.unparseable == 1  # "sure" is not a request
+
+
+def test_scaffold_constrains_the_depth_step_tool_name_to_real_tools(tmp_path):
+    """Where the explorer chooses the tool (depth steps), the scaffold restricts the name to the sandbox's tools."""
+    from evolvekit.llm.local import LocalLLM
+    from evolvekit.llm.tiny import make_tiny_model
+    from evolvekit.questioning.explore import OPEN_NAME, Explorer
+    from evolvekit.types import ChatMessage
+
+    llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu")
+    tools = [type("T", (), {"name": n})() for n in ("add", "multiply", "ls")]
+    explorer = Explorer(llm, SamplingParams(temperature=1.0, max_new_tokens=8, seed=1), scaffold=True)
+    batch = llm.decode_batch(explorer.params, keep_rows=True)
+    convs = [[ChatMessage(role="user", content=f"explore {i}")] for i in range(4)]
+    outs = explorer._generate(convs, [OPEN_NAME] * 4, 5, list(range(4)), batch, [tools] * 4)
+    for text in outs:
+        rest = text[len(OPEN_NAME):]
+        assert any(rest.startswith(n + '"') for n in ("add", "multiply", "ls")), text

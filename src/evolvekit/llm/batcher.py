@@ -22,6 +22,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from evolvekit.llm.base import Completion, SamplingParams
+from evolvekit.llm.constrain import TokenTrie, mask_logits
 from evolvekit.llm.local import common_prefix_len
 
 if TYPE_CHECKING:
@@ -123,6 +124,7 @@ class _Row:
     stopped_on_string: bool = False
     stopped_on_json: bool = False
     text_prefix: str = ""  # text already in the prompt that the completion continues (stop checks see both)
+    trie: TokenTrie | None = None  # while set, sampling is restricted to this node's children (llm/constrain.py)
 
 
 def _pad_left(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
@@ -160,11 +162,13 @@ class DecodeBatch:
 
     # -- joining ------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def add(self, items: Sequence[tuple[Hashable, Sequence[int]]], text_prefixes: Sequence[str] | None = None) -> None:
+    def add(self, items: Sequence[tuple[Hashable, Sequence[int]]], text_prefixes: Sequence[str] | None = None,
+            constraints: Sequence[TokenTrie | None] | None = None) -> None:
         """Prefill ``(key, prompt ids)`` rows and merge them into the live batch.
 
         ``text_prefixes``: per row, the start of the reply that the prompt already contains (a response prefix such
-        as an opened tool call); the balanced-JSON stop checks prefix + completion.
+        as an opened tool call); the balanced-JSON stop checks prefix + completion. ``constraints``: per row, a
+        ``TokenTrie`` its first tokens must follow (a choice among known strings), or None.
         """
         if not items:
             return
@@ -173,7 +177,9 @@ class DecodeBatch:
             raise ValueError("empty prompt")
         cache, attn, pos, logits = self._prefill([k for k, _ in items], prompts)
         prefixes = list(text_prefixes) if text_prefixes is not None else [""] * len(items)
-        self.rows.extend(_Row(key=k, prompt=p, text_prefix=x) for (k, _), p, x in zip(items, prompts, prefixes))
+        tries = list(constraints) if constraints is not None else [None] * len(items)
+        self.rows.extend(_Row(key=k, prompt=p, text_prefix=x, trie=c)
+                         for (k, _), p, x, c in zip(items, prompts, prefixes, tries))
         if self.cache is None:
             self.cache, self.attn, self.next_pos, self.logits = cache, attn, pos, logits
             return
@@ -241,7 +247,8 @@ class DecodeBatch:
         if not self.rows:
             return []
         p, llm = self.params, self.llm
-        tok = sample_next(self.logits, p.temperature, p.top_p, self.generator)
+        allowed = [r.trie.allowed() if r.trie is not None else None for r in self.rows]
+        tok = sample_next(mask_logits(self.logits, allowed), p.temperature, p.top_p, self.generator)
         lp = torch.log_softmax(self.logits.float(), dim=-1).gather(-1, tok.unsqueeze(-1)).squeeze(-1)
         keep: list[int] = []
         done: list[tuple[Hashable, Completion]] = []
@@ -249,6 +256,8 @@ class DecodeBatch:
             row = self.rows[j]
             row.tokens.append(t)
             row.logprobs.append(l)
+            if row.trie is not None:
+                row.trie = row.trie.advance(t)
             if t in llm.eos_ids:
                 row.finish = "stop"
             elif p.stop and llm._stop_cut(row.tokens, p.stop) is not None:

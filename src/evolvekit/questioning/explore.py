@@ -116,7 +116,10 @@ def call_prefix(tools, steps: Sequence[ExplorationStep], step_index: int, n_brea
             tool = next(t for t in tools if t.name == name)
             required = (getattr(tool, "parameters", None) or {}).get("required") or []
             return '<tool_call>{"name": "' + name + '", "arguments": {' + (f'"{required[0]}": ' if required else "")
-    return '<tool_call>{"name": "'
+    return OPEN_NAME
+
+
+OPEN_NAME = '<tool_call>{"name": "'  # the depth-step prefix: the explorer chooses the tool (among the real ones)
 
 
 class Explorer:
@@ -125,12 +128,24 @@ class Explorer:
         self.llm, self.n_breadth, self.n_depth, self.rendering = llm, n_breadth, n_depth, rendering
         # the call-prefix scaffold needs a backend that continues a given reply start (the local one)
         self.scaffold = scaffold and hasattr(llm, "decode_batch")
+        self._tries: dict = {}
         self.params = SamplingParams(n=1, temperature=params.temperature, top_p=params.top_p,
                                      max_new_tokens=params.max_new_tokens, stop=tuple(params.stop) + (CLOSE,),
                                      seed=params.seed, stop_on_balanced_json=True)
 
+    def _name_trie(self, tools):
+        """Scaffold: the tool names (each closed by its quote) as a decoding constraint, so that where the
+        explorer chooses the tool it chooses a real one (a 135M model at T = 1 on BFCL's 30-tool sandboxes
+        otherwise invents names such as `rm_dport`); with its own probabilities, among the real names."""
+        from evolvekit.llm.constrain import TokenTrie
+
+        names = tuple(sorted(t.name for t in tools))
+        if names not in self._tries:
+            self._tries[names] = TokenTrie.build(self.llm.encode(n + '"') for n in names) if names else None
+        return self._tries[names]
+
     def _generate(self, convs: list[list[ChatMessage]], prefixes: list[str], step: int, keys: list[int],
-                  batch=None) -> list[str]:
+                  batch=None, tools=None) -> list[str]:
         params = replace(self.params, seed=None if self.params.seed is None else self.params.seed + step)
         if not self.scaffold:
             return [o[0].text for o in self.llm.chat(convs, params)]
@@ -138,8 +153,10 @@ class Explorer:
         batch.params = params
         if params.seed is not None:
             batch.generator = torch.Generator(device="cpu").manual_seed(params.seed)
+        constraints = [self._name_trie(ts) if x == OPEN_NAME and ts else None
+                       for x, ts in zip(prefixes, tools or [None] * len(keys))]
         batch.add([(k, self.llm.apply_chat_template(c) + self.llm.encode(x)) for k, c, x in zip(keys, convs, prefixes)],
-                  text_prefixes=prefixes)
+                  text_prefixes=prefixes, constraints=constraints)
         done = batch.run()
         return [x + done[k].text for k, x in zip(keys, prefixes)]
 
@@ -173,7 +190,7 @@ class Explorer:
             convs = [explorer_messages(tools[i], profiles, traces[i].steps, step, self.n_breadth, self.n_depth,
                                        self.rendering, examples[i], goal) for i in live]
             prefixes = [call_prefix(tools[i], traces[i].steps, step, self.n_breadth) for i in live]
-            outs = self._generate(convs, prefixes, step, live, batch)
+            outs = self._generate(convs, prefixes, step, live, batch, [tools[i] for i in live])
             still = []
             for i, text in zip(live, outs):
                 if OPEN_TAG in text and CLOSE not in text:
