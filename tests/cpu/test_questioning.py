@@ -387,11 +387,13 @@ def test_scaffold_constrains_the_depth_step_tool_name_to_real_tools(tmp_path):
     from evolvekit.types import ChatMessage
 
     llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu")
-    tools = [type("T", (), {"name": n})() for n in ("add", "multiply", "ls")]
-    explorer = Explorer(llm, SamplingParams(temperature=1.0, max_new_tokens=8, seed=1), scaffold=True)
+    tools = [type("T", (), {"name": n, "parameters": {"required": r}})()
+             for n, r in (("add", ["a", "b"]), ("multiply", ["a"]), ("ls", []))]
+    explorer = Explorer(llm, SamplingParams(temperature=1.0, max_new_tokens=24, seed=1), scaffold=True)
     batch = llm.decode_batch(explorer.params, keep_rows=True)
     convs = [[ChatMessage(role="user", content=f"explore {i}")] for i in range(4)]
     outs = explorer._generate(convs, [OPEN_NAME] * 4, 5, list(range(4)), batch, [tools] * 4)
     for text in outs:
         rest = text[len(OPEN_NAME):]
-        assert any(rest.startswith(n + '"') for n in ("add", "multiply", "ls")), text
+        assert any(rest.startswith(o) for o in ('add", "arguments": {"a": ', 'multiply", "arguments": {"a": ',
+                                                'ls", "arguments": {')), text

@@ -113,10 +113,14 @@ def call_prefix(tools, steps: Sequence[ExplorationStep], step_index: int, n_brea
         untried = untried_tools(tools, steps)
         if untried:
             name = untried[step_index % len(untried)]
-            tool = next(t for t in tools if t.name == name)
-            required = (getattr(tool, "parameters", None) or {}).get("required") or []
-            return '<tool_call>{"name": "' + name + '", "arguments": {' + (f'"{required[0]}": ' if required else "")
+            return OPEN_NAME + opened_call(next(t for t in tools if t.name == name))
     return OPEN_NAME
+
+
+def opened_call(tool) -> str:
+    """A tool call opened after ``OPEN_NAME``: the name, the arguments object, and its first required argument."""
+    required = (getattr(tool, "parameters", None) or {}).get("required") or []
+    return tool.name + '", "arguments": {' + (f'"{required[0]}": ' if required else "")
 
 
 OPEN_NAME = '<tool_call>{"name": "'  # the depth-step prefix: the explorer chooses the tool (among the real ones)
@@ -134,15 +138,16 @@ class Explorer:
                                      seed=params.seed, stop_on_balanced_json=True)
 
     def _name_trie(self, tools):
-        """Scaffold: the tool names (each closed by its quote) as a decoding constraint, so that where the
-        explorer chooses the tool it chooses a real one (a 135M model at T = 1 on BFCL's 30-tool sandboxes
-        otherwise invents names such as `rm_dport`); with its own probabilities, among the real names."""
+        """Scaffold: the real tools' opened calls (name, arguments object, first required argument, as in the
+        breadth steps) as a decoding constraint, so that where the explorer chooses the tool it chooses a real one,
+        with its own probabilities among the real names (a 135M model at T = 1 on BFCL's 30-tool sandboxes
+        otherwise invents names such as `rm_dport`, and after a real name writes `" in 9e22}`)."""
         from evolvekit.llm.constrain import TokenTrie
 
-        names = tuple(sorted(t.name for t in tools))
-        if names not in self._tries:
-            self._tries[names] = TokenTrie.build(self.llm.encode(n + '"') for n in names) if names else None
-        return self._tries[names]
+        opened = tuple(sorted(opened_call(t) for t in tools))
+        if opened not in self._tries:
+            self._tries[opened] = TokenTrie.build(self.llm.encode(o) for o in opened) if opened else None
+        return self._tries[opened]
 
     def _generate(self, convs: list[list[ChatMessage]], prefixes: list[str], step: int, keys: list[int],
                   batch=None, tools=None) -> list[str]:
