@@ -280,14 +280,20 @@ def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory)
         explorer = role_llm(cfg.models, "explorer")
         if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
             explorer = policy  # the initial policy explores (no second copy of the same weights)
-        tasks, funnel, traces = synthesize_tasks(
+        def keep_explorations(_funnel, new_traces, _kept) -> None:
+            # every exploration trajectory is stored as its round ends, so a run killed during synthesis keeps
+            # them (its tasks are stored once synthesis is done; a resumed run synthesizes again)
+            with store.transaction() as c:
+                store.put_explorations(c, new_traces, -1)
+
+        tasks, funnel, _ = synthesize_tasks(
             cfg, cfg.questioning.synthetic_tasks, explorer, sampling_for(cfg.models.explorer),
             role_llm(cfg.models, "synthesizer"), sampling_for(cfg.models.synthesizer), env_factory,
             build_embedder(cfg.embedding).embed,
-            existing=list(train_tasks) + (load_task_file(cfg.train.eval_synthetic) if cfg.train.eval_synthetic else []))
+            existing=list(train_tasks) + (load_task_file(cfg.train.eval_synthetic) if cfg.train.eval_synthetic else []),
+            on_round=keep_explorations)
         with store.transaction() as c:
             store.put_tasks(c, tasks, -1)
-            store.put_explorations(c, traces, -1)  # every exploration trajectory is kept
         store.set_meta("synthesis_funnel", json.dumps(funnel.as_dict()))
         log.info("self-questioning funnel: %s", funnel.as_dict())
         synthetic = tasks
