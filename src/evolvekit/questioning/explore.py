@@ -19,6 +19,7 @@ from evolvekit.agent.parser import CLOSE, format_call, parse_action
 from evolvekit.agent.prompts import system_prompt
 from evolvekit.env.base import EnvProfile, Environment
 from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.llm.constrain import TokenTrie
 from evolvekit.types import ChatMessage, ToolCall, new_id
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,9 @@ def explorer_messages(tools, profiles: Sequence[EnvProfile], steps: Sequence[Exp
     return msgs
 
 
+OPEN_NAME = '<tool_call>{"name": "'  # the depth-step prefix: the explorer chooses the tool (among the real ones)
+
+
 def call_prefix(tools, steps: Sequence[ExplorationStep], step_index: int, n_breadth: int) -> str:
     """Scaffold: the explorer's reply starts as an opened tool call. Breadth steps name an untried tool and open its
     first required argument (a 135M explorer at T = 1 otherwise invents argument names: `c`, `number`, `x`)."""
@@ -123,8 +127,6 @@ def opened_call(tool) -> str:
     return tool.name + '", "arguments": {' + (f'"{required[0]}": ' if required else "")
 
 
-OPEN_NAME = '<tool_call>{"name": "'  # the depth-step prefix: the explorer chooses the tool (among the real ones)
-
 
 class Explorer:
     def __init__(self, llm: LLM, params: SamplingParams, n_breadth: int = 3, n_depth: int = 27,
@@ -132,21 +134,19 @@ class Explorer:
         self.llm, self.n_breadth, self.n_depth, self.rendering = llm, n_breadth, n_depth, rendering
         # the call-prefix scaffold needs a backend that continues a given reply start (the local one)
         self.scaffold = scaffold and hasattr(llm, "decode_batch")
-        self._tries: dict = {}
+        self._tries: dict[tuple[str, ...], TokenTrie] = {}  # per tool set: its opened calls as a trie
         self.params = SamplingParams(n=1, temperature=params.temperature, top_p=params.top_p,
                                      max_new_tokens=params.max_new_tokens, stop=tuple(params.stop) + (CLOSE,),
                                      seed=params.seed, stop_on_balanced_json=True)
 
-    def _name_trie(self, tools):
+    def _call_trie(self, tools) -> TokenTrie:
         """Scaffold: the real tools' opened calls (name, arguments object, first required argument, as in the
         breadth steps) as a decoding constraint, so that where the explorer chooses the tool it chooses a real one,
         with its own probabilities among the real names (a 135M model at T = 1 on BFCL's 30-tool sandboxes
         otherwise invents names such as `rm_dport`, and after a real name writes `" in 9e22}`)."""
-        from evolvekit.llm.constrain import TokenTrie
-
         opened = tuple(sorted(opened_call(t) for t in tools))
         if opened not in self._tries:
-            self._tries[opened] = TokenTrie.build(self.llm.encode(o) for o in opened) if opened else None
+            self._tries[opened] = TokenTrie.build(self.llm.encode(o) for o in opened)
         return self._tries[opened]
 
     def _generate(self, convs: list[list[ChatMessage]], prefixes: list[str], step: int, keys: list[int],
@@ -158,7 +158,7 @@ class Explorer:
         batch.params = params
         if params.seed is not None:
             batch.generator = torch.Generator(device="cpu").manual_seed(params.seed)
-        constraints = [self._name_trie(ts) if x == OPEN_NAME and ts else None
+        constraints = [self._call_trie(ts) if x == OPEN_NAME and ts else None
                        for x, ts in zip(prefixes, tools or [None] * len(keys))]
         batch.add([(k, self.llm.apply_chat_template(c) + self.llm.encode(x)) for k, c, x in zip(keys, convs, prefixes)],
                   text_prefixes=prefixes, constraints=constraints)
