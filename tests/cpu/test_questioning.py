@@ -1,6 +1,7 @@
 """Self-questioning: exploration phases and myopic window, synthesis parsing, both dedup filters, feasibility
 replay (a hallucinated reference solution is dropped), and the pipeline on the real BFCL sandbox."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +137,47 @@ def test_pipeline_keeps_only_feasible_unique_tasks():
         assert replay_feasible(t, lambda: make_env(cfg.env))[0]
 
 
+def test_run_synthesis_stores_each_round_and_a_killed_run_resumes_from_it(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import evolvekit.llm.factory as factory
+    from evolvekit.orchestrator.build import SYNTHESIS_DONE, _task_supply, open_run
+    from evolvekit.types import TaskSource
+
+    answers = iter(["Task: What is 2 plus 5?\nSolution: 0\n", RuntimeError("killed"),
+                    "Task: Multiply 7 by 3, then divide 21 by 7.\nSolution: 1, 2\n"])
+
+    def synth(conv):
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    monkeypatch.setattr(factory, "role_llm", lambda models, role: _Scripted(synth))
+    monkeypatch.setattr(factory, "build_embedder", lambda cfg: SimpleNamespace(embed=None))
+    cfg = load_config(None, [f"run.out_dir={tmp_path}", "env.family=arith", "questioning.enabled=true",
+                             "questioning.synthetic_tasks=2", "questioning.explore_runs=1",
+                             "questioning.explore_steps=4", "questioning.n_breadth=2", "questioning.n_depth=10"])
+    cfg, run_dir, store = open_run(cfg, None)
+    policy = _Scripted(_explorer_answer)  # the explorer is the initial policy (same local model)
+    make = lambda: make_env(cfg.env)  # noqa: E731
+    with pytest.raises(RuntimeError, match="killed"):  # round 1 keeps one task, round 2 dies
+        _task_supply(cfg, store, [], policy, make)
+    assert [t.turns[0] for t in store.tasks()] == ["What is 2 plus 5?"]  # round 1 is in the store
+    # the round that died is lost whole (its exploration too); the finished round is not
+    assert store.count("explorations") == 1 and store.get_meta(SYNTHESIS_DONE) is None
+
+    supply = _task_supply(cfg, store, [], policy, make)  # resumed: goes on from the stored task
+    assert [t.turns[0] for t in supply.synthetic] == ["What is 2 plus 5?", "Multiply 7 by 3, then divide 21 by 7."]
+    funnel = json.loads(store.get_meta(SYNTHESIS_DONE))
+    assert funnel["explored"] == 2 and funnel["kept"] == 2 and funnel["synthesized"] == 2  # counts carried on
+    assert all(t.source == TaskSource.SYNTHETIC for t in store.tasks()) and len(store.tasks()) == 2
+
+    again = _task_supply(cfg, store, [], policy, make)  # finished: no more synthesis (`answers` is spent)
+    assert [t.task_id for t in again.synthetic] == [t.task_id for t in supply.synthetic]
+    store.close()
+
+
 def test_hybrid_mix_and_advantage_decay(tmp_path):
     from evolvekit.orchestrator.stages import IterationContext
     from evolvekit.questioning.supply import HybridTaskSupply, hybrid_counts, synthetic_advantage_scale
@@ -162,7 +204,7 @@ def test_hybrid_mix_and_advantage_decay(tmp_path):
 @pytest.mark.slow
 def test_run_trains_on_synthetic_tasks_and_evaluates_on_real_ones(tmp_path):
     from evolvekit.llm.tiny import make_tiny_model
-    from evolvekit.orchestrator.build import build_loop, open_run
+    from evolvekit.orchestrator.build import SYNTHESIS_DONE, build_loop, open_run
 
     tiny = make_tiny_model(tmp_path / "tiny")
     cfg = load_config(None, [f"run.out_dir={tmp_path}", "env.family=arith", "env.family_tasks=6",
@@ -179,6 +221,7 @@ def test_run_trains_on_synthetic_tasks_and_evaluates_on_real_ones(tmp_path):
     cfg, run_dir, store = open_run(cfg, None)
     with store.transaction() as c:
         store.put_tasks(c, tasks, -1)
+    store.set_meta(SYNTHESIS_DONE, json.dumps(funnel.as_dict()))  # synthesis finished
     build_loop(cfg, run_dir, store, show_progress=False).run()
     trained_on = {t.task_id for t in store.trajectories(0, "train")}
     assert trained_on and trained_on <= {t.task_id for t in tasks}  # λ = 1: synthetic tasks only

@@ -33,17 +33,14 @@ def synthesize(env: str = typer.Option("bfcl", help="environment"), n: int = typ
     embedder = build_embedder(cfg.embedding)
     out.parent.mkdir(parents=True, exist_ok=True)
     explorations = out.with_name(out.stem + ".explorations.jsonl")
-    written = 0
-    # each round's kept tasks and every exploration trajectory are appended as the round ends, so an interrupted
-    # synthesis keeps what it finished; at most n tasks are written
+    # each round's kept tasks (at most n in all) and every exploration trajectory are appended as the round ends,
+    # so an interrupted synthesis keeps what it finished
     with open(out, "w") as task_fh, open(explorations, "w") as trace_fh:
         def on_round(funnel, traces, kept) -> None:
-            nonlocal written
             for t in traces:
                 trace_fh.write(json.dumps(dataclasses.asdict(t), default=lambda o: o.model_dump()) + "\n")
-            for t in kept[: max(0, n - written)]:
+            for t in kept:
                 task_fh.write(t.model_dump_json() + "\n")
-                written += 1
             task_fh.flush()
             trace_fh.flush()
             console.print(f"funnel: {funnel.as_dict()}")

@@ -270,38 +270,54 @@ def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory)
         if cfg.coevolve.enabled:
             raise ConfigError("coevolve.enabled needs questioning.enabled (its new tasks come from the synthesis pipeline)")
         return FixedTaskSupply(train_tasks, cfg.train.tasks_per_iteration, cfg.run.seed)
-    from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
-    from evolvekit.questioning.pipeline import synthesize_tasks
     from evolvekit.questioning.supply import HybridTaskSupply
     from evolvekit.types import TaskSource
 
     synthetic = [t for t in store.tasks() if t.source == TaskSource.SYNTHETIC and t.metadata.get("curation")]
-    if not synthetic:
-        explorer = role_llm(cfg.models, "explorer")
-        if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
-            explorer = policy  # the initial policy explores (no second copy of the same weights)
-        def keep_explorations(_funnel, new_traces, _kept) -> None:
-            # every exploration trajectory is stored as its round ends, so a run killed during synthesis keeps
-            # them (its tasks are stored once synthesis is done; a resumed run synthesizes again)
-            with store.transaction() as c:
-                store.put_explorations(c, new_traces, -1)
-
-        tasks, funnel, _ = synthesize_tasks(
-            cfg, cfg.questioning.synthetic_tasks, explorer, sampling_for(cfg.models.explorer),
-            role_llm(cfg.models, "synthesizer"), sampling_for(cfg.models.synthesizer), env_factory,
-            build_embedder(cfg.embedding).embed,
-            existing=list(train_tasks) + (load_task_file(cfg.train.eval_synthetic) if cfg.train.eval_synthetic else []),
-            on_round=keep_explorations)
-        with store.transaction() as c:
-            store.put_tasks(c, tasks, -1)
-        store.set_meta("synthesis_funnel", json.dumps(funnel.as_dict()))
-        log.info("self-questioning funnel: %s", funnel.as_dict())
-        synthetic = tasks
+    if store.get_meta(SYNTHESIS_DONE) is None:  # not synthesized yet, or interrupted: go on from the stored rounds
+        synthetic = _synthesize(cfg, store, train_tasks, policy, env_factory, synthetic)
     supply = HybridTaskSupply(synthetic, train_tasks, cfg.train.tasks_per_iteration, cfg.questioning.hybrid_lambda,
                               cfg.run.seed)
     if cfg.coevolve.enabled:
         supply.coevolve = _coevolve_hook(cfg, store, policy, env_factory, train_tasks + synthetic)
     return supply
+
+
+SYNTHESIS_DONE = "synthesis_funnel"  # run-store meta: the final funnel, written once synthesis has finished
+SYNTHESIS_PARTIAL = "synthesis_funnel_partial"  # the funnel as of the last finished round
+
+
+def _synthesize(cfg: Config, store: RunStore, train_tasks, policy, env_factory, stored: list) -> list:
+    """Self-questioning's synthesis inside a run. Each round's explorations, kept tasks and funnel are stored in
+    one transaction as the round ends; a resumed run continues from them until ``questioning.synthetic_tasks``
+    are kept (or ``max_rounds`` more rounds ran)."""
+    from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
+    from evolvekit.questioning.pipeline import Funnel, synthesize_tasks
+
+    explorer = role_llm(cfg.models, "explorer")
+    if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
+        explorer = policy  # the initial policy explores (no second copy of the same weights)
+    partial = store.get_meta(SYNTHESIS_PARTIAL)
+    funnel = Funnel(**json.loads(partial)) if partial else Funnel()
+    if stored:
+        log.info("resuming self-questioning with %d stored synthetic tasks (funnel so far: %s)", len(stored),
+                 funnel.as_dict())
+
+    def keep_round(funnel, new_traces, new_kept) -> None:
+        with store.transaction() as c:
+            store.put_explorations(c, new_traces, -1)
+            store.put_tasks(c, new_kept, -1)
+            c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (SYNTHESIS_PARTIAL, json.dumps(funnel.as_dict())))
+
+    tasks, funnel, _ = synthesize_tasks(
+        cfg, cfg.questioning.synthetic_tasks, explorer, sampling_for(cfg.models.explorer),
+        role_llm(cfg.models, "synthesizer"), sampling_for(cfg.models.synthesizer), env_factory,
+        build_embedder(cfg.embedding).embed,
+        existing=list(train_tasks) + (load_task_file(cfg.train.eval_synthetic) if cfg.train.eval_synthetic else []),
+        on_round=keep_round, resume=stored, funnel=funnel)
+    store.set_meta(SYNTHESIS_DONE, json.dumps(funnel.as_dict()))
+    log.info("self-questioning funnel: %s", funnel.as_dict())
+    return tasks
 
 
 def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory, existing):

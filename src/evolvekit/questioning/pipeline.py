@@ -86,19 +86,25 @@ def explorer_and_synthesizer(cfg: Config, explorer_llm: LLM, explorer_params: Sa
 def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: SamplingParams, synth_llm: LLM,
                      synth_params: SamplingParams, make_env: Callable[[], Environment],
                      embed=None, existing: Sequence[Task] = (), max_rounds: int = 5,
-                     on_round: Callable[[Funnel, list[ExplorationTrace], list[Task]], None] | None = None
+                     on_round: Callable[[Funnel, list[ExplorationTrace], list[Task]], None] | None = None,
+                     resume: Sequence[Task] = (), funnel: Funnel | None = None
                      ) -> tuple[list[Task], Funnel, list[ExplorationTrace]]:
     """Rounds of exploration → synthesis → curation until ``n`` tasks are kept or ``max_rounds`` ran.
 
     ``on_round(funnel, new_traces, new_kept)`` is called after every round, so a caller can persist each round's
-    explorations and kept tasks as they come (a killed run keeps the rounds it finished).
+    explorations and kept tasks as they come (a killed run keeps the rounds it finished). At most ``n`` tasks are
+    kept in all: a round's surplus is dropped before ``on_round`` sees it.
+
+    ``resume`` continues an interrupted synthesis: the tasks it had kept count towards ``n`` (and take part in
+    dedup), and ``funnel`` carries its counts on. ``max_rounds`` counts the rounds of this call only.
     """
     q = cfg.questioning
     sandbox = sandbox_for(cfg)
     explorer, synth = explorer_and_synthesizer(cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env)
     dedup = Deduplicator(embed, q.lexical_dedup_threshold, q.semantic_dedup_threshold)
-    dedup.seed(existing)
-    funnel, kept, traces = Funnel(), [], []
+    dedup.seed(list(existing) + list(resume))
+    funnel = funnel if funnel is not None else Funnel()
+    kept, traces = list(resume)[:n], []
     meta = synthetic_metadata(sandbox)
     for round_ in range(max_rounds):
         if len(kept) >= n:
@@ -112,12 +118,12 @@ def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: Sa
         funnel.synthesis_unparseable += rep.unparseable
         for t in rep.tasks:
             t.metadata["bfcl_id"] = t.task_id
-        new_kept = curate_new(rep.tasks, dedup, make_env, funnel)
+        new_kept = curate_new(rep.tasks, dedup, make_env, funnel)[: n - len(kept)]
         kept += new_kept
+        funnel.kept = len(kept)  # the tasks returned (a round may pass more than were asked for)
         if on_round:
             on_round(funnel, new, new_kept)
-    funnel.kept = min(funnel.kept, n)  # the tasks returned (a round may keep more than were asked for)
-    return kept[:n], funnel, traces
+    return kept, funnel, traces
 
 
 def curate_new(tasks: Sequence[Task], dedup: Deduplicator, make_env: Callable[[], Environment], funnel: Funnel) -> list[Task]:
