@@ -151,6 +151,7 @@ class QuestioningConfig(_Section):
     style_rubrics: list[str] = F([], "user preference: free-text style rubrics (§3.2)")
     lexical_dedup_threshold: float = F(0.8, "token-overlap threshold for real-time dedup (§3.3; §7.1.3: 0.8)")
     semantic_dedup_threshold: float = F(0.9, "embedding cosine threshold for semantic dedup (§3.3)")
+    grounding_threshold: float = F(0.0, "drop a synthesized task when less than this share of its reference solution's literal argument values appear in its request (evolvekit's own filter, not in the paper; 0 = off; 1.0 suits stateless families such as arith, where every value must be stated)")
     hybrid_lambda: float = F(1.0, "λ share of proxy tasks in the hybrid distribution (Eq. 12; paper default trains on synthetic only)")
     synthetic_advantage_decay: float = F(0.5, "advantage down-weighting of proxy tasks in hybrid training (§7.1.3: 0.5)")
     reward: Literal["judge", "state", "mix"] = F("judge", "reward for synthetic tasks (§3.4): LLM judge (unparseable -> state check, counted), state check, or mix")

@@ -137,6 +137,35 @@ def test_pipeline_keeps_only_feasible_unique_tasks():
         assert replay_feasible(t, lambda: make_env(cfg.env))[0]
 
 
+def test_grounding_is_the_share_of_reference_values_the_request_states():
+    from evolvekit.questioning.curate import argument_values, grounding
+
+    add = lambda a, b: ToolCall(name="add", arguments={"a": a, "b": b})  # noqa: E731
+    assert grounding(_task("What is 57 plus 7?", [add(50, 7)], "g1")) == 0.5  # 50 is nowhere in the request
+    assert grounding(_task("What is 50 plus 7.0?", [add(50, 7)], "g2")) == 1.0  # 7.0 states 7
+    assert grounding(_task("Add -3 and 2.5.", [add(-3, 2.5)], "g3")) == 1.0  # sentence end, signs, decimals
+    cd = ToolCall(name="cd", arguments={"folder": "Final  Report", "recursive": True, "tags": ["#a", ""]})
+    assert argument_values(cd.arguments) == ["Final  Report", "#a"]  # booleans and empty strings do not count
+    assert grounding(_task("Go to final report and tag it #A", [cd], "g4")) == 1.0
+    assert grounding(_task("Go to the report folder", [cd], "g5")) == 0.0
+    assert grounding(_task("List the files", [ToolCall(name="ls")], "g6")) == 1.0  # nothing to state
+
+
+def test_pipeline_grounding_filter_drops_requests_that_miss_their_values():
+    def synth(conv):
+        return ("Task: What is 57 plus 5?\nSolution: 0\n"  # add(2, 5): 2 is not stated
+                "Task: Multiply 7 by 3.\nSolution: 1\n")
+
+    overrides = ["env.family=arith", "questioning.explore_runs=1", "questioning.explore_steps=4",
+                 "questioning.n_breadth=2", "questioning.n_depth=10"]
+    for threshold, kept in ((0.0, ["What is 57 plus 5?", "Multiply 7 by 3."]), (1.0, ["Multiply 7 by 3."])):
+        cfg = load_config(None, overrides + [f"questioning.grounding_threshold={threshold}"])
+        tasks, funnel, _ = synthesize_tasks(cfg, 5, _Scripted(_explorer_answer), SamplingParams(), _Scripted(synth),
+                                            SamplingParams(), lambda: make_env(cfg.env), max_rounds=1)
+        assert [t.turns[0] for t in tasks] == kept and funnel.ungrounded == 2 - len(kept)
+    assert tasks[0].metadata["curation"]["grounding"] == 1.0
+
+
 def test_run_synthesis_stores_each_round_and_a_killed_run_resumes_from_it(tmp_path, monkeypatch):
     from types import SimpleNamespace
 

@@ -4,6 +4,10 @@ Lexical overlap is the Jaccard overlap of lower-cased word sets (|A∩B| / |A∪
 (0.8) against any kept task is a duplicate. Semantic dedup compares sentence embeddings (cosine ≥ 0.9). The
 feasibility check replays the task's reference solution in a fresh environment and keeps the task only if every
 call executes without an error and the environment's own check passes.
+
+The grounding filter (evolvekit's own, off by default: not in the paper) measures how much of the reference
+solution the request states: the share of its literal argument values (numbers, strings) that appear in the
+request. "What is 57 plus 7?" with the reference add(50, 7) is grounded 0.5 — an agent reading it cannot find 50.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from evolvekit.env.base import Action, Environment
 from evolvekit.types import Task
 
 _WORD = re.compile(r"[a-z0-9_.]+")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 def words(text: str) -> set[str]:
@@ -94,3 +99,33 @@ def replay_feasible(task: Task, make_env: Callable[[], Environment]) -> tuple[bo
         return False, f"{type(err).__name__}: {err}"
     finally:
         env.close()
+
+
+def argument_values(value) -> list:
+    """The literal leaves (numbers and non-empty strings) of an argument value; booleans and None are not stated
+    as such in a request, so they do not count."""
+    if isinstance(value, dict):
+        return [v for x in value.values() for v in argument_values(x)]
+    if isinstance(value, (list, tuple)):
+        return [v for x in value for v in argument_values(x)]
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, (int, float)) or (isinstance(value, str) and value.strip()):
+        return [value]
+    return []
+
+
+def grounding(task: Task) -> float:
+    """Share of the reference solution's literal argument values that the request states (1.0 when it has none).
+
+    A number counts when the request contains the same number; a string when it appears in the request, both
+    case- and whitespace-insensitively.
+    """
+    text = " ".join(" ".join(task.turns).lower().split())
+    numbers = {float(x) for x in _NUMBER.findall(text)}
+    values = [v for turn in task.reference_solution for call in turn for v in argument_values(call.arguments)]
+    if not values:
+        return 1.0
+    stated = sum((float(v) in numbers) if isinstance(v, (int, float)) else (" ".join(v.lower().split()) in text)
+                 for v in values)
+    return stated / len(values)

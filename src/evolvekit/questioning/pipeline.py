@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 from evolvekit.config import Config
 from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, SamplingParams
-from evolvekit.questioning.curate import Deduplicator, replay_feasible
+from evolvekit.questioning.curate import Deduplicator, grounding, replay_feasible
 from evolvekit.questioning.explore import Explorer, ExplorationTrace
 from evolvekit.questioning.synthesize import TaskSynthesizer, shots_from_examples
 from evolvekit.types import Task
@@ -23,6 +23,7 @@ class Funnel:
     explored_calls: int = 0  # successfully executed calls in them
     synthesized: int = 0
     deduplicated: int = 0  # removed as lexical or semantic duplicates
+    ungrounded: int = 0  # removed because the request does not state enough of the reference's arguments
     infeasible: int = 0  # removed by the replay of their reference solution
     kept: int = 0
     synthesis_unparseable: int = 0
@@ -118,7 +119,7 @@ def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: Sa
         funnel.synthesis_unparseable += rep.unparseable
         for t in rep.tasks:
             t.metadata["bfcl_id"] = t.task_id
-        new_kept = curate_new(rep.tasks, dedup, make_env, funnel)[: n - len(kept)]
+        new_kept = curate_new(rep.tasks, dedup, make_env, funnel, q.grounding_threshold)[: n - len(kept)]
         kept += new_kept
         funnel.kept = len(kept)  # the tasks returned (a round may pass more than were asked for)
         if on_round:
@@ -126,15 +127,21 @@ def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: Sa
     return kept, funnel, traces
 
 
-def curate_new(tasks: Sequence[Task], dedup: Deduplicator, make_env: Callable[[], Environment], funnel: Funnel) -> list[Task]:
-    """Dedup against everything seen, then the feasibility replay; returns the kept tasks."""
+def curate_new(tasks: Sequence[Task], dedup: Deduplicator, make_env: Callable[[], Environment], funnel: Funnel,
+               min_grounding: float = 0.0) -> list[Task]:
+    """The grounding filter (off at 0), dedup against everything seen, then the feasibility replay; returns the
+    kept tasks. Grounding comes first, so a dropped request does not block a later, better one as its duplicate."""
+    grounded = [t for t in tasks if grounding(t) >= min_grounding]
+    funnel.ungrounded += len(tasks) - len(grounded)
     kept = []
-    d = dedup.filter(tasks)
+    d = dedup.filter(grounded)
     funnel.deduplicated += d.lexical_duplicates + d.semantic_duplicates
     for t in d.kept:
         ok, reason = replay_feasible(t, make_env)
         if ok:
             t.metadata["curation"] = {"dedup": "passed", "feasibility": "replayed"}
+            if min_grounding > 0:
+                t.metadata["curation"]["grounding"] = round(grounding(t), 3)
             kept.append(t)
         else:
             funnel.infeasible += 1
@@ -161,7 +168,7 @@ def goal_explorer(cfg: Config, explorer_llm: LLM, explorer_params: SamplingParam
         funnel.synthesized += len(rep.tasks)
         for t in rep.tasks:
             t.metadata["bfcl_id"] = t.task_id
-        return curate_new(rep.tasks, dedup, make_env, funnel)
+        return curate_new(rep.tasks, dedup, make_env, funnel, cfg.questioning.grounding_threshold)
 
     run.traces = []
     return run
