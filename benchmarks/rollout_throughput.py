@@ -22,6 +22,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--max-steps", type=int, default=3)
     ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                    help="policy weights dtype (auto: fp32 on CPU)")
     args = ap.parse_args()
 
     from evolvekit.agent.rollout import RolloutJob, run_rollouts
@@ -31,7 +33,7 @@ def main() -> None:
     from evolvekit.llm.base import SamplingParams
     from evolvekit.llm.local import LocalLLM
 
-    llm = LocalLLM(args.model, device="cpu")
+    llm = LocalLLM(args.model, device="cpu", dtype=args.dtype)
     env_cfg = EnvConfig(name="bfcl", family="arith")
     tasks = get_family("arith").tasks("dev", args.rollouts)
     jobs = [RolloutJob(task=t) for t in tasks]
@@ -49,7 +51,8 @@ def main() -> None:
         print(f"{name:>10}: {rows[name]['trajectories_per_s']:.3f} traj/s, "
               f"{rows[name]['generated_tokens_per_s']:.1f} generated tok/s ({dt:.1f}s)", flush=True)
     speedup = rows["batched"]["generated_tokens_per_s"] / max(rows["sequential"]["generated_tokens_per_s"], 1e-9)
-    print(json.dumps({**rows, "speedup_tokens_per_s": round(speedup, 2), "rollouts": args.rollouts, "concurrency": args.concurrency}))
+    print(json.dumps({**rows, "speedup_tokens_per_s": round(speedup, 2), "rollouts": args.rollouts, "concurrency": args.concurrency,
+                      "dtype": args.dtype}))
 
 
 if __name__ == "__main__":
