@@ -68,9 +68,12 @@ def test_errors_become_observations_not_crashes(base_tasks):
     assert "missing required" in r.observation
     r = env.step(Action(tool_calls=[ToolCall(name="cd", arguments={"folder": "no_such_dir"})]))
     assert r.call_results[0].output  # the backend's own error text, as an observation
+    assert not r.call_results[0].ok  # {"error": ...}: the backend refused it, so it is not a successful call
+    r = env.step(Action(tool_calls=[ToolCall(name="ls", arguments={})]))
+    assert r.call_results[0].ok and "error" not in r.call_results[0].output
     r = env.step(Action(parse_error="no JSON found"))
     assert r.error == "parse_error" and "could not parse" in r.observation
-    assert env.executed_calls()[0] == ["cd(folder='no_such_dir')"]  # only validated calls were executed
+    assert env.executed_calls()[0] == ["cd(folder='no_such_dir')", "ls()"]  # only validated calls were executed
 
 
 def test_model_text_never_reaches_eval():

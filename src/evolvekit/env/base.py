@@ -63,7 +63,7 @@ class ResetResult(_Shape):
 
 class CallResult(_Shape):
     name: str
-    ok: bool
+    ok: bool  # executed, and not refused by the backend (a BFCL {"error": ...} result is a refusal)
     output: str
     warnings: list[str] = Field(default_factory=list)  # e.g. an argument of the wrong JSON type
 

@@ -189,7 +189,10 @@ class BfclEnv:
             result = method(**copy.deepcopy(call.arguments))  # backends keep (and mutate) passed lists
         except Exception as err:  # a backend bug or bad value: report, never crash
             return CallResult(name=call.name, ok=False, output=f"Error during execution: {err}", warnings=warnings)
-        return CallResult(name=call.name, ok=True, output=stringify_result(result), warnings=warnings)
+        # BFCL backends report a refused call by returning {"error": ...} ("User not authenticated", "No such
+        # file"): the call ran but did nothing, so it is not a successful call (exploration, feasibility replay)
+        refused = isinstance(result, dict) and "error" in result
+        return CallResult(name=call.name, ok=not refused, output=stringify_result(result), warnings=warnings)
 
     def evaluate(self, trajectory: Trajectory | None = None) -> EvalResult:
         """Score with the official checker against the task's reference solution (BFCL ground truth)."""
