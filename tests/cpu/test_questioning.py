@@ -415,6 +415,11 @@ def test_scaffold_call_prefix_names_an_untried_tool_then_lets_the_model_choose()
     assert call_prefix(schemas, [], 0, n_breadth=3) == '<tool_call>{"name": "add", "arguments": {"a": '
     assert call_prefix(schemas, [], 1, n_breadth=3) == '<tool_call>{"name": "ls", "arguments": {'
     assert call_prefix(tools, done, 3, n_breadth=3) == '<tool_call>{"name": "'  # depth phase
+    # parallel runs start n_breadth apart in the untried tools, so together they cover different tools
+    many = [ToolSchema(name=f"t{i}") for i in range(8)]
+    firsts = [call_prefix(many, [], 0, n_breadth=3, run=r) for r in range(3)]
+    assert firsts == ['<tool_call>{"name": "' + n + '", "arguments": {' for n in ("t0", "t3", "t6")]
+    assert "Try `t3`" in explorer_messages(many, [], [], 0, 3, 4, run=1)[-1].content  # the hint names the same tool
 
 
 def test_targeted_synthesis_parsing_windows_and_shots():

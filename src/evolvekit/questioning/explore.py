@@ -75,18 +75,24 @@ def profile_text(profiles: Sequence[EnvProfile]) -> str:
     return "\n".join(parts)
 
 
-def step_hint(tools, steps: Sequence[ExplorationStep], step_index: int, n_breadth: int) -> str:
+def breadth_tool(untried: Sequence[str], step_index: int, n_breadth: int, run: int) -> str:
+    """The untried tool a breadth step names: parallel runs start ``n_breadth`` apart, so together they cover
+    different tools instead of all naming the same first ones."""
+    return untried[(run * n_breadth + step_index) % len(untried)]
+
+
+def step_hint(tools, steps: Sequence[ExplorationStep], step_index: int, n_breadth: int, run: int = 0) -> str:
     """The instruction shown before step ``step_index``, given the steps before it (Eq. 9's phase)."""
     if phase(step_index, n_breadth) == "depth":
         return DEPTH_HINT
     untried = untried_tools(tools, steps[:step_index])
     # curiosity made concrete: name one operation not yet used (small models need the nudge)
-    return BREADTH_HINT + (" Try `" + untried[step_index % len(untried)] + "`." if untried else "")
+    return BREADTH_HINT + (" Try `" + breadth_tool(untried, step_index, n_breadth, run) + "`." if untried else "")
 
 
 def explorer_messages(tools, profiles: Sequence[EnvProfile], steps: Sequence[ExplorationStep], step_index: int,
                       n_breadth: int, n_depth: int, rendering: str = "compact",
-                      examples: Sequence[ChatMessage] = (), goal: str | None = None) -> list[ChatMessage]:
+                      examples: Sequence[ChatMessage] = (), goal: str | None = None, run: int = 0) -> list[ChatMessage]:
     """The explorer's context before step ``step_index``.
 
     Every message is rendered as it was first shown (each hint is the one of the step it preceded), so while the
@@ -99,24 +105,24 @@ def explorer_messages(tools, profiles: Sequence[EnvProfile], steps: Sequence[Exp
     msgs = [ChatMessage(role="system", content=system_prompt(tools, rendering) + "\n\n" + profile_text(profiles)),
             *examples,
             ChatMessage(role="user", content="You are exploring this environment to learn what it can do. "
-                        + (goal + "\n" if goal else "") + step_hint(tools, steps, first, n_breadth))]
+                        + (goal + "\n" if goal else "") + step_hint(tools, steps, first, n_breadth, run))]
     for j, s in enumerate(visible, start=first):
         msgs.append(ChatMessage(role="assistant", content=s.action_text))
         msgs.append(ChatMessage(role="user", content=f"Tool results:\n{s.observation}\n\n"
-                                + step_hint(tools, steps, j + 1, n_breadth)))
+                                + step_hint(tools, steps, j + 1, n_breadth, run)))
     return msgs
 
 
 OPEN_NAME = '<tool_call>{"name": "'  # the depth-step prefix: the explorer chooses the tool (among the real ones)
 
 
-def call_prefix(tools, steps: Sequence[ExplorationStep], step_index: int, n_breadth: int) -> str:
+def call_prefix(tools, steps: Sequence[ExplorationStep], step_index: int, n_breadth: int, run: int = 0) -> str:
     """Scaffold: the explorer's reply starts as an opened tool call. Breadth steps name an untried tool and open its
     first required argument (a 135M explorer at T = 1 otherwise invents argument names: `c`, `number`, `x`)."""
     if phase(step_index, n_breadth) == "breadth":
         untried = untried_tools(tools, steps)
         if untried:
-            name = untried[step_index % len(untried)]
+            name = breadth_tool(untried, step_index, n_breadth, run)
             return OPEN_NAME + opened_call(next(t for t in tools if t.name == name))
     return OPEN_NAME
 
@@ -193,8 +199,8 @@ class Explorer:
             if not live:
                 break
             convs = [explorer_messages(tools[i], profiles, traces[i].steps, step, self.n_breadth, self.n_depth,
-                                       self.rendering, examples[i], goal) for i in live]
-            prefixes = [call_prefix(tools[i], traces[i].steps, step, self.n_breadth) for i in live]
+                                       self.rendering, examples[i], goal, run=i) for i in live]
+            prefixes = [call_prefix(tools[i], traces[i].steps, step, self.n_breadth, run=i) for i in live]
             outs = self._generate(convs, prefixes, step, live, batch, [tools[i] for i in live])
             still = []
             for i, text in zip(live, outs):
