@@ -146,7 +146,7 @@ class QuestioningConfig(_Section):
     explore_runs: int = F(4, "parallel exploration runs per synthesis round (§3.1)")
     explore_steps: int = F(30, "steps per exploration run (N_b + N_d = 30 on BFCL)")
     synthetic_tasks: int = F(64, "synthetic tasks to build before training when self-questioning is on")
-    scaffold: Literal["auto", "on", "off"] = F("auto", "small-model scaffolds for exploration and synthesis: the explorer's reply starts with an opened tool call (naming the untried tool in breadth steps; in depth steps the model picks the tool under a guided choice among the real ones) and the synthesizer writes one request per chosen window of explored calls instead of choosing calls itself. 'off' = the paper's free prompts; 'auto' = on for local (in-process) models, off for served ones")
+    scaffold: Literal["auto", "on", "off"] = F("auto", "small-model scaffolds for exploration and synthesis: the explorer's reply starts with an opened tool call (naming an untried tool in breadth steps; in depth steps the model picks the tool under a guided choice among the real ones) whose arguments are decoded under the tool's JSON schema and the synthesizer writes one request per chosen window of explored calls instead of choosing calls itself. 'off' = the paper's free prompts; 'auto' = on for local (in-process) models, off for served ones")
     difficulty: DifficultyConfig = F(DifficultyConfig(), "user preference: difficulty (§3.2, Eq. 10)")
     style_rubrics: list[str] = F([], "user preference: free-text style rubrics (§3.2)")
     lexical_dedup_threshold: float = F(0.8, "token-overlap threshold for real-time dedup (§3.3; §7.1.3: 0.8)")

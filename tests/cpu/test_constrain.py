@@ -1,10 +1,14 @@
-"""Guided choice: a row restricted by a TokenTrie can only produce one of the allowed token sequences."""
+"""Guided choice and guided JSON: a row restricted by a TokenTrie can only produce one of the allowed token
+sequences, and a row under a SchemaConstraint only a JSON object its schema accepts."""
+
+import json
+
 
 import pytest
 import torch
 
 from evolvekit.llm.base import SamplingParams
-from evolvekit.llm.constrain import TokenTrie, mask_logits
+from evolvekit.llm.constrain import (SchemaConstraint, SchemaVocabulary, TokenTrie, json_schema, mask_logits)
 from evolvekit.llm.local import LocalLLM
 from evolvekit.llm.tiny import make_tiny_model
 
@@ -49,3 +53,62 @@ def test_constrained_rows_of_a_decode_batch_produce_an_allowed_sequence(llm):
         assert any(toks[:len(a)] == a for a in allowed), toks
     # the unconstrained row is sampled freely (a random tiny model picks none of these ids at every step)
     assert not any(out[5].token_ids[:len(a)] == a for a in allowed)
+
+
+def test_trie_hands_over_to_the_constraint_that_follows_a_completed_sequence():
+    nxt = TokenTrie.build([[1]])
+    trie = TokenTrie.build([[5, 6], [7]], thens=[lambda: nxt, None])
+    assert trie.advance(5).advance(6) is nxt and trie.advance(7) is None
+
+
+def test_json_schema_maps_tool_types_closes_objects_and_caps_strings():
+    bfcl = {"type": "dict", "properties": {"a": {"type": "float", "default": 1.0}, "tags": {"type": "array",
+            "items": {"type": "string"}}, "mode": {"type": "string", "enum": ["x", "y"]}}, "required": ["a", "gone"]}
+    assert json_schema(bfcl, max_string_length=8) == {
+        "type": "object", "required": ["a"], "additionalProperties": False,
+        "properties": {"a": {"type": "number"}, "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}},
+                       "mode": {"type": "string", "enum": ["x", "y"]}}}
+    assert json_schema({"type": "any"}) == {}
+
+
+@pytest.fixture(scope="module")
+def vocab(llm):
+    return SchemaVocabulary(llm.tokenizer, llm.eos_ids)
+
+
+def test_schema_constrained_rows_produce_objects_the_schema_accepts(llm, vocab):
+    schema = {"type": "dict", "required": ["username", "n"],
+              "properties": {"username": {"type": "string"}, "n": {"type": "integer"}, "ok": {"type": "boolean"}}}
+    close = TokenTrie.build([llm.encode("}")])
+    batch = llm.decode_batch(SamplingParams(temperature=1.0, max_new_tokens=80, seed=0, stop_on_balanced_json=True))
+    prefix = '{"name": "f", "arguments":'
+    batch.add([(k, [10 + k, 11, 12]) for k in range(4)], text_prefixes=[prefix] * 4,
+              constraints=[SchemaConstraint(vocab, schema, then=lambda: close, max_string_length=12) for _ in range(4)])
+    out = batch.run()
+    for k in range(4):  # a random tiny model, yet every row is a complete call with the schema's arguments
+        call = json.loads(prefix + out[k].text)
+        args = call["arguments"]
+        assert set(args) <= {"username", "n", "ok"} and {"username", "n"} <= set(args), args
+        # strings are capped (lm-format-enforcer's free-text shortcut may overrun the cap by a token's leading space)
+        assert isinstance(args["username"], str) and len(args["username"]) <= 14 and isinstance(args["n"], int)
+        assert len(str(args["n"])) <= 13  # a number ends once it has 12 characters (the sign aside)
+
+
+def test_a_number_is_ended_once_it_is_long_enough_and_takes_no_exponent(vocab):
+    ids = {}
+    for i, t in vocab.text.items():
+        ids.setdefault(t, i)
+    c = SchemaConstraint(vocab, {"type": "object", "properties": {"x": {"type": "number"}, "s": {"type": "string"}}},
+                         max_number_length=3)
+    for piece in ('{"', "x", '":'):
+        c = c.advance(ids[piece])
+    for _ in range(3):
+        assert ids["1"] in c.allowed()
+        c = c.advance(ids["1"])
+        assert ids["e"] not in c.allowed() and ids["E"] not in c.allowed()  # no exponent inside a number
+    assert ids["1"] not in c.allowed() and ids[","] in c.allowed()  # three digits: the number ends
+    for piece in (",", '"', "s", '":', '"'):
+        c = c.advance(ids[piece])
+    for _ in range(5):  # inside a string, digits and "e" are text: no limit applies
+        assert ids["1"] in c.allowed() and ids["e"] in c.allowed()
+        c = c.advance(ids["1"])

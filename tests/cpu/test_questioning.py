@@ -407,18 +407,15 @@ def test_scaffold_call_prefix_names_an_untried_tool_then_lets_the_model_choose()
 
     tools = [T("add"), T("subtract")]
     done = [ExplorationStep(0, "", [ToolCall(name="add", arguments={})], "ok", True)]
-    assert call_prefix(tools, done, 1, n_breadth=3) == '<tool_call>{"name": "subtract", "arguments": {'
+    # the name, up to the arguments object (decoded under the tool's schema)
+    assert call_prefix(tools, done, 1, n_breadth=3) == '<tool_call>{"name": "subtract", "arguments":'
     from evolvekit.env.base import ToolSchema
 
-    schemas = [ToolSchema(name="add", parameters={"required": ["a", "b"]}), ToolSchema(name="ls", parameters={})]
-    # the first required argument is opened; a tool without required arguments may close its object at once
-    assert call_prefix(schemas, [], 0, n_breadth=3) == '<tool_call>{"name": "add", "arguments": {"a": '
-    assert call_prefix(schemas, [], 1, n_breadth=3) == '<tool_call>{"name": "ls", "arguments": {'
     assert call_prefix(tools, done, 3, n_breadth=3) == '<tool_call>{"name": "'  # depth phase
     # parallel runs start n_breadth apart in the untried tools, so together they cover different tools
     many = [ToolSchema(name=f"t{i}") for i in range(8)]
     firsts = [call_prefix(many, [], 0, n_breadth=3, run=r) for r in range(3)]
-    assert firsts == ['<tool_call>{"name": "' + n + '", "arguments": {' for n in ("t0", "t3", "t6")]
+    assert firsts == ['<tool_call>{"name": "' + n + '", "arguments":' for n in ("t0", "t3", "t6")]
     assert "Try `t3`" in explorer_messages(many, [], [], 0, 3, 4, run=1)[-1].content  # the hint names the same tool
 
 
@@ -457,20 +454,30 @@ def test_targeted_synthesizer_uses_the_chosen_window_as_reference():
 
 
 def test_scaffold_constrains_the_depth_step_tool_name_to_real_tools(tmp_path):
-    """Where the explorer chooses the tool (depth steps), the scaffold restricts the name to the sandbox's tools."""
+    """Where the explorer chooses the tool (depth steps), the scaffold restricts the name to the sandbox's tools,
+    and the arguments to what the chosen tool's schema accepts."""
+    import json
+
+    from evolvekit.agent.parser import CLOSE, parse_action
     from evolvekit.llm.local import LocalLLM
     from evolvekit.llm.tiny import make_tiny_model
     from evolvekit.questioning.explore import OPEN_NAME, Explorer
     from evolvekit.types import ChatMessage
 
     llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu")
-    tools = [type("T", (), {"name": n, "parameters": {"required": r}})()
-             for n, r in (("add", ["a", "b"]), ("multiply", ["a"]), ("ls", []))]
-    explorer = Explorer(llm, SamplingParams(temperature=1.0, max_new_tokens=24, seed=1), scaffold=True)
+    num = {"type": "integer"}
+    tools = [type("T", (), {"name": n, "parameters": p})()
+             for n, p in (("add", {"type": "dict", "properties": {"a": num, "b": num}, "required": ["a", "b"]}),
+                          ("multiply", {"properties": {"a": num}, "required": ["a"]}), ("ls", {}))]
+    explorer = Explorer(llm, SamplingParams(temperature=1.0, max_new_tokens=48, seed=1), scaffold=True)
     batch = llm.decode_batch(explorer.params, keep_rows=True)
     convs = [[ChatMessage(role="user", content=f"explore {i}")] for i in range(4)]
     outs = explorer._generate(convs, [OPEN_NAME] * 4, 5, list(range(4)), batch, [tools] * 4)
-    for text in outs:
-        rest = text[len(OPEN_NAME):]
-        assert any(rest.startswith(o) for o in ('add", "arguments": {"a": ', 'multiply", "arguments": {"a": ',
-                                                'ls", "arguments": {')), text
+    required = {"add": {"a", "b"}, "multiply": {"a"}, "ls": set()}
+    for text in outs:  # a random tiny model, yet each reply is a call of a real tool with arguments it accepts
+        call = json.loads(text[len("<tool_call>"):])
+        assert call["name"] in required and required[call["name"]] <= set(call["arguments"]), text
+        assert all(isinstance(v, int) for v in call["arguments"].values()), text
+        assert parse_action(text + CLOSE).tool_calls[0].name == call["name"]
+
+

@@ -19,7 +19,7 @@ from evolvekit.agent.parser import CLOSE, format_call, parse_action
 from evolvekit.agent.prompts import system_prompt
 from evolvekit.env.base import EnvProfile, Environment
 from evolvekit.llm.base import LLM, SamplingParams
-from evolvekit.llm.constrain import TokenTrie
+from evolvekit.llm.constrain import SchemaConstraint, SchemaVocabulary, TokenTrie
 from evolvekit.types import ChatMessage, ToolCall, new_id
 
 log = logging.getLogger(__name__)
@@ -114,24 +114,23 @@ def explorer_messages(tools, profiles: Sequence[EnvProfile], steps: Sequence[Exp
 
 
 OPEN_NAME = '<tool_call>{"name": "'  # the depth-step prefix: the explorer chooses the tool (among the real ones)
+OPEN_ARGS = '", "arguments":'  # after the tool's name: its arguments object follows, decoded under its schema
 
 
 def call_prefix(tools, steps: Sequence[ExplorationStep], step_index: int, n_breadth: int, run: int = 0) -> str:
-    """Scaffold: the explorer's reply starts as an opened tool call. Breadth steps name an untried tool and open its
-    first required argument (a 135M explorer at T = 1 otherwise invents argument names: `c`, `number`, `x`)."""
+    """Scaffold: the explorer's reply starts as an opened tool call. Breadth steps name an untried tool (the
+    arguments that follow are decoded under its schema); depth steps leave the tool to the model."""
     if phase(step_index, n_breadth) == "breadth":
         untried = untried_tools(tools, steps)
         if untried:
-            name = breadth_tool(untried, step_index, n_breadth, run)
-            return OPEN_NAME + opened_call(next(t for t in tools if t.name == name))
+            return OPEN_NAME + opened_call(next(t for t in tools if t.name == breadth_tool(untried, step_index,
+                                                                                           n_breadth, run)))
     return OPEN_NAME
 
 
 def opened_call(tool) -> str:
-    """A tool call opened after ``OPEN_NAME``: the name, the arguments object, and its first required argument."""
-    required = (getattr(tool, "parameters", None) or {}).get("required") or []
-    return tool.name + '", "arguments": {' + (f'"{required[0]}": ' if required else "")
-
+    """A tool call opened after ``OPEN_NAME``: the name, up to its arguments object."""
+    return tool.name + OPEN_ARGS
 
 
 class Explorer:
@@ -141,19 +140,47 @@ class Explorer:
         # the call-prefix scaffold needs a backend that continues a given reply start (the local one)
         self.scaffold = scaffold and hasattr(llm, "decode_batch")
         self._tries: dict[tuple[str, ...], TokenTrie] = {}  # per tool set: its opened calls as a trie
+        self._vocab: SchemaVocabulary | None = None  # built on first use (about a second for a 49k vocabulary)
         self.params = SamplingParams(n=1, temperature=params.temperature, top_p=params.top_p,
                                      max_new_tokens=params.max_new_tokens, stop=tuple(params.stop) + (CLOSE,),
                                      seed=params.seed, stop_on_balanced_json=True)
 
+    def _arguments(self, tool):
+        """Scaffold: the tool's arguments object decoded under its parameter schema (argument names, required
+        ones, value types), then the call's closing brace. None (free decoding) if the schema cannot be used."""
+        if self._vocab is None:
+            self._vocab = SchemaVocabulary(self.llm.tokenizer, self.llm.eos_ids)
+        close = TokenTrie.build([self.llm.encode("}")])
+        params = dict(getattr(tool, "parameters", None) or {})
+        params.setdefault("type", "object")  # a tool's parameters are always an object, with only its arguments
+        params.setdefault("properties", {})
+        try:
+            return SchemaConstraint(self._vocab, params, then=lambda: close)
+        except Exception as err:  # an unusual schema: this call's arguments are decoded freely
+            log.debug("no schema constraint for %s: %s", tool.name, err)
+            return None
+
     def _call_trie(self, tools) -> TokenTrie:
-        """Scaffold: the real tools' opened calls (name, arguments object, first required argument, as in the
-        breadth steps) as a decoding constraint, so that where the explorer chooses the tool it chooses a real one,
-        with its own probabilities among the real names (a 135M model at T = 1 on BFCL's 30-tool sandboxes
-        otherwise invents names such as `rm_dport`, and after a real name writes `" in 9e22}`)."""
-        opened = tuple(sorted(opened_call(t) for t in tools))
-        if opened not in self._tries:
-            self._tries[opened] = TokenTrie.build(self.llm.encode(o) for o in opened)
-        return self._tries[opened]
+        """Scaffold: the real tools' opened calls as a decoding constraint, each followed by its arguments under
+        its schema, so that where the explorer chooses the tool it chooses a real one, with its own probabilities
+        among the real names, and calls it with arguments the tool accepts (a 135M model at T = 1 on BFCL's
+        30-tool sandboxes otherwise invents names such as `rm_dport`, writes `{"username": 1a}`, or makes up
+        argument names)."""
+        key = tuple(sorted(t.name for t in tools))
+        if key not in self._tries:
+            ordered = sorted(tools, key=lambda t: t.name)
+            self._tries[key] = TokenTrie.build([self.llm.encode(opened_call(t)) for t in ordered],
+                                               thens=[(lambda t=t: self._arguments(t)) for t in ordered])
+        return self._tries[key]
+
+    def _constraint(self, prefix: str, tools):
+        if not tools:
+            return None
+        if prefix == OPEN_NAME:
+            return self._call_trie(tools)
+        name = prefix[len(OPEN_NAME):-len(OPEN_ARGS)]
+        tool = next((t for t in tools if t.name == name), None)
+        return self._arguments(tool) if tool is not None else None
 
     def _generate(self, convs: list[list[ChatMessage]], prefixes: list[str], step: int, keys: list[int],
                   batch=None, tools=None) -> list[str]:
@@ -164,8 +191,7 @@ class Explorer:
         batch.params = params
         if params.seed is not None:
             batch.generator = torch.Generator(device="cpu").manual_seed(params.seed)
-        constraints = [self._call_trie(ts) if x == OPEN_NAME and ts else None
-                       for x, ts in zip(prefixes, tools or [None] * len(keys))]
+        constraints = [self._constraint(x, ts) for x, ts in zip(prefixes, tools or [None] * len(keys))]
         batch.add([(k, self.llm.apply_chat_template(c) + self.llm.encode(x)) for k, c, x in zip(keys, convs, prefixes)],
                   text_prefixes=prefixes, constraints=constraints)
         done = batch.run()
