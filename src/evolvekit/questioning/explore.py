@@ -141,6 +141,7 @@ class Explorer:
         self.scaffold = scaffold and hasattr(llm, "decode_batch")
         self._tries: dict[tuple[str, ...], TokenTrie] = {}  # per tool set: its opened calls as a trie
         self._vocab: SchemaVocabulary | None = None  # built on first use (about a second for a 49k vocabulary)
+        self._close: TokenTrie | None = None
         self.params = SamplingParams(n=1, temperature=params.temperature, top_p=params.top_p,
                                      max_new_tokens=params.max_new_tokens, stop=tuple(params.stop) + (CLOSE,),
                                      seed=params.seed, stop_on_balanced_json=True)
@@ -150,7 +151,8 @@ class Explorer:
         ones, value types), then the call's closing brace. None (free decoding) if the schema cannot be used."""
         if self._vocab is None:
             self._vocab = SchemaVocabulary(self.llm.tokenizer, self.llm.eos_ids)
-        close = TokenTrie.build([self.llm.encode("}")])
+            self._close = TokenTrie.build([self.llm.encode("}")])  # the call's own closing brace
+        close = self._close
         params = dict(getattr(tool, "parameters", None) or {})
         params.setdefault("type", "object")  # a tool's parameters are always an object, with only its arguments
         params.setdefault("properties", {})
@@ -174,6 +176,8 @@ class Explorer:
         return self._tries[key]
 
     def _constraint(self, prefix: str, tools):
+        """The decoding constraint of a reply that starts with ``prefix``: the tool choice (depth steps) or the
+        named tool's arguments (breadth steps)."""
         if not tools:
             return None
         if prefix == OPEN_NAME:
