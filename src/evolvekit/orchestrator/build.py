@@ -307,7 +307,7 @@ def _synthesize(cfg: Config, store: RunStore, train_tasks, policy, env_factory, 
         with store.transaction() as c:
             store.put_explorations(c, new_traces, -1)
             store.put_tasks(c, new_kept, -1)
-            c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (SYNTHESIS_PARTIAL, json.dumps(funnel.as_dict())))
+            store.put_meta(c, SYNTHESIS_PARTIAL, json.dumps(funnel.as_dict()))
 
     tasks, funnel, _ = synthesize_tasks(
         cfg, cfg.questioning.synthetic_tasks, explorer, sampling_for(cfg.models.explorer),

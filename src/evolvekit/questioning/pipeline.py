@@ -131,7 +131,8 @@ def curate_new(tasks: Sequence[Task], dedup: Deduplicator, make_env: Callable[[]
                min_grounding: float = 0.0) -> list[Task]:
     """The grounding filter (off at 0), dedup against everything seen, then the feasibility replay; returns the
     kept tasks. Grounding comes first, so a dropped request does not block a later, better one as its duplicate."""
-    grounded = [t for t in tasks if grounding(t) >= min_grounding]
+    scores = {id(t): grounding(t) for t in tasks} if min_grounding > 0 else {}
+    grounded = [t for t in tasks if scores.get(id(t), 1.0) >= min_grounding]
     funnel.ungrounded += len(tasks) - len(grounded)
     kept = []
     d = dedup.filter(grounded)
@@ -141,7 +142,7 @@ def curate_new(tasks: Sequence[Task], dedup: Deduplicator, make_env: Callable[[]
         if ok:
             t.metadata["curation"] = {"dedup": "passed", "feasibility": "replayed"}
             if min_grounding > 0:
-                t.metadata["curation"]["grounding"] = round(grounding(t), 3)
+                t.metadata["curation"]["grounding"] = round(scores[id(t)], 3)
             kept.append(t)
         else:
             funnel.infeasible += 1

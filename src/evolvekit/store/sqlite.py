@@ -97,7 +97,12 @@ class RunStore:
     # -- meta ------------------------------------------------------------------------------------------------
     def set_meta(self, key: str, value: str) -> None:
         with self.transaction() as c:
-            c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+            self.put_meta(c, key, value)
+
+    @staticmethod
+    def put_meta(c: sqlite3.Connection, key: str, value: str) -> None:
+        """``set_meta`` inside an open transaction (with other writes that must land together)."""
+        c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     def get_meta(self, key: str) -> str | None:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
