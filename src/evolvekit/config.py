@@ -38,6 +38,7 @@ class ModelConfig(_Section):
     model: str = F(EMBEDDED_POLICY, "model name or path; 'embedded:smollm2-135m-instruct' is the offline default")
     device: str = F("auto", "local backend: 'auto', 'cpu' or 'cuda[:i]'")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = F("auto", "local backend weights dtype (auto: fp32 on CPU, bf16 on GPU)")
+    packed_weights: bool = F(True, "local backend on CPU: inference through oneDNN-prepacked linear weights (llm/packed.py; training unaffected)")
     base_url: str | None = F(None, "openai backend: server base URL, e.g. http://127.0.0.1:8000/v1 (env EVOLVEKIT_OPENAI_BASE_URL)")
     api_key_env: str = F("OPENAI_API_KEY", "openai backend: name of the environment variable holding the API key")
     temperature: float = F(0.7, "sampling temperature")

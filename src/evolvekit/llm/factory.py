@@ -5,7 +5,7 @@ from __future__ import annotations
 from evolvekit.config import EmbeddingConfig, ModelConfig, ModelsConfig
 from evolvekit.llm.base import LLM, SamplingParams
 
-_LOCAL_CACHE: dict[tuple[str, str, str], LLM] = {}
+_LOCAL_CACHE: dict[tuple[str, str, str, bool], LLM] = {}
 
 
 def build_llm(cfg: ModelConfig, role: str = "policy") -> LLM:
@@ -15,11 +15,12 @@ def build_llm(cfg: ModelConfig, role: str = "policy") -> LLM:
         return OpenAICompatLLM(cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
                                timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, role=role,
                                return_token_ids=cfg.return_token_ids)
-    key = (cfg.model, cfg.device, cfg.dtype)
+    key = (cfg.model, cfg.device, cfg.dtype, cfg.packed_weights)
     if key not in _LOCAL_CACHE:
         from evolvekit.llm.local import LocalLLM
 
-        _LOCAL_CACHE[key] = LocalLLM(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        _LOCAL_CACHE[key] = LocalLLM(cfg.model, device=cfg.device, dtype=cfg.dtype,
+                                       packed_weights=cfg.packed_weights)
     return _LOCAL_CACHE[key]
 
 

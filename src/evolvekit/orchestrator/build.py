@@ -69,7 +69,7 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
     source = ckpt.path if ckpt else pol.model
     log.info("policy from %s", source)
     # The trained policy is its own instance: frozen roles that name the same model keep the original weights.
-    policy = LocalLLM(source, device=pol.device, dtype=pol.dtype)
+    policy = LocalLLM(source, device=pol.device, dtype=pol.dtype, packed_weights=pol.packed_weights)
     reference = None
     if cfg.train.kl_beta > 0 and not cfg.train.lora:
         reference = build_llm(pol, "reference").model  # the initial policy, shared with frozen roles
