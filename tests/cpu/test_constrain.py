@@ -109,6 +109,7 @@ def test_a_number_is_ended_once_it_is_long_enough_and_takes_no_exponent(vocab):
     assert ids["1"] not in c.allowed() and ids[","] in c.allowed()  # three digits: the number ends
     for piece in (",", '"', "s", '":', '"'):
         c = c.advance(ids[piece])
+    assert vocab.partial and not set(c.allowed()) & vocab.partial  # no piece of a multi-byte character
     for _ in range(5):  # inside a string, digits and "e" are text: no limit applies
         assert ids["1"] in c.allowed() and ids["e"] in c.allowed()
         c = c.advance(ids["1"])

@@ -116,6 +116,9 @@ class SchemaVocabulary:
         self.text = {i: t for i, t, _ in regular}
         self.numeric = {i for i, t, _ in regular if t and t[0] in _NUMBER_CHARS}  # tokens that extend a number
         self.blank = {i for i, t, _ in regular if t and not t.strip()}  # whitespace-only tokens ("\n\t\t", "  ")
+        # pieces of a multi-byte character: alone they decode to U+FFFD, and the parser, which sees the decoded
+        # text, loses track of them (a dead end); JSON never needs them, whole-character tokens exist
+        self.partial = {i for i, t, _ in regular if "\ufffd" in t}
         self.eos = sorted(set(eos_ids))
         self.start = zero  # a one-token "prompt" the enforcer's states are keyed after
         self.data = TokenEnforcerTokenizerData(regular, lambda ids: tokenizer.decode(ids).rstrip("\ufffd"),
@@ -146,9 +149,11 @@ class SchemaConstraint:
         return list(self.enforcer.get_allowed_tokens(self.seq).allowed_tokens)
 
     def allowed(self) -> list[int]:
-        # no whitespace-only tokens: JSON needs none, and a sampled one can be a run of newlines and tabs
-        out = [t for t in self._allowed if t not in self.vocab.eos and t not in self.vocab.blank] or \
-            [t for t in self._allowed if t not in self.vocab.eos]
+        # no whitespace-only tokens: JSON needs none, and a sampled one can be a run of newlines and tabs; no
+        # pieces of a multi-byte character (see SchemaVocabulary.partial)
+        v = self.vocab
+        out = [t for t in self._allowed if t not in v.eos and t not in v.blank and t not in v.partial] or \
+            [t for t in self._allowed if t not in v.eos]
         if self.number_run and not self.in_string:
             # inside a number: no exponent (lm-format-enforcer lets an integer take one, and 806001E07175 is inf),
             # and once it is long enough it ends here (JSON allows any length)

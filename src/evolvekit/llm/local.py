@@ -189,13 +189,12 @@ class LocalLLM:
         Rollouts share the system prompt, tools and worked examples; the cache of that prefix is computed once and
         kept (one entry) as plain per-layer (keys, values) tensors that callers only read. ``invalidate_cache()`` — called by the trainer after every update — drops it.
         """
-        from evolvekit.llm.batcher import new_cache
+        from evolvekit.llm.ragged import RowKV, ragged_forward
 
         if self._kv_entry is None or self._kv_entry[0] != prefix:
-            ids = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)
-            cache = self.model(input_ids=ids, past_key_values=new_cache(), use_cache=True,
-                               logits_to_keep=1).past_key_values
-            self._kv_entry = (prefix, [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers])
+            row = RowKV()
+            ragged_forward(self.model, [row], [list(prefix)])
+            self._kv_entry = (prefix, row.layers())  # read-only: rows start from copies (RowKV.from_prefix)
         else:
             self.prefix_cache_hits += 1
         return self._kv_entry[1]
