@@ -41,6 +41,7 @@ def main() -> None:
     rows = {}
     for name, conc in (("sequential", 1), ("batched", args.concurrency)):
         cfg = RolloutConfig(max_steps=args.max_steps, group_size=1, concurrency=conc)
+        llm.invalidate_cache()  # both runs start cold: neither inherits the other's shared-prefix KV
         t0 = time.perf_counter()
         trajs = run_rollouts(jobs, lambda: make_env(env_cfg), llm, cfg, params, "compact", show_progress=False)
         dt = time.perf_counter() - t0

@@ -71,8 +71,9 @@ def test_rows_leave_as_they_finish_and_a_joining_prompt_rides_along_a_decode_for
         finished += [k for k, _ in batch.step()]
     assert finished == ["long", "short"]  # the first row leaves first, the other decodes on
     assert batch.forward_calls - calls == 3  # "short" was prefilled in long's decode forward: 3 forwards, 3 tokens
-    for ids, kv in batch.kept.values():  # each row's own KV: prompt + completion but the last token, no padding
-        assert kv.length == len(ids) and len(kv.keys) == llm.model.config.num_hidden_layers
+    for ids, layers in batch.kept.values():  # each row's own KV: prompt + completion but the last token, no padding
+        assert len(layers) == llm.model.config.num_hidden_layers
+        assert all(k.shape[2] == v.shape[2] == len(ids) for k, v in layers)
 
 
 def test_generate_ids_stops_at_balanced_json(llm, monkeypatch):
@@ -134,3 +135,19 @@ def test_json_end_index_and_the_cut_completion(llm, monkeypatch):
     batch.add([("r", [1, 2, 3])], text_prefixes=[prefix])
     out = batch.run()["r"]
     assert out.finish_reason == "stop" and prefix + out.text == prefix + "1}}"
+
+
+def test_a_seeded_row_samples_the_same_tokens_whatever_shares_its_batch(llm):
+    """Per-key sampling streams: a rollout's tokens do not depend on its batch-mates (batched == sequential)."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=3)
+    alone = llm.decode_batch(params)
+    alone.add([("ep", [20, 21, 22])])
+    want = alone.run()["ep"]
+    crowd = llm.decode_batch(params)
+    crowd.add([("x", [5, 6, 7, 8]), ("ep", [20, 21, 22]), ("y", [9])])
+    got = crowd.run()
+    assert got["ep"].token_ids == want.token_ids
+    assert got["x"].token_ids != got["y"].token_ids or got["x"].token_ids != want.token_ids  # distinct streams
+    other_seed = llm.decode_batch(SamplingParams(temperature=1.0, max_new_tokens=8, seed=4))
+    other_seed.add([("ep", [20, 21, 22])])
+    assert other_seed.run()["ep"].token_ids != want.token_ids

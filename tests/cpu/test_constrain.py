@@ -109,7 +109,19 @@ def test_a_number_is_ended_once_it_is_long_enough_and_takes_no_exponent(vocab):
     assert ids["1"] not in c.allowed() and ids[","] in c.allowed()  # three digits: the number ends
     for piece in (",", '"', "s", '":', '"'):
         c = c.advance(ids[piece])
-    assert vocab.partial and not set(c.allowed()) & vocab.partial  # no piece of a multi-byte character
+    assert vocab.unsafe and not set(c.allowed()) & vocab.unsafe  # no piece of a multi-byte character, no "\x19"
     for _ in range(5):  # inside a string, digits and "e" are text: no limit applies
         assert ids["1"] in c.allowed() and ids["e"] in c.allowed()
         c = c.advance(ids["1"])
+
+
+def test_no_trailing_comma_closes_an_object(vocab):
+    ids = {}
+    for i, t in vocab.text.items():
+        ids.setdefault(t, i)
+    c = SchemaConstraint(vocab, {"type": "object", "properties": {"x": {"type": "integer"}, "s": {"type": "string"}}})
+    for piece in ('{"', "x", '":', "1", ","):
+        c = c.advance(ids[piece])
+    allowed = {vocab.text[t] for t in c.allowed()}
+    assert allowed and not any(t.lstrip().startswith(("}", "]")) for t in allowed)
+    assert any(t.lstrip().startswith('"') for t in allowed)  # the next key

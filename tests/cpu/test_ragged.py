@@ -1,10 +1,10 @@
-"""Ragged forwards (rows of different lengths packed in one sequence, each with its own KV) equal plain forwards."""
+"""Ragged forwards (rows of different lengths packed in one sequence, one KV slot each) equal plain forwards."""
 
 import pytest
 import torch
 
 from evolvekit.llm.local import LocalLLM
-from evolvekit.llm.ragged import RowKV, ragged_forward
+from evolvekit.llm.ragged import KVSlots, ragged_forward
 from evolvekit.llm.tiny import make_tiny_model
 
 
@@ -18,42 +18,73 @@ def last_logits(llm, ids):
         return llm.model(input_ids=torch.tensor([ids])).logits[0, -1]
 
 
+def pool(rows: int, spare: int = 128) -> KVSlots:
+    slots = KVSlots(spare=spare)
+    for _ in range(rows):
+        slots.append()
+    return slots
+
+
 def test_prefill_then_decode_of_ragged_rows_matches_each_row_alone(llm):
     a, b, c = list(range(20, 57)), [5, 6, 7], [9]
-    rows = [RowKV(), RowKV(), RowKV()]
-    first = ragged_forward(llm.model, rows, [a[:30], b, c])  # prompts of 30, 3 and 1 tokens in one forward
-    assert [r.length for r in rows] == [30, 3, 1]
+    slots = pool(3)
+    first = ragged_forward(llm.model, slots, [a[:30], b, c])  # prompts of 30, 3 and 1 tokens in one forward
+    assert slots.lengths == [30, 3, 1]
     assert torch.allclose(first[1], last_logits(llm, b), atol=1e-4)
     assert torch.allclose(first[2], last_logits(llm, c), atol=1e-4)
-    second = ragged_forward(llm.model, rows, [a[30:], [8], [10, 11]])  # a prompt tail next to decode steps
+    second = ragged_forward(llm.model, slots, [a[30:], [8], [10, 11]])  # a prompt tail next to decode steps
     assert torch.allclose(second[0], last_logits(llm, a), atol=1e-4)
     assert torch.allclose(second[1], last_logits(llm, b + [8]), atol=1e-4)
     assert torch.allclose(second[2], last_logits(llm, c + [10, 11]), atol=1e-4)
+    third = ragged_forward(llm.model, slots, [[1], [2], [3]])  # a decode-only step (one indexed KV write)
+    for out, ids in zip(third, (a + [1], b + [8, 2], c + [10, 11, 3])):
+        assert torch.allclose(out, last_logits(llm, ids), atol=1e-4)
 
 
-def test_a_row_started_from_a_prefix_copy_matches_and_leaves_the_prefix_untouched(llm):
+def test_removing_a_row_moves_the_last_one_into_its_slot(llm):
+    a, b, c = [4, 5, 6, 7], [8, 9], [10, 11, 12]
+    slots = pool(3)
+    ragged_forward(llm.model, slots, [a, b, c])
+    slots.remove(0)  # c moves into slot 0
+    assert slots.lengths == [3, 2]
+    out = ragged_forward(llm.model, slots, [[1], [2]])
+    assert torch.allclose(out[0], last_logits(llm, c + [1]), atol=1e-4)
+    assert torch.allclose(out[1], last_logits(llm, b + [2]), atol=1e-4)
+
+
+def test_a_row_started_from_an_extracted_prefix_matches_and_leaves_it_untouched(llm):
     prefix = list(range(40, 80))
-    source = RowKV()
-    ragged_forward(llm.model, [source], [prefix])
-    layers = source.layers()
+    source = pool(1)
+    ragged_forward(llm.model, source, [prefix])
+    layers = source.extract(0)
     before = [k.clone() for k, _ in layers]
-    row = RowKV.from_prefix(layers, 25)
-    out = ragged_forward(llm.model, [row], [[3, 4]])
+    slots = KVSlots()
+    slots.append(layers, 25)  # a fresh pool allocates from the prefix's shapes
+    slots.append()  # and a row without prefix next to it
+    out = ragged_forward(llm.model, slots, [[3, 4], [6]])
     assert torch.allclose(out[0], last_logits(llm, prefix[:25] + [3, 4]), atol=1e-4)
-    assert all(torch.equal(k, b) for (k, _), b in zip(source.layers(), before))
+    assert torch.allclose(out[1], last_logits(llm, [6]), atol=1e-4)
+    assert all(torch.equal(k, b) for (k, _), b in zip(layers, before))
 
 
-def test_buffers_grow_past_their_spare_columns(llm):
-    row = RowKV(spare=2)
-    ids = [7]
-    ragged_forward(llm.model, [row], [ids])
-    for t in range(10):  # ten decode steps, several re-allocations
-        ids.append(30 + t)
-        out = ragged_forward(llm.model, [row], [[30 + t]])
-    assert row.length == 11
-    assert torch.allclose(out[0], last_logits(llm, ids), atol=1e-4)
+def test_buffers_grow_past_their_spare_columns_and_slots(llm):
+    slots = pool(1, spare=2)
+    ids = [[7]]
+    ragged_forward(llm.model, slots, [[7]])
+    for t in range(10):  # decode steps and joining rows: several re-allocations of columns and slots
+        if t in (3, 6):
+            slots.append()
+            ids.append([])
+        for r in ids:
+            r.append(30 + t)
+        out = ragged_forward(llm.model, slots, [[30 + t]] * len(ids))  # a new row's first token is its prompt
+    assert slots.lengths == [len(r) for r in ids]
+    for o, r in zip(out, ids):
+        assert torch.allclose(o, last_logits(llm, r), atol=1e-4)
 
 
 def test_rows_without_new_tokens_are_refused(llm):
     with pytest.raises(ValueError):
-        ragged_forward(llm.model, [RowKV()], [[]])
+        ragged_forward(llm.model, pool(1), [[]])
+    with pytest.raises(ValueError):
+        ragged_forward(llm.model, pool(2), [[1]])

@@ -15,6 +15,7 @@ turn prefills only its new tokens.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Hashable, Sequence
 
@@ -23,7 +24,7 @@ import torch
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.llm.constrain import TokenTrie, mask_logits
 from evolvekit.llm.local import common_prefix_len
-from evolvekit.llm.ragged import RowKV, ragged_forward
+from evolvekit.llm.ragged import KVSlots, Layers, ragged_forward
 
 if TYPE_CHECKING:
     from evolvekit.llm.local import LocalLLM
@@ -73,7 +74,6 @@ def balanced_json_end(text: str) -> bool:
 class _Row:
     key: Hashable
     prompt: list[int]
-    kv: RowKV
     pending: list[int]  # tokens to feed at the next forward: the prompt's unprefilled tail, then each sampled token
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -82,6 +82,11 @@ class _Row:
     stopped_on_json: bool = False
     text_prefix: str = ""  # text already in the prompt that the completion continues (stop checks see both)
     trie: TokenTrie | None = None  # while set, sampling is restricted to this node's children (llm/constrain.py)
+
+
+def row_seed(seed: int, key: Hashable) -> int:
+    """A 63-bit seed for one row's sampling stream, stable across processes (unlike ``hash``)."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{key!r}".encode()).digest()[:8], "little") >> 1
 
 
 class DecodeBatch:
@@ -93,12 +98,15 @@ class DecodeBatch:
         # keep_rows: a finished row's KV (prompt + completion) is kept under its key, so when the same key comes
         # back with a longer prompt (the next turn of an episode) only the new tokens are prefilled; forget(key).
         self.keep_rows = keep_rows
-        self.kept: dict[Hashable, tuple[list[int], RowKV]] = {}
+        self.kept: dict[Hashable, tuple[list[int], Layers]] = {}
         self.prefilled_tokens = 0  # prompt tokens scheduled for prefill (not served from a reused KV)
-        if generator is None and params.seed is not None:
-            generator = torch.Generator(device="cpu").manual_seed(params.seed)
+        # An explicit generator is one stream for every row. Otherwise, with params.seed, each key gets its own
+        # stream (seeded from the seed and the key, kept across an episode's turns until forget(key)): a rollout
+        # samples the same tokens whichever rollouts share its batch, so batched and sequential runs agree.
         self.generator = generator
-        self.rows: list[_Row] = []
+        self._row_generators: dict[Hashable, torch.Generator] = {}
+        self.rows: list[_Row] = []  # row i's KV is slot i of self.slots
+        self.slots = KVSlots()
         self.forward_calls = 0
 
     def __len__(self) -> int:
@@ -127,21 +135,23 @@ class DecodeBatch:
         prefixes = list(text_prefixes) if text_prefixes is not None else [""] * len(items)
         tries = list(constraints) if constraints is not None else [None] * len(items)
         for (key, _), p, x, c in zip(items, prompts, prefixes, tries):
-            kv, n = None, 0
             kept = self.kept.pop(key, None)
-            if kept is not None:
-                n = min(common_prefix_len([kept[0], p]), len(p) - 1)
-                if n > shared:
-                    kv = kept[1]
-                    kv.length = n  # the kept positions past the common prefix are overwritten
-            if kv is None:
+            own = min(common_prefix_len([kept[0], p]), len(p) - 1) if kept is not None else 0
+            if own > shared:
+                n = own
+                self.slots.append(kept[1], n)  # the kept positions past the common prefix are not copied
+            else:
                 n = shared
-                kv = RowKV.from_prefix(entry, n) if n else RowKV()
+                self.slots.append(entry, n)
             self.prefilled_tokens += len(p) - n
-            self.rows.append(_Row(key=key, prompt=p, kv=kv, pending=p[n:], text_prefix=x, trie=c))
+            if self.params.seed is not None and key not in self._row_generators:
+                self._row_generators[key] = torch.Generator(device="cpu").manual_seed(
+                    row_seed(self.params.seed, key))
+            self.rows.append(_Row(key=key, prompt=p, pending=p[n:], text_prefix=x, trie=c))
 
     def forget(self, key: Hashable) -> None:
         self.kept.pop(key, None)
+        self._row_generators.pop(key, None)
 
     # -- decoding -----------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -153,14 +163,17 @@ class DecodeBatch:
         if not self.rows:
             return []
         p, llm = self.params, self.llm
-        logits = ragged_forward(llm.model, [r.kv for r in self.rows], [r.pending for r in self.rows])
+        logits = ragged_forward(llm.model, self.slots, [r.pending for r in self.rows])
         self.forward_calls += 1
         allowed = [r.trie.allowed() if r.trie is not None else None for r in self.rows]
-        tok = sample_next(mask_logits(logits, allowed), p.temperature, p.top_p, self.generator)
+        gens = self.generator
+        if gens is None and p.seed is not None:
+            gens = [self._row_generators[r.key] for r in self.rows]
+        tok = sample_next(mask_logits(logits, allowed), p.temperature, p.top_p, gens)
         lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, tok.unsqueeze(-1)).squeeze(-1)
-        live: list[_Row] = []
+        finished: list[int] = []
         done: list[tuple[Hashable, Completion]] = []
-        for row, t, l in zip(self.rows, tok.tolist(), lp.tolist()):
+        for j, (row, t, l) in enumerate(zip(self.rows, tok.tolist(), lp.tolist())):
             row.tokens.append(t)
             row.logprobs.append(l)
             row.pending = [t]
@@ -174,12 +187,18 @@ class DecodeBatch:
                     row.text_prefix + llm.tokenizer.decode(row.tokens, skip_special_tokens=True)):
                 row.finish, row.stopped_on_json = "stop", True
             elif len(row.tokens) < p.max_new_tokens:
-                live.append(row)
                 continue
             if self.keep_rows:  # its prompt and every completion token but the last (which was never fed)
-                self.kept[row.key] = (row.prompt + row.tokens[:-1], row.kv)
+                self.kept[row.key] = (row.prompt + row.tokens[:-1], self.slots.extract(j))
+            else:
+                self._row_generators.pop(row.key, None)
             done.append((row.key, self._completion(row)))
-        self.rows = live
+            finished.append(j)
+        for j in reversed(finished):  # the last row moves into the freed slot; mirror that on the row list
+            self.slots.remove(j)
+            last = self.rows.pop()
+            if j < len(self.rows):
+                self.rows[j] = last
         return done
 
     def _completion(self, row: _Row) -> Completion:

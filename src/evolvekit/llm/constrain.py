@@ -116,9 +116,10 @@ class SchemaVocabulary:
         self.text = {i: t for i, t, _ in regular}
         self.numeric = {i for i, t, _ in regular if t and t[0] in _NUMBER_CHARS}  # tokens that extend a number
         self.blank = {i for i, t, _ in regular if t and not t.strip()}  # whitespace-only tokens ("\n\t\t", "  ")
-        # pieces of a multi-byte character: alone they decode to U+FFFD, and the parser, which sees the decoded
-        # text, loses track of them (a dead end); JSON never needs them, whole-character tokens exist
-        self.partial = {i for i, t, _ in regular if "\ufffd" in t}
+        # never in generated JSON: pieces of a multi-byte character (alone they decode to U+FFFD, and the parser,
+        # which sees the decoded text, loses track of them: a dead end; whole-character tokens exist) and control
+        # characters (invalid raw inside a JSON string, though the parser lets them in; JSON needs no whitespace)
+        self.unsafe = {i for i, t, _ in regular if "\ufffd" in t or any(ord(ch) < 0x20 for ch in t)}
         self.eos = sorted(set(eos_ids))
         self.start = zero  # a one-token "prompt" the enforcer's states are keyed after
         self.data = TokenEnforcerTokenizerData(regular, lambda ids: tokenizer.decode(ids).rstrip("\ufffd"),
@@ -143,6 +144,7 @@ class SchemaConstraint:
         self.seq = [vocab.start]
         self.number_run = 0  # number characters at the end of the text so far (outside strings)
         self.in_string, self.escaped = False, False
+        self.after_comma = False  # the last character outside strings, spaces aside, is a comma
         self._allowed = self._compute()
 
     def _compute(self) -> list[int]:
@@ -150,10 +152,12 @@ class SchemaConstraint:
 
     def allowed(self) -> list[int]:
         # no whitespace-only tokens: JSON needs none, and a sampled one can be a run of newlines and tabs; no
-        # pieces of a multi-byte character (see SchemaVocabulary.partial)
+        # pieces of a multi-byte character, no control characters (see SchemaVocabulary.unsafe)
         v = self.vocab
-        out = [t for t in self._allowed if t not in v.eos and t not in v.blank and t not in v.partial] or \
+        out = [t for t in self._allowed if t not in v.eos and t not in v.blank and t not in v.unsafe] or \
             [t for t in self._allowed if t not in v.eos]
+        if self.after_comma and not self.in_string:  # no trailing comma (the parser lets "6 , }" through)
+            out = [t for t in out if v.text.get(t, "").lstrip()[:1] not in ("}", "]")] or out
         if self.number_run and not self.in_string:
             # inside a number: no exponent (lm-format-enforcer lets an integer take one, and 806001E07175 is inf),
             # and once it is long enough it ends here (JSON allows any length)
@@ -176,6 +180,8 @@ class SchemaConstraint:
                 self.number_run += 1
             else:
                 self.number_run = 0
+            if ch == '"' or (not self.in_string and not ch.isspace()):
+                self.after_comma = ch == "," and not self.in_string
         self.seq.append(int(token))
         self._allowed = self._compute()
         if any(t in self.vocab.eos for t in self._allowed):  # the value is complete
