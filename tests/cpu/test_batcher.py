@@ -71,9 +71,9 @@ def test_rows_leave_as_they_finish_and_a_joining_prompt_rides_along_a_decode_for
         finished += [k for k, _ in batch.step()]
     assert finished == ["long", "short"]  # the first row leaves first, the other decodes on
     assert batch.forward_calls - calls == 3  # "short" was prefilled in long's decode forward: 3 forwards, 3 tokens
-    for ids, layers in batch.kept.values():  # each row's own KV: prompt + completion but the last token, no padding
-        assert len(layers) == llm.model.config.num_hidden_layers
-        assert all(k.shape[2] == v.shape[2] == len(ids) for k, v in layers)
+    for ids, kept in batch.kept.values():  # each row's own KV: prompt + completion but the last token, no padding
+        assert len(kept.own) == llm.model.config.num_hidden_layers and kept.start == 0
+        assert all(k.shape[2] == v.shape[2] == len(ids) for k, v in kept.own)
 
 
 def test_generate_ids_stops_at_balanced_json(llm, monkeypatch):

@@ -56,7 +56,7 @@ def test_a_row_started_from_an_extracted_prefix_matches_and_leaves_it_untouched(
     prefix = list(range(40, 80))
     source = pool(1)
     ragged_forward(llm.model, source, [prefix])
-    layers = source.extract(0)
+    layers = source.extract(0).own
     before = [k.clone() for k, _ in layers]
     slots = KVSlots()
     slots.append(layers, 25)  # a fresh pool allocates from the prefix's shapes
@@ -88,3 +88,35 @@ def test_rows_without_new_tokens_are_refused(llm):
         ragged_forward(llm.model, pool(1), [[]])
     with pytest.raises(ValueError):
         ragged_forward(llm.model, pool(2), [[1]])
+
+
+def test_rows_on_a_shared_prefix_attend_to_it_without_copying_it(llm):
+    prefix = list(range(60, 100))
+    source = pool(1)
+    ragged_forward(llm.model, source, [prefix])
+    shared = source.extract(0).own
+    slots = KVSlots()
+    slots.append_shared(shared, len(prefix))
+    slots.append_shared(shared, len(prefix))
+    slots.append()  # a row without the prefix, next to them
+    assert slots.prefix is shared and slots.starts == [40, 40, 0] and slots.columns(0) == 0
+    a, b, c = [5, 6, 7], [8], [9, 10]
+    out = ragged_forward(llm.model, slots, [a, b, c])  # cascade for the last queries and the multi-token rows
+    for o, ids in zip(out, (prefix + a, prefix + b, c)):
+        assert torch.allclose(o, last_logits(llm, ids), atol=1e-4)
+    out = ragged_forward(llm.model, slots, [[1], [2], [3]])  # decode-only step
+    for o, ids in zip(out, (prefix + a + [1], prefix + b + [2], c + [3])):
+        assert torch.allclose(o, last_logits(llm, ids), atol=1e-4)
+    kept = slots.extract(1)  # the prefix is referenced, only the row's own positions are copied
+    assert kept.prefix is shared and kept.start == 40 and kept.own[0][0].shape[2] == 2
+    slots.remove(1)
+    slots.append_copy(kept, 41)  # the next turn reuses prefix + the first own position
+    out = ragged_forward(llm.model, slots, [[4], [5], [2, 11]])
+    assert torch.allclose(out[2], last_logits(llm, prefix + b + [2, 11]), atol=1e-4)
+    other = KVSlots()
+    other.append_shared([(k.clone(), v.clone()) for k, v in shared], len(prefix))  # another prefix object
+    other.append_copy(kept, 42)  # a pool on another prefix gets a plain copy
+    assert other.starts == [40, 0]
+    out = ragged_forward(llm.model, other, [[1], [12]])
+    assert torch.allclose(out[0], last_logits(llm, prefix + [1]), atol=1e-4)
+    assert torch.allclose(out[1], last_logits(llm, prefix + b + [2, 12]), atol=1e-4)

@@ -24,7 +24,7 @@ import torch
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.llm.constrain import TokenTrie, mask_logits
 from evolvekit.llm.local import common_prefix_len
-from evolvekit.llm.ragged import KVSlots, Layers, ragged_forward
+from evolvekit.llm.ragged import KVSlots, RowCopy, ragged_forward
 
 if TYPE_CHECKING:
     from evolvekit.llm.local import LocalLLM
@@ -98,7 +98,7 @@ class DecodeBatch:
         # keep_rows: a finished row's KV (prompt + completion) is kept under its key, so when the same key comes
         # back with a longer prompt (the next turn of an episode) only the new tokens are prefilled; forget(key).
         self.keep_rows = keep_rows
-        self.kept: dict[Hashable, tuple[list[int], Layers]] = {}
+        self.kept: dict[Hashable, tuple[list[int], RowCopy]] = {}
         self.prefilled_tokens = 0  # prompt tokens scheduled for prefill (not served from a reused KV)
         # An explicit generator is one stream for every row. Otherwise, with params.seed, each key gets its own
         # stream (seeded from the seed and the key, kept across an episode's turns until forget(key)): a rollout
@@ -139,10 +139,13 @@ class DecodeBatch:
             own = min(common_prefix_len([kept[0], p]), len(p) - 1) if kept is not None else 0
             if own > shared:
                 n = own
-                self.slots.append(kept[1], n)  # the kept positions past the common prefix are not copied
+                self.slots.append_copy(kept[1], n)  # the kept positions past the common prefix are not copied
             else:
                 n = shared
-                self.slots.append(entry, n)
+                if n and (len(items) > 1 or self.rows):
+                    self.slots.append_shared(entry, n)  # read once per step for all its rows (cascade attention)
+                else:
+                    self.slots.append(entry, n)  # a row alone reads it as fast from its own copy
             self.prefilled_tokens += len(p) - n
             if self.params.seed is not None and key not in self._row_generators:
                 self._row_generators[key] = torch.Generator(device="cpu").manual_seed(

@@ -203,7 +203,7 @@ class LocalLLM:
             slots = KVSlots(spare=0)
             slots.append()
             ragged_forward(self.model, slots, [list(prefix)])
-            self._kv_entry = (prefix, slots.extract(0))  # read-only: rows start from copies (KVSlots.append)
+            self._kv_entry = (prefix, slots.extract(0).own)  # read-only: rows share it (KVSlots.append_shared)
         else:
             self.prefix_cache_hits += 1
         return self._kv_entry[1]
