@@ -120,3 +120,16 @@ def test_rows_on_a_shared_prefix_attend_to_it_without_copying_it(llm):
     out = ragged_forward(llm.model, other, [[1], [12]])
     assert torch.allclose(out[0], last_logits(llm, prefix + [1]), atol=1e-4)
     assert torch.allclose(out[1], last_logits(llm, prefix + b + [2, 12]), atol=1e-4)
+
+
+def test_a_long_row_joining_a_pool_of_short_ones_grows_the_buffers(llm):
+    slots = pool(3, spare=0)
+    ragged_forward(llm.model, slots, [[1, 2], [3], [4]])
+    slots.remove(1)
+    source = pool(1)
+    long = list(range(100, 160))
+    ragged_forward(llm.model, source, [long])
+    slots.append(source.extract(0).own, 60)  # more columns than the pool has, into a free slot
+    out = ragged_forward(llm.model, slots, [[5], [6], [7]])
+    for o, ids in zip(out, ([1, 2, 5], [4, 6], long + [7])):
+        assert torch.allclose(o, last_logits(llm, ids), atol=1e-4)

@@ -16,8 +16,8 @@ import random
 from typing import Sequence
 
 import torch
+from transformers import DynamicCache
 
-from evolvekit.llm.batcher import new_cache
 from evolvekit.types import ChatMessage, StepLabel
 
 LABELS = (StepLabel.GOOD, StepLabel.BAD)
@@ -49,7 +49,7 @@ class ConstrainedLabeler:
 
     def label(self, conversation: Sequence[ChatMessage], num_steps: int) -> tuple[list[StepLabel], int, int]:
         """(labels, prompt tokens, generated tokens) for ``num_steps`` steps."""
-        cache = new_cache()
+        cache = DynamicCache()
         prompt = self.llm.apply_chat_template(conversation)
         feed, fed, generated, labels = list(prompt), 0, 0, []
         for i in range(num_steps):

@@ -98,12 +98,13 @@ class KVSlots:
 
     def _add(self, layers: Layers | None, cols: int, start: int) -> int:
         slot = len(self.lengths)
-        self.lengths.append(start + cols)
-        self.starts.append(start)
         if cols:
             if not self.keys:
                 self._allocate_like(layers[0][0], slot + 1, cols, layers=len(layers))
             self.reserve(slot + 1, cols)
+        self.lengths.append(start + cols)
+        self.starts.append(start)
+        if cols:
             for li, (k, v) in enumerate(layers):
                 self.keys[li][slot, :, :cols] = k[0, :, :cols]
                 self.values[li][slot, :, :cols] = v[0, :, :cols]
@@ -144,7 +145,7 @@ class KVSlots:
         new_slots = max(slots, have_slots) + (4 if slots > have_slots else 0)
         new_cols = max(columns, have_cols) + (self.spare if columns > have_cols else 0)
         live = min(len(self.lengths), have_slots)
-        used = max((self.columns(i) for i in range(live)), default=0)
+        used = min(max((self.columns(i) for i in range(live)), default=0), have_cols)
         for store in (self.keys, self.values):
             for li, old in enumerate(store):
                 grown = old.new_zeros((new_slots, old.shape[1], new_cols, old.shape[3]))
