@@ -34,6 +34,11 @@ Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), ea
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # SDPA that also returns the log-sum-exp
 
 
+def cascade_supported(device: torch.device) -> bool:
+    """Cascade attention over a shared prefix needs the log-sum-exp of each part: PyTorch's CPU flash kernel."""
+    return torch.device(device).type == "cpu"
+
+
 @dataclass
 class RowCopy:
     """A row's KV kept outside the pool (an episode between two turns): positions ``start..`` are in ``own``; the
@@ -83,15 +88,18 @@ class KVSlots:
     def append_shared(self, prefix: Layers, n: int) -> int:
         """A new row whose first ``n`` positions are the shared ``prefix`` (all of it; never written to).
 
-        The first such row makes it the pool's prefix; a row with another prefix gets a copy of it instead."""
-        if n == prefix[0][0].shape[2] and (self.prefix is None or self.prefix is prefix):
+        The first such row makes it the pool's prefix; a row with another prefix (or off CPU, see
+        ``cascade_supported``) gets a copy of it instead."""
+        if n == prefix[0][0].shape[2] and (self.prefix is None or self.prefix is prefix) \
+                and cascade_supported(prefix[0][0].device):
             self.prefix = prefix
             return self._add(None, 0, n)
         return self._add(prefix, n, 0)
 
     def append_copy(self, copy: RowCopy, n: int) -> int:
         """A new row from the first ``n`` positions of a kept row (see ``extract``)."""
-        if copy.prefix is not None and n >= copy.start and (self.prefix is None or self.prefix is copy.prefix):
+        if copy.prefix is not None and n >= copy.start and (self.prefix is None or self.prefix is copy.prefix) \
+                and cascade_supported(copy.prefix[0][0].device):
             self.prefix = copy.prefix
             return self._add(copy.own, n - copy.start, copy.start)
         return self._add(copy.full(n), n, 0)
