@@ -133,3 +133,18 @@ def test_a_long_row_joining_a_pool_of_short_ones_grows_the_buffers(llm):
     out = ragged_forward(llm.model, slots, [[5], [6], [7]])
     for o, ids in zip(out, ([1, 2, 5], [4, 6], long + [7])):
         assert torch.allclose(o, last_logits(llm, ids), atol=1e-4)
+
+
+def test_cascade_in_bfloat16(tmp_path):
+    llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu", dtype="bfloat16")
+    prefix = list(range(60, 100))
+    source = pool(1)
+    ragged_forward(llm.model, source, [prefix])
+    shared = source.extract(0).own
+    slots = KVSlots()
+    slots.append_shared(shared, len(prefix))
+    slots.append_shared(shared, len(prefix))
+    out = ragged_forward(llm.model, slots, [[5, 6], [7]])
+    assert out.dtype == torch.bfloat16
+    for o, ids in zip(out, (prefix + [5, 6], prefix + [7])):
+        assert torch.allclose(o.float(), last_logits(llm, ids).float(), atol=0.1)

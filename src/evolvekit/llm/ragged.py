@@ -221,9 +221,9 @@ class RaggedCache:
 
 def _merge(out: torch.Tensor, lse: torch.Tensor, out2: torch.Tensor, lse2: torch.Tensor) -> torch.Tensor:
     """Softmax attention over two disjoint key sets, from each part's output and log-sum-exp (exact)."""
-    m = torch.maximum(lse, lse2)
+    m = torch.maximum(lse, lse2)  # the log-sum-exps are fp32 whatever the model dtype
     w, w2 = (lse - m).exp().unsqueeze(-1), (lse2 - m).exp().unsqueeze(-1)
-    return (out * w + out2 * w2) / (w + w2)
+    return ((out.float() * w + out2.float() * w2) / (w + w2)).to(out.dtype)
 
 
 def ragged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
