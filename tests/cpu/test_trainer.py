@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from evolvekit.config import TrainConfig
+from evolvekit.llm.base import SamplingParams
 from evolvekit.llm.local import LocalLLM
 from evolvekit.llm.tiny import make_tiny_model
 from evolvekit.train.trainer import GRPOTrainer
@@ -78,6 +79,10 @@ def test_lora_trains_adapters_only_and_reloads(tiny_path, tmp_path):
     assert trainable and all("lora" in n for n in trainable)
     st = tr.update(_samples())
     assert st.optimizer_steps == 1
+    # the sampler (ragged forward, packed base weights) runs the adapted model: its greedy token is the argmax
+    [[c]] = llm.generate_ids([[1, 2, 3, 4]], SamplingParams(temperature=0.0, max_new_tokens=1))
+    with torch.no_grad():
+        assert c.token_ids[0] == int(llm.model(input_ids=torch.tensor([[1, 2, 3, 4]])).logits[0, -1].argmax())
     path = tr.save(tmp_path / "lora")
     assert (path / "adapter_config.json").is_file()
     again = LocalLLM(str(path), device="cpu")

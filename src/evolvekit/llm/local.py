@@ -195,7 +195,8 @@ class LocalLLM:
         """KV cache of a shared prefix, reused across calls (turns) while the weights are unchanged.
 
         Rollouts share the system prompt, tools and worked examples; the cache of that prefix is computed once and
-        kept (one entry) as plain per-layer (keys, values) tensors that callers only read. ``invalidate_cache()`` — called by the trainer after every update — drops it.
+        kept (one entry) as plain per-layer (keys, values) tensors that callers only read. ``invalidate_cache()`` —
+        called by the trainer after every update — drops it.
         """
         from evolvekit.llm.ragged import KVSlots, ragged_forward
 

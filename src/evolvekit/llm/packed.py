@@ -7,9 +7,9 @@ measured 61 -> 44 ms per decode step at batch 1 and 109 -> 61-69 ms at batch 8 (
 benchmarks/results/rollout_throughput.txt).
 
 Only inference uses the packed copy: with gradients enabled (training) or under autocast a layer runs its own
-``forward``, so autograd sees the real parameter and autocast keeps its dtype. The copy follows the weight: it is rebuilt when the weight tensor is replaced or
-changed in place (its version counter moves, e.g. after ``optimizer.step()``). Results equal ``F.linear`` up to fp32
-summation order (~1e-5).
+``forward``, so autograd sees the real parameter and autocast keeps its dtype. The copy follows the weight: it is
+rebuilt when the weight tensor is replaced or changed in place (its version counter moves, e.g. after
+``optimizer.step()``). Results equal ``F.linear`` up to fp32 summation order (~1e-5).
 """
 
 from __future__ import annotations

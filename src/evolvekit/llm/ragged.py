@@ -52,7 +52,8 @@ class RowCopy:
         """The first ``n`` positions as plain per-layer tensors (copies the prefix part when there is one)."""
         if self.prefix is None:
             return [(k[:, :, :n], v[:, :, :n]) for k, v in self.own]
-        return [(torch.cat([pk[:, :, :self.start], k], dim=2)[:, :, :n], torch.cat([pv[:, :, :self.start], v], dim=2)[:, :, :n])
+        return [(torch.cat([pk[:, :, :self.start], k], dim=2)[:, :, :n],
+                 torch.cat([pv[:, :, :self.start], v], dim=2)[:, :, :n])
                 for (pk, pv), (k, v) in zip(self.prefix, self.own)]
 
 
@@ -133,7 +134,8 @@ class KVSlots:
     def extract(self, slot: int) -> RowCopy:
         """A copy of row ``slot``'s own positions (the shared prefix is referenced, not copied)."""
         n, start = self.columns(slot), self.starts[slot]
-        own = [(k[slot:slot + 1, :, :n].clone(), v[slot:slot + 1, :, :n].clone()) for k, v in zip(self.keys, self.values)]
+        own = [(k[slot:slot + 1, :, :n].clone(), v[slot:slot + 1, :, :n].clone())
+               for k, v in zip(self.keys, self.values)]
         return RowCopy(prefix=self.prefix if start else None, own=own, start=start)
 
     # -- buffers ------------------------------------------------------------------------------------------
