@@ -90,14 +90,20 @@ def test_rows_without_new_tokens_are_refused(llm):
         ragged_forward(llm.model, pool(2), [[1]])
 
 
-def test_rows_on_a_shared_prefix_attend_to_it_without_copying_it(llm):
-    prefix = list(range(60, 100))
+def two_rows_on_a_prefix(llm, prefix):
+    """A pool whose first two rows share the KV of ``prefix``, and that KV."""
     source = pool(1)
     ragged_forward(llm.model, source, [prefix])
     shared = source.extract(0).own
     slots = KVSlots()
     slots.append_shared(shared, len(prefix))
     slots.append_shared(shared, len(prefix))
+    return slots, shared
+
+
+def test_rows_on_a_shared_prefix_attend_to_it_without_copying_it(llm):
+    prefix = list(range(60, 100))
+    slots, shared = two_rows_on_a_prefix(llm, prefix)
     slots.append()  # a row without the prefix, next to them
     assert slots.prefix is shared and slots.starts == [40, 40, 0] and slots.columns(0) == 0
     a, b, c = [5, 6, 7], [8], [9, 10]
@@ -138,12 +144,7 @@ def test_a_long_row_joining_a_pool_of_short_ones_grows_the_buffers(llm):
 def test_cascade_in_bfloat16(tmp_path):
     llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu", dtype="bfloat16")
     prefix = list(range(60, 100))
-    source = pool(1)
-    ragged_forward(llm.model, source, [prefix])
-    shared = source.extract(0).own
-    slots = KVSlots()
-    slots.append_shared(shared, len(prefix))
-    slots.append_shared(shared, len(prefix))
+    slots, _ = two_rows_on_a_prefix(llm, prefix)
     out = ragged_forward(llm.model, slots, [[5, 6], [7]])
     assert out.dtype == torch.bfloat16
     for o, ids in zip(out, (prefix + [5, 6], prefix + [7])):
