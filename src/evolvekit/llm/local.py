@@ -96,9 +96,6 @@ class LocalLLM:
         self._last_row: tuple[int, ...] | None = None  # the previous call's last row (automatic prefix caching)
         self.prefix_cache_hits = 0
         self.device = pick_device(device)
-        # No TRANSFORMERS_SDPA_FORCE_GQA: with transformers >= 5.23 SDPA's default already packs the query heads of a
-        # single decoded token onto the KV heads (pack_gqa) when rows are padded, which measured 111 -> 89 ms per
-        # decode step at batch 8 on this CPU versus forcing enable_gqa (benchmarks/results/rollout_throughput.txt).
         if hf_model is not None:
             self.model = hf_model
             self.tokenizer = tokenizer

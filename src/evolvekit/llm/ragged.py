@@ -91,19 +91,21 @@ class KVSlots:
 
         The first such row makes it the pool's prefix; a row with another prefix (or off CPU, see
         ``cascade_supported``) gets a copy of it instead."""
-        if n == prefix[0][0].shape[2] and (self.prefix is None or self.prefix is prefix) \
-                and cascade_supported(prefix[0][0].device):
+        if n == prefix[0][0].shape[2] and self._can_share(prefix):
             self.prefix = prefix
             return self._add(None, 0, n)
         return self._add(prefix, n, 0)
 
     def append_copy(self, copy: RowCopy, n: int) -> int:
         """A new row from the first ``n`` positions of a kept row (see ``extract``)."""
-        if copy.prefix is not None and n >= copy.start and (self.prefix is None or self.prefix is copy.prefix) \
-                and cascade_supported(copy.prefix[0][0].device):
+        if copy.prefix is not None and n >= copy.start and self._can_share(copy.prefix):
             self.prefix = copy.prefix
             return self._add(copy.own, n - copy.start, copy.start)
         return self._add(copy.full(n), n, 0)
+
+    def _can_share(self, prefix: Layers) -> bool:
+        """Rows may reference ``prefix``: it is the pool's prefix (or the pool has none yet) on a cascade device."""
+        return (self.prefix is None or self.prefix is prefix) and cascade_supported(prefix[0][0].device)
 
     def _add(self, layers: Layers | None, cols: int, start: int) -> int:
         slot = len(self.lengths)
@@ -139,9 +141,9 @@ class KVSlots:
         return RowCopy(prefix=self.prefix if start else None, own=own, start=start)
 
     # -- buffers ------------------------------------------------------------------------------------------
-    def _allocate_like(self, like: torch.Tensor, slots: int, columns: int, layers: int | None = None) -> None:
+    def _allocate_like(self, like: torch.Tensor, slots: int, columns: int, layers: int = 1) -> None:
         shape = (slots, like.shape[1], columns + self.spare, like.shape[3])
-        for _ in range(layers if layers is not None else 1):
+        for _ in range(layers):
             self.keys.append(like.new_zeros(shape))
             self.values.append(like.new_zeros(shape))
 
@@ -191,6 +193,7 @@ class RaggedCache:
         self.shared = None if not shared else \
             (slice(None) if len(shared) == rows else torch.tensor(shared, device=device))
         self._device, self._mask = device, None
+        self._causal: dict[int, torch.Tensor] = {}
         # a pool with buffers gets its room now; a fresh one allocates in update() (shapes come with the first keys)
         slots.reserve(rows, self.width)
 
@@ -202,10 +205,20 @@ class RaggedCache:
             self._mask = self._mask[:, None, None]
         return self._mask
 
+    def causal(self, row: int, groups: int, dtype: torch.dtype) -> torch.Tensor:
+        """Additive mask of a multi-token row's earlier queries over its own columns (query ``j`` sees columns up
+        to ``cols + j``), repeated for the ``groups`` query heads packed on each KV head; built once per forward."""
+        if row not in self._causal:
+            n, own = self.counts[row], self.own[row]
+            seen = torch.ones((n - 1, own), dtype=torch.bool, device=self._device).tril(diagonal=own - n)
+            mask = torch.zeros(seen.shape, dtype=dtype, device=self._device).masked_fill_(~seen, float("-inf"))
+            self._causal[row] = mask.repeat(groups, 1)
+        return self._causal[row]
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         s = self.slots
         if layer_idx == len(s.keys):  # the first forward of a fresh pool: this layer's buffers, shaped like its keys
-            s._allocate_like(key_states, len(self.counts), self.width, layers=1)
+            s._allocate_like(key_states, len(self.counts), self.width)
         if self.decode_only:  # one indexed write for every row
             s.keys[layer_idx][self.rows_idx, :, self.cols_idx] = key_states[0].transpose(0, 1)
             s.values[layer_idx][self.rows_idx, :, self.cols_idx] = value_states[0].transpose(0, 1)
@@ -273,10 +286,7 @@ def ragged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
             continue
         # queries o..o+n-2, packed as (1, kv_heads, g * (n-1), dim): group-major, position-minor
         q = query[:, :, o:o + n - 1].reshape(1, kv_heads, g * (n - 1), dim)
-        own = c.own[i]
-        causal = torch.ones((n - 1, own), dtype=torch.bool, device=query.device).tril(diagonal=own - n)
-        add = torch.zeros(causal.shape, dtype=query.dtype, device=query.device).masked_fill_(~causal, float("-inf"))
-        add = add.repeat(g, 1)
+        own, add = c.own[i], c.causal(i, g, query.dtype)
         k, v = keys[i:i + 1, :, :own], values[i:i + 1, :, :own]
         if c.slots.starts[i]:
             y, lse = _flash(q, k, v, attn_mask=add, scale=scaling)
