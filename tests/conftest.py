@@ -1,5 +1,9 @@
+import contextlib
 import os
+import socket
 import sys
+import threading
+import time
 
 import pytest
 
@@ -37,3 +41,29 @@ def smollm2():
 @pytest.fixture(scope="session")
 def python_exe():
     return sys.executable
+
+
+@contextlib.contextmanager
+def serving(app):
+    """Serve an ASGI app with uvicorn on a free loopback port in a thread; yields the base URL."""
+    import httpx
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if httpx.get(url + "/healthz").status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=5)

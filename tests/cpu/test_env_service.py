@@ -1,13 +1,11 @@
 """The environment service on a free loopback port, exercised through the client and raw HTTP."""
 
-import socket
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-import uvicorn
+from conftest import serving
 
 from evolvekit.env.base import Action, EnvInfo, EvalResult, ResetResult, StepResult
 from evolvekit.env.bfcl import data
@@ -46,30 +44,12 @@ class SlowEnv:
 register_env("slow-test", "test-only environment whose steps sleep")(lambda cfg: SlowEnv())
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def service():
-    port = _free_port()
     settings = ServiceSettings(token=TOKEN, step_timeout_s=0.5, idle_ttl_s=2.0, reap_interval_s=0.5, max_body_bytes=200_000)
     app = create_app(settings)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            if httpx.get(url + "/healthz").status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    yield url, app
-    server.should_exit = True
-    thread.join(timeout=5)
+    with serving(app) as url:
+        yield url, app
 
 
 @pytest.fixture(scope="module")

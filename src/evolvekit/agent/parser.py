@@ -17,10 +17,16 @@ import re
 from typing import Any
 
 from evolvekit.env.base import Action
+from evolvekit.safejson import bracket_depth
 from evolvekit.types import ToolCall
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+MAX_DEPTH = 32  # JSON nesting of one call; deeper values cannot be stored or rendered safely
+MAX_CHARS = 200_000  # one action's text
+MAX_CANDIDATES = 64  # start positions tried for a bare JSON call
+# a bare call starts as an object with a key, or a list of objects
+_CANDIDATE = re.compile(r'\{\s*"|\[\s*\{\s*"')
 
 
 def _to_call(obj: Any) -> ToolCall:
@@ -31,6 +37,8 @@ def _to_call(obj: Any) -> ToolCall:
         raise ValueError("a tool call needs a string 'name'")
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):  # some models double-encode the arguments
+        if bracket_depth(args) > MAX_DEPTH:
+            raise ValueError(f"arguments nested deeper than {MAX_DEPTH}")
         args = json.loads(args)
     if not isinstance(args, dict):
         raise ValueError("'arguments' must be a JSON object")
@@ -44,19 +52,34 @@ def _calls_from_json(text: str) -> list[ToolCall]:
 
 
 def _first_json(text: str) -> Any | None:
-    """The first JSON value (object or list) in ``text`` found by a real JSON decoder, else None."""
+    """The first JSON object (or list of objects) in ``text`` found by a real JSON decoder, else None.
+
+    Only positions that can start a call (``{"`` or ``[{"``) are tried, at most ``MAX_CANDIDATES`` of them."""
     decoder = json.JSONDecoder()
-    for i, ch in enumerate(text):
-        if ch in "{[":
-            try:
-                value, _ = decoder.raw_decode(text, i)
-                return value
-            except ValueError:
-                continue
+    for n, match in enumerate(_CANDIDATE.finditer(text)):
+        if n >= MAX_CANDIDATES:
+            break
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+            return value
+        except ValueError:
+            continue
     return None
 
 
 def parse_action(text: str) -> Action:
+    """Parse one model message; never raises, whatever ``text`` is."""
+    if len(text) > MAX_CHARS:
+        return Action(text=text, parse_error=f"message longer than {MAX_CHARS} characters")
+    if bracket_depth(text) > MAX_DEPTH:
+        return Action(text=text, parse_error=f"JSON nested deeper than {MAX_DEPTH} levels")
+    try:
+        return _parse(text)
+    except (ValueError, TypeError, RecursionError) as err:  # defence in depth: the bounds above prevent these
+        return Action(text=text, parse_error=f"unparseable tool call: {type(err).__name__}")
+
+
+def _parse(text: str) -> Action:
     if OPEN in text:
         calls: list[ToolCall] = []
         for block in _BLOCK.findall(text):

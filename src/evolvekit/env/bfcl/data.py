@@ -51,7 +51,7 @@ class BfclTaskMeta(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     category: str
-    bfcl_id: str
+    bfcl_id: str = ""  # the BFCL entry id, for people; never passed to BFCL's code (checker.checker_entry_id)
     involved_classes: list[str]
     missed_function: dict[str, list[str]] = Field(default_factory=dict)  # turn index -> held-out function names
     excluded_function: list[str] = Field(default_factory=list)

@@ -13,19 +13,40 @@ import logging
 import uuid
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from evolvekit.config import EnvConfig
 from evolvekit.env.base import (Action, CallResult, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult,
                                 ToolSchema)
 from evolvekit.env.bfcl import data
-from evolvekit.env.bfcl.checker import check
-from evolvekit.env.bfcl.tools import call_string, doc_to_schema, stringify_result, validate_call
+from evolvekit.env.bfcl.checker import check, checker_entry_id
+from evolvekit.env.bfcl.tools import bound_call, call_string, doc_to_schema, stringify_result, validate_call
 from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.errors import EnvError
+from evolvekit.safejson import json_depth_path
 from evolvekit.types import Task, ToolCall, Trajectory
 
 log = logging.getLogger(__name__)
 
 NO_CALL_ERROR = "Error: could not parse a tool call from your message: {err}"
+MAX_CONFIG_DEPTH = 24  # nesting of an initial_config (BFCL's own deepest file trees are far shallower)
+
+
+class SandboxConfig(BaseModel):
+    """The ``sandbox_config`` of a task-less (exploration) episode."""
+
+    model_config = ConfigDict(extra="forbid")
+    classes: list[str] = Field(default_factory=list)
+    initial_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    tools: list[str] | None = None  # a subset of the classes' tools (a task family)
+    long_context: bool = False
+    family: str | None = None
+
+
+def _field_error(where: str, err: ValidationError) -> EnvError:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    return EnvError(f"{where}{'.' + loc if loc else ''}: {first['msg']}")
 
 
 class BfclEnv:
@@ -64,8 +85,11 @@ class BfclEnv:
         self._reset_state()
         if task is None:
             return self._reset_sandbox(sandbox_config or {})
+        if not task.turns or not all(isinstance(t, str) and t.strip() for t in task.turns):
+            raise EnvError("task.query: must be a non-empty message (or a list of them)")
         self.task = task
         self.meta = _task_meta(task)
+        _check_initial_config(task.initial_config, "task.initial_config")
         # miss_func: held-out functions are hidden from the tool list until their turn. As in the official
         # executor they stay callable (BFCL's own ground truth calls one early: miss_func_49).
         # ``excluded_function`` is a data field the official pipeline never applies, so neither do we.
@@ -75,6 +99,8 @@ class BfclEnv:
         self.turns = task.turns
         self.executed = [[]]
         self._reveal(0)
+        if task.reference_solution is not None:
+            self._reference_strings(task.reference_solution)  # refuse a bad reference now, not at evaluate()
         examples = []
         if self.meta.allowed_tools:
             self._restrict(self.meta.allowed_tools, self.meta.involved_classes)
@@ -86,24 +112,27 @@ class BfclEnv:
         return ResetResult(observation=self.turns[0], tools=self.tools(), turn_index=0, num_turns=len(self.turns),
                            examples=examples)
 
-    def _reset_sandbox(self, config: dict[str, Any]) -> ResetResult:
-        """Sandbox mode: the backends of ``config['classes']`` (or the env's default backends) with no task."""
+    def _reset_sandbox(self, raw: dict[str, Any]) -> ResetResult:
+        """Sandbox mode: the backends of ``config.classes`` (or the env's default backends) with no task."""
+        try:
+            config = SandboxConfig.model_validate(raw)
+        except ValidationError as err:
+            raise _field_error("sandbox_config", err) from None
+        _check_initial_config(config.initial_config, "sandbox_config.initial_config")
         self.sandbox = True
-        classes = list(config.get("classes") or self.default_backends or ["GorillaFileSystem"])
-        initial = config.get("initial_config") or {}
-        tools = config.get("tools")  # optional subset (a task family)
-        self._build_instances(classes, initial, bool(config.get("long_context", False)), set())
-        if tools:
-            self._restrict(tools, classes)
+        classes = list(config.classes or self.default_backends or ["GorillaFileSystem"])
+        self._build_instances(classes, config.initial_config, config.long_context, set())
+        if config.tools:
+            self._restrict(config.tools, classes)
         self.turns = [""]
         self.executed = [[]]
         desc = ", ".join(classes)
         examples = []
-        if config.get("family"):  # a family's worked examples show the call format to the explorer too
+        if config.family:  # a family's worked examples show the call format to the explorer too
             from evolvekit.agent.parser import format_call
             from evolvekit.env.bfcl.families import get_family
 
-            examples = [m for d in get_family(config["family"]).demonstrations for m in d.messages(format_call)]
+            examples = [m for d in get_family(config.family).demonstrations for m in d.messages(format_call)]
         return ResetResult(observation=f"Sandbox of {desc}: explore freely with the tools.", tools=self.tools(),
                            turn_index=0, num_turns=1, examples=examples)
 
@@ -124,7 +153,14 @@ class BfclEnv:
             cls = data.backend_class(cls_name)
             inst = cls()
             if not data.is_stateless(cls_name):
-                inst._load_scenario(copy.deepcopy(initial_config.get(cls_name, {})), long_context=long_context)
+                scenario = initial_config.get(cls_name, {})
+                if not isinstance(scenario, dict):
+                    raise EnvError(f"initial_config.{cls_name}: must be an object, got {type(scenario).__name__}")
+                try:
+                    inst._load_scenario(copy.deepcopy(scenario), long_context=long_context)
+                except Exception as err:  # BFCL's loaders index into the config without checking its shape
+                    raise EnvError(f"initial_config.{cls_name}: not a valid {cls_name} scenario "
+                                   f"({type(err).__name__}: {str(err)[:120]})") from None
             self.instances[cls_name] = inst
             for doc in data.tool_docs(cls_name):
                 self.method_owner[doc["name"]] = cls_name
@@ -177,6 +213,7 @@ class BfclEnv:
             return CallResult(name=call.name, ok=False,
                               output=f"Error: unknown tool '{call.name}'. Available tools: {', '.join(self.visible)}")
         problem, warnings = validate_call(call, schema)
+        problem = problem or bound_call(call)
         if problem is not None:
             return CallResult(name=call.name, ok=False, output=f"Error: {problem}")
         try:
@@ -200,18 +237,39 @@ class BfclEnv:
             raise EnvError("evaluate() needs an episode started with a task (sandbox episodes have no score)")
         if self.task.reference_solution is None:
             raise EnvError(f"task {self.task.task_id} has no reference solution to check against")
-        ground_truth = [[call_string(c) for c in turn] for turn in self.task.reference_solution]
+        ground_truth = self._reference_strings(self.task.reference_solution)
         completed = len(self.executed) if self.done else len(self.executed) - 1
         if completed < len(ground_truth):
             return EvalResult(score=0.0, passed=False, details={
                 "error_type": "multi_turn:force_terminated",
                 "error_message": f"episode ended after {completed} of {len(ground_truth)} turns"})
-        entry = {"id": self.meta.bfcl_id, "initial_config": self.task.initial_config,
-                 "involved_classes": self.meta.involved_classes}
+        # the id that BFCL's checker turns into code is generated, never the task's (see checker.py)
+        entry = {"id": checker_entry_id(self._long_context(self.meta.category)),
+                 "initial_config": self.task.initial_config, "involved_classes": self.meta.involved_classes}
         result = check(self.executed[: len(ground_truth)], ground_truth, entry, self.meta.category)
         passed = bool(result.get("valid"))
         details = {"error_type": result.get("error_type"), "error_message": result.get("error_message")} if not passed else {}
         return EvalResult(score=1.0 if passed else 0.0, passed=passed, details=details)
+
+    def _reference_strings(self, reference: list[list[ToolCall]]) -> list[list[str]]:
+        """The reference solution as call strings, each naming a tool of the task's classes (else ``EnvError``)."""
+        out = []
+        for t, turn in enumerate(reference):
+            strings = []
+            for c, call in enumerate(turn):
+                where = f"task.reference_solution[{t}][{c}]"
+                if call.name not in self.method_owner:
+                    classes = self.meta.involved_classes if self.meta else []
+                    raise EnvError(f"{where}: unknown tool '{call.name[:60]}' (not a tool of {classes})")
+                problem = bound_call(call)
+                if problem is not None:
+                    raise EnvError(f"{where}: {problem}")
+                try:
+                    strings.append(call_string(call))
+                except ValueError as err:
+                    raise EnvError(f"{where}: {err}") from None
+            out.append(strings)
+        return out
 
     def info(self) -> EnvInfo:
         return EnvInfo(env_name=self.name, instance_id=self.instance_id,
@@ -225,13 +283,32 @@ class BfclEnv:
         self.instances = {}
 
 
+def _check_initial_config(config: Any, where: str) -> None:
+    if not isinstance(config, dict):
+        raise EnvError(f"{where}: must be an object of backend class -> scenario")
+    deep = json_depth_path(config, MAX_CONFIG_DEPTH)
+    if deep is not None:
+        raise EnvError(f"{where}.{deep}: nested deeper than {MAX_CONFIG_DEPTH} levels")
+    unknown = [c for c in config if c not in data.BACKEND_CLASSES]
+    if unknown:
+        raise EnvError(f"{where}: unknown backend class {unknown[0][:60]!r}; known: {', '.join(data.BACKEND_CLASSES)}")
+
+
 def _task_meta(task: Task) -> data.BfclTaskMeta:
     if "involved_classes" not in task.metadata:
         # A synthetic task: its classes come from the initial config or the reference solution's tools.
-        classes = list(task.initial_config) or []
-        meta = {"category": "synthetic", "bfcl_id": task.task_id, "involved_classes": classes}
-        return data.BfclTaskMeta(**meta)
-    return data.BfclTaskMeta(**task.metadata)
+        raw: dict[str, Any] = {"category": "synthetic", "bfcl_id": task.task_id, "involved_classes": list(task.initial_config)}
+    else:
+        raw = task.metadata
+    try:
+        meta = data.BfclTaskMeta.model_validate(raw)
+    except ValidationError as err:
+        raise _field_error("task.metadata", err) from None
+    unknown = [c for c in meta.involved_classes if c not in data.BACKEND_CLASSES]
+    if unknown or not meta.involved_classes:
+        raise EnvError(f"task.metadata.involved_classes: must name BFCL backend classes ({', '.join(data.BACKEND_CLASSES)})"
+                       + (f"; unknown {unknown[0][:60]!r}" if unknown else ""))
+    return meta
 
 
 @register_env("bfcl", "BFCL v3 multi-turn (bfcl-eval 2026.3.23): 8 tool backends, 4 categories, official checker")

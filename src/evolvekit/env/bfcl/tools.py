@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from evolvekit.env.base import ToolSchema
@@ -59,6 +60,66 @@ def validate_call(call: ToolCall, schema: ToolSchema) -> tuple[str | None, list[
     return None, warnings
 
 
+# Bounds on the arguments of every executed call (see docs/environments.md, "Security model"). A BFCL backend is
+# plain Python working on its arguments, so with these bounds each call costs at most linear time in a bounded
+# input — except where the cost grows with an argument's *value*, which the per-tool rules below cap. The audit
+# that found those rules, and the sweep that checks every tool of every backend under adversarial values, is
+# tests/cpu/test_hostile.py::test_every_bfcl_tool_returns_quickly_on_extreme_arguments.
+MAX_INT = 2**53  # JSON's exactly representable integers; nothing in BFCL needs more
+MAX_STRING = 10_000
+MAX_ITEMS = 1_000  # elements of one list / keys of one object
+MAX_NESTING = 16
+MAX_PRECISION = 1_000  # digits asked of mpmath / decimal (logarithm, square_root)
+MAX_RESULT_DIGITS = 1_000  # power: |base| ** exponent
+
+
+def _bound_value(value: Any, depth: int = 1) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return None if -MAX_INT <= value <= MAX_INT else "integer outside ±2**53"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "number is not finite"
+    if isinstance(value, str):
+        return None if len(value) <= MAX_STRING else f"string longer than {MAX_STRING} characters"
+    if isinstance(value, (list, dict)):
+        if depth > MAX_NESTING:
+            return f"value nested deeper than {MAX_NESTING}"
+        if len(value) > MAX_ITEMS:
+            return f"more than {MAX_ITEMS} items"
+        items = value.values() if isinstance(value, dict) else value
+        return next((p for v in items if (p := _bound_value(v, depth + 1)) is not None), None)
+    return f"unsupported value of type {type(value).__name__}"
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _cost_problem(call: ToolCall) -> str | None:
+    """Per-tool caps where a backend's cost grows with an argument's value, not its size (BFCL's MathAPI)."""
+    args = call.arguments
+    if call.name == "power":
+        base, exponent = _number(args.get("base")), _number(args.get("exponent"))
+        if base is not None and exponent is not None and abs(base) > 1 and exponent > 0:
+            if exponent * math.log10(abs(base)) > MAX_RESULT_DIGITS:
+                return f"the result would have more than {MAX_RESULT_DIGITS} digits"
+    if call.name in ("logarithm", "square_root"):
+        precision = _number(args.get("precision"))
+        if precision is not None and precision > MAX_PRECISION:
+            return f"precision above {MAX_PRECISION} digits"
+    return None
+
+
+def bound_call(call: ToolCall) -> str | None:
+    """Why ``call`` may not run (its arguments are out of bounds or too costly to execute), or None."""
+    for key, value in call.arguments.items():
+        problem = _bound_value(value)
+        if problem is not None:
+            return f"argument '{key}' of {call.name}: {problem}"
+    return _cost_problem(call)
+
+
 def _is_json_literal(value: Any) -> bool:
     if value is None or isinstance(value, (bool, int, float, str)):
         return True
@@ -105,12 +166,16 @@ def render_json(tools: list[ToolSchema]) -> str:
 
 
 def stringify_result(result: Any) -> str:
-    """Turn a backend's return value into observation text the way BFCL's executor does."""
-    if isinstance(result, str):
-        return result
-    if isinstance(result, dict):
-        try:
-            return json.dumps(result)
-        except (TypeError, ValueError):
-            return str(result)
-    return str(result)
+    """Turn a backend's return value into observation text the way BFCL's executor does (never raises: an
+    integer over Python's 4,300-digit ``str()`` limit, say, becomes an error text)."""
+    try:
+        if isinstance(result, str):
+            return result
+        if isinstance(result, dict):
+            try:
+                return json.dumps(result)
+            except (TypeError, ValueError):
+                return str(result)
+        return str(result)
+    except (ValueError, RecursionError) as err:
+        return f"Error: the result cannot be shown ({type(err).__name__}: {str(err)[:120]})"

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from evolvekit.config import EnvConfig
 from evolvekit.env.base import Action, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult
@@ -36,8 +37,17 @@ class RemoteEnv:
         except httpx.HTTPError as err:
             raise EnvError(f"environment service {self.client.base_url}{path}: {type(err).__name__}: {err}") from None
         if resp.status_code != 200:
-            raise EnvError(f"environment service {path} answered {resp.status_code}: {resp.json().get('detail')}")
-        return resp.json()
+            raise EnvError(f"environment service {path} answered {resp.status_code}: {_detail(resp)}")
+        try:
+            return resp.json()
+        except ValueError:
+            raise EnvError(f"environment service {path} answered 200 with a body that is not JSON: {resp.text[:120]!r}") from None
+
+    def _model(self, shape, path: str, body: dict[str, Any]):
+        try:
+            return shape.model_validate(self._post(path, body))
+        except ValidationError as err:
+            raise EnvError(f"environment service {path} answered a malformed reply: {str(err).splitlines()[0]}") from None
 
     def profile(self) -> list[EnvProfile]:
         resp = self.client.get("/profile", params={"env": self.name})
@@ -48,7 +58,7 @@ class RemoteEnv:
     def reset(self, task: Task | None = None, sandbox_config: dict[str, Any] | None = None) -> ResetResult:
         self.close()
         req = CreateRequest(env=self.name, task=task, sandbox_config=sandbox_config, backends=self.backends)
-        out = CreateResponse.model_validate(self._post("/create", req.model_dump(mode="json")))
+        out = self._model(CreateResponse, "/create", req.model_dump(mode="json"))
         self.instance_id = out.instance_id
         return out.reset
 
@@ -58,13 +68,13 @@ class RemoteEnv:
         return self.instance_id
 
     def step(self, action: Action) -> StepResult:
-        return StepResult.model_validate(self._post("/step", {"instance_id": self._need(), "action": action.model_dump(mode="json")}))
+        return self._model(StepResult, "/step", {"instance_id": self._need(), "action": action.model_dump(mode="json")})
 
     def evaluate(self, trajectory: Trajectory | None = None) -> EvalResult:
-        return EvalResult.model_validate(self._post("/evaluate", {"instance_id": self._need()}))
+        return self._model(EvalResult, "/evaluate", {"instance_id": self._need()})
 
     def info(self) -> EnvInfo:
-        return EnvInfo.model_validate(self._post("/info", {"instance_id": self._need()}))
+        return self._model(EnvInfo, "/info", {"instance_id": self._need()})
 
     def close(self) -> None:
         if self.instance_id is not None:
@@ -73,3 +83,12 @@ class RemoteEnv:
             except httpx.HTTPError:
                 pass  # the server reaps idle instances anyway
             self.instance_id = None
+
+
+def _detail(resp: httpx.Response) -> str:
+    """The ``detail`` of an error reply, or the start of its text when it is not JSON (a proxy's 502 page, a 500)."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:200] or "(empty body)"
+    return str(body.get("detail") if isinstance(body, dict) else body)[:500]

@@ -1,15 +1,19 @@
 """FastAPI server exposing /create, /step, /evaluate, /info, /profile, /release and /healthz.
 
 Binds 127.0.0.1 by default. With a token configured, every request but /healthz needs
-``Authorization: Bearer <token>`` (401 otherwise). Bodies over ``max_body_bytes`` get 413; bodies that fail
-schema validation get 422 naming the field. Each step runs under a timeout (504 when exceeded; the instance is
-then marked broken and must be released). Instances idle for longer than ``idle_ttl_s`` are reaped.
+``Authorization: Bearer <token>`` (401 otherwise). Bodies over ``max_body_bytes`` get 413, however they are sent
+(``Content-Length`` or chunked: the body is counted as it arrives); bodies nested deeper than ``max_body_depth``
+or that fail schema validation get 422 naming the field. Each step runs under a timeout (504 when exceeded; the
+instance is then marked broken and must be released). Instances idle for longer than ``idle_ttl_s`` are reaped;
+at most ``max_instances`` exist at once (503 beyond, checked and reserved atomically). The security model is in
+docs/environments.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 import threading
@@ -22,6 +26,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from evolvekit.safejson import json_depth_path
 from evolvekit.config import EnvConfig
 from evolvekit.env.base import EnvInfo, EnvProfile, Environment, EvalResult, StepResult
 from evolvekit.env.registry import make_env
@@ -46,6 +51,7 @@ class ServiceSettings:
     idle_ttl_s: float = 600.0
     reap_interval_s: float = 30.0
     max_body_bytes: int = 2_000_000
+    max_body_depth: int = 32
     max_instances: int = 1024
     default_env: str = "bfcl"
 
@@ -55,6 +61,14 @@ class EnvService:
         self.settings = settings
         self.instances: dict[str, _Instance] = {}
         self.guard = threading.Lock()
+        self.reserved = 0  # /create calls between their limit check and their insert
+
+    def reserve(self) -> None:
+        """Claim a slot for a new instance, or 503 — atomically, so concurrent creates never exceed the limit."""
+        with self.guard:
+            if len(self.instances) + self.reserved >= self.settings.max_instances:
+                raise HTTPException(503, f"instance limit {self.settings.max_instances} reached; release some")
+            self.reserved += 1
 
     def get(self, instance_id: str) -> _Instance:
         inst = self.instances.get(instance_id)
@@ -93,6 +107,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
     app = FastAPI(title="evolvekit environment service", version="1", lifespan=lifespan)
     app.state.service = service
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, max_depth=settings.max_body_depth)
 
     def auth(request: Request) -> None:
         if settings.token is None:
@@ -100,13 +115,6 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         header = request.headers.get("authorization", "")
         if not secrets.compare_digest(header, f"Bearer {settings.token}"):
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
-
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and int(length) > settings.max_body_bytes:
-            return JSONResponse({"detail": f"request body over {settings.max_body_bytes} bytes"}, status_code=413)
-        return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
     async def bad_body(request: Request, exc: RequestValidationError):
@@ -130,16 +138,19 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
     @app.post("/create", dependencies=[Depends(auth)])
     async def create(req: CreateRequest) -> CreateResponse:
-        if len(service.instances) >= settings.max_instances:
-            raise HTTPException(503, f"instance limit {settings.max_instances} reached; release some")
+        service.reserve()
         try:
-            env = make_env(EnvConfig(name=req.env, backends=req.backends))
-            reset = await run_in_threadpool(env.reset, req.task, req.sandbox_config)
-        except EvolveKitError as err:
-            raise HTTPException(400, str(err)) from None
-        instance_id = uuid.uuid4().hex
-        with service.guard:
-            service.instances[instance_id] = _Instance(env=env)
+            try:
+                env = make_env(EnvConfig(name=req.env, backends=req.backends))
+                reset = await run_in_threadpool(env.reset, req.task, req.sandbox_config)
+            except EvolveKitError as err:
+                raise HTTPException(400, str(err)) from None
+            instance_id = uuid.uuid4().hex
+            with service.guard:
+                service.instances[instance_id] = _Instance(env=env)
+        finally:
+            with service.guard:
+                service.reserved -= 1
         return CreateResponse(instance_id=instance_id, reset=reset)
 
     async def _guarded(inst: _Instance, fn, *args):
@@ -179,6 +190,68 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         return {"released": req.instance_id}
 
     return app
+
+
+class BodyLimit:
+    """ASGI middleware: reads the body as it arrives and answers 413 past ``max_bytes`` (whether the client sent a
+    ``Content-Length`` or chunks), 400 for a malformed ``Content-Length``, and 422 for a JSON body nested deeper
+    than ``max_depth`` (naming where). The buffered body is then handed on to the app unchanged."""
+
+    def __init__(self, app, max_bytes: int, max_depth: int) -> None:
+        self.app, self.max_bytes, self.max_depth = app, max_bytes, max_depth
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None:
+            if not length.isdigit():
+                return await _answer(send, 400, "malformed Content-Length header")
+            if int(length) > self.max_bytes:
+                return await _answer(send, 413, f"request body over {self.max_bytes} bytes")
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                return await _answer(send, 413, f"request body over {self.max_bytes} bytes")
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        where = _too_deep(body, self.max_depth)
+        if where is not None:
+            return await _answer(send, 422, f"invalid request body at '{where}': nested deeper than {self.max_depth} levels")
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+def _too_deep(body: bytes, limit: int) -> str | None:
+    """Where a JSON body nests deeper than ``limit`` ('' for the root), or None (also for non-JSON bodies,
+    which the schema validation answers)."""
+    if not body:
+        return None
+    try:
+        value = json.loads(body)
+    except RecursionError:
+        return "(root)"
+    except ValueError:
+        return None
+    return json_depth_path(value, limit)
+
+
+async def _answer(send, status: int, detail: str) -> None:
+    await JSONResponse({"detail": detail}, status_code=status)({"type": "http"}, None, send)
 
 
 def serve(host: str = "127.0.0.1", port: int = 8765, settings: ServiceSettings | None = None) -> None:

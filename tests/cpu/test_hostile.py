@@ -1,0 +1,308 @@
+"""Hostile but fair input: it runs no code, stalls nothing, and gets a clear answer (a 4xx, or exit 2 and one line).
+
+Each test here failed on main at e35b957 (the issue "Hostile input runs no code...").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import serving
+
+from evolvekit.agent.parser import parse_action
+from evolvekit.env.base import Action
+from evolvekit.env.bfcl import data
+from evolvekit.env.bfcl.env import BfclEnv
+from evolvekit.env.bfcl.tools import MAX_INT, MAX_ITEMS, MAX_STRING
+from evolvekit.env.service.client import RemoteEnv
+from evolvekit.env.service.server import ServiceSettings, create_app
+from evolvekit.errors import EnvError
+from evolvekit.types import Task, ToolCall
+
+TOKEN = "hostile-token"
+H = {"Authorization": f"Bearer {TOKEN}"}
+FS = {"GorillaFileSystem": {"root": {"r": {"type": "directory", "contents": {}}}}}
+
+
+def _payload(marker: Path) -> str:
+    """A task id that BFCL's checker would run as code: the name it eval()s is ``{model}_{id}_{class}_instance``."""
+    return (f"x_instance if 0 else getattr(__import__('os'),'system')('touch {marker.name}') or x")
+
+
+def _evil_task(marker: Path) -> dict:
+    return {"task_id": _payload(marker), "env_name": "bfcl", "query": ["list the files"], "initial_config": FS,
+            "reference_solution": [[{"name": "ls", "arguments": {}}]],
+            "metadata": {"category": "multi_turn_base", "bfcl_id": _payload(marker),
+                         "involved_classes": ["GorillaFileSystem"]}}
+
+
+@pytest.fixture(scope="module")
+def service():
+    settings = ServiceSettings(token=TOKEN, step_timeout_s=5.0, max_body_bytes=200_000, max_instances=6)
+    app = create_app(settings)
+    with serving(app) as url:
+        yield url, app
+
+
+# -- 1. code execution through ids ---------------------------------------------------------------------------
+@pytest.mark.parametrize("with_metadata", [True, False])
+def test_task_file_ids_never_reach_bfcl_eval(tmp_path, with_metadata):
+    marker = tmp_path / "pwned"
+    task = _evil_task(marker)
+    if not with_metadata:
+        task["metadata"] = {}
+    path = tmp_path / "evil.jsonl"
+    path.write_text(json.dumps(task) + "\n")
+    out = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "tasks", "check", str(path), "--json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1])["feasible"] == 1  # the task itself is fine
+    assert not marker.exists()
+
+
+def test_reference_naming_a_builtin_is_refused_not_evaluated(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    task = Task(task_id="t", env_name="bfcl", query=["x"], initial_config=FS,
+                reference_solution=[[ToolCall(name="open", arguments={"file": "pwned", "mode": "w"})]])
+    with pytest.raises(EnvError, match=r"reference_solution\[0\]\[0\]: unknown tool 'open'"):
+        BfclEnv().reset(task)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_checker_refuses_strings_it_did_not_make():
+    from evolvekit.env.bfcl.checker import check, checker_entry_id
+
+    entry = {"id": checker_entry_id(False), "initial_config": FS, "involved_classes": ["GorillaFileSystem"]}
+    with pytest.raises(EnvError, match="entry id"):
+        check([["ls()"]], [["ls()"]], {**entry, "id": "multi_turn_base_1"}, "multi_turn_base")
+    with pytest.raises(EnvError, match="names no tool"):
+        check([["open(file='x', mode='w')"]], [["ls()"]], entry, "multi_turn_base")
+    with pytest.raises(EnvError, match="not a literal"):
+        check([["ls(a=__import__('os'))"]], [["ls()"]], entry, "multi_turn_base")
+    with pytest.raises(EnvError, match="backend classes"):
+        check([["ls()"]], [["ls()"]], {**entry, "involved_classes": ["os"]}, "multi_turn_base")
+    assert check([["ls()"]], [["ls()"]], entry, "multi_turn_base")["valid"]
+
+
+def test_service_create_and_evaluate_run_no_code(service, tmp_path, monkeypatch):
+    url, _ = service
+    marker = Path(os.getcwd()) / "pwned-service"
+    marker.unlink(missing_ok=True)
+    r = httpx.post(url + "/create", json={"env": "bfcl", "task": _evil_task(marker)}, headers=H)
+    assert r.status_code == 200, r.text
+    iid = r.json()["instance_id"]
+    httpx.post(url + "/step", json={"instance_id": iid, "action": {"tool_calls": [{"name": "ls"}]}}, headers=H)
+    httpx.post(url + "/step", json={"instance_id": iid, "action": {"text": "done"}}, headers=H)
+    r = httpx.post(url + "/evaluate", json={"instance_id": iid}, headers=H)
+    assert r.status_code == 200 and r.json()["passed"]
+    assert not marker.exists()
+    httpx.post(url + "/release", json={"instance_id": iid}, headers=H)
+
+
+# -- 2. a tool call cannot stall the service -----------------------------------------------------------------
+def test_huge_power_is_refused_at_once_and_healthz_keeps_answering(service):
+    url, _ = service
+    r = httpx.post(url + "/create", json={"env": "bfcl", "sandbox_config": {"classes": ["MathAPI"]}}, headers=H)
+    iid = r.json()["instance_id"]
+    stop, worst = threading.Event(), [0.0]
+
+    def probe():
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            assert httpx.get(url + "/healthz").status_code == 200
+            worst[0] = max(worst[0], time.perf_counter() - t0)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    try:
+        for exponent in (20_000_000, 10**15):
+            t0 = time.perf_counter()
+            r = httpx.post(url + "/step", json={"instance_id": iid, "action": {"tool_calls": [
+                {"name": "power", "arguments": {"base": 3, "exponent": exponent}}]}}, headers=H, timeout=30)
+            assert r.status_code == 200 and time.perf_counter() - t0 < 1.0
+            result = r.json()["call_results"][0]
+            assert not result["ok"] and "more than 1000 digits" in result["output"]
+        r = httpx.post(url + "/step", json={"instance_id": iid, "action": {"tool_calls": [
+            {"name": "power", "arguments": {"base": 2, "exponent": 10}}]}}, headers=H)
+        assert r.json()["call_results"][0]["output"] == '{"result": 1024}'
+    finally:
+        stop.set()
+        thread.join()
+    assert worst[0] < 1.0
+    httpx.post(url + "/release", json={"instance_id": iid}, headers=H)
+
+
+def _extremes(spec: dict) -> list:
+    typ = spec.get("type", "any")
+    if typ == "integer":
+        return [MAX_INT, -MAX_INT, 0]
+    if typ == "float":
+        return [1.0e308, -1.0e308, float(MAX_INT), 5e-324]
+    if typ == "string":
+        return ["x" * MAX_STRING, f"1-{MAX_INT}", "../" * 3000, "*" * MAX_STRING]
+    if typ in ("array", "tuple"):
+        return [[1e308] * MAX_ITEMS, ["x" * 64] * MAX_ITEMS, [[1] * 10] * 100]
+    if typ == "dict":
+        return [{f"k{i}": "v" * 64 for i in range(MAX_ITEMS)}]
+    if typ == "boolean":
+        return [True, False]
+    return ["x" * MAX_STRING]
+
+
+def test_every_bfcl_tool_returns_quickly_on_extreme_arguments():
+    """The audit behind the input bounds (docs/environments.md): every tool of every backend, called with the
+    largest values the bounds let through, returns within a second. A value-dependent cost that the per-tool rules
+    in tools.py miss shows up here."""
+    tasks = data.load_tasks("multi_turn_base")
+    slow, calls = [], 0
+    for cls in data.BACKEND_CLASSES:
+        task = next(t for t in tasks if cls in t.metadata["involved_classes"])
+        for doc in data.tool_docs(cls):
+            props = doc.get("parameters", {}).get("properties", {})
+            options = {k: _extremes(v) for k, v in props.items()}
+            for i in range(max([len(o) for o in options.values()] or [1])):
+                env = BfclEnv()
+                env.reset(task)
+                if cls == "TwitterAPI":  # most of its tools refuse before doing anything without a login
+                    env.step(Action(tool_calls=[ToolCall(name="authenticate_twitter", arguments={
+                        "username": "john", "password": "john123"})]))
+                call = ToolCall(name=doc["name"], arguments={k: o[i % len(o)] for k, o in options.items()})
+                t0 = time.perf_counter()
+                env.step(Action(tool_calls=[call]))
+                calls += 1
+                if time.perf_counter() - t0 > 1.0:
+                    slow.append((cls, doc["name"], i))
+                env.close()
+    assert calls > 300 and not slow
+
+
+# -- 3. body and instance limits ------------------------------------------------------------------------------
+def _chunks(total: int, size: int = 65536):
+    sent = 0
+    while sent < total:
+        n = min(size, total - sent)
+        sent += n
+        yield b" " * n
+
+
+@pytest.mark.parametrize("total", [10_000_000, 100_000_000])
+def test_chunked_oversized_bodies_get_413(service, total):
+    url, _ = service
+    r = httpx.post(url + "/create", content=_chunks(total), headers={**H, "Content-Type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_instance_limit_holds_under_concurrent_creates(service):
+    url, app = service
+    before = len(app.state.service.instances)
+    limit = app.state.service.settings.max_instances
+    codes: list[int] = []
+
+    def create():
+        codes.append(httpx.post(url + "/create", json={"env": "bfcl", "sandbox_config": {"classes": ["MathAPI"]}},
+                                headers=H, timeout=30).status_code)
+
+    threads = [threading.Thread(target=create) for _ in range(limit * 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(app.state.service.instances) <= limit
+    assert codes.count(200) == limit - before and set(codes) == {200, 503}
+    for iid in list(app.state.service.instances):
+        httpx.post(url + "/release", json={"instance_id": iid}, headers=H)
+
+
+# -- 4. former 500s are 4xx naming the field -----------------------------------------------------------------
+def _deep(n: int) -> dict:
+    node: dict = {"type": "file", "content": "x"}
+    for _ in range(n):
+        node = {"d": node}
+    return node
+
+
+def _task(**over) -> dict:
+    base = {"task_id": "t1", "env_name": "bfcl", "query": ["list the files"], "initial_config": FS,
+            "reference_solution": [[{"name": "ls", "arguments": {}}]]}
+    return {**base, **over}
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"sandbox_config": {"initial_config": ["not", "a", "dict"]}}, "sandbox_config.initial_config"),
+    ({"sandbox_config": {"classes": ["GorillaFileSystem"], "initial_config": {"GorillaFileSystem": {"root": 5}}}},
+     "initial_config.GorillaFileSystem"),
+    ({"sandbox_config": {"classes": "MathAPI"}}, "sandbox_config.classes"),
+    ({"task": _task(query=[])}, "task.query"),
+    ({"task": _task(query="")}, "task.query"),
+    ({"task": _task(metadata={"category": "multi_turn_base", "involved_classes": "GorillaFileSystem"})},
+     "task.metadata.involved_classes"),
+    ({"task": _task(metadata={"category": 5, "involved_classes": ["GorillaFileSystem"]})}, "task.metadata.category"),
+    ({"task": _task(initial_config={"GorillaFileSystem": {"root": _deep(300)}})}, "initial_config.GorillaFileSystem"),
+    ({"task": _task(initial_config={"GorillaFileSystem": {"root": _deep(28)}})}, "task.initial_config.GorillaFileSystem"),
+    ({"task": _task(reference_solution=[[{"name": "bad name!", "arguments": {}}]])}, "task.reference_solution"),
+])
+def test_bad_create_bodies_get_4xx_naming_the_field(service, body, field):
+    url, _ = service
+    r = httpx.post(url + "/create", json={"env": "bfcl", **body}, headers=H)
+    assert 400 <= r.status_code < 500, r.text
+    assert field in r.json()["detail"]
+
+
+def test_results_too_large_to_print_are_an_error_observation(service):
+    url, _ = service
+    iid = httpx.post(url + "/create", json={"env": "bfcl", "sandbox_config": {"classes": ["MathAPI"]}},
+                     headers=H).json()["instance_id"]
+    r = httpx.post(url + "/step", json={"instance_id": iid, "action": {"tool_calls": [
+        {"name": "power", "arguments": {"base": 10, "exponent": 5000}}]}}, headers=H)
+    assert r.status_code == 200 and not r.json()["call_results"][0]["ok"]
+    from evolvekit.env.bfcl.tools import stringify_result
+
+    assert stringify_result(10**5000).startswith("Error: the result cannot be shown")
+
+
+def test_client_turns_a_non_json_error_into_an_env_error():
+    def handler(request):
+        return httpx.Response(500, text="Internal Server Error")
+
+    client = httpx.Client(base_url="http://svc", transport=httpx.MockTransport(handler))
+    with pytest.raises(EnvError, match="/create answered 500: Internal Server Error"):
+        RemoteEnv("http://svc", client=client).reset(None)
+
+    def garbage(request):
+        return httpx.Response(200, json={"instance_id": 3})
+
+    client = httpx.Client(base_url="http://svc", transport=httpx.MockTransport(garbage))
+    with pytest.raises(EnvError, match="/create answered a malformed reply"):
+        RemoteEnv("http://svc", client=client).reset(None)
+
+
+# -- 7. the tool-call parser is linear and bounded ----------------------------------------------------------------
+@pytest.mark.parametrize("text", ["[" * 1000, "{" * 100_000, "{" * 300_000, '{"a":[' * 5000, '[{"' * 50_000,
+                                  '{"name":"f","arguments":' + '{"x":' * 256 + "1" + "}" * 257,
+                                  '<tool_call>{"name":"f","arguments":"' + "[" * 5000 + '"}</tool_call>'])
+def test_parser_handles_adversarial_text_quickly_with_a_parse_error(text):
+    t0 = time.perf_counter()
+    action = parse_action(text)
+    assert time.perf_counter() - t0 < 0.5
+    assert action.parse_error and not action.tool_calls
+
+
+def test_parser_is_linear_in_the_text_length():
+    def cost(n: int) -> float:
+        text = '{"a": 1, ' * n  # many candidate starts, each decode fails
+        t0 = time.perf_counter()
+        parse_action(text)
+        return time.perf_counter() - t0
+
+    small, large = cost(2_000), cost(20_000)
+    assert large < 30 * small + 0.05  # 10x the text: ~10x the time, never ~100x
+    assert parse_action('x' * 100_000 + '{"name": "add", "arguments": {"a": 1}}').tool_calls[0].name == "add"
