@@ -20,15 +20,17 @@ EMBEDDED_EMBEDDER = "embedded:all-minilm-l6-v2"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # no NaN or infinity anywhere: a `learning_rate: nan` is refused like any other bad value
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
-def F(default: Any, description: str) -> Any:  # noqa: N802 - short helper for documented fields
+def F(default: Any, description: str, **bounds: Any) -> Any:  # noqa: N802 - short helper for documented fields
+    """A documented field; ``bounds`` are pydantic's numeric constraints (ge, gt, le, lt)."""
     if isinstance(default, BaseModel):
         return Field(default_factory=lambda: default.model_copy(deep=True), description=description)
     if isinstance(default, (list, dict)):
-        return Field(default_factory=lambda: type(default)(default), description=description)
-    return Field(default=default, description=description)
+        return Field(default_factory=lambda: type(default)(default), description=description, **bounds)
+    return Field(default=default, description=description, **bounds)
 
 
 class ModelConfig(_Section):
@@ -41,11 +43,11 @@ class ModelConfig(_Section):
     packed_weights: bool = F(True, "local backend on CPU: inference through oneDNN-prepacked linear weights (llm/packed.py; training unaffected)")
     base_url: str | None = F(None, "openai backend: server base URL, e.g. http://127.0.0.1:8000/v1 (env EVOLVEKIT_OPENAI_BASE_URL)")
     api_key_env: str = F("OPENAI_API_KEY", "openai backend: name of the environment variable holding the API key")
-    temperature: float = F(0.7, "sampling temperature")
-    top_p: float = F(1.0, "nucleus sampling threshold")
-    max_new_tokens: int = F(256, "generation cap per call")
-    timeout_s: float = F(60.0, "openai backend: per-request timeout")
-    max_retries: int = F(4, "openai backend: retries with exponential back-off on 429/5xx/timeouts")
+    temperature: float = F(0.7, "sampling temperature", ge=0)
+    top_p: float = F(1.0, "nucleus sampling threshold", gt=0, le=1)
+    max_new_tokens: int = F(256, "generation cap per call", ge=1)
+    timeout_s: float = F(60.0, "openai backend: per-request timeout", gt=0)
+    max_retries: int = F(4, "openai backend: retries with exponential back-off on 429/5xx/timeouts", ge=0)
     return_token_ids: bool = F(False, "openai backend: ask the server for exact prompt/completion token ids (vLLM 'return_token_ids')")
 
 
@@ -67,7 +69,7 @@ class ModelsConfig(_Section):
 class EmbeddingConfig(_Section):
     model: str = F(EMBEDDED_EMBEDDER, "sentence embedding model; 'embedded:all-minilm-l6-v2' ships offline")
     device: str = F("cpu", "device for the embedding model")
-    batch_size: int = F(64, "encode batch size")
+    batch_size: int = F(64, "encode batch size", ge=1)
 
 
 class EnvConfig(_Section):
@@ -77,55 +79,55 @@ class EnvConfig(_Section):
     plugins: list[str] = F([], "Python modules to import first; they register custom environments (register_env)")
     family: str | None = F(None, "task family (a tool subset with worked examples, e.g. 'arith'); real tasks then come from the family")
     curriculum: list[str] = F([], "task families to widen through, narrow to wide (e.g. [arith, arith_wide]); training tasks come from the current one")
-    curriculum_threshold: float = F(0.7, "mean train success over curriculum_window iterations that moves to the next family")
-    curriculum_window: int = F(2, "iterations on a family before its success is judged")
-    family_tasks: int = F(200, "tasks per split drawn from a task family's generator")
+    curriculum_threshold: float = F(0.7, "mean train success over curriculum_window iterations that moves to the next family", ge=0, le=1)
+    curriculum_window: int = F(2, "iterations on a family before its success is judged", ge=1)
+    family_tasks: int = F(200, "tasks per split drawn from a task family's generator", ge=1)
     train_split: str = F("train", "partition of the base tasks used as real training tasks")
     eval_split: str = F("test", "held-out partition for evaluation")
     tool_rendering: Literal["compact", "json"] = F("compact", "tool schemas in the prompt: one line per tool, or full JSON")
     service_url: str | None = F(None, "if set, use the environment service at this URL instead of in-process envs")
     service_token_env: str = F("EVOLVEKIT_ENV_TOKEN", "environment variable with the service's bearer token")
-    step_timeout_s: float = F(10.0, "per-step timeout of an environment call")
+    step_timeout_s: float = F(10.0, "per-step timeout of an environment call", gt=0)
 
 
 class RolloutConfig(_Section):
-    max_steps: int = F(30, "step limit per episode (AgentEvolver §7.1: trajectories truncated at 30 steps)")
-    group_size: int = F(8, "rollouts per task: one GRPO group (n; paper evaluates avg@8/best@8)")
+    max_steps: int = F(30, "step limit per episode (AgentEvolver §7.1: trajectories truncated at 30 steps)", ge=1)
+    group_size: int = F(8, "rollouts per task: one GRPO group (n; paper evaluates avg@8/best@8)", ge=1)
     template: Literal["basic", "reasoning", "sliding_window", "self_managing"] = F("basic", "context template (§6.2)")
-    context_token_limit: int = F(4096, "sliding-window / self-managing templates act past this many tokens")
-    concurrency: int = F(8, "rollouts generated concurrently (batched for the local backend)")
+    context_token_limit: int = F(4096, "sliding-window / self-managing templates act past this many tokens", ge=64)
+    concurrency: int = F(8, "rollouts generated concurrently (batched for the local backend)", ge=1)
     backend: Literal["local", "ray"] = F("local", "local = in this process; ray = rollout workers and environments as Ray actors (extra 'ray')")
     ray_address: str | None = F(None, "Ray cluster address; None starts a local Ray on 127.0.0.1")
-    ray_workers: int = F(2, "rollout worker actors (each runs its share of the jobs, batched)")
-    ray_worker_cpus: float = F(0.5, "CPUs per rollout worker actor (fractional on small machines)")
-    ray_env_cpus: float = F(0.1, "CPUs per environment actor")
+    ray_workers: int = F(2, "rollout worker actors (each runs its share of the jobs, batched)", ge=1)
+    ray_worker_cpus: float = F(0.5, "CPUs per rollout worker actor (fractional on small machines)", gt=0)
+    ray_env_cpus: float = F(0.1, "CPUs per environment actor", gt=0)
 
 
 class TrainConfig(_Section):
     algorithm: Literal["grpo"] = F("grpo", "policy optimisation algorithm (§6.4)")
-    iterations: int = F(3, "master-loop iterations")
-    tasks_per_iteration: int = F(4, "tasks sampled per iteration (paper: batch size 32)")
-    learning_rate: float = F(1e-6, "AdamW learning rate (§7.1.3: 1e-6)")
-    kl_beta: float = F(0.001, "KL penalty coefficient β, k3 estimator (§7.1.3: 0.001; Eq. 17)")
-    eps_low: float = F(0.28, "lower clip ε_low (§7.1.3: 0.28; Eq. 17)")
-    eps_high: float = F(0.28, "upper clip ε_high (§7.1.3: 0.28; Eq. 17)")
-    eps_norm: float = F(1e-6, "ε_norm in the group normalisation of advantages (Eq. 16)")
-    ppo_epochs: int = F(1, "optimisation passes over each batch of samples")
-    mini_batch_size: int = F(0, "sequences per optimizer step (0 = the whole batch in one step, on-policy)")
-    micro_batch_size: int = F(2, "sequences per forward/backward (memory knob; gradients are accumulated)")
-    weight_decay: float = F(0.0, "AdamW weight decay")
+    iterations: int = F(3, "master-loop iterations", ge=0)
+    tasks_per_iteration: int = F(4, "tasks sampled per iteration (paper: batch size 32)", ge=1)
+    learning_rate: float = F(1e-6, "AdamW learning rate (§7.1.3: 1e-6)", gt=0)
+    kl_beta: float = F(0.001, "KL penalty coefficient β, k3 estimator (§7.1.3: 0.001; Eq. 17)", ge=0)
+    eps_low: float = F(0.28, "lower clip ε_low (§7.1.3: 0.28; Eq. 17)", ge=0, lt=1)
+    eps_high: float = F(0.28, "upper clip ε_high (§7.1.3: 0.28; Eq. 17)", ge=0)
+    eps_norm: float = F(1e-6, "ε_norm in the group normalisation of advantages (Eq. 16)", gt=0)
+    ppo_epochs: int = F(1, "optimisation passes over each batch of samples", ge=1)
+    mini_batch_size: int = F(0, "sequences per optimizer step (0 = the whole batch in one step, on-policy)", ge=0)
+    micro_batch_size: int = F(2, "sequences per forward/backward (memory knob; gradients are accumulated)", ge=1)
+    weight_decay: float = F(0.0, "AdamW weight decay", ge=0)
     autocast: Literal["auto", "bf16", "off"] = F("auto", "bf16 autocast: auto = on for CUDA and CPUs with AVX512-BF16")
-    max_sequence_tokens: int = F(4096, "training sequences longer than this are skipped (counted in metrics)")
-    keep_checkpoints: int = F(2, "how many iteration checkpoints to keep on disk (the latest always kept)")
+    max_sequence_tokens: int = F(4096, "training sequences longer than this are skipped (counted in metrics)", ge=1)
+    keep_checkpoints: int = F(2, "how many iteration checkpoints to keep on disk (the latest always kept)", ge=1)
     eval_before: bool = F(True, "evaluate the policy on held-out tasks before training")
     eval_after: bool = F(True, "evaluate the policy on held-out tasks after training")
-    eval_tasks: int = F(0, "held-out tasks per evaluation (0 = all of the eval split)")
-    eval_k: int = F(0, "samples per held-out task (avg@k/best@k); 0 = rollout.group_size")
+    eval_tasks: int = F(0, "held-out tasks per evaluation (0 = all of the eval split)", ge=0)
+    eval_k: int | None = F(None, "samples per held-out task (avg@k/best@k); unset = rollout.group_size", ge=1)
     eval_synthetic: str | None = F(None, "JSONL of held-out synthetic tasks (e.g. from `evolvekit tasks synthesize` with another seed), evaluated next to the real split (keys synthetic/avg@k) and kept out of the run's own synthetic tasks by dedup")
-    eval_every: int = F(0, "also evaluate on held-out tasks every N iterations (0 = only before/after)")
-    max_grad_norm: float = F(1.0, "gradient clipping")
+    eval_every: int = F(0, "also evaluate on held-out tasks every N iterations (0 = only before/after)", ge=0)
+    max_grad_norm: float = F(1.0, "gradient clipping", gt=0)
     lora: bool = F(False, "train LoRA adapters (peft) instead of the full model")
-    lora_rank: int = F(16, "LoRA rank")
+    lora_rank: int = F(16, "LoRA rank", ge=1)
 
     @field_validator("autocast", mode="before")
     @classmethod
@@ -135,82 +137,82 @@ class TrainConfig(_Section):
 
 
 class DifficultyConfig(_Section):
-    entities: int = F(2, "entities per synthetic task (§7.1.3: two entities)")
-    attributes: int = F(3, "attributes per synthetic task (§7.1.3: three attributes)")
-    operations: int = F(3, "operations per synthetic task (§7.1.3: three operations)")
+    entities: int = F(2, "entities per synthetic task (§7.1.3: two entities)", ge=0)
+    attributes: int = F(3, "attributes per synthetic task (§7.1.3: three attributes)", ge=0)
+    operations: int = F(3, "operations per synthetic task (§7.1.3: three operations)", ge=0)
 
 
 class QuestioningConfig(_Section):
     enabled: bool = F(False, "self-questioning task supply (§3); off = real train-split tasks only")
-    n_breadth: int = F(3, "N_b breadth-first exploration steps (§3.1, Eq. 9; BFCL: 3)")
-    n_depth: int = F(27, "N_d myopic depth-first window/steps (§3.1, Eq. 9; BFCL: 27)")
-    explore_runs: int = F(4, "parallel exploration runs per synthesis round (§3.1)")
-    explore_steps: int = F(30, "steps per exploration run (N_b + N_d = 30 on BFCL)")
-    synthetic_tasks: int = F(64, "synthetic tasks to build before training when self-questioning is on")
+    n_breadth: int = F(3, "N_b breadth-first exploration steps (§3.1, Eq. 9; BFCL: 3)", ge=0)
+    n_depth: int = F(27, "N_d myopic depth-first window/steps (§3.1, Eq. 9; BFCL: 27)", ge=0)
+    explore_runs: int = F(4, "parallel exploration runs per synthesis round (§3.1)", ge=1)
+    explore_steps: int = F(30, "steps per exploration run (N_b + N_d = 30 on BFCL)", ge=1)
+    synthetic_tasks: int = F(64, "synthetic tasks to build before training when self-questioning is on", ge=0)
     scaffold: Literal["auto", "on", "off"] = F("auto", "small-model scaffolds for exploration and synthesis: the explorer's reply starts with an opened tool call (naming an untried tool in breadth steps; in depth steps the model picks the tool under a guided choice among the real ones) whose arguments are decoded under the tool's JSON schema and the synthesizer writes one request per chosen window of explored calls instead of choosing calls itself. 'off' = the paper's free prompts; 'auto' = on for local (in-process) models, off for served ones")
     difficulty: DifficultyConfig = F(DifficultyConfig(), "user preference: difficulty (§3.2, Eq. 10)")
     style_rubrics: list[str] = F([], "user preference: free-text style rubrics (§3.2)")
-    lexical_dedup_threshold: float = F(0.8, "token-overlap threshold for real-time dedup (§3.3; §7.1.3: 0.8)")
-    semantic_dedup_threshold: float = F(0.9, "embedding cosine threshold for semantic dedup (§3.3)")
-    grounding_threshold: float = F(0.0, "drop a synthesized task when less than this share of its reference solution's literal argument values appear in its request (evolvekit's own filter, not in the paper; 0 = off; 1.0 suits stateless families such as arith, where every value must be stated)")
-    hybrid_lambda: float = F(1.0, "λ share of proxy tasks in the hybrid distribution (Eq. 12; paper default trains on synthetic only)")
-    synthetic_advantage_decay: float = F(0.5, "advantage down-weighting of proxy tasks in hybrid training (§7.1.3: 0.5)")
+    lexical_dedup_threshold: float = F(0.8, "token-overlap threshold for real-time dedup (§3.3; §7.1.3: 0.8)", ge=0, le=1)
+    semantic_dedup_threshold: float = F(0.9, "embedding cosine threshold for semantic dedup (§3.3)", ge=-1, le=1)
+    grounding_threshold: float = F(0.0, "drop a synthesized task when less than this share of its reference solution's literal argument values appear in its request (evolvekit's own filter, not in the paper; 0 = off; 1.0 suits stateless families such as arith, where every value must be stated)", ge=0, le=1)
+    hybrid_lambda: float = F(1.0, "λ share of proxy tasks in the hybrid distribution (Eq. 12; paper default trains on synthetic only)", ge=0, le=1)
+    synthetic_advantage_decay: float = F(0.5, "advantage down-weighting of proxy tasks in hybrid training (§7.1.3: 0.5)", ge=0, le=1)
     reward: Literal["judge", "state", "mix"] = F("judge", "reward for synthetic tasks (§3.4): LLM judge (unparseable -> state check, counted), state check, or mix")
-    judge_retries: int = F(2, "retries of an unparseable judge answer before the fallback")
-    judge_weight: float = F(0.5, "weight of the judge in the 'mix' reward")
+    judge_retries: int = F(2, "retries of an unparseable judge answer before the fallback", ge=0)
+    judge_weight: float = F(0.5, "weight of the judge in the 'mix' reward", ge=0, le=1)
 
 
 class CoEvolveConfig(_Section):
     enabled: bool = F(False, "CoEvolve weakness signals steering re-exploration (CoEvolve §3)")
-    forgetting_window: int = F(5, "W, sliding window of recent scores per task (CoEvolve §3.1 (1))")
-    success_threshold: float = F(0.5, "score threshold for forgetting/boundary signals (CoEvolve §3.1)")
-    rare_theta_percent: float = F(5.0, "θ, rare-pattern frequency threshold in percent (CoEvolve §3.1 (3): θ = 5)")
-    rare_min_patterns: int = F(50, "N_min observed patterns before rare signals fire (CoEvolve §3.1 (3))")
-    reexplore_rounds: int = F(2, "independent re-exploration runs per context (CoEvolve §3.2)")
-    reexplore_steps: int = F(8, "steps per re-exploration run (CoEvolve §3.2)")
-    every_iterations: int = F(10, "F, regenerate tasks from signals every F iterations (CoEvolve §4: every 10 steps)")
+    forgetting_window: int = F(5, "W, sliding window of recent scores per task (CoEvolve §3.1 (1))", ge=1)
+    success_threshold: float = F(0.5, "score threshold for forgetting/boundary signals (CoEvolve §3.1)", ge=0, le=1)
+    rare_theta_percent: float = F(5.0, "θ, rare-pattern frequency threshold in percent (CoEvolve §3.1 (3): θ = 5)", ge=0, le=100)
+    rare_min_patterns: int = F(50, "N_min observed patterns before rare signals fire (CoEvolve §3.1 (3))", ge=0)
+    reexplore_rounds: int = F(2, "independent re-exploration runs per context (CoEvolve §3.2)", ge=0)
+    reexplore_steps: int = F(8, "steps per re-exploration run (CoEvolve §3.2)", ge=1)
+    every_iterations: int = F(10, "F, regenerate tasks from signals every F iterations (CoEvolve §4: every 10 steps)", ge=1)
 
 
 class NavigatingConfig(_Section):
     enabled: bool = F(False, "self-navigating: experience pool + experience-mixed rollouts (§4)")
-    n_pc: int = F(4, "N_pc rollouts per task to build the cold-start pool (Eq. 13; §7.1.3: 4)")
-    top_k: int = F(5, "retrieval top-k (Eq. 14; §7.1.3: k = 5)")
+    n_pc: int = F(4, "N_pc rollouts per task to build the cold-start pool (Eq. 13; §7.1.3: 4)", ge=0)
+    top_k: int = F(5, "retrieval top-k (Eq. 14; §7.1.3: k = 5)", ge=1)
     rerank: bool = F(True, "LLM re-ranking of retrieved experiences (§4.1)")
     rewrite: bool = F(True, "LLM rewriting of retrieved experiences for the task (§4.1)")
-    eta: float = F(0.5, "η share of experience-guided rollouts, N_e = ⌊η·N⌋ (Eq. 15; §7.1.3: 0.5)")
-    eps_high_boost: float = F(0.6, "ε̂_high for positive-advantage guided samples (Eq. 17; §7.1.3: 0.6)")
+    eta: float = F(0.5, "η share of experience-guided rollouts, N_e = ⌊η·N⌋ (Eq. 15; §7.1.3: 0.5)", ge=0, le=1)
+    eps_high_boost: float = F(0.6, "ε̂_high for positive-advantage guided samples (Eq. 17; §7.1.3: 0.6)", ge=0)
     strip_experience: bool = F(True, "remove experience tokens before the update (§4.3)")
     as_tool: bool = F(False, "expose experience as a search_experience tool instead of prompt injection (EvolveR §3.2.2)")
     theta_sim: float = F(0.85, "θ_sim, cosine at or above which a new experience is checked for merge (EvolveR)")
-    theta_prune: float = F(0.3, "θ_prune, prune experiences with score (c_succ+1)/(c_use+2) below it (EvolveR)")
-    inject_count: int = F(1, "experiences injected into a guided rollout after refinement (the paper injects one snippet exp_g)")
-    success_threshold: float = F(1.0, "outcome at or above which a rollout counts as a success (experience scores, extraction split)")
+    theta_prune: float = F(0.3, "θ_prune, prune experiences with score (c_succ+1)/(c_use+2) below it (EvolveR)", ge=0, le=1)
+    inject_count: int = F(1, "experiences injected into a guided rollout after refinement (the paper injects one snippet exp_g)", ge=1)
+    success_threshold: float = F(1.0, "outcome at or above which a rollout counts as a success (experience scores, extraction split)", ge=0, le=1)
     validate_experiences: bool = F(True, "LLM validation of each extracted experience (§4.1 step 3)")
-    prune_every: int = F(1, "run the EvolveR pruning sweep every N iterations (0 = never)")
+    prune_every: int = F(1, "run the EvolveR pruning sweep every N iterations (0 = never)", ge=0)
     seed_file: str = F("", "JSONL experiences (the `evolvekit experiences export` format) that seed an empty pool before the first iteration, e.g. a family's worked examples (`evolvekit experiences from-family arith`); '' = the pool starts from the n_pc cold-start rollouts")
     utility_test: bool = F(False, "Evolving-RL: judge an experience by its mean reward on K related tasks")
-    utility_k: int = F(4, "K related tasks for the utility test (Evolving-RL §3.1)")
+    utility_k: int = F(4, "K related tasks for the utility test (Evolving-RL §3.1)", ge=1)
 
 
 class AttributingConfig(_Section):
     enabled: bool = F(False, "self-attributing step credit (§5)")
     mode: Literal["both", "outcome_only", "attribution_only"] = F("both", "Table 5 ablations: r_attr + r_out, w/o r_attr, w/o r_out")
-    alpha: float = F(0.1, "α weight of the attribution channel (Eq. 20; §7.5: 0.1)")
+    alpha: float = F(0.1, "α weight of the attribution channel (Eq. 20; §7.5: 0.1)", ge=0)
     alpha_schedule: list[float] = F([], "optional per-iteration α values (curriculum); empty = constant α")
-    eps: float = F(1e-8, "ε in the standardisations of Eq. 18 and Eq. 19")
-    max_retries: int = F(2, "retries of an unparseable attribution before neutralising the channel")
-    concurrency: int = F(4, "concurrent attributor calls")
+    eps: float = F(1e-8, "ε in the standardisations of Eq. 18 and Eq. 19", gt=0)
+    max_retries: int = F(2, "retries of an unparseable attribution before neutralising the channel", ge=0)
+    concurrency: int = F(4, "concurrent attributor calls", ge=1)
     constrained: Literal["auto", "on", "off"] = F("auto", "forced-choice labels: the answer structure is forced and the model only picks GOOD/BAD per step by log-probability (never unparseable, no written analysis); 'auto' = on for an in-process attributor, 'off' = the paper's free answer + parser")
 
 
 class EvolvingRLConfig(_Section):
     enabled: bool = F(False, "co_evolution switch: Evolving-RL joint extractor/solver training (Evolving-RL §3)")
     mode: Literal["both", "solver_only", "extractor_only"] = F("both", "Table 3 ablations: train both roles, or only one")
-    skill_max_tokens: int = F(128, "generation cap of one extracted skill")
-    n_candidates: int = F(8, "N candidate skills per source task (Evolving-RL §3.1)")
-    k_tasks: int = F(4, "K related downstream tasks, source included (Evolving-RL §3.1)")
-    lambda_e: float = F(0.2, "λ_e weight of the extractor loss (Eq. 6)")
-    lambda_s: float = F(1.0, "λ_s weight of the solver loss (Eq. 6)")
+    skill_max_tokens: int = F(128, "generation cap of one extracted skill", ge=1)
+    n_candidates: int = F(8, "N candidate skills per source task (Evolving-RL §3.1)", ge=1)
+    k_tasks: int = F(4, "K related downstream tasks, source included (Evolving-RL §3.1)", ge=1)
+    lambda_e: float = F(0.2, "λ_e weight of the extractor loss (Eq. 6)", ge=0)
+    lambda_s: float = F(1.0, "λ_s weight of the solver loss (Eq. 6)", ge=0)
     entropy_coef: float = F(-0.03, "entropy coefficient of the extractor loss, negative (Eq. 3)")
 
     @model_validator(mode="before")
@@ -226,21 +228,29 @@ class EvolvingRLConfig(_Section):
 class ColdStartConfig(_Section):
     enabled: bool = F(False, "supervised warm-up before RL on verified (task -> reference solution) pairs; teaches the action format, not answers (EvolveR §3.2.2, A.2)")
     tasks_file: str | None = F(None, "JSONL of verified tasks to warm up on (e.g. `evolvekit tasks synthesize`); default: the run's own self-questioning tasks")
-    epochs: int = F(3, "epochs over the warm-up pairs (EvolveR A.2: 3)")
-    learning_rate: float = F(1e-4, "peak learning rate (EvolveR A.2: 1e-4 with LoRA; full fine-tuning a 135M model wants ~1e-5)")
-    warmup_ratio: float = F(0.1, "linear warm-up share of the steps, then linear decay (EvolveR A.2: 0.1)")
-    batch_size: int = F(16, "pairs per optimizer step (EvolveR A.2: 16)")
-    max_examples: int = F(512, "cap on warm-up pairs")
+    epochs: int = F(3, "epochs over the warm-up pairs (EvolveR A.2: 3)", ge=1)
+    learning_rate: float = F(1e-4, "peak learning rate (EvolveR A.2: 1e-4 with LoRA; full fine-tuning a 135M model wants ~1e-5)", gt=0)
+    warmup_ratio: float = F(0.1, "linear warm-up share of the steps, then linear decay (EvolveR A.2: 0.1)", ge=0, le=1)
+    batch_size: int = F(16, "pairs per optimizer step (EvolveR A.2: 16)", ge=1)
+    max_examples: int = F(512, "cap on warm-up pairs", ge=1)
     closing: str = F("Done.", "closing message trained after the replayed tool result, so the warm-up also teaches that a turn ends once its calls ran; empty = calls only")
 
 
 class RewardConfig(_Section):
-    w_outcome: float = F(1.0, "w_o, outcome weight (EvolveR §3.3)")
-    w_format: float = F(0.0, "w_f, format weight; EvolveR uses 0.1, off (0) in paper-faithful configs")
+    w_outcome: float = F(1.0, "w_o, outcome weight (EvolveR §3.3)", ge=0)
+    w_format: float = F(0.0, "w_f, format weight; EvolveR uses 0.1, off (0) in paper-faithful configs", ge=0)
 
 
 class RunConfig(_Section):
     name: str = F("quickstart", "run name (directory under out_dir)")
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        if not v or v in (".", "..") or any(c in v for c in "/\\\0"):
+            raise ValueError("must be a plain folder name (no path separators)")
+        return v
+
     out_dir: str = F("runs", "where run directories are created")
     seed: int = F(0, "global seed")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = F("INFO", "logging level")
@@ -262,6 +272,63 @@ class Config(_Section):
     navigating: NavigatingConfig = F(NavigatingConfig(), "self-navigating (§4)")
     attributing: AttributingConfig = F(AttributingConfig(), "self-attributing (§5)")
     evolving_rl: EvolvingRLConfig = F(EvolvingRLConfig(), "Evolving-RL")
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> "Config":
+        """The rules that combine fields (one place: `config validate` and `run` both go through here)."""
+        problem = cross_field_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
+def cross_field_problem(cfg: Config) -> str | None:
+    """The first rule combining several fields that ``cfg`` breaks, as one line naming them, else None."""
+    if cfg.evolving_rl.enabled and (cfg.navigating.enabled or cfg.attributing.enabled):
+        return ("evolving_rl.enabled replaces the rollout, experience and sample stages; "
+                "turn navigating.enabled and attributing.enabled off")
+    if cfg.rollout.backend == "ray" and cfg.train.lora:
+        return "rollout.backend: ray with train.lora is not supported yet (workers sync full weights)"
+    if cfg.cold_start.enabled and not cfg.cold_start.tasks_file and not cfg.questioning.enabled:
+        return "cold_start.enabled needs verified tasks: set cold_start.tasks_file or questioning.enabled"
+    if cfg.env.curriculum and cfg.questioning.enabled:
+        return "env.curriculum widens real task families; with questioning.enabled it is not supported yet"
+    if cfg.coevolve.enabled and not cfg.questioning.enabled:
+        return "coevolve.enabled needs questioning.enabled (its new tasks come from the synthesis pipeline)"
+    return None
+
+
+def training_problem(cfg: Config) -> str | None:
+    """What keeps ``cfg`` from training (``evolvekit run``) though it may still evaluate (``evolvekit eval``)."""
+    if cfg.models.policy.backend != "local":
+        return ("training needs models.policy.backend: local (an OpenAI-compatible server cannot be updated from "
+                "here); use `evolvekit eval` to evaluate a served model")
+    return None
+
+
+def out_dir_problem(out_dir: str) -> str | None:
+    """Why no run folder can be made under ``out_dir``, or None. Probes the nearest existing ancestor by creating
+    and removing an empty folder there (permission bits alone say nothing for root or on /proc)."""
+    import tempfile
+
+    probe = Path(out_dir).expanduser().absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"run.out_dir: {probe} is not a folder"
+    try:
+        Path(tempfile.mkdtemp(dir=probe, prefix=".evolvekit-probe-")).rmdir()
+    except OSError as err:
+        return f"run.out_dir: cannot create folders under {probe}: {err.strerror or err}"
+    return None
+
+
+def migrate_stored(data: dict[str, Any]) -> dict[str, Any]:
+    """Bring a config stored by an older evolvekit (a run folder's config.json) to today's shape."""
+    train = data.get("train")
+    if isinstance(train, dict) and train.get("eval_k") == 0:  # before: 0 meant "rollout.group_size"
+        train["eval_k"] = None
+    return data
 
 
 def _parse_scalar(text: str) -> Any:
@@ -294,7 +361,10 @@ def _format_error(err: ValidationError, source: str) -> str:
     loc = ".".join(str(p) for p in first["loc"])
     if first["type"] == "extra_forbidden":
         return f"{source}: unknown key '{loc}'"
-    return f"{source}: invalid value for '{loc}': {first['msg']} (got {first.get('input')!r})"
+    if not loc:  # a cross-field rule (Config._cross_field_rules)
+        return f"{source}: {first['msg'].removeprefix('Value error, ')}"
+    got = repr(first.get("input"))
+    return f"{source}: invalid value for '{loc}': {first['msg'].removeprefix('Value error, ')} (got {got[:80]})"
 
 
 def config_from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
@@ -314,9 +384,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not p.is_file():
             raise ConfigError(f"config file not found: {p}")
         try:
-            loaded = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{p}: not valid YAML: {str(err).splitlines()[0]}") from None
+            loaded = yaml.safe_load(p.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{p}: not UTF-8 text (byte {err.start})") from None
+        except (yaml.YAMLError, RecursionError) as err:
+            raise ConfigError(f"{p}: not valid YAML: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+        except OSError as err:
+            raise ConfigError(f"{p}: cannot read: {err.strerror}") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

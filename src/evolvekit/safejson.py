@@ -5,7 +5,14 @@ A leaf module: the parser, the environment service and the task-file loaders sha
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from evolvekit.errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def bracket_depth(text: str) -> int:
@@ -34,3 +41,31 @@ def json_depth_path(value: Any, limit: int) -> str | None:
             items = node.items() if isinstance(node, dict) else enumerate(node)
             stack.extend((v, depth + 1, f"{path}.{k}" if path else str(k)) for k, v in items)
     return None
+
+
+def read_jsonl(path: str | Path, model: type[M], what: str) -> list[M]:
+    """Every line of a JSONL file as ``model``, all validated before any is returned (so a bad file changes
+    nothing). A missing file, bytes that are not UTF-8, or a line that is not a ``what`` is a ``ConfigError`` of
+    one line naming the file and the line."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"no such file: {p}")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {err.start}); expected JSON lines") from None
+    except OSError as err:
+        raise ConfigError(f"{p}: cannot read: {err.strerror}") from None
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(model.model_validate_json(line))
+        except ValidationError as err:
+            first = err.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"])
+            raise ConfigError(f"{p}:{n}: not {what}: {loc + ': ' if loc else ''}{first['msg'][:160]}") from None
+        except (ValueError, RecursionError) as err:
+            raise ConfigError(f"{p}:{n}: not {what}: {type(err).__name__}") from None
+    return out

@@ -306,3 +306,107 @@ def test_parser_is_linear_in_the_text_length():
     small, large = cost(2_000), cost(20_000)
     assert large < 30 * small + 0.05  # 10x the text: ~10x the time, never ~100x
     assert parse_action('x' * 100_000 + '{"name": "add", "arguments": {"a": 1}}').tool_calls[0].name == "add"
+
+
+# -- 5. bad configs and files: exit 2, one line, no run folder --------------------------------------------------
+def _evolvekit(*args, cwd):
+    """The CLI's real entry point (``main()``) in this process: exit code and output, as a subprocess would see
+    them, at a fraction of the start-up cost (test_cli_subprocess_... checks one case through a real process)."""
+    import contextlib
+    import io
+
+    from evolvekit.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old_argv, old_cwd = sys.argv, os.getcwd()
+    sys.argv = ["evolvekit", *args]
+    os.chdir(cwd)
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        sys.argv = old_argv
+        os.chdir(old_cwd)
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def test_cli_subprocess_bad_value_exits_2_with_one_line(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "run", QUICKSTART, "--set",
+                          "train.learning_rate=nan", "--set", f"run.out_dir={tmp_path / 'runs'}"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        out.stderr.strip()] and "train.learning_rate" in out.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+QUICKSTART = str(Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml")
+
+
+@pytest.mark.parametrize("override", [
+    "train.iterations=-3", "rollout.group_size=0", "rollout.group_size=-1", "train.micro_batch_size=0",
+    "train.eval_k=0", "train.eval_tasks=-1", "train.tasks_per_iteration=0", "rollout.max_steps=0",
+    "train.learning_rate=-1", "train.learning_rate=nan", "models.policy.max_new_tokens=-5", "run.out_dir=/proc/x",
+    "run.name=../escape", "models.policy.backend=openai", "coevolve.enabled=true",
+    "evolving_rl.enabled=true navigating.enabled=true"])
+def test_bad_run_configs_exit_2_with_one_line_and_no_run_folder(tmp_path, override):
+    sets = [a for o in override.split() for a in ("--set", o)]
+    out = _evolvekit("run", QUICKSTART, "--set", f"run.out_dir={tmp_path / 'runs'}", *sets, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-500:]
+    assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("error: ")
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    # `config validate` accepts exactly what `run` accepts
+    val = _evolvekit("config", "validate", QUICKSTART, *sets, cwd=tmp_path)
+    assert val.returncode == 2 and len(val.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00 binary \x89PNG", b"train: {iterations: [", b"- a\n- b\n"])
+def test_bad_config_files_exit_2_with_one_line(tmp_path, content):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    for args in (["run", str(path)], ["config", "validate", str(path)]):
+        out = _evolvekit(*args, cwd=tmp_path)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-500:]
+        assert str(path) in out.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("content, expect", [
+    (b"{not json\n", ":1: not a task"), (os.urandom(2000), "not UTF-8"), (b'{"task_id": 5}\n', "task_id"),
+    (b'{"a":' * 3000 + b"1" + b"}" * 3000 + b"\n", ":1: not a task"), (b"[1, 2]\n", "not a task")])
+def test_tasks_check_on_garbage_exits_2_with_one_line(tmp_path, content, expect):
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(content)
+    out = _evolvekit("tasks", "check", str(path), cwd=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-500:]
+    assert expect in out.stderr
+
+
+def test_experiences_import_of_garbage_exits_2_and_changes_nothing(tmp_path):
+    from evolvekit.navigating.pool import ExperiencePool
+    from evolvekit.types import Experience
+
+    pool = ExperiencePool(lambda texts: __import__("numpy").ones((len(texts), 4), dtype="float32") / 2)
+    good = Experience(when_to_use="adding numbers", content="call add").model_dump_json()
+    path = tmp_path / "pool.jsonl"
+    path.write_text(good + "\n" + "garbage\n")
+    from evolvekit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=":2: not an experience"):
+        pool.import_jsonl(path)
+    assert len(pool) == 0  # the good first line was not half-imported
+
+
+@pytest.mark.parametrize("folder", ["empty", "not-a-model", "missing"])
+def test_eval_policy_without_a_model_exits_2_with_one_line(tmp_path, folder):
+    target = tmp_path / folder
+    if folder != "missing":
+        target.mkdir()
+    if folder == "not-a-model":
+        (target / "config.json").write_text("{}")
+    out = _evolvekit("eval", "--policy", str(target), "--limit", "1", "--k", "1", cwd=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-800:]
+    assert str(target) in out.stderr

@@ -177,14 +177,65 @@ def test_kill_9_mid_iteration_then_resume(tiny, tmp_path):
     store.close()
 
 
-def test_training_refuses_a_served_policy(tmp_path):
+def test_training_refuses_a_served_policy_before_making_a_run_folder(tmp_path):
     from evolvekit.errors import ConfigError
 
     cfg = load_config(None, ["models.policy.backend=openai", f"run.out_dir={tmp_path}"])
-    cfg, run_dir, store = open_run(cfg, None)
     with pytest.raises(ConfigError, match="backend: local"):
-        build_loop(cfg, run_dir, store)
+        open_run(cfg, None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_damaged_checkpoint_resumes_from_the_previous_one(tiny, tmp_path):
+    """A truncated newest checkpoint is detected by its checksums; the run falls back to the one before it and
+    re-runs the iteration after it, ending with every iteration done and the same number of rollouts."""
+    cfg, run_dir, store = open_run(load_config(_config(tiny, tmp_path, iterations=3, eval_before=False,
+                                                       eval_after=False)), None)
+    build_loop(cfg, run_dir, store, show_progress=False).run()
+    ckpts = store.checkpoints()
+    assert [c.iteration for c in ckpts] == [0, 1, 2]  # the folder of 0 was pruned (keep_checkpoints=2)
+    weights = Path(ckpts[-1].path) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
+    # the run "finished", but its last iteration's weights are gone: forget it and run it again
+    with store.transaction() as c:
+        c.execute("DELETE FROM iterations WHERE iteration = 2")
     store.close()
+
+    lines = []
+
+    class _Console:
+        def print(self, text, *a, **k):
+            lines.append(str(text))
+
+    cfg2, run_dir2, store2 = open_run(None, run_dir)
+    loop = build_loop(cfg2, run_dir2, store2, console=_Console(), show_progress=False)
+    assert store2.completed_iterations() == [0, 1]
+    loop.run()
+    damaged = [x for x in lines if "damaged" in x]
+    assert len(damaged) == 1 and "model.safetensors does not match its checksum" in damaged[0]
+    assert "resuming from iter-0001" in damaged[0]
+    assert store2.completed_iterations() == [0, 1, 2]
+    assert store2.count("trajectories") == 3 * 2 * 4
+    from evolvekit.train.checkpoint import checkpoint_problem
+
+    assert checkpoint_problem(Path(store2.latest_checkpoint().path)) is None
+    store2.close()
+
+
+def test_resume_cli_names_a_damaged_checkpoint_in_one_line(tiny, tmp_path):
+    cfg, run_dir, store = open_run(load_config(_config(tiny, tmp_path, iterations=1, eval_before=False,
+                                                       eval_after=False)), None)
+    build_loop(cfg, run_dir, store, show_progress=False).run()
+    (Path(store.latest_checkpoint().path) / "model.safetensors").write_bytes(b"\0" * 100)
+    with store.transaction() as c:
+        c.execute("DELETE FROM iterations WHERE iteration = 0")
+    store.close()
+    env = {**os.environ, "PYTHONPATH": PLUGINS + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run(_cli("run", "--resume", str(run_dir), "--no-progress"), capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "SafetensorError" not in out.stderr + out.stdout
+    assert "resuming from the initial policy" in out.stderr + out.stdout
 
 
 class _AlwaysGood:

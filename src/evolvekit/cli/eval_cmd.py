@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from datetime import datetime
@@ -97,6 +98,7 @@ def run_command(config: Optional[Path] = typer.Argument(None, help="YAML config,
                 as_json: bool = typer.Option(False, "--json")) -> None:
     """Run the master loop: tasks → rollouts → experience → update, with held-out evaluation before and after."""
     from evolvekit.config import load_config
+    from evolvekit.errors import EvolveKitError
     from evolvekit.orchestrator.build import build_loop, open_run
 
     cfg = load_config(config, overrides) if config is not None else None
@@ -106,7 +108,13 @@ def run_command(config: Optional[Path] = typer.Argument(None, help="YAML config,
     setup_logging(cfg.run.log_level)
     console.print(f"run directory: {run_dir}")
     try:
-        loop = build_loop(cfg, run_dir, store, console, show_progress=not no_progress)
+        try:
+            loop = build_loop(cfg, run_dir, store, console, show_progress=not no_progress)
+        except EvolveKitError:
+            if resume is None:  # refused before anything ran: leave no run folder behind
+                store.close()
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
         summary = loop.run()
     finally:
         store.close()

@@ -54,11 +54,19 @@ def config_show(config: Optional[Path] = typer.Argument(None, help="YAML config 
 
 @config_app.command("validate")
 def config_validate(config: Path = typer.Argument(..., help="YAML config"),
-                    overrides: Optional[list[str]] = SetOpt) -> None:
-    """Validate a config file; exit non-zero with one line naming the problem."""
-    from evolvekit.config import load_config
+                    overrides: Optional[list[str]] = SetOpt,
+                    purpose: str = typer.Option("run", "--for", help="run (train: the default) or eval")) -> None:
+    """Validate a config file; exit 2 with one line naming the problem. Accepts exactly what `run` accepts
+    (with --for eval: what `eval` accepts, e.g. a served policy)."""
+    from evolvekit.config import load_config, out_dir_problem, training_problem
+    from evolvekit.errors import ConfigError
 
-    load_config(config, overrides)
+    if purpose not in ("run", "eval"):
+        raise ConfigError(f"--for must be run or eval, got {purpose!r}")
+    cfg = load_config(config, overrides)
+    problem = (training_problem(cfg) or out_dir_problem(cfg.run.out_dir)) if purpose == "run" else None
+    if problem is not None:
+        raise ConfigError(f"{config}: {problem}")
     console.print(f"{config}: ok")
 
 

@@ -60,21 +60,17 @@ def check(path: Path = typer.Argument(..., help="JSONL of tasks"), config: Optio
     """Replay every task's reference solution in a fresh environment and report feasibility."""
     from evolvekit.config import load_config
     from evolvekit.env.registry import make_env
-    from evolvekit.errors import ConfigError
     from evolvekit.questioning.curate import replay_feasible
+    from evolvekit.safejson import read_jsonl
     from evolvekit.types import Task
 
-    if not path.is_file():
-        raise ConfigError(f"no such file: {path}")
     cfg = load_config(config, overrides)
     setup_logging(cfg.run.log_level)
     rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            task = Task.model_validate(json.loads(line))
-            env_cfg = cfg.env.model_copy(update={"name": task.env_name})
-            ok, reason = replay_feasible(task, lambda: make_env(env_cfg))
-            rows.append({"task_id": task.task_id, "feasible": ok, "reason": reason})
+    for task in read_jsonl(path, Task, "a task"):
+        env_cfg = cfg.env.model_copy(update={"name": task.env_name})
+        ok, reason = replay_feasible(task, lambda: make_env(env_cfg))
+        rows.append({"task_id": task.task_id, "feasible": ok, "reason": reason})
     summary = {"tasks": len(rows), "feasible": sum(r["feasible"] for r in rows),
                "infeasible": [r for r in rows if not r["feasible"]][:20]}
     emit_json(summary) if as_json else sys.stdout.write(f"{summary['feasible']}/{summary['tasks']} feasible\n")

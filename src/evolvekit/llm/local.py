@@ -101,6 +101,11 @@ class LocalLLM:
             self.tokenizer = tokenizer
         else:
             path = resolve_model_path(model)
+            folder = Path(path)
+            if folder.is_dir() and not (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
+                raise LLMError(f"'{model}' is not a model folder (no config.json or adapter_config.json)")
+            if not folder.exists() and (path.startswith((".", "/", "~")) or path.count("/") != 1):
+                raise LLMError(f"no such model folder: '{model}'")
             t0 = time.perf_counter()
             try:
                 self.tokenizer = AutoTokenizer.from_pretrained(path)
@@ -111,8 +116,9 @@ class LocalLLM:
                         path, dtype=pick_dtype(dtype, self.device), is_trainable=True)
                 else:
                     self.model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, self.device))
-            except OSError as err:
-                raise LLMError(f"cannot load local model '{model}' (models.*.model): {err}") from None
+            except (OSError, ValueError, KeyError, TypeError) as err:  # transformers' many ways of saying "no model here"
+                first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                raise LLMError(f"cannot load local model '{model}' (models.*.model): {first[:200]}") from None
             log.info("loaded %s in %.1fs", model, time.perf_counter() - t0)
         self.model.to(self.device)
         self.model.eval()

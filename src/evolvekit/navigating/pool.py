@@ -9,7 +9,6 @@ counts uses and successes; score s = (c_succ + 1)/(c_use + 2); ``prune`` drops t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -140,12 +139,11 @@ class ExperiencePool:
         return len(self.items)
 
     def import_jsonl(self, path: Path) -> list[AddResult]:
-        """Import a shared pool; imported experiences go through the same merge rule."""
-        out = []
-        for line in Path(path).read_text().splitlines():
-            if line.strip():
-                out.append(self.add(Experience.model_validate(json.loads(line))))
-        return out
+        """Import a shared pool; imported experiences go through the same merge rule. The whole file is validated
+        first: a malformed one is a ``ConfigError`` naming the line, and adds nothing."""
+        from evolvekit.safejson import read_jsonl
+
+        return [self.add(e) for e in read_jsonl(path, Experience, "an experience")]
 
     def load(self, experiences: Sequence[Experience]) -> None:
         """Restore a stored pool as is (no merging), re-embedding in one batch."""

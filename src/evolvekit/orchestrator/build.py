@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evolvekit.config import Config
+from evolvekit.config import Config, config_from_dict, migrate_stored, training_problem
 from evolvekit.errors import ConfigError
 from evolvekit.orchestrator.loop import MasterLoop, Stages
 from evolvekit.orchestrator.stages import FixedTaskSupply, GRPOSamples, NoExperience, TrainerUpdate, VanillaRollouts
@@ -32,22 +32,54 @@ def new_run_dir(cfg: Config) -> Path:
 
 def open_run(cfg: Config | None, resume: Path | None, fixed_dir: Path | None = None) -> tuple[Config, Path, RunStore]:
     """A new run directory (``cfg``; named after the run and the time, or ``fixed_dir``), or an existing one to
-    resume (its stored config wins)."""
+    resume (its stored config wins). A config that cannot train is refused before any folder is made."""
     if resume is not None:
         resume = Path(resume)
         if not (resume / CONFIG_FILE).is_file() or not (resume / STORE_FILE).is_file():
             raise ConfigError(f"{resume} is not a run directory (no {CONFIG_FILE} / {STORE_FILE})")
-        stored = Config.model_validate_json((resume / CONFIG_FILE).read_text())
+        try:
+            stored = config_from_dict(migrate_stored(json.loads((resume / CONFIG_FILE).read_text())),
+                                      str(resume / CONFIG_FILE))
+        except (ValueError, OSError) as err:
+            raise ConfigError(f"{resume / CONFIG_FILE}: unreadable ({type(err).__name__})") from None
         return stored, resume, RunStore(resume / STORE_FILE)
     if cfg is None:
         raise ConfigError("give a config file, or --resume RUN_DIR")
+    problem = training_problem(cfg)
+    if problem is not None:
+        raise ConfigError(problem)
     run_dir = Path(fixed_dir) if fixed_dir is not None else new_run_dir(cfg)
-    run_dir.mkdir(parents=True, exist_ok=fixed_dir is not None)
-    (run_dir / CONFIG_FILE).write_text(cfg.model_dump_json(indent=2))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=fixed_dir is not None)
+        (run_dir / CONFIG_FILE).write_text(cfg.model_dump_json(indent=2))
+    except OSError as err:
+        raise ConfigError(f"run.out_dir: cannot create the run folder {run_dir}: {err.strerror or err}") from None
     store = RunStore(run_dir / STORE_FILE)
     store.set_meta("config", cfg.model_dump_json())
     store.set_meta("created", datetime.now().isoformat(timespec="seconds"))
     return cfg, run_dir, store
+
+
+def intact_checkpoint(store: RunStore, console: Console | None = None):
+    """The newest checkpoint whose files match their checksums. Newer, damaged ones are reported in one line each
+    and the store is rolled back to the intact one, so the iterations after it run again."""
+    from evolvekit.train.checkpoint import checkpoint_problem
+
+    rows = store.checkpoints()
+    for i in range(len(rows) - 1, -1, -1):
+        problem = checkpoint_problem(Path(rows[i].path))
+        if problem is None:
+            if i < len(rows) - 1:
+                store.rollback_after(rows[i].iteration)
+            return rows[i]
+        fallback = Path(rows[i - 1].path).name if i else "the initial policy"
+        line = f"checkpoint {rows[i].path} is damaged ({problem}); resuming from {fallback}"
+        log.warning(line)
+        if console is not None:
+            console.print(f"[yellow]{line}[/yellow]")
+    if rows:  # none intact: start over from the initial policy (and the cold start, if any)
+        store.rollback_after(-2)
+    return None
 
 
 def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | None = None,
@@ -59,13 +91,8 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
     from evolvekit.train.trainer import GRPOTrainer
 
     pol = cfg.models.policy
-    if pol.backend != "local":
-        raise ConfigError("training needs models.policy.backend: local (an OpenAI-compatible server cannot be "
-                          "updated from here); use `evolvekit eval` to evaluate a served model")
-    if cfg.rollout.backend == "ray" and cfg.train.lora:
-        raise ConfigError("rollout.backend: ray with train.lora is not supported yet (workers sync full weights)")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    ckpt = store.latest_checkpoint()
+    ckpt = intact_checkpoint(store, console)
     source = ckpt.path if ckpt else pol.model
     log.info("policy from %s", source)
     # The trained policy is its own instance: frozen roles that name the same model keep the original weights.
@@ -87,9 +114,6 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
     supply = _task_supply(cfg, store, train_tasks, policy, env_factory)
     samples = _sample_stage(cfg)
     if cfg.evolving_rl.enabled:  # Evolving-RL replaces stages B, C and D(samples) with its own structure
-        if cfg.navigating.enabled or cfg.attributing.enabled:
-            raise ConfigError("evolving_rl.enabled replaces the rollout, experience and sample stages; "
-                              "turn navigating.enabled and attributing.enabled off")
         from evolvekit.llm.factory import build_embedder
         from evolvekit.navigating.evolving_stage import EvolvingRLStage
 
@@ -137,8 +161,6 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
 
 def _cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory):
     """The cold-start warm-up (EvolveR): verified (task -> reference) pairs, never held-out tasks."""
-    if not cfg.cold_start.tasks_file and not cfg.questioning.enabled:
-        raise ConfigError("cold_start.enabled needs verified tasks: set cold_start.tasks_file or questioning.enabled")
 
     def warmup() -> dict:
         from evolvekit.agent.templates import TemplateSettings
@@ -170,19 +192,10 @@ def _cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory):
 
 def load_task_file(path: str) -> list:
     """Tasks from a JSONL file (one Task per line), with a clear error for a missing or malformed file."""
+    from evolvekit.safejson import read_jsonl
     from evolvekit.types import Task
 
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"task file not found: {path}")
-    tasks = []
-    for n, line in enumerate(p.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                tasks.append(Task.model_validate_json(line))
-            except ValueError as err:
-                raise ConfigError(f"{path}:{n}: not a task: {str(err).splitlines()[0]}") from None
-    return tasks
+    return read_jsonl(path, Task, "a task")
 
 
 def _sample_stage(cfg: Config):
@@ -257,8 +270,6 @@ def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory)
     """Real training tasks, or — with self-questioning — synthetic tasks built once per run (stored, reused on
     resume) mixed with real ones by λ (Eq. 12; the paper's default λ = 1 trains on synthetic tasks only)."""
     if cfg.env.curriculum:
-        if cfg.questioning.enabled:
-            raise ConfigError("env.curriculum widens real task families; with questioning.enabled it is not supported yet")
         from evolvekit.env.bfcl.families import get_family
         from evolvekit.orchestrator.curriculum import CurriculumTaskSupply
 
@@ -267,8 +278,6 @@ def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory)
                                     cfg.train.tasks_per_iteration, cfg.run.seed, cfg.env.curriculum_threshold,
                                     cfg.env.curriculum_window)
     if not cfg.questioning.enabled:
-        if cfg.coevolve.enabled:
-            raise ConfigError("coevolve.enabled needs questioning.enabled (its new tasks come from the synthesis pipeline)")
         return FixedTaskSupply(train_tasks, cfg.train.tasks_per_iteration, cfg.run.seed)
     from evolvekit.questioning.supply import HybridTaskSupply
     from evolvekit.types import TaskSource

@@ -182,6 +182,21 @@ class RunStore:
     def delete_iteration_trajectories(c: sqlite3.Connection, iteration: int, phase: str) -> None:
         c.execute("DELETE FROM trajectories WHERE iteration = ? AND phase = ?", (iteration, phase))
 
+    def rollback_after(self, iteration: int) -> None:
+        """Forget every iteration after ``iteration`` (their rollouts, metrics, checkpoints and the final evaluation),
+        so a resume re-runs them; ``iteration`` < -1 also forgets the cold start. The experience pool keeps its newest
+        state (it is stored as one current pool, not per iteration)."""
+        with self.transaction() as c:
+            c.execute("DELETE FROM iterations WHERE iteration > ?", (iteration,))
+            c.execute("DELETE FROM trajectories WHERE iteration > ? AND phase != 'eval_before'", (iteration,))
+            c.execute("DELETE FROM metrics WHERE iteration > ?", (iteration,))
+            c.execute("DELETE FROM checkpoints WHERE iteration > ?", (iteration,))
+            c.execute("DELETE FROM tasks WHERE first_iteration > ?", (iteration,))
+            c.execute("DELETE FROM evaluations WHERE phase = 'after'")
+            if iteration < -1:
+                c.execute("DELETE FROM evaluations WHERE phase = 'cold_start'")
+                c.execute("DELETE FROM meta WHERE key = 'cold_start'")
+
     # -- reads -------------------------------------------------------------------------------------------------
     def iteration_status(self, iteration: int) -> str | None:
         row = self._conn.execute("SELECT status FROM iterations WHERE iteration = ?", (iteration,)).fetchone()

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from evolvekit.config import TrainConfig
+from evolvekit.train.checkpoint import write_checksums
 from evolvekit.train.losses import policy_loss
 from evolvekit.types import TrainingSample
 
@@ -267,6 +268,7 @@ class GRPOTrainer:
         if with_optimizer:
             torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
         (tmp / "trainer_state.json").write_text(json.dumps({"lora": self.cfg.lora, "saved": time.time()}))
+        write_checksums(tmp)  # a resume verifies them (train/checkpoint.py)
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)
         return path
