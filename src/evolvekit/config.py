@@ -107,7 +107,7 @@ class TrainConfig(_Section):
     algorithm: Literal["grpo"] = F("grpo", "policy optimisation algorithm (§6.4)")
     iterations: int = F(3, "master-loop iterations", ge=0)
     tasks_per_iteration: int = F(4, "tasks sampled per iteration (paper: batch size 32)", ge=1)
-    learning_rate: float = F(1e-6, "AdamW learning rate (§7.1.3: 1e-6)", gt=0)
+    learning_rate: float = F(1e-6, "AdamW learning rate (§7.1.3: 1e-6)", ge=0)
     kl_beta: float = F(0.001, "KL penalty coefficient β, k3 estimator (§7.1.3: 0.001; Eq. 17)", ge=0)
     eps_low: float = F(0.28, "lower clip ε_low (§7.1.3: 0.28; Eq. 17)", ge=0, lt=1)
     eps_high: float = F(0.28, "upper clip ε_high (§7.1.3: 0.28; Eq. 17)", ge=0)

@@ -19,7 +19,22 @@ import types
 import torch
 import torch.nn.functional as F
 
+import functools
+
 PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
+
+
+@functools.lru_cache(maxsize=None)
+def can_pack(dtype: torch.dtype) -> bool:
+    """Whether oneDNN can pack weights of ``dtype`` on this CPU (bf16 needs AVX-512 BW/VL/DQ or AVX-NE-CONVERT;
+    an AVX2-only CPU packs fp32 only). Probed once on a tiny weight."""
+    if dtype not in PACKABLE_DTYPES:
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=dtype), None)
+        return True
+    except RuntimeError:
+        return False
 
 
 class _PackedWeight:
@@ -53,7 +68,7 @@ def packed_linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tenso
     w = self.weight
     cache: _PackedWeight = self.__dict__["_packed_weight"]
     if torch.is_grad_enabled() or torch.is_autocast_enabled("cpu") or x.device.type != "cpu" \
-            or x.dtype != w.dtype or x.dim() == 0 or torch.is_inference(w):
+            or x.dtype != w.dtype or x.dim() == 0 or torch.is_inference(w) or not can_pack(w.dtype):
         return F.linear(x, w, self.bias)
     src = _source(w)
     if cache.source != src:
@@ -67,7 +82,7 @@ def packed_linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tenso
 def packing_supported(model: torch.nn.Module) -> bool:
     """oneDNN is built in and the model's weights are on CPU in a packable dtype."""
     p = next(model.parameters(), None)
-    return (p is not None and p.device.type == "cpu" and p.dtype in PACKABLE_DTYPES
+    return (p is not None and p.device.type == "cpu" and p.dtype in PACKABLE_DTYPES and can_pack(p.dtype)
             and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 

@@ -1,0 +1,121 @@
+"""Property-based fuzzing (hypothesis) of what comes from outside: the service's request bodies and task files.
+
+Bodies are drawn near the real schemas (right keys, wrong or odd values; tasks whose fields are any JSON), so the
+fuzzer reaches past the schema validation into the environment. The property: never a 500, never an exception
+escaping — every answer is a 2xx or a 4xx with a ``detail``; every task file gives exit 0 or exit 2 with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from evolvekit.env.bfcl.data import BACKEND_CLASSES
+from evolvekit.env.service.server import ServiceSettings, create_app
+
+TOKEN = "fuzz"
+H = {"Authorization": f"Bearer {TOKEN}"}
+FUZZ = settings(max_examples=int(os.environ.get("EVOLVEKIT_FUZZ_EXAMPLES", "120")), deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+                    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=30))
+json_values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                            st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+                           max_leaves=20)
+names = st.one_of(st.sampled_from(["ls", "cd", "add", "power", "mkdir", "open", "__import__", "bad name!", ""]),
+                  st.text(max_size=12))
+classes = st.one_of(st.sampled_from(list(BACKEND_CLASSES)), st.text(max_size=12))
+calls = st.fixed_dictionaries({"name": names}, optional={"arguments": st.dictionaries(st.text(max_size=8), json_values,
+                                                                                      max_size=3)})
+scenario = st.one_of(json_values, st.dictionaries(classes, json_values, max_size=2))
+tasks = st.fixed_dictionaries(
+    {"env_name": st.one_of(st.just("bfcl"), st.text(max_size=6)),
+     "query": st.one_of(st.text(max_size=40), st.lists(st.text(max_size=20), max_size=3), json_values)},
+    optional={"task_id": st.one_of(st.text(max_size=40), json_values), "initial_config": scenario,
+              "reference_solution": st.one_of(st.lists(st.lists(calls, max_size=2), max_size=2), json_values),
+              "metadata": st.one_of(st.fixed_dictionaries({}, optional={
+                  "category": st.one_of(st.sampled_from(["multi_turn_base", "multi_turn_long_context"]), json_values),
+                  "bfcl_id": json_values, "involved_classes": st.one_of(st.lists(classes, max_size=2), json_values),
+                  "missed_function": json_values, "allowed_tools": json_values, "family": json_values}),
+                  json_values)})
+sandboxes = st.one_of(json_values, st.fixed_dictionaries({}, optional={
+    "classes": st.one_of(st.lists(classes, max_size=2), json_values), "initial_config": scenario,
+    "tools": st.one_of(st.lists(names, max_size=3), json_values), "long_context": json_values,
+    "family": json_values}))
+create_bodies = st.fixed_dictionaries({}, optional={"env": st.one_of(st.just("bfcl"), st.text(max_size=8)),
+                                                    "task": st.one_of(tasks, json_values), "sandbox_config": sandboxes,
+                                                    "backends": st.one_of(st.lists(classes, max_size=2), json_values)})
+actions = st.one_of(json_values, st.fixed_dictionaries({}, optional={
+    "text": st.one_of(st.text(max_size=60), json_values), "tool_calls": st.one_of(st.lists(calls, max_size=3), json_values),
+    "parse_error": json_values}))
+
+
+@pytest.fixture(scope="module")
+def client():
+    app = create_app(ServiceSettings(token=TOKEN, max_instances=100_000, idle_ttl_s=3600))
+    with TestClient(app, raise_server_exceptions=True) as c:  # an exception escaping the app fails the test
+        yield c
+
+
+def _ok(resp) -> None:
+    assert resp.status_code < 500, resp.text
+    if resp.status_code >= 400:
+        assert isinstance(resp.json().get("detail"), str)
+
+
+@FUZZ
+@given(body=create_bodies)
+def test_create_bodies_never_500(client, body):
+    resp = client.post("/create", json=body, headers=H)
+    _ok(resp)
+    if resp.status_code == 200:
+        iid = resp.json()["instance_id"]
+        _ok(client.post("/evaluate", json={"instance_id": iid}, headers=H))
+        _ok(client.post("/release", json={"instance_id": iid}, headers=H))
+
+
+@FUZZ
+@given(action=actions, body_extra=st.dictionaries(st.text(max_size=6), json_values, max_size=2))
+def test_step_bodies_never_500(client, action, body_extra):
+    created = client.post("/create", json={"env": "bfcl", "sandbox_config": {"classes": ["MathAPI", "GorillaFileSystem"]}},
+                          headers=H)
+    iid = created.json()["instance_id"]
+    _ok(client.post("/step", json={"instance_id": iid, "action": action, **body_extra}, headers=H))
+    _ok(client.post("/step", json={"instance_id": iid, "action": action}, headers=H))
+    _ok(client.post("/info", json={"instance_id": iid}, headers=H))
+    _ok(client.post("/evaluate", json={"instance_id": iid}, headers=H))
+    _ok(client.post("/release", json={"instance_id": iid}, headers=H))
+
+
+@FUZZ
+@given(raw=st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode),
+                     json_values.map(lambda v: json.dumps(v).encode())))
+def test_raw_bytes_never_500(client, raw):
+    for path in ("/create", "/step", "/evaluate", "/release"):
+        _ok(client.post(path, content=raw, headers={**H, "Content-Type": "application/json"}))
+
+
+@settings(max_examples=int(os.environ.get("EVOLVEKIT_FUZZ_EXAMPLES", "120")) // 2, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(lines=st.lists(st.one_of(tasks.map(json.dumps), st.text(max_size=80), json_values.map(json.dumps)),
+                      min_size=1, max_size=3))
+def test_task_files_exit_0_or_2_with_one_line(tmp_path_factory, lines):
+    from test_hostile import _evolvekit
+
+    folder = tmp_path_factory.mktemp("fuzz")
+    path = folder / "tasks.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    out = _evolvekit("tasks", "check", str(path), "--json", cwd=folder)
+    assert out.returncode in (0, 2), out.stderr[-800:]
+    assert "Traceback" not in out.stderr
+    if out.returncode == 2:
+        assert len(out.stderr.strip().splitlines()) == 1
+    else:
+        summary = json.loads(out.stdout.strip().splitlines()[-1])
+        assert summary["tasks"] == sum(1 for line in lines if line.strip()) >= summary["feasible"]
