@@ -172,6 +172,11 @@ class TrainingSample(_Model):
     experience_guided: bool = False
     loss_weight: float = 1.0  # e.g. λ_e / λ_s of Evolving-RL's joint objective (Eq. 6)
     entropy_coef: float = 0.0  # per-sample entropy coefficient (Evolving-RL Eq. 3 uses a negative one)
+    # An experience-stripped sample (§4.3): the sequence as it was generated (with the experience), and for each
+    # token of ``token_ids`` its position there. The trainer's old log-probs (Eq. 17) come from this sequence.
+    behaviour_token_ids: list[int] | None = None
+    behaviour_positions: list[int] | None = None
+    rollout_logprobs: list[float] | None = None  # what the sampler recorded (aligned with token_ids; 0 off-policy)
 
     def model_post_init(self, __context: Any) -> None:
         n = len(self.token_ids)
@@ -180,3 +185,11 @@ class TrainingSample(_Model):
                 raise ValueError(f"TrainingSample.{name} has length {len(getattr(self, name))}, expected {n}")
         if self.old_logprobs is not None and len(self.old_logprobs) != n:
             raise ValueError("TrainingSample.old_logprobs must match token_ids in length")
+        for name in ("behaviour_positions", "rollout_logprobs"):
+            if getattr(self, name) is not None and len(getattr(self, name)) != n:
+                raise ValueError(f"TrainingSample.{name} must match token_ids in length")
+        if (self.behaviour_token_ids is None) != (self.behaviour_positions is None):
+            raise ValueError("TrainingSample.behaviour_token_ids and behaviour_positions go together")
+        if self.behaviour_positions and self.behaviour_token_ids is not None and \
+                max(self.behaviour_positions) >= len(self.behaviour_token_ids):
+            raise ValueError("TrainingSample.behaviour_positions point past behaviour_token_ids")

@@ -101,3 +101,27 @@ def test_policy_loss_entropy_term_sign():
     # − c_H · H with c_H = −0.03 penalises entropy: +0.03 · mean(H) = 0.06
     assert loss.item() == pytest.approx(0.06)
     assert stats["entropy"] == pytest.approx(2.0)
+
+
+def test_ratio_diagnostics_by_hand():
+    import math
+
+    from evolvekit.train.losses import ratio_diagnostics
+
+    # one guided row (ratios 1.5, 1.2, 0.5, 1.7) and one vanilla row (ratio 1 everywhere); last guided token masked
+    ratios = torch.tensor([[1.5, 1.2, 0.5, 1.7], [1.0, 1.0, 1.0, 1.0]])
+    old = torch.zeros(2, 4)
+    logp = torch.log(ratios)
+    adv = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, -1.0, 1.0, -1.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    guided = torch.tensor([True, False])
+    d = ratio_diagnostics(logp, old, adv, mask, guided, eps_low=0.28, eps_high=0.28, eps_high_boost=0.6)
+    assert d["guided_tokens"] == 3 and d["vanilla_tokens"] == 4
+    # guided, A > 0, bound 1.6: 1.5 unclipped, 1.2 unclipped, 0.5 unclipped (min picks ρA) -> 0 clipped
+    assert d["guided_clipped"] == 0
+    assert math.isclose(d["guided_ratio_dev"], 0.5 + 0.2 + 0.5, rel_tol=1e-6)
+    # the boost changed 1.5 (in (1.28, 1.6]); 1.2 is under 1.28 either way
+    assert d["boost_changed"] == 1
+    off = ratio_diagnostics(logp, old, adv, mask, guided, eps_low=0.28, eps_high=0.28, eps_high_boost=None)
+    assert off["guided_clipped"] == 1 and off["boost_changed"] == 0  # without it 1.5 is clipped
+    assert d["vanilla_clipped"] == 0 and d["vanilla_ratio_dev"] == 0

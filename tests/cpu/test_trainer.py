@@ -111,3 +111,78 @@ def test_several_optimizer_steps_per_batch(tiny_path):
     st = tr.update(_samples())
     assert st.optimizer_steps == 4  # 2 mini-batches x 2 epochs
     assert st.ratio != pytest.approx(1.0, abs=1e-9)  # later steps are off-policy against the recorded old log-probs
+
+
+def _guided_pair(adv_sign=1.0, completion=40):
+    """A guided sample as the trainer gets it after §4.3 stripping (6 prompt tokens, 8 experience tokens that were
+    in context at generation time, then the completion), and a vanilla sample of the same task."""
+    prompt = [11, 12, 13, 14, 15, 16]
+    experience = [301, 302, 303, 304, 305, 306, 307, 308]
+    comp = [(37 * j) % 400 + 20 for j in range(completion)]
+    ids = prompt + comp
+    n = len(ids)
+    mask = [0] * len(prompt) + [1] * completion
+    adv = [0.0] * len(prompt) + [adv_sign] * completion
+    guided = TrainingSample(trajectory_id="g", group_id="grp", token_ids=ids, loss_mask=mask, token_advantages=adv,
+                            experience_mask=[0] * n, experience_guided=True,
+                            behaviour_token_ids=prompt + experience + comp,
+                            behaviour_positions=list(range(len(prompt))) + [len(prompt) + len(experience) + j
+                                                                            for j in range(completion)])
+    vanilla = TrainingSample(trajectory_id="v", group_id="grp", token_ids=ids, loss_mask=mask,
+                             token_advantages=[-a for a in adv], experience_mask=[0] * n)
+    return [guided, vanilla]
+
+
+def _sharp(path):
+    """The tiny random model with sharper logits, so that context (the experience) moves token probabilities as
+    much as it does in a trained model (a random init at std 0.02 is nearly uniform whatever the context)."""
+    llm = LocalLLM(str(path), device="cpu")
+    with torch.no_grad():
+        for name, p in llm.model.named_parameters():
+            if "embed" in name or "lm_head" in name or "o_proj" in name or "down_proj" in name:
+                p.mul_(12.0)
+    return llm
+
+
+def test_guided_sample_ratio_compares_with_the_behaviour_policy(tiny_path):
+    """Eq. 17 with stripping: the old log-probs of a guided sample come from the sequence *with* its experience,
+    so its ratio is not 1 even in a single on-policy step; a vanilla sample's ratio stays exactly 1."""
+    llm = _sharp(tiny_path)
+    tr = GRPOTrainer(llm, TrainConfig(kl_beta=0.0, autocast="off", learning_rate=0.0), eps_high_boost=0.6)
+    st = tr.update(_guided_pair())
+    assert st.guided_tokens == 40 - 1 or st.guided_tokens == 40
+    assert st.guided_ratio_dev > 1e-3
+    assert st.vanilla_ratio_dev < 1e-6 and st.vanilla_clip_frac == 0.0
+    assert st.guided_clip_frac > 0.0  # a context change this large moves some ratios past the clip
+
+
+def _grads_with_boost(path, boost):
+    llm = _sharp(path)
+    tr = GRPOTrainer(llm, TrainConfig(kl_beta=0.0, autocast="off", learning_rate=0.0, eps_high=0.28),
+                     eps_high_boost=boost)
+    st = tr.update(_guided_pair(adv_sign=1.0))
+    return {n: p.grad.clone() for n, p in llm.model.named_parameters() if p.grad is not None}, st
+
+
+def test_selective_boost_changes_the_guided_gradient(tiny_path):
+    with_boost, st_on = _grads_with_boost(tiny_path, 0.6)
+    without, st_off = _grads_with_boost(tiny_path, 0.28)  # ε̂_high = ε_high: the boost switched off
+    assert st_on.boost_changed_share > 0.0 and st_off.boost_changed_share == 0.0
+    assert any(not torch.allclose(with_boost[k], without[k]) for k in with_boost)
+
+
+def test_build_samples_keeps_the_generated_sequence_of_a_stripped_trajectory():
+    from evolvekit.train.samples import build_samples
+    from evolvekit.types import SpanKind, Step, TokenSpan, Trajectory, TrajectoryFlags
+
+    step = Step(index=0, action_text="a", prompt_token_ids=[1, 2, 9, 9, 9, 3], completion_token_ids=[4, 5],
+                completion_logprobs=[-0.5, -0.25], spans=[TokenSpan(start=2, end=5, kind=SpanKind.EXPERIENCE)])
+    traj = Trajectory(task_id="t", group_id="g", steps=[step], outcome_reward=1.0,
+                      flags=TrajectoryFlags(experience_guided=True))
+    (stripped,), _ = build_samples([traj], [{0: 1.0}], strip_experience=True)
+    assert stripped.token_ids == [1, 2, 3, 4, 5]
+    assert stripped.behaviour_token_ids == [1, 2, 9, 9, 9, 3, 4, 5]
+    assert stripped.behaviour_positions == [0, 1, 5, 6, 7]
+    assert stripped.rollout_logprobs == [0.0, 0.0, 0.0, -0.5, -0.25]
+    (kept,), _ = build_samples([traj], [{0: 1.0}], strip_experience=False)
+    assert kept.behaviour_token_ids is None and kept.experience_mask == [0, 0, 1, 1, 1, 0, 0, 0]

@@ -33,6 +33,9 @@ class MergedSequence:
     logprobs: list[float] = field(default_factory=list)
     step_spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # step index -> [start, end) of its tokens
     spans: list[TokenSpan] = field(default_factory=list)
+    # set by stripping (train/samples.py): the sequence as generated, and where each kept token stood in it
+    unstripped_ids: list[int] | None = None
+    kept_positions: list[int] | None = None
 
     def _append(self, ids, mask: int, kind: SpanKind, logprobs=None) -> tuple[int, int]:
         start = len(self.token_ids)

@@ -132,3 +132,30 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     stats["clip_frac"] = float(token_mean(clipped, mask))
     stats["ratio"] = float(token_mean(torch.exp(logprobs - old_logprobs).detach(), mask))
     return loss, stats
+
+
+def ratio_diagnostics(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                      mask: torch.Tensor, guided: torch.Tensor, *, eps_low: float, eps_high: float,
+                      eps_high_boost: float | None) -> dict[str, float]:
+    """Sums over masked tokens, split by guided / vanilla samples, for Eq. 17's logged diagnostics.
+
+    ``<g>_tokens``, ``<g>_clipped`` (tokens where the clipped branch was taken), ``<g>_ratio_dev`` (Σ|ρ − 1|) for
+    g in guided, vanilla; and ``boost_changed``: guided tokens whose gradient the selective boost changes, i.e. with
+    a positive advantage and 1 + ε_high < ρ ≤ 1 + ε̂_high (clipped, so zero gradient, without the boost; unclipped
+    with it). Divide by the token counts for shares.
+    """
+    with torch.no_grad():
+        ratio = torch.exp(logprobs - old_logprobs)
+        bounds = per_token_eps_high(advantages, guided, eps_high, eps_high_boost)
+        _, clipped = clipped_surrogate(logprobs, old_logprobs, advantages, eps_low, bounds)
+        m = mask.to(torch.bool)
+        g = guided.to(torch.bool).unsqueeze(-1).expand_as(m)
+        out: dict[str, float] = {}
+        for name, sel in (("guided", m & g), ("vanilla", m & ~g)):
+            out[f"{name}_tokens"] = float(sel.sum())
+            out[f"{name}_clipped"] = float(clipped[sel].sum())
+            out[f"{name}_ratio_dev"] = float((ratio[sel] - 1.0).abs().sum())
+        boost = eps_high if eps_high_boost is None else eps_high_boost
+        changed = m & g & (advantages > 0) & (ratio > 1.0 + eps_high) & (ratio <= 1.0 + boost)
+        out["boost_changed"] = float(changed.sum())
+    return out

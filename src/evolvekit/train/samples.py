@@ -45,6 +45,7 @@ def strip_spans(seq: MergedSequence, kinds: frozenset[SpanKind] = frozenset({Spa
     keep = [i for i, d in enumerate(drop) if not d]
     out = MergedSequence(token_ids=[seq.token_ids[i] for i in keep], loss_mask=[seq.loss_mask[i] for i in keep],
                          logprobs=[seq.logprobs[i] for i in keep])
+    out.unstripped_ids, out.kept_positions = list(seq.token_ids), keep
     out.step_spans = {k: (new_index[a], new_index[b]) for k, (a, b) in seq.step_spans.items()}
     out.spans = [s.model_copy(update={"start": new_index[s.start], "end": new_index[s.end]})
                  for s in seq.spans if s.kind not in kinds and new_index[s.end] > new_index[s.start]]
@@ -103,9 +104,15 @@ def build_samples(trajectories: Sequence[Trajectory], step_advantages: Sequence[
                 stats.skipped_too_long += 1
                 continue
             tok_adv = broadcast_to_tokens({k: v * scale for k, v in adv.items()}, seq.step_spans, len(seq.token_ids))
+            stripped = seq.unstripped_ids is not None
             samples.append(TrainingSample(
                 trajectory_id=traj.trajectory_id, group_id=traj.group_id or traj.trajectory_id,
                 token_ids=seq.token_ids, loss_mask=seq.loss_mask, token_advantages=tok_adv,
-                experience_mask=exp_mask, old_logprobs=None, experience_guided=traj.flags.experience_guided))
+                experience_mask=exp_mask, old_logprobs=None, experience_guided=traj.flags.experience_guided,
+                # §4.3: trained without the experience, but generated with it: the behaviour policy of Eq. 17's
+                # ratio is π_old(τ | q, exp), so the trainer takes the old log-probs from the sequence as generated
+                behaviour_token_ids=seq.unstripped_ids if stripped else None,
+                behaviour_positions=seq.kept_positions if stripped else None,
+                rollout_logprobs=list(seq.logprobs) if stripped else None))
     stats.samples = len(samples)
     return samples, stats

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from evolvekit.config import TrainConfig
 from evolvekit.train.checkpoint import write_checksums
-from evolvekit.train.losses import policy_loss
+from evolvekit.train.losses import policy_loss, ratio_diagnostics
 from evolvekit.types import TrainingSample
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,14 @@ class UpdateStats:
     optimizer_steps: int = 0
     seconds: float = 0.0
     tokens_per_s: float = 0.0
+    # Eq. 17 diagnostics, separately for experience-guided and vanilla samples (shares of their loss tokens)
+    guided_tokens: int = 0
+    guided_clip_frac: float = 0.0
+    guided_ratio_dev: float = 0.0  # mean |ρ − 1|
+    vanilla_clip_frac: float = 0.0
+    vanilla_ratio_dev: float = 0.0
+    boost_changed_share: float = 0.0  # guided tokens whose gradient the selective boost (ε̂_high) changed
+    behaviour_logprob_gap: float = 0.0  # mean |sampler's recorded − trainer's recomputed| old log-prob, guided tokens
 
     def as_metrics(self, prefix: str = "train/") -> dict[str, float]:
         return {prefix + k: float(v) for k, v in asdict(self).items()}
@@ -170,6 +178,32 @@ class GRPOTrainer:
             out.extend(lp[j, : len(samples[i].token_ids)].detach() for j, i in enumerate(idx))
         return out
 
+    def _behaviour_logprobs(self, samples: Sequence[TrainingSample]) -> dict[int, torch.Tensor]:
+        """Old log-probs of experience-stripped samples, from the sequence as generated (§4.3, Eq. 17).
+
+        A guided sample is trained as π_θ(τ | q) but was sampled from π_old(τ | q, exp). A no-grad forward of the
+        current (= old: before the update) policy over the unstripped sequence, under the same numerics as the
+        training forward, gives log π_old(τ | q, exp) at each kept token; the ratio then differs from 1 by the
+        experience's effect alone. (The sampler's own recorded log-probs would add the inference engine's numeric
+        gap to every token; that gap is logged as ``train/behaviour_logprob_gap``.)
+        """
+        idx = [i for i, s in enumerate(samples) if s.behaviour_token_ids is not None]
+        if not idx:
+            return {}
+        proxies = []
+        for i in idx:
+            s = samples[i]
+            n = len(s.behaviour_token_ids)
+            mask = [0] * n
+            for t, pos in enumerate(s.behaviour_positions):
+                if s.loss_mask[t]:
+                    mask[pos] = 1
+            proxies.append(TrainingSample(trajectory_id=s.trajectory_id, group_id=s.group_id,
+                                          token_ids=s.behaviour_token_ids, loss_mask=mask, token_advantages=[0.0] * n,
+                                          experience_mask=[0] * n))
+        full = self._logprobs_no_grad(self.model, proxies)
+        return {i: lp[torch.tensor(samples[i].behaviour_positions, device=lp.device)] for i, lp in zip(idx, full)}
+
     def _reference_logprobs(self, samples: Sequence[TrainingSample]) -> list[torch.Tensor] | None:
         if self.cfg.kl_beta <= 0:
             return None
@@ -179,6 +213,19 @@ class GRPOTrainer:
             with self.model.disable_adapter():
                 return self._logprobs_no_grad(self.model, samples)
         return None
+
+    @staticmethod
+    def _behaviour_gap(samples: Sequence[TrainingSample], behaviour: dict[int, torch.Tensor], stats: UpdateStats) -> None:
+        total, n = 0.0, 0
+        for i, lp in behaviour.items():
+            s = samples[i]
+            if s.rollout_logprobs is None:
+                continue
+            for t in range(1, len(s.token_ids)):
+                if s.loss_mask[t]:
+                    total += abs(float(lp[t]) - s.rollout_logprobs[t])
+                    n += 1
+        stats.behaviour_logprob_gap = total / n if n else 0.0
 
     # -- the update ------------------------------------------------------------------------------------------------
     def update(self, samples: Sequence[TrainingSample]) -> UpdateStats:
@@ -194,9 +241,15 @@ class GRPOTrainer:
         # the same forward pass (detached) instead of a separate one. Otherwise they are computed up front.
         single_step = self.cfg.ppo_epochs == 1 and (not self.cfg.mini_batch_size or self.cfg.mini_batch_size >= len(samples))
         old = None if single_step else self._logprobs_no_grad(self.model, samples)
+        behaviour = self._behaviour_logprobs(samples)  # guided samples: π_old(τ | q, exp), always a separate pass
+        if old is not None:
+            for i, lp in behaviour.items():
+                old[i] = lp
+        self._behaviour_gap(samples, behaviour, stats)
         ref = self._reference_logprobs(samples)
         self.model.train()
         agg: dict[str, float] = {}
+        diag: dict[str, float] = {}
         weight_total = 0.0
         with_entropy = self.entropy_coef != 0.0 or any(s.entropy_coef != 0.0 for s in samples)
         for _ in range(self.cfg.ppo_epochs):
@@ -218,7 +271,14 @@ class GRPOTrainer:
                     logp, ent = sequence_logprobs(self.model, batch["ids"], batch["attn"], self.amp, with_entropy,
                                                   start=first_loss_position(batch["mask"]))
                     if old is None:
-                        old_lp = logp.detach()
+                        old_lp = logp.detach().clone()
+                        for j, i in enumerate(micro):
+                            if i in behaviour:
+                                old_lp[j, : len(samples[i].token_ids)] = behaviour[i]
+                    for k, v in ratio_diagnostics(logp[:, :width].detach(), old_lp, batch["adv"], batch["mask"],
+                                                  batch["guided"], eps_low=self.cfg.eps_low, eps_high=self.cfg.eps_high,
+                                                  eps_high_boost=self.eps_high_boost).items():
+                        diag[k] = diag.get(k, 0.0) + v
                     loss, st = policy_loss(logp[:, :width], old_lp, batch["adv"], batch["mask"], batch["guided"],
                                            eps_low=self.cfg.eps_low, eps_high=self.cfg.eps_high,
                                            eps_high_boost=self.eps_high_boost, ref_logprobs=ref_lp,
@@ -248,6 +308,13 @@ class GRPOTrainer:
             for k, v in agg.items():
                 if hasattr(stats, k):
                     setattr(stats, k, v / weight_total)
+        for name in ("guided", "vanilla"):
+            n = diag.get(f"{name}_tokens", 0.0)
+            setattr(stats, f"{name}_clip_frac", diag.get(f"{name}_clipped", 0.0) / n if n else 0.0)
+            setattr(stats, f"{name}_ratio_dev", diag.get(f"{name}_ratio_dev", 0.0) / n if n else 0.0)
+        g = diag.get("guided_tokens", 0.0)
+        stats.guided_tokens = int(g / max(1, self.cfg.ppo_epochs))
+        stats.boost_changed_share = diag.get("boost_changed", 0.0) / g if g else 0.0
         stats.policy_tokens = int(sum(sum(s.loss_mask[1:]) for s in samples))
         stats.seconds = time.perf_counter() - t0
         stats.tokens_per_s = stats.tokens / stats.seconds if stats.seconds else 0.0
