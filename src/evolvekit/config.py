@@ -171,6 +171,7 @@ class CoEvolveConfig(_Section):
     reexplore_rounds: int = F(2, "independent re-exploration runs per context (CoEvolve §3.2)", ge=0)
     reexplore_steps: int = F(8, "steps per re-exploration run (CoEvolve §3.2)", ge=1)
     every_iterations: int = F(10, "F, regenerate tasks from signals every F iterations (CoEvolve §4: every 10 steps)", ge=1)
+    max_contexts: int = F(4, "regeneration cap: signal contexts (one per signal kind and task, forgetting first) reflected on and re-explored per regeneration", ge=1)
 
 
 class NavigatingConfig(_Section):
@@ -186,7 +187,8 @@ class NavigatingConfig(_Section):
     theta_sim: float = F(0.85, "θ_sim, cosine at or above which a new experience is checked for merge (EvolveR)")
     theta_prune: float = F(0.3, "θ_prune, prune experiences with score (c_succ+1)/(c_use+2) below it (EvolveR)", ge=0, le=1)
     inject_count: int = F(1, "experiences injected into a guided rollout after refinement (the paper injects one snippet exp_g)", ge=1)
-    success_threshold: float = F(1.0, "outcome at or above which a rollout counts as a success (experience scores, extraction split)", ge=0, le=1)
+    success_threshold: float = F(0.5, "outcome at or above which a rollout counts as a success (experience use/success counts, extraction split). 0.5 fits continuous judge rewards (correct work scores 0.7-1.0) and is the same as 1.0 for 0/1 checker rewards", ge=0, le=1)
+    min_uses_before_prune: int = F(8, "never prune an experience used fewer times than this (EvolveR's score needs evidence: at the defaults one task's group has N_e = 4 guided rollouts, so 8 = two groups)", ge=0)
     validate_experiences: bool = F(True, "LLM validation of each extracted experience (§4.1 step 3)")
     prune_every: int = F(1, "run the EvolveR pruning sweep every N iterations (0 = never)", ge=0)
     seed_file: str = F("", "JSONL experiences (the `evolvekit experiences export` format) that seed an empty pool before the first iteration, e.g. a family's worked examples (`evolvekit experiences from-family arith`); '' = the pool starts from the n_pc cold-start rollouts")

@@ -110,10 +110,35 @@ def test_refine_reranks_and_rewrites():
     items = [_exp(f"w{i}", f"content {i}") for i in range(3)]
     llm = _Scripted(lambda conv: "2, 0" if "List the numbers" in conv[-1].content else "rewritten")
     assert refine(llm, SamplingParams(), "task", items, rerank=True, rewrite=False, keep=2) == [
-        "When to use: w2\nContent: content 2", "When to use: w0\nContent: content 0"]
-    assert refine(llm, SamplingParams(), "task", items, rerank=False, rewrite=True, keep=1) == ["rewritten"]
+        (items[2], "When to use: w2\nContent: content 2"), (items[0], "When to use: w0\nContent: content 0")]
+    assert refine(llm, SamplingParams(), "task", items, rerank=False, rewrite=True, keep=1) == [(items[0], "rewritten")]
     assert refine(None, SamplingParams(), "task", items, rerank=True, rewrite=True, keep=1) == [
-        "When to use: w0\nContent: content 0"]
+        (items[0], "When to use: w0\nContent: content 0")]
+
+
+def test_reranked_retrieval_credits_the_injected_experience():
+    """With rerank on, the experience recorded as used is the one the re-ranker put first (and that went into the
+    prompt), not the top cosine hit."""
+    import numpy as np
+
+    from evolvekit.config import Config
+    from evolvekit.navigating.pool import ExperiencePool
+    from evolvekit.navigating.stage import ExperienceMixedRollouts
+    from evolvekit.types import Task
+
+    def embed(texts):
+        return np.array([[1.0, 0.0] if "first" in t else [0.8, 0.6] for t in texts], dtype=np.float32)
+
+    pool = ExperiencePool(embed, theta_sim=2.0)
+    top, second = _exp("first: closest to the query", "top content"), _exp("second one", "second content")
+    pool.add(top)
+    pool.add(second)
+    llm = _Scripted(lambda conv: "1, 0" if "List the numbers" in conv[-1].content else "x")
+    cfg = Config()
+    cfg.navigating.rewrite = False
+    stage = ExperienceMixedRollouts(llm, None, cfg, SamplingParams(), pool, llm, SamplingParams(), show_progress=False)
+    text, ids = stage._experience_for(Task(env_name="bfcl", query="first task"))
+    assert ids == (second.experience_id,) and "second content" in text
 
 
 PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
@@ -304,3 +329,20 @@ def test_family_worked_examples_seed_the_pool_and_skip_the_cold_start(tmp_path, 
         with pytest.raises(ConfigError, match=match):
             build_loop(cfg2, rd2, s2, show_progress=False)
         s2.close()
+
+
+def test_pruning_waits_for_the_minimum_number_of_uses():
+    from evolvekit.navigating.pool import should_prune
+
+    failed4 = _exp("w", "c").model_copy(update={"use_count": 4, "success_count": 0})  # s = 1/6 < 0.3
+    assert should_prune(failed4, 0.3, min_uses=0) and not should_prune(failed4, 0.3, min_uses=8)
+    failed8 = failed4.model_copy(update={"use_count": 8})
+    assert should_prune(failed8, 0.3, min_uses=8)
+
+
+def test_success_defaults_fit_continuous_rewards():
+    from evolvekit.config import Config
+
+    cfg = Config()
+    assert cfg.navigating.success_threshold <= 0.7  # a judge's 0.7 for correct work counts as a success
+    assert cfg.navigating.min_uses_before_prune >= 2 * 4  # two guided groups at the default η·N

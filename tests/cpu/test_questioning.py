@@ -481,3 +481,38 @@ def test_scaffold_constrains_the_depth_step_tool_name_to_real_tools(tmp_path):
         assert parse_action(text + CLOSE).tool_calls[0].name == call["name"]
 
 
+
+
+def test_coevolve_forgetting_is_over_iterations_not_within_a_group():
+    from evolvekit.questioning.coevolve import SignalTracker
+
+    tracker = SignalTracker(window=5, theta_percent=5.0, n_min=10_000)
+    first = [_tr("a", r, group="g0", tid=f"i0-{j}") for j, r in enumerate([1, 0, 0, 1, 0, 0, 0, 0])]
+    assert [s for s in tracker.observe(first) if s.kind == "forgetting"] == []  # main raised 6 here
+    later = [_tr("a", r, group="g1", tid=f"i1-{j}") for j, r in enumerate([0, 0, 1, 0])]
+    assert sorted(s.trajectory_id for s in tracker.observe(later) if s.kind == "forgetting") == ["i1-0", "i1-1", "i1-3"]
+
+
+def test_coevolve_reads_its_success_threshold():
+    from evolvekit.questioning.coevolve import SignalTracker
+
+    strict = SignalTracker(window=5, n_min=10_000, threshold=0.9)
+    loose = SignalTracker(window=5, n_min=10_000, threshold=0.5)
+    for tracker in (strict, loose):
+        tracker.observe([_tr("a", 0.8, tid="x")])
+    assert [s.kind for s in strict.observe([_tr("a", 0.6, tid="y")])] == []  # 0.8 was never a success at 0.9
+    assert [s.kind for s in loose.observe([_tr("a", 0.4, tid="y")])] == ["forgetting"]
+
+
+def test_coevolve_config_reaches_the_tracker_and_regenerator():
+    from evolvekit.config import load_config
+
+    cfg = load_config(None, ["questioning.enabled=true", "coevolve.enabled=true", "coevolve.success_threshold=0.8",
+                             "coevolve.max_contexts=7"])
+    assert cfg.coevolve.success_threshold == 0.8 and cfg.coevolve.max_contexts == 7
+    import inspect
+
+    from evolvekit.orchestrator import build
+
+    src = inspect.getsource(build._coevolve_hook)
+    assert "co.success_threshold" in src and "max_contexts=co.max_contexts" in src

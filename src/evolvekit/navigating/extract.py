@@ -90,7 +90,7 @@ class ExtractionReport:
 
 
 class ExperienceExtractor:
-    def __init__(self, llm: LLM, params: SamplingParams, validate: bool = True, success_threshold: float = 1.0,
+    def __init__(self, llm: LLM, params: SamplingParams, validate: bool = True, success_threshold: float = 0.5,
                  batch: int = 8) -> None:
         self.llm, self.params, self.validate = llm, params, validate
         self.success_threshold, self.batch = success_threshold, batch
@@ -160,8 +160,11 @@ def llm_equivalence(llm: LLM, params: SamplingParams):
 
 
 def refine(llm: LLM | None, params: SamplingParams, query: str, retrieved: Sequence[Experience], rerank: bool,
-           rewrite: bool, keep: int = 1) -> list[str]:
-    """Ω_refine (Eq. 14): optional LLM re-ranking, then optional re-writing for the task; returns texts to inject."""
+           rewrite: bool, keep: int = 1) -> list[tuple[Experience, str]]:
+    """Ω_refine (Eq. 14): optional LLM re-ranking, then optional re-writing for the task.
+
+    Returns the ``keep`` experiences that go into the prompt, in their final order, each with the text injected
+    for it — so the caller credits (EvolveR's use/success counts) exactly the experiences the policy saw."""
     items = list(retrieved)
     if llm is not None and rerank and len(items) > 1:
         listing = "\n".join(f"[{i}] When to use: {e.when_to_use} | Content: {e.content}" for i, e in enumerate(items))
@@ -182,4 +185,4 @@ def refine(llm: LLM | None, params: SamplingParams, query: str, retrieved: Seque
                               "so it directly helps with this task. Keep it short.")] for t in texts]
         outs = llm.chat(convs, params)
         texts = [o[0].text.strip() or t for o, t in zip(outs, texts)]
-    return texts
+    return list(zip(items, texts))

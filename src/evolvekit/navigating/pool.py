@@ -27,9 +27,9 @@ class AddResult:
     similarity: float = 0.0
 
 
-def should_prune(exp: Experience, theta_prune: float) -> bool:
-    """EvolveR: prune when s = (c_succ + 1)/(c_use + 2) < θ_prune."""
-    return exp.score < theta_prune
+def should_prune(exp: Experience, theta_prune: float, min_uses: int = 0) -> bool:
+    """EvolveR: prune when s = (c_succ + 1)/(c_use + 2) < θ_prune — once it has been used ``min_uses`` times."""
+    return exp.use_count >= min_uses and exp.score < theta_prune
 
 
 class ExperiencePool:
@@ -120,8 +120,8 @@ class ExperiencePool:
             self.items[i] = e.model_copy(update={"use_count": e.use_count + 1,
                                                  "success_count": e.success_count + int(success)})
 
-    def prune(self, theta_prune: float) -> list[str]:
-        keep = [i for i, e in enumerate(self.items) if not should_prune(e, theta_prune)]
+    def prune(self, theta_prune: float, min_uses: int = 0) -> list[str]:
+        keep = [i for i, e in enumerate(self.items) if not should_prune(e, theta_prune, min_uses)]
         kept = set(keep)
         removed = [e.experience_id for i, e in enumerate(self.items) if i not in kept]
         vectors = self.vectors[keep]

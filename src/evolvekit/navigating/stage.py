@@ -44,9 +44,10 @@ class ExperienceMixedRollouts(VanillaRollouts):
         hits = self.pool.retrieve(query, ncfg.top_k)
         if not hits:
             return None, ()
-        texts = refine(self.refiner, self.refine_params, query, [e for e, _ in hits], ncfg.rerank, ncfg.rewrite,
-                       keep=ncfg.inject_count)
-        return "\n\n".join(texts), tuple(e.experience_id for e, _ in hits[: ncfg.inject_count])
+        chosen = refine(self.refiner, self.refine_params, query, [e for e, _ in hits], ncfg.rerank, ncfg.rewrite,
+                        keep=ncfg.inject_count)
+        # credit what was injected (after re-ranking), not the top cosine hits
+        return "\n\n".join(text for _, text in chosen), tuple(e.experience_id for e, _ in chosen)
 
     def cold_start(self, ctx: IterationContext, tasks: Sequence[Task]) -> int:
         """Eq. 13: with an empty pool, N_pc vanilla rollouts per task of the initial policy feed Ω_process."""
@@ -123,7 +124,7 @@ class ExperienceSummarisation:
             merged += res.action == "merged"
         self._pruned = []
         if ncfg.prune_every and (ctx.iteration + 1) % ncfg.prune_every == 0:
-            self._pruned = self.pool.prune(ncfg.theta_prune)
+            self._pruned = self.pool.prune(ncfg.theta_prune, ncfg.min_uses_before_prune)
         metrics.update({"navigating/pool_size": float(len(self.pool)), "navigating/added": float(added),
                         "navigating/merged": float(merged), "navigating/pruned": float(len(self._pruned)),
                         "navigating/extraction_calls": float(report.calls),

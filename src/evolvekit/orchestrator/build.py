@@ -337,7 +337,7 @@ def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory, existing):
     from evolvekit.questioning.supply import CoEvolveHook
 
     co, q = cfg.coevolve, cfg.questioning
-    tracker = SignalTracker(co.forgetting_window, co.rare_theta_percent, co.rare_min_patterns)
+    tracker = SignalTracker(co.forgetting_window, co.rare_theta_percent, co.rare_min_patterns, co.success_threshold)
     for it in store.completed_iterations():  # a resumed run rebuilds its score windows and pattern counts
         tracker.observe(store.trajectories(it, "train"))
     dedup = Deduplicator(build_embedder(cfg.embedding).embed, q.lexical_dedup_threshold, q.semantic_dedup_threshold)
@@ -347,5 +347,6 @@ def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory, existing):
         explorer = policy  # the current policy re-explores
     run = goal_explorer(cfg, explorer, sampling_for(cfg.models.explorer), role_llm(cfg.models, "synthesizer"),
                         sampling_for(cfg.models.synthesizer), env_factory, dedup, Funnel())
-    regen = CoEvolveRegenerator(role_llm(cfg.models, "synthesizer"), sampling_for(cfg.models.synthesizer), run)
+    regen = CoEvolveRegenerator(role_llm(cfg.models, "synthesizer"), sampling_for(cfg.models.synthesizer), run,
+                                max_contexts=co.max_contexts)
     return CoEvolveHook(tracker, regen, co.every_iterations)

@@ -1,8 +1,10 @@
 """CoEvolve's weakness signals (CoEvolve §3.1) and signal-guided re-exploration into new tasks (§3.2-3.3).
 
-Signals, evaluated independently on every training trajectory:
-- forgetting: the task's sliding window of the last W scores holds one ≥ 0.5 and the current score is < 0.5;
-- boundary: the task's group has both a success (> 0.5) and a failure (< 0.5) — all its trajectories are marked;
+Signals, evaluated independently on every training trajectory (threshold τ = ``coevolve.success_threshold``, 0.5):
+- forgetting: the task was solved in an *earlier* iteration and this trajectory fails it — the task's sliding window
+  holds its best score of each of its last W iterations (CoEvolve's H_recent, one entry per time the task was
+  trained), one of them ≥ τ, and the current score is < τ. A task's first group never raises it, whatever its mix;
+- boundary: the task's group has both a success (> τ) and a failure (< τ) — all its trajectories are marked;
 - rare: the trajectory's action pattern (its sequence of tool names) has count c_p with c_p / N < θ/100, once the
   total number of observed patterns N ≥ N_min.
 Every F iterations, the signal-annotated trajectories are reflected on by an LLM into an exploration context,
@@ -22,17 +24,17 @@ from evolvekit.types import ChatMessage, Task, Trajectory
 
 log = logging.getLogger(__name__)
 
-THRESHOLD = 0.5
+THRESHOLD = 0.5  # the paper's; coevolve.success_threshold overrides it
 
 
-def forgetting(history: Sequence[float], s_now: float) -> bool:
-    """CoEvolve (1): ∃ s_i ∈ H_recent with s_i ≥ 0.5, and s_now < 0.5."""
-    return s_now < THRESHOLD and any(s >= THRESHOLD for s in history)
+def forgetting(history: Sequence[float], s_now: float, threshold: float = THRESHOLD) -> bool:
+    """CoEvolve (1): ∃ s_i ∈ H_recent with s_i ≥ τ, and s_now < τ."""
+    return s_now < threshold and any(s >= threshold for s in history)
 
 
-def boundary(group_scores: Sequence[float]) -> bool:
-    """CoEvolve (2): the group holds a success (> 0.5) and a failure (< 0.5)."""
-    return any(s > THRESHOLD for s in group_scores) and any(s < THRESHOLD for s in group_scores)
+def boundary(group_scores: Sequence[float], threshold: float = THRESHOLD) -> bool:
+    """CoEvolve (2): the group holds a success (> τ) and a failure (< τ)."""
+    return any(s > threshold for s in group_scores) and any(s < threshold for s in group_scores)
 
 
 def rare(count: int, total: int, theta_percent: float, n_min: int) -> bool:
@@ -53,9 +55,12 @@ class Signal:
 
 
 class SignalTracker:
-    def __init__(self, window: int = 5, theta_percent: float = 5.0, n_min: int = 50) -> None:
-        self.window, self.theta, self.n_min = window, theta_percent, n_min
-        self.history: dict[str, deque] = {}
+    """Signals over time: ``observe`` is called once per iteration with that iteration's trajectories."""
+
+    def __init__(self, window: int = 5, theta_percent: float = 5.0, n_min: int = 50,
+                 threshold: float = THRESHOLD) -> None:
+        self.window, self.theta, self.n_min, self.threshold = window, theta_percent, n_min, threshold
+        self.history: dict[str, deque] = {}  # task -> best score of each earlier iteration that trained it
         self.patterns: Counter = Counter()
 
     def observe(self, trajectories: Sequence[Trajectory]) -> list[Signal]:
@@ -65,19 +70,21 @@ class SignalTracker:
         for t in live:
             groups.setdefault(t.group_id or t.task_id, []).append(t)
         for members in groups.values():
-            if boundary([float(t.outcome_reward or 0.0) for t in members]):
+            if boundary([float(t.outcome_reward or 0.0) for t in members], self.threshold):
                 signals += [Signal("boundary", t.trajectory_id, t.task_id) for t in members]
         for t in live:
             self.patterns[action_pattern(t)] += 1
         total = sum(self.patterns.values())
+        best_now: dict[str, float] = {}
         for t in live:
             s_now = float(t.outcome_reward or 0.0)
-            hist = self.history.setdefault(t.task_id, deque(maxlen=self.window))
-            if forgetting(list(hist), s_now):
+            if forgetting(list(self.history.get(t.task_id, ())), s_now, self.threshold):
                 signals.append(Signal("forgetting", t.trajectory_id, t.task_id))
-            hist.append(s_now)
+            best_now[t.task_id] = max(best_now.get(t.task_id, s_now), s_now)
             if rare(self.patterns[action_pattern(t)], total, self.theta, self.n_min):
                 signals.append(Signal("rare", t.trajectory_id, t.task_id))
+        for task_id, best in best_now.items():  # this iteration becomes history only after it is judged
+            self.history.setdefault(task_id, deque(maxlen=self.window)).append(best)
         return signals
 
 
