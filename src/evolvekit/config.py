@@ -177,6 +177,7 @@ class CoEvolveConfig(_Section):
 class NavigatingConfig(_Section):
     enabled: bool = F(False, "self-navigating: experience pool + experience-mixed rollouts (§4)")
     n_pc: int = F(4, "N_pc rollouts per task to build the cold-start pool (Eq. 13; §7.1.3: 4)", ge=0)
+    cold_start_tasks: int = F(0, "tasks g ~ p_train (the whole training set: real tasks, or the synthetic ones under self-questioning) the cold-start pool is built from, drawn with the run's seed (Eq. 13); 0 = train.tasks_per_iteration", ge=0)
     top_k: int = F(5, "retrieval top-k (Eq. 14; §7.1.3: k = 5)", ge=1)
     rerank: bool = F(True, "LLM re-ranking of retrieved experiences (§4.1)")
     rewrite: bool = F(True, "LLM rewriting of retrieved experiences for the task (§4.1)")
@@ -291,6 +292,11 @@ def cross_field_problem(cfg: Config) -> str | None:
                 "turn navigating.enabled and attributing.enabled off")
     if cfg.rollout.backend == "ray" and cfg.train.lora:
         return "rollout.backend: ray with train.lora is not supported yet (workers sync full weights)"
+    if cfg.rollout.backend == "ray" and cfg.evolving_rl.enabled:
+        return "rollout.backend: ray is not supported by evolving_rl yet (its source, candidate and solver rollouts run in-process); use rollout.backend: local"
+    if cfg.rollout.backend == "ray" and cfg.navigating.enabled and (cfg.navigating.as_tool or cfg.navigating.utility_test):
+        return ("rollout.backend: ray with navigating.as_tool or navigating.utility_test is not supported yet (the "
+                "search tool and the utility test need the driver's experience pool); use rollout.backend: local")
     if cfg.cold_start.enabled and not cfg.cold_start.tasks_file and not cfg.questioning.enabled:
         return "cold_start.enabled needs verified tasks: set cold_start.tasks_file or questioning.enabled"
     if cfg.env.curriculum and cfg.questioning.enabled:

@@ -346,3 +346,70 @@ def test_success_defaults_fit_continuous_rewards():
     cfg = Config()
     assert cfg.navigating.success_threshold <= 0.7  # a judge's 0.7 for correct work counts as a success
     assert cfg.navigating.min_uses_before_prune >= 2 * 4  # two guided groups at the default η·N
+
+
+def _mixed(cfg, training_set=()):
+    import numpy as np
+
+    from evolvekit.navigating.stage import ExperienceMixedRollouts
+
+    pool = ExperiencePool(lambda texts: np.ones((len(texts), 2), dtype=np.float32) / np.sqrt(2), theta_sim=2.0)
+    pool.add(_exp("always", "call add"))
+    return ExperienceMixedRollouts(None, None, cfg, SamplingParams(), pool, None, SamplingParams(), show_progress=False,
+                                   training_set=training_set)
+
+
+def test_cold_start_pool_samples_the_whole_training_set():
+    from evolvekit.config import Config
+    from evolvekit.types import Task
+
+    cfg = Config()
+    cfg.train.tasks_per_iteration = 4
+    train = [Task(task_id=f"t{i}", env_name="bfcl", query=f"task {i}") for i in range(40)]
+    stage = _mixed(cfg, train)
+    first_iteration = train[:4]
+    chosen = stage.cold_start_tasks(seed=3, fallback=first_iteration)
+    assert len(chosen) == 4 and set(t.task_id for t in chosen) <= {t.task_id for t in train}
+    assert {t.task_id for t in chosen} != {t.task_id for t in first_iteration}  # not iteration 0's tasks
+    assert chosen == stage.cold_start_tasks(seed=3, fallback=first_iteration)  # seeded
+    cfg.navigating.cold_start_tasks = 40
+    assert len(stage.cold_start_tasks(seed=3, fallback=first_iteration)) == 40
+
+
+def test_guided_rollouts_honour_the_ray_backend():
+    """The experience-mixed stage runs its jobs (guided ones included) on the configured Ray pool, never silently
+    in-process (the pool here is a recording stand-in for RayRolloutPool)."""
+    from evolvekit.config import Config
+    from evolvekit.orchestrator.stages import IterationContext
+    from evolvekit.types import Task, Trajectory
+
+    class _Pool:
+        def __init__(self):
+            self.jobs = []
+
+        def sync_weights(self, model):
+            pass
+
+        def run(self, jobs, params):
+            self.jobs += jobs
+            return [Trajectory(task_id=j.task.task_id, group_id=j.group_id) for j in jobs]
+
+    cfg = Config()
+    cfg.navigating.n_pc = 0
+    stage = _mixed(cfg)
+    stage.pool = _Pool()
+    task = Task(task_id="t", env_name="bfcl", query="add 1 and 2")
+    trajs = stage.rollout(IterationContext(iteration=0, seed=1, run_dir=None, store=None), [task])
+    assert len(trajs) == cfg.rollout.group_size == len(stage.pool.jobs)
+    assert sum(j.experience is not None for j in stage.pool.jobs) == cfg.rollout.group_size // 2
+
+
+def test_ray_with_stages_that_cannot_use_it_is_refused_in_one_line():
+    from evolvekit.config import load_config
+    from evolvekit.errors import ConfigError
+
+    for sets in (["rollout.backend=ray", "evolving_rl.enabled=true"],
+                 ["rollout.backend=ray", "navigating.enabled=true", "navigating.as_tool=true"]):
+        with pytest.raises(ConfigError, match="rollout.backend: ray"):
+            load_config(None, sets)
+    assert load_config(None, ["rollout.backend=ray", "navigating.enabled=true"]).navigating.enabled

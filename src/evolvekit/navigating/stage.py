@@ -12,10 +12,11 @@ from this iteration's trajectories, validated, and added or merged (EvolveR); a 
 from __future__ import annotations
 
 import math
+import random
 import sqlite3
 from typing import Sequence
 
-from evolvekit.agent.rollout import RolloutJob, run_rollouts
+from evolvekit.agent.rollout import RolloutJob
 from evolvekit.config import Config
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.navigating.extract import ExperienceExtractor, refine
@@ -32,16 +33,18 @@ def guided_count(group_size: int, eta: float) -> int:
 
 class ExperienceMixedRollouts(VanillaRollouts):
     def __init__(self, llm: LLM, make_env, cfg: Config, params: SamplingParams, pool: ExperiencePool,
-                 refiner: LLM | None, refine_params: SamplingParams, show_progress: bool = True) -> None:
+                 refiner: LLM | None, refine_params: SamplingParams, show_progress: bool = True,
+                 training_set: Sequence[Task] = ()) -> None:
         super().__init__(llm, make_env, cfg, params, show_progress)
-        self.pool, self.refiner, self.refine_params = pool, refiner, refine_params
+        self.experiences, self.refiner, self.refine_params = pool, refiner, refine_params
+        self.training_set = list(training_set)  # p_train, which the cold-start pool samples (Eq. 13)
         self.last_metrics: dict[str, float] = {}
         self.summariser: "ExperienceSummarisation | None" = None  # set by the builder: its extractor feeds cold start
 
     def _experience_for(self, task: Task) -> tuple[str | None, tuple[str, ...]]:
         ncfg = self.cfg.navigating
         query = "\n".join(task.turns)
-        hits = self.pool.retrieve(query, ncfg.top_k)
+        hits = self.experiences.retrieve(query, ncfg.top_k)
         if not hits:
             return None, ()
         chosen = refine(self.refiner, self.refine_params, query, [e for e, _ in hits], ncfg.rerank, ncfg.rewrite,
@@ -49,19 +52,28 @@ class ExperienceMixedRollouts(VanillaRollouts):
         # credit what was injected (after re-ranking), not the top cosine hits
         return "\n\n".join(text for _, text in chosen), tuple(e.experience_id for e, _ in chosen)
 
+    def cold_start_tasks(self, seed: int, fallback: Sequence[Task]) -> list[Task]:
+        """Eq. 13's tasks g ~ p_train: ``navigating.cold_start_tasks`` of them (0 = one iteration's batch), drawn
+        without replacement from the whole training set with the run's seed (``fallback``: this iteration's tasks,
+        when no training set was given)."""
+        pool = self.training_set or list(fallback)
+        n = self.cfg.navigating.cold_start_tasks or self.cfg.train.tasks_per_iteration
+        return random.Random(seed).sample(pool, min(n, len(pool)))
+
     def cold_start(self, ctx: IterationContext, tasks: Sequence[Task]) -> int:
-        """Eq. 13: with an empty pool, N_pc vanilla rollouts per task of the initial policy feed Ω_process."""
+        """Eq. 13: with an empty pool, N_pc vanilla rollouts of the initial policy on tasks sampled from p_train
+        feed Ω_process."""
         n_pc = self.cfg.navigating.n_pc
-        if len(self.pool) or not n_pc or self.summariser is None:
+        if len(self.experiences) or not n_pc or self.summariser is None:
             return 0
-        jobs = [RolloutJob(task=t, group_id=f"coldstart-{i}-{t.task_id}") for i, t in enumerate(tasks) for _ in range(n_pc)]
+        chosen = self.cold_start_tasks(self.cfg.run.seed * 7919 + 13, tasks)
+        jobs = [RolloutJob(task=t, group_id=f"coldstart-{i}-{t.task_id}") for i, t in enumerate(chosen) for _ in range(n_pc)]
         params = SamplingParams(n=1, temperature=self.params.temperature, top_p=self.params.top_p,
                                 max_new_tokens=self.params.max_new_tokens, stop=self.params.stop, seed=ctx.seed + 7)
-        trajs = run_rollouts(jobs, self.make_env, self.llm, self.cfg.rollout, params, self.cfg.env.tool_rendering,
-                             show_progress=self.show_progress)
-        report = self.summariser.extractor.extract(trajs, {t.task_id: t for t in tasks}, ctx.iteration)
+        trajs = self.run_jobs(jobs, params)
+        report = self.summariser.extractor.extract(trajs, {t.task_id: t for t in chosen}, ctx.iteration)
         for exp in report.experiences:
-            self.pool.add(exp)
+            self.experiences.add(exp)
         return len(trajs)
 
     def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
@@ -77,8 +89,7 @@ class ExperienceMixedRollouts(VanillaRollouts):
                                 experience_ids=ids if j < n_e else ()) for j in range(n)]
         params = SamplingParams(n=1, temperature=self.params.temperature, top_p=self.params.top_p,
                                 max_new_tokens=self.params.max_new_tokens, stop=self.params.stop, seed=ctx.seed)
-        trajs = run_rollouts(jobs, self.make_env, self.llm, self.cfg.rollout, params, self.cfg.env.tool_rendering,
-                             show_progress=self.show_progress)
+        trajs = self.run_jobs(jobs, params)  # rollout.backend honoured (Ray workers or here)
         self.last_metrics = {"navigating/retrievals": float(retrievals), "navigating/cold_start_rollouts": float(cold)}
         return trajs
 

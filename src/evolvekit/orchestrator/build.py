@@ -110,8 +110,8 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
 
     train_tasks = env_tasks(cfg.env, cfg.env.train_split)
     params = sampling_for(pol)
-    rollouts, experience = _navigation(cfg, store, policy, env_factory, params, show_progress)
     supply = _task_supply(cfg, store, train_tasks, policy, env_factory)
+    rollouts, experience = _navigation(cfg, store, policy, env_factory, params, show_progress, supply.training_set())
     samples = _sample_stage(cfg)
     if cfg.evolving_rl.enabled:  # Evolving-RL replaces stages B, C and D(samples) with its own structure
         from evolvekit.llm.factory import build_embedder
@@ -216,7 +216,7 @@ def _sample_stage(cfg: Config):
     return AttributedSamples(cfg, attributor)
 
 
-def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_progress: bool):
+def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_progress: bool, training_set=()):
     """Vanilla rollouts and no experience, or the self-navigating pair (§4) when ``navigating.enabled``."""
     if not cfg.navigating.enabled:
         return VanillaRollouts(policy, env_factory, cfg, params, show_progress), NoExperience()
@@ -254,7 +254,8 @@ def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_
 
         def env_factory():
             return ExperienceToolEnv(inner_factory(), pool, cfg.navigating.top_k)
-    rollouts = ExperienceMixedRollouts(policy, env_factory, cfg, params, pool, refiner, sparams, show_progress)
+    rollouts = ExperienceMixedRollouts(policy, env_factory, cfg, params, pool, refiner, sparams, show_progress,
+                                       training_set=training_set)
     extractor = ExperienceExtractor(summarizer, sparams, cfg.navigating.validate_experiences, cfg.navigating.success_threshold)
     summarisation = ExperienceSummarisation(cfg, pool, extractor, rollouts)
     rollouts.summariser = summarisation

@@ -41,6 +41,9 @@ class CurriculumTaskSupply:
             history = [float(metrics[i].get("rollout/success_rate", 0.0)) for i in sorted(metrics) if i < ctx.iteration]
         return curriculum_levels(history, self.threshold, self.window, len(self.supplies))[-1]
 
+    def training_set(self) -> list[Task]:
+        return [t for s in self.supplies for t in s.pool]
+
     def tasks(self, ctx: IterationContext) -> list[Task]:
         return self.supplies[self.level(ctx)].tasks(ctx)
 

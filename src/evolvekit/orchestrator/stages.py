@@ -33,6 +33,10 @@ class IterationContext:
 class TaskSupply(Protocol):
     def tasks(self, ctx: IterationContext) -> list[Task]: ...
 
+    def training_set(self) -> list[Task]:
+        """p_train: every task this supply may draw from (the cold-start experience pool samples it, Eq. 13)."""
+        ...
+
     def observe(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]: ...
 
 
@@ -74,6 +78,9 @@ class FixedTaskSupply:
         self.per_iteration = per_iteration
         self.seed = seed
 
+    def training_set(self) -> list[Task]:
+        return list(self.pool)
+
     def tasks(self, ctx: IterationContext) -> list[Task]:
         n = len(self.pool)
         out = []
@@ -108,6 +115,10 @@ class VanillaRollouts:
             jobs += [RolloutJob(task=task, group_id=group) for _ in range(self.cfg.rollout.group_size)]
         params = SamplingParams(n=1, temperature=self.params.temperature, top_p=self.params.top_p,
                                 max_new_tokens=self.params.max_new_tokens, stop=self.params.stop, seed=ctx.seed)
+        return self.run_jobs(jobs, params)
+
+    def run_jobs(self, jobs: Sequence[RolloutJob], params: SamplingParams) -> list[Trajectory]:
+        """Run rollout jobs where ``rollout.backend`` says: on the Ray workers (synced to the current policy), or here."""
         if self.pool is not None:
             if getattr(self.llm, "model", None) is not None:
                 self.pool.sync_weights(self.llm.model)  # workers roll out the policy being trained

@@ -40,6 +40,10 @@ class HybridTaskSupply:
             out.append(pool[order[pos]])
         return out
 
+    def training_set(self) -> list[Task]:
+        """p_train of Eq. 12: the synthetic tasks, and the real ones unless λ = 1 (the paper's default)."""
+        return (self.synthetic if self.lam > 0 else []) + (self.real if self.lam < 1 else [])
+
     def tasks(self, ctx: IterationContext) -> list[Task]:
         n_syn, n_real = hybrid_counts(self.per_iteration, self.lam)
         out = self._draw(self.synthetic, ctx.iteration * n_syn, n_syn, self.seed) if n_syn else []
