@@ -209,7 +209,7 @@ class AttributingConfig(_Section):
 
 
 class EvolvingRLConfig(_Section):
-    enabled: bool = F(False, "co_evolution switch: Evolving-RL joint extractor/solver training (Evolving-RL §3)")
+    enabled: bool = F(False, "co_evolution switch: Evolving-RL joint extractor/solver training (Evolving-RL §3); also sets train.eps_low 0.1, eps_high 0.15, kl_beta 0.01 (its Table 5) unless the config sets them")
     mode: Literal["both", "solver_only", "extractor_only"] = F("both", "Table 3 ablations: train both roles, or only one")
     skill_max_tokens: int = F(128, "generation cap of one extracted skill", ge=1)
     n_candidates: int = F(8, "N candidate skills per source task (Evolving-RL §3.1)", ge=1)
@@ -282,7 +282,16 @@ class Config(_Section):
         problem = cross_field_problem(self)
         if problem is not None:
             raise ValueError(problem)
+        if self.evolving_rl.enabled:  # Evolving-RL's own defaults (its Table 5), unless set explicitly
+            for name, value in EVOLVING_RL_TRAIN_DEFAULTS.items():
+                if name not in self.train.model_fields_set:
+                    setattr(self.train, name, value)
         return self
+
+
+# Evolving-RL Table 5 (ALFWorld and Mind2Web alike): ε_low 0.1, ε_high 0.15, KL coefficient 0.01. They replace
+# AgentEvolver's 0.28 / 0.28 / 0.001 when evolving_rl.enabled, for every train.* field the config leaves unset.
+EVOLVING_RL_TRAIN_DEFAULTS = {"eps_low": 0.1, "eps_high": 0.15, "kl_beta": 0.01}
 
 
 def cross_field_problem(cfg: Config) -> str | None:

@@ -171,6 +171,9 @@ class TrainingSample(_Model):
     old_logprobs: list[float] | None = None
     experience_guided: bool = False
     loss_weight: float = 1.0  # e.g. λ_e / λ_s of Evolving-RL's joint objective (Eq. 6)
+    # Samples that share a non-empty loss group are token-averaged among themselves, then the groups are summed with
+    # their loss_weight (Evolving-RL Eq. 6: λ_e·L_e + λ_s·L_s, each L its own mean); "" = the batch's one mean.
+    loss_group: str = ""
     entropy_coef: float = 0.0  # per-sample entropy coefficient (Evolving-RL Eq. 3 uses a negative one)
     # An experience-stripped sample (§4.3): the sequence as it was generated (with the experience), and for each
     # token of ``token_ids`` its position there. The trainer's old log-probs (Eq. 17) come from this sequence.

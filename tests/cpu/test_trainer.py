@@ -186,3 +186,52 @@ def test_build_samples_keeps_the_generated_sequence_of_a_stripped_trajectory():
     assert stripped.rollout_logprobs == [0.0, 0.0, 0.0, -0.5, -0.25]
     (kept,), _ = build_samples([traj], [{0: 1.0}], strip_experience=False)
     assert kept.behaviour_token_ids is None and kept.experience_mask == [0, 0, 1, 1, 1, 0, 0, 0]
+
+
+def test_group_scales_by_hand():
+    from evolvekit.train.trainer import group_scales
+
+    def s(tokens, group):
+        n = tokens + 1
+        return TrainingSample(trajectory_id="t", group_id="g", token_ids=list(range(1, n + 1)), loss_mask=[0] + [1] * tokens,
+                              token_advantages=[0.0] * n, experience_mask=[0] * n, loss_group=group)
+
+    batch = [s(2, "extractor"), s(6, "solver"), s(2, "solver")]
+    # 10 loss tokens in all (the first token of each sample never carries loss)
+    assert group_scales(batch, 10.0) == [10 / 2, 10 / 8, 10 / 8]
+    assert group_scales([s(3, ""), s(5, "")], 8.0) == [1.0, 1.0]
+
+
+def test_evolving_rl_joint_loss_is_lambda_weighted_sum_of_separate_means(tiny_path):
+    """Eq. 6: L = λ_e·L_e + λ_s·L_s with each L its own token mean — so the joint gradient equals λ_e·∇(mean over
+    the extractor samples) + λ_s·∇(mean over the solver samples), whatever their token counts."""
+    base = _samples(4)
+    ext = [x.model_copy(update={"loss_group": "extractor", "loss_weight": 0.2}) for x in base[:1]]
+    sol = [x.model_copy(update={"loss_group": "solver", "loss_weight": 1.0}) for x in base[1:]]
+
+    def grads(samples, micro=2):
+        llm = LocalLLM(str(tiny_path), device="cpu")
+        tr = GRPOTrainer(llm, TrainConfig(micro_batch_size=micro, kl_beta=0.0, autocast="off", learning_rate=0.0,
+                                          max_grad_norm=1e9))  # compare raw gradients, unclipped
+        tr.update(samples)
+        return {n: p.grad.clone() for n, p in llm.model.named_parameters() if p.grad is not None}
+
+    joint = grads(ext + sol, micro=1)
+    alone_e = grads([x.model_copy(update={"loss_group": "", "loss_weight": 1.0}) for x in ext])
+    alone_s = grads([x.model_copy(update={"loss_group": "", "loss_weight": 1.0}) for x in sol])
+    for k in joint:
+        assert torch.allclose(joint[k], 0.2 * alone_e[k] + 1.0 * alone_s[k], atol=1e-6, rtol=1e-4), k
+    # one token mean over all four (main before the fix) would weight the extractor by its token share instead
+    flat = grads([x.model_copy(update={"loss_group": ""}) for x in ext + sol], micro=1)
+    assert any(not torch.allclose(flat[k], joint[k], atol=1e-6) for k in joint)
+
+
+def test_evolving_rl_uses_its_papers_clip_and_kl_unless_set():
+    from evolvekit.config import load_config
+
+    on = load_config(None, ["evolving_rl.enabled=true"])
+    assert (on.train.eps_low, on.train.eps_high, on.train.kl_beta) == (0.1, 0.15, 0.01)
+    mine = load_config(None, ["evolving_rl.enabled=true", "train.eps_high=0.28"])
+    assert mine.train.eps_high == 0.28 and mine.train.eps_low == 0.1
+    off = load_config(None, [])
+    assert (off.train.eps_low, off.train.eps_high, off.train.kl_beta) == (0.28, 0.28, 0.001)

@@ -133,12 +133,14 @@ class EvolvingRLStage:
                 adv_e = extractor_advantages(r, valid, self.cfg.train.eps_norm)
                 built, _ = build_samples(exts, [{0: a} for a in adv_e], strip_experience=False,
                                          max_tokens=self.cfg.train.max_sequence_tokens)
-                samples += [s.model_copy(update={"loss_weight": w_e, "entropy_coef": e.entropy_coef}) for s in built]
+                samples += [s.model_copy(update={"loss_weight": w_e, "entropy_coef": e.entropy_coef,
+                                                 "loss_group": "extractor"}) for s in built]
             if w_s > 0 and sols:
                 adv_s = solver_advantages(r, self.cfg.train.eps_norm)
                 step_adv = [{st.index: adv_s[t.metadata["skill"]][t.metadata["task_index"]] for st in t.steps} for t in sols]
                 built, _ = build_samples(sols, step_adv, strip_experience=False, max_tokens=self.cfg.train.max_sequence_tokens)
-                samples += [s.model_copy(update={"loss_weight": w_s, "experience_guided": False}) for s in built]
+                samples += [s.model_copy(update={"loss_weight": w_s, "experience_guided": False, "loss_group": "solver"})
+                            for s in built]
         n = len(sources) or 1
         return samples, {"evolving/extractor_reward": sum(ext_rewards) / max(1, len(ext_rewards)),
                          "evolving/solver_reward": sum(sol_rewards) / max(1, len(sol_rewards)),

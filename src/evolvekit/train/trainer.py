@@ -107,6 +107,17 @@ class _null:
         return False
 
 
+def group_scales(samples: Sequence[TrainingSample], total_tokens: float) -> list[float]:
+    """Per-sample factors that turn one token mean over ``total_tokens`` into Σ_g (mean over group g's tokens):
+    ``total / tokens(g)`` for a sample of loss group g, 1 for a sample without one (Evolving-RL Eq. 6; the trainer
+    multiplies in each sample's ``loss_weight`` = λ_g)."""
+    tokens: dict[str, float] = {}
+    for s in samples:
+        if s.loss_group:
+            tokens[s.loss_group] = tokens.get(s.loss_group, 0.0) + float(sum(s.loss_mask[1:]))
+    return [total_tokens / tokens[s.loss_group] if s.loss_group and tokens[s.loss_group] else 1.0 for s in samples]
+
+
 def _batches(samples: Sequence[TrainingSample], size: int) -> list[list[int]]:
     size = max(1, size)
     return [list(range(i, min(i + size, len(samples)))) for i in range(0, len(samples), size)]
@@ -255,6 +266,7 @@ class GRPOTrainer:
         for _ in range(self.cfg.ppo_epochs):
             for mini in _batches(samples, self.cfg.mini_batch_size or len(samples)):
                 mini_tokens = sum(float(sum(samples[i].loss_mask[1:])) for i in mini) or 1.0
+                scale = group_scales([samples[i] for i in mini], mini_tokens)
                 self.optimizer.zero_grad(set_to_none=True)
                 for positions in _batches(mini, self.cfg.micro_batch_size):
                     micro = [mini[p] for p in positions]
@@ -284,7 +296,9 @@ class GRPOTrainer:
                                            eps_high_boost=self.eps_high_boost, ref_logprobs=ref_lp,
                                            kl_beta=self.cfg.kl_beta, entropy=ent, entropy_coef=batch["entropy_coef"],
                                            denominator=mini_tokens,
-                                           weights=batch["weights"] if any(s.loss_weight != 1.0 for s in samples) else None)
+                                           weights=(batch["weights"] * torch.tensor([scale[p] for p in positions],
+                                                                                    device=self.device)
+                                                    if any(s.loss_weight != 1.0 or s.loss_group for s in samples) else None))
                     loss.backward()
                     w = float(batch["mask"].sum())
                     weight_total += w
