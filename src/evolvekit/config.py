@@ -237,11 +237,13 @@ class ColdStartConfig(_Section):
     batch_size: int = F(16, "pairs per optimizer step (EvolveR A.2: 16)", ge=1)
     max_examples: int = F(512, "cap on warm-up pairs", ge=1)
     closing: str = F("Done.", "closing message trained after the replayed tool result, so the warm-up also teaches that a turn ends once its calls ran; empty = calls only")
+    teach_search: Literal["auto", "on", "off"] = F("auto", "EvolveR's retrieval-as-action: each warm-up pair first calls search_experience with the task (its answer from the run's experience pool is a prompt, not a target), then the verified reference calls; auto = on with navigating.as_tool")
 
 
 class RewardConfig(_Section):
     w_outcome: float = F(1.0, "w_o, outcome weight (EvolveR §3.3)", ge=0)
-    w_format: float = F(0.0, "w_f, format weight; EvolveR uses 0.1, off (0) in paper-faithful configs", ge=0)
+    w_format: float = F(0.0, "w_f, format weight; EvolveR uses 0.1, off (0) in paper-faithful configs; with navigating.as_tool it is 0.1 unless set", ge=0)
+    format: Literal["calls", "evolver"] = F("calls", "R_format: calls = execution-checked call credit; evolver = EvolveR Eq. 4 adapted (complete episode · (call credit + search score)/2, rewarding the search_experience action); with navigating.as_tool it is 'evolver' unless set")
 
 
 class RunConfig(_Section):
@@ -282,6 +284,10 @@ class Config(_Section):
         problem = cross_field_problem(self)
         if problem is not None:
             raise ValueError(problem)
+        if self.navigating.enabled and self.navigating.as_tool:  # EvolveR: the search action earns its format reward
+            for name, value in (("w_format", 0.1), ("format", "evolver")):
+                if name not in self.reward.model_fields_set:
+                    setattr(self.reward, name, value)
         if self.evolving_rl.enabled:  # Evolving-RL's own defaults (its Table 5), unless set explicitly
             for name, value in EVOLVING_RL_TRAIN_DEFAULTS.items():
                 if name not in self.train.model_fields_set:

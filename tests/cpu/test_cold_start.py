@@ -80,3 +80,45 @@ def test_cold_start_without_verified_tasks_is_a_config_error(tmp_path):
     # a rule of the config tree itself: refused when the config is loaded, before any run folder exists
     with pytest.raises(ConfigError, match="cold_start.enabled needs verified tasks"):
         load_config(None, [f"run.out_dir={tmp_path}", "env.family=arith", "cold_start.enabled=true"])
+
+
+def test_cold_start_can_teach_the_search_action(tmp_path):
+    """EvolveR's retrieval-as-action: with ``search``, each pair first calls search_experience with the task (a
+    target), sees the pool's answer (not a target), then makes the reference calls and closes."""
+    from evolvekit.agent.templates import TemplateSettings
+    from evolvekit.config import EnvConfig
+    from evolvekit.env.registry import make_env
+    from evolvekit.llm.local import LocalLLM
+    from evolvekit.train.sft import reference_pairs
+
+    llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu")
+    tasks = get_family("arith").tasks("train", 2)
+    env = lambda: make_env(EnvConfig(name="bfcl", family="arith"))  # noqa: E731
+    asked = []
+
+    def search(query):
+        asked.append(query)
+        return "- When to use: two numbers | Content: call the tool named in the request"
+
+    pairs = reference_pairs(tasks, env, llm, "compact", TemplateSettings(), limit=5, search=search)
+    assert asked == [t.turns[0] for t in tasks]
+    for task, s in zip(tasks, pairs):
+        runs, cur = [], []
+        for t, m in zip(s.token_ids, s.loss_mask):
+            if m:
+                cur.append(t)
+            elif cur:
+                runs.append(llm.decode(cur))
+                cur = []
+        runs.append(llm.decode(cur))
+        assert len(runs) == 3  # [search call + eot], [reference calls + eot], [closing + eot]
+        assert '"search_experience"' in runs[0] and task.turns[0][:20] in runs[0]
+        assert f'"{task.reference_solution[0][0].name}"' in runs[1] and runs[2].startswith("Done.")
+        assert "call the tool named in the request" in llm.decode(s.token_ids)  # the answer is context
+
+
+def test_search_action_defaults_follow_navigating_as_tool():
+    cfg = load_config(None, ["navigating.enabled=true", "navigating.as_tool=true"])
+    assert cfg.reward.format == "evolver" and cfg.reward.w_format == 0.1
+    assert load_config(None, ["navigating.enabled=true", "navigating.as_tool=true", "reward.w_format=0"]).reward.w_format == 0
+    assert load_config(None, []).reward.format == "calls"

@@ -31,3 +31,21 @@ def test_shape_rewards_mixes_and_keeps_parts():
     assert a.outcome_reward == pytest.approx(1.1) and b.outcome_reward == pytest.approx(0.0)
     assert a.outcome_details == {"outcome": 1.0, "format": 1.0}
     assert m == {"reward/format": 0.5, "reward/outcome": 0.5}
+
+
+def test_evolver_format_reward_eq4_by_hand():
+    from evolvekit.train.rewards import evolver_format_reward, search_score
+    from evolvekit.types import Step, ToolCall, Trajectory, TrajectoryFlags
+
+    def step(i, names, ok=True):
+        return Step(index=i, action_text="x", tool_calls=[ToolCall(name=n) for n in names],
+                    info={"calls": [{"name": n, "ok": ok, "unknown_tool": False} for n in names]})
+
+    assert search_score(0, True) == 0.0 and search_score(1, False) == 0.2 and search_score(1, True) == 0.5
+    assert abs(search_score(3, True) - 0.7) < 1e-9 and abs(search_score(9, True) - 1.0) < 1e-9  # bonus capped at 0.5
+    searched = Trajectory(task_id="t", steps=[step(0, ["search_experience"]), step(1, ["add"]), step(2, [])])
+    assert abs(evolver_format_reward(searched) - (1.0 + 0.5) / 2) < 1e-9  # all calls ran; both kinds of search
+    plain = Trajectory(task_id="t", steps=[step(0, ["add"]), step(1, [])])
+    assert evolver_format_reward(plain) == 0.5  # never searched: at most half
+    cut = searched.model_copy(update={"flags": TrajectoryFlags(truncated=True)})
+    assert evolver_format_reward(cut) == 0.0  # 𝟙(τ complete)

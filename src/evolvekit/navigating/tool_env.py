@@ -11,10 +11,20 @@ from __future__ import annotations
 from evolvekit.env.base import Action, CallResult, Environment, ResetResult, StepResult, ToolSchema
 from evolvekit.navigating.pool import ExperiencePool
 
-TOOL_NAME = "search_experience"
+from evolvekit.train.rewards import SEARCH_TOOL
+
+TOOL_NAME = SEARCH_TOOL
 TOOL = ToolSchema(name=TOOL_NAME, description="Search past experience for principles that help with a situation.",
                   parameters={"type": "dict", "properties": {"query": {"type": "string", "description":
                               "the situation or sub-goal to get advice for"}}, "required": ["query"]})
+
+
+def search_answer(pool: ExperiencePool, query: str, k: int) -> tuple[str, list[str]]:
+    """The search tool's answer to ``query`` (the top-k principles, one line each) and the experience ids in it."""
+    hits = pool.retrieve(query, k)
+    if not hits:
+        return "No stored experience matches.", []
+    return "\n".join(f"- When to use: {e.when_to_use} | {e.content}" for e, _ in hits), [e.experience_id for e, _ in hits]
 
 
 class ExperienceToolEnv:
@@ -32,11 +42,8 @@ class ExperienceToolEnv:
         return res.model_copy(update={"tools": [*res.tools, TOOL]})
 
     def _search(self, query: str) -> CallResult:
-        hits = self.pool.retrieve(query, self.k)
-        self.experience_ids_used += [e.experience_id for e, _ in hits]
-        if not hits:
-            return CallResult(name=TOOL_NAME, ok=True, output="No stored experience matches.")
-        text = "\n".join(f"- When to use: {e.when_to_use} | {e.content}" for e, _ in hits)
+        text, ids = search_answer(self.pool, query, self.k)
+        self.experience_ids_used += ids
         return CallResult(name=TOOL_NAME, ok=True, output=text)
 
     def step(self, action: Action) -> StepResult:

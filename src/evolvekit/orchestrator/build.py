@@ -155,12 +155,21 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
             return summary, trajs
 
     store.set_meta("train_tasks", json.dumps([t.task_id for t in train_tasks]))
-    warmup = _cold_start(cfg, store, trainer, reference, env_factory) if cfg.cold_start.enabled else None
+    search = None
+    if cfg.navigating.enabled and cfg.navigating.as_tool:
+        from evolvekit.navigating.tool_env import search_answer
+
+        pool = experience.pool
+
+        def search(query: str) -> str:
+            return search_answer(pool, query, cfg.navigating.top_k)[0]
+    warmup = _cold_start(cfg, store, trainer, reference, env_factory, search) if cfg.cold_start.enabled else None
     return MasterLoop(cfg, run_dir, store, stages, evaluator, console, warmup=warmup)
 
 
-def _cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory):
-    """The cold-start warm-up (EvolveR): verified (task -> reference) pairs, never held-out tasks."""
+def _cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory, search_answer=None):
+    """The cold-start warm-up (EvolveR): verified (task -> reference) pairs, never held-out tasks; with
+    ``search_answer`` (the search tool's answer from the run's pool) each pair first calls search_experience."""
 
     def warmup() -> dict:
         from evolvekit.agent.templates import TemplateSettings
@@ -178,8 +187,11 @@ def _cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory):
         held_ids, held_queries = {t.task_id for t in held}, {str(t.query) for t in held}
         tasks = [t for t in tasks if t.task_id not in held_ids and str(t.query) not in held_queries]
         template = TemplateSettings(template=cfg.rollout.template, token_limit=cfg.rollout.context_token_limit)
+        teach = cfg.cold_start.teach_search == "on" or (cfg.cold_start.teach_search == "auto" and
+                                                        cfg.navigating.enabled and cfg.navigating.as_tool)
         pairs = reference_pairs(tasks, env_factory, trainer.llm, cfg.env.tool_rendering, template,
-                                cfg.cold_start.max_examples, cfg.cold_start.closing)
+                                cfg.cold_start.max_examples, cfg.cold_start.closing,
+                                search=search_answer if teach else None)
         if not pairs:
             raise ConfigError("cold start: no verified tasks with a reference solution to warm up on")
         stats = sft_warmup(trainer, pairs, cfg.cold_start, cfg.run.seed)

@@ -13,6 +13,8 @@ from typing import Sequence
 
 from evolvekit.types import Trajectory
 
+SEARCH_TOOL = "search_experience"  # navigating/tool_env.py's action (EvolveR §3.2.2)
+
 
 def call_credit(ok: bool, unknown_tool: bool) -> float:
     if ok:
@@ -32,16 +34,46 @@ def format_reward(traj: Trajectory) -> float:
     return sum(scores) / len(scores) if scores else 0.0
 
 
-def shape_rewards(trajectories: Sequence[Trajectory], w_outcome: float, w_format: float) -> dict[str, float]:
-    """Apply R = w_o·R_out + w_f·R_format in place (outcome kept in ``outcome_details``); returns metrics."""
+def search_score(n_search: int, used_environment_tools: bool) -> float:
+    """EvolveR A.2's R_search, adapted: the diversity score is 0.5 when the episode used both kinds of search its
+    environment offers — experience (``search_experience``) and the environment's own tools (its "knowledge") — and
+    0.2 for experience alone (0 without a search); plus 0.1 for each search beyond the first, at most 0.5."""
+    if n_search <= 0:
+        return 0.0
+    return (0.5 if used_environment_tools else 0.2) + min(0.5, 0.1 * (n_search - 1))
+
+
+def evolver_format_reward(traj: Trajectory) -> float:
+    """EvolveR Eq. 4, adapted to tool calling: R_format = 𝟙(τ complete) · (R_act + R_search) / 2.
+
+    ``R_act`` stands in for R_think (the paper scores its <think> actions; here the actions are tool calls): the
+    execution-checked call credit of :func:`format_reward`. ``R_search`` is :func:`search_score`. τ is complete
+    when the episode ended by itself (not truncated at the step limit, not failed). An episode that never searched
+    gets at most half the format reward: the search action is what this reward teaches."""
+    if traj.flags.truncated or traj.flags.failed or not traj.steps:
+        return 0.0
+    names = [c.name for s in traj.steps for c in s.tool_calls]
+    n_search = names.count(SEARCH_TOOL)
+    return (format_reward(traj) + search_score(n_search, any(n != SEARCH_TOOL for n in names))) / 2
+
+
+FORMAT_REWARDS = {"calls": format_reward, "evolver": evolver_format_reward}
+
+
+def shape_rewards(trajectories: Sequence[Trajectory], w_outcome: float, w_format: float,
+                  kind: str = "calls") -> dict[str, float]:
+    """Apply R = w_o·R_out + w_f·R_format in place (outcome kept in ``outcome_details``); returns metrics.
+
+    ``kind``: ``calls`` (execution-checked call credit) or ``evolver`` (EvolveR Eq. 4 with the search action)."""
     if w_outcome == 1.0 and w_format == 0.0:
         return {}
+    fmt_fn = FORMAT_REWARDS[kind]
     fmt, out = [], []
     for t in trajectories:
         if t.flags.failed:
             continue
         r_out = float(t.outcome_reward or 0.0)
-        r_fmt = format_reward(t)
+        r_fmt = fmt_fn(t)
         t.outcome_details = {**t.outcome_details, "outcome": r_out, "format": r_fmt}
         t.outcome_reward = w_outcome * r_out + w_format * r_fmt
         fmt.append(r_fmt)

@@ -26,7 +26,8 @@ from evolvekit.agent.templates import TemplateSettings
 from evolvekit.config import ColdStartConfig
 from evolvekit.env.base import Action, Environment
 from evolvekit.train.trainer import first_loss_position, sequence_logprobs
-from evolvekit.types import Task, TrainingSample
+from evolvekit.train.rewards import SEARCH_TOOL
+from evolvekit.types import Task, ToolCall, TrainingSample
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +49,16 @@ class SFTStats:
 
 
 def reference_pairs(tasks: Sequence[Task], make_env: Callable[[], Environment], llm, rendering: str,
-                    template: TemplateSettings, limit: int, closing: str = "Done.") -> list[TrainingSample]:
+                    template: TemplateSettings, limit: int, closing: str = "Done.",
+                    search: Callable[[str], str] | None = None) -> list[TrainingSample]:
     """One sample per task with a reference solution: its first turn as the rollout would see it.
 
     Tokens: rollout prompt (mask 0) + reference calls and end of turn (mask 1) + the replayed tool result (mask 0)
     + ``closing`` and end of turn (mask 1). Where the chat template does not reproduce the call tokens verbatim
     (or ``closing`` is empty), the sample is the prompt and the calls alone.
+
+    With ``search`` (EvolveR's retrieval-as-action), the episode first calls ``search_experience`` with the task's
+    text; ``search(query)`` gives the tool's answer, shown as an observation (mask 0) before the reference calls.
     """
     out: list[TrainingSample] = []
     for task in tasks:
@@ -63,7 +68,6 @@ def reference_pairs(tasks: Sequence[Task], make_env: Callable[[], Environment], 
             continue
         calls = list(task.reference_solution[0])
         call_text = "".join(format_call(c) for c in calls)
-        call_ids = llm.encode(call_text)
         env = make_env()
         try:
             reset = env.reset(task)
@@ -72,23 +76,44 @@ def reference_pairs(tasks: Sequence[Task], make_env: Callable[[], Environment], 
             observation = env.step(Action(tool_calls=calls)).observation if closing else ""
         finally:
             env.close()
-        ids, mask = list(prompt) + call_ids, [0] * len(prompt) + [1] * len(call_ids)
+        actions = [(call_text, observation)]
+        if search is not None:
+            query = task.turns[0]
+            actions.insert(0, (format_call(ToolCall(name=SEARCH_TOOL, arguments={"query": query})), search(query)))
+        ids, mask = list(prompt), [0] * len(prompt)
         if closing:
-            ctx.add_assistant(call_text)
-            ctx.add_observation(observation)
-            after, _ = ctx.tokenize(llm)
-            n = len(prompt) + len(call_ids)
-            if after[:n] == ids and len(after) > n:
-                end = after[n]  # the template's end-of-turn token after an assistant message
-                tail = llm.encode(closing) + [end]
-                ids = list(after) + tail
-                mask = mask + [1] + [0] * (len(after) - n - 1) + [1] * len(tail)
-            else:
+            built = _episode_tokens(ctx, llm, ids, mask, actions, closing)
+            if built is None:
                 log.warning("cold start: the chat template does not reproduce the call tokens of %s; calls only",
                             task.task_id)
+            else:
+                ids, mask = built
+        if len(ids) == len(prompt):  # calls only: the first action's tokens, without its end of turn
+            first = llm.encode(actions[0][0])
+            ids, mask = ids + first, mask + [1] * len(first)
         out.append(TrainingSample(trajectory_id=task.task_id, group_id=task.task_id, token_ids=ids, loss_mask=mask,
                                   token_advantages=[0.0] * len(ids), experience_mask=[0] * len(ids)))
     return out
+
+
+def _episode_tokens(ctx, llm, ids: list[int], mask: list[int], actions: Sequence[tuple[str, str]],
+                    closing: str) -> tuple[list[int], list[int]] | None:
+    """Prompt + each (assistant action, observation) + ``closing``: actions and their end-of-turn tokens are targets
+    (mask 1), observations are not. None where the chat template does not reproduce an action's tokens verbatim."""
+    end = None
+    for text, observation in actions:
+        action_ids = llm.encode(text)
+        n = len(ids) + len(action_ids)
+        ctx.add_assistant(text)
+        ctx.add_observation(observation)
+        after, _ = ctx.tokenize(llm)
+        if after[:n] != ids + action_ids or len(after) <= n:
+            return None
+        end = after[n]  # the template's end-of-turn token after an assistant message
+        mask = mask + [1] * len(action_ids) + [1] + [0] * (len(after) - n - 1)
+        ids = list(after)
+    tail = llm.encode(closing) + [end]
+    return ids + tail, mask + [1] * len(tail)
 
 
 def lr_factor(step: int, total: int, warmup_ratio: float) -> float:
