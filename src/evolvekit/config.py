@@ -243,6 +243,7 @@ class ColdStartConfig(_Section):
 class RewardConfig(_Section):
     w_outcome: float = F(1.0, "w_o, outcome weight (EvolveR §3.3)", ge=0)
     w_format: float = F(0.0, "w_f, format weight; EvolveR uses 0.1, off (0) in paper-faithful configs; with navigating.as_tool it is 0.1 unless set", ge=0)
+    w_reasoning: float = F(0.0, "w_r, weight of the reasoning reward of the reasoning template (§6.2.1; train/rewards.py: reasoning_reward); 0.1 with rollout.template: reasoning unless set", ge=0)
     format: Literal["calls", "evolver"] = F("calls", "R_format: calls = execution-checked call credit; evolver = EvolveR Eq. 4 adapted (complete episode · (call credit + search score)/2, rewarding the search_experience action); with navigating.as_tool it is 'evolver' unless set")
 
 
@@ -284,6 +285,8 @@ class Config(_Section):
         problem = cross_field_problem(self)
         if problem is not None:
             raise ValueError(problem)
+        if self.rollout.template == "reasoning" and "w_reasoning" not in self.reward.model_fields_set:
+            self.reward.w_reasoning = 0.1  # §6.2.1: the reasoning template comes with its reasoning reward
         if self.navigating.enabled and self.navigating.as_tool:  # EvolveR: the search action earns its format reward
             for name, value in (("w_format", 0.1), ("format", "evolver")):
                 if name not in self.reward.model_fields_set:
@@ -307,6 +310,9 @@ def cross_field_problem(cfg: Config) -> str | None:
                 "turn navigating.enabled and attributing.enabled off")
     if cfg.rollout.backend == "ray" and cfg.train.lora:
         return "rollout.backend: ray with train.lora is not supported yet (workers sync full weights)"
+    if cfg.rollout.backend == "ray" and cfg.rollout.template in ("sliding_window", "self_managing"):
+        return (f"rollout.backend: ray with rollout.template: {cfg.rollout.template} is not supported yet (the summarizer "
+                "role lives in the driver); use rollout.backend: local")
     if cfg.rollout.backend == "ray" and cfg.evolving_rl.enabled:
         return "rollout.backend: ray is not supported by evolving_rl yet (its source, candidate and solver rollouts run in-process); use rollout.backend: local"
     if cfg.rollout.backend == "ray" and cfg.navigating.enabled and (cfg.navigating.as_tool or cfg.navigating.utility_test):

@@ -58,7 +58,7 @@ def test_reasoning_template_format_check(llm):
     assert check_think_format("no thinking") == (False, "no thinking")
     assert check_think_format("<think>a</think><think>b</think>x") == (False, "x")
     action, info = ctx.parse_text("<think>easy</think>The answer is 5.")
-    assert action == "The answer is 5." and info == {"format_ok": True}
+    assert action == "The answer is 5." and info == {"format_ok": True, "think_words": 1}
     seqs, comps = _episode(llm, ctx, ["<think>call add</think>Done."])
     _check_masks(seqs, comps)
 
@@ -93,7 +93,13 @@ class _Manager:
 
 
 def test_self_managing_applies_the_policys_decisions(llm):
-    ctx = SelfManagingContext("You are an agent.", "Do the task.", token_limit=10_000)
+    summarised = []
+
+    def summarise(messages):
+        summarised.append([m.content for m in messages])
+        return "the assistant wrote many a's"
+
+    ctx = SelfManagingContext("You are an agent.", "Do the task.", token_limit=10_000, summarise=summarise)
     ctx.add_assistant("a" * 300)
     ctx.add_observation("b" * 300)
     ctx.add_assistant("keep me")
@@ -103,7 +109,8 @@ def test_self_managing_applies_the_policys_decisions(llm):
     ctx.prepare(mgr)
     body = [m.content for m in ctx.messages[2:]]
     assert mgr.asked == 1
-    assert body[0].endswith("[compressed]") and len(body[0]) < 250
+    # "compress" writes the summariser's summary of the message (§6.2.1), not its first characters
+    assert body[0] == "[compressed] the assistant wrote many a's" and summarised == [["a" * 300]]
     assert body[1:] == ["keep me", "Tool results:\nlatest"]  # message 3 is the newest: always kept
     assert ctx.events and ctx.events[0].kind == "manage"
     seqs, comps = _episode(_Manager(llm, "0: remove"), ctx, ["next", "again"])
@@ -176,3 +183,48 @@ def test_stripped_prompt_equals_the_prompt_without_experience(llm):
         seq = MergedSequence(token_ids=list(ids), loss_mask=[0] * len(ids), logprobs=[0.0] * len(ids), spans=spans)
         without = template_cls("You are an agent. Tools: ls, cd.", "List the files.").tokenize(llm)[0]
         assert strip_spans(seq).token_ids == without
+
+
+def test_run_wires_the_summarizer_role_into_the_memory_templates(monkeypatch):
+    from evolvekit.config import load_config
+    from evolvekit.orchestrator import build
+    from evolvekit.types import ChatMessage
+
+    class _Summarizer:
+        name = "summarizer"
+
+        def __init__(self):
+            self.prompts = []
+
+        def chat(self, conversations, params):
+            from evolvekit.llm.base import Completion
+
+            self.prompts += conversations
+            return [[Completion(text="cd docs, then ls found a.txt")] for _ in conversations]
+
+    role = _Summarizer()
+    monkeypatch.setattr("evolvekit.llm.factory.role_llm", lambda models, name: role if name == "summarizer" else None)
+    for template in ("sliding_window", "self_managing"):
+        settings = build.rollout_template(load_config(None, [f"rollout.template={template}"]))
+        assert settings.summarise([ChatMessage(role="user", content="Tool results:\nls -> a.txt")]) == \
+            "cd docs, then ls found a.txt"
+    assert build.rollout_template(load_config(None, [])).summarise is None
+    assert len(role.prompts) == 2
+
+
+def test_reasoning_template_carries_its_reasoning_reward():
+    from evolvekit.config import load_config
+    from evolvekit.train.rewards import reasoning_reward, shape_rewards
+    from evolvekit.types import Step, Trajectory
+
+    ctx = ReasoningContext("sys", "task")
+    _, info = ctx.parse_text("<think>add the two numbers then answer</think><tool_call>{}</tool_call>")
+    assert info == {"format_ok": True, "think_words": 6}
+    steps = [Step(index=0, action_text="x", info=info), Step(index=1, action_text="y", info={"format_ok": True, "think_words": 1}),
+             Step(index=2, action_text="z", info={"format_ok": False, "think_words": 0})]
+    traj = Trajectory(task_id="t", steps=steps, outcome_reward=1.0)
+    assert reasoning_reward(traj) == (1.0 + 0.5 + 0.0) / 3
+    assert load_config(None, ["rollout.template=reasoning"]).reward.w_reasoning == 0.1
+    assert load_config(None, []).reward.w_reasoning == 0.0
+    shape_rewards([traj], 1.0, 0.0, w_reasoning=0.1)
+    assert abs(traj.outcome_reward - (1.0 + 0.1 * 0.5)) < 1e-9 and traj.outcome_details["reasoning"] == 0.5

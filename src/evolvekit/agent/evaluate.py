@@ -49,14 +49,15 @@ class EvalReport:
 
 def evaluate_policy(tasks: Sequence[Task], make_env: Callable[[], Environment], llm: LLM, cfg: RolloutConfig,
                     params: SamplingParams, k: int, rendering: str = "compact",
-                    show_progress: bool = True, experience_for=None) -> tuple[EvalReport, list[Trajectory]]:
+                    show_progress: bool = True, experience_for=None,
+                    template=None) -> tuple[EvalReport, list[Trajectory]]:
     """avg@k / best@k over ``tasks``; ``experience_for(task) -> (text, ids)`` injects experience (test-time use)."""
     jobs = []
     for t in tasks:
         exp, ids = experience_for(t) if experience_for else (None, ())
         jobs += [RolloutJob(task=t, group_id=f"eval-{t.task_id}", experience=exp, experience_ids=tuple(ids))
                  for _ in range(k)]
-    trajs = run_rollouts(jobs, make_env, llm, cfg, params, rendering, show_progress)
+    trajs = run_rollouts(jobs, make_env, llm, cfg, params, rendering, show_progress, template=template)
     by_task: dict[str, list[Trajectory]] = {}
     for tr in trajs:
         by_task.setdefault(tr.task_id, []).append(tr)

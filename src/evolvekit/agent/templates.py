@@ -2,10 +2,13 @@
 
 - ``basic``: causal history — system, (worked examples), user, then assistant / tool-result messages in order.
 - ``reasoning``: the policy thinks inside ``<think>…</think>`` before acting; a format check records whether it did
-  (``Step.info['format_ok']``) and the action is parsed from the text after the thinking.
+  (``Step.info['format_ok']``, and ``think_words``) and the action is parsed from the text after the thinking. The
+  reasoning reward that §6.2.1 pairs with it is ``train/rewards.py: reasoning_reward``.
 - ``sliding_window``: past ``context_token_limit`` tokens, the oldest interaction messages are summarised into one
-  memory message (by a summariser LLM, with a deterministic truncation fallback).
-- ``self_managing``: past the limit, the policy itself decides per message keep / remove / compress.
+  memory message by the summariser (the run wires the ``summarizer`` role; a deterministic truncation is only the
+  fallback when no summariser is given or it fails).
+- ``self_managing``: past the limit, the policy itself decides per message keep / remove / compress; "compress"
+  replaces the message by the summariser's summary of it (§6.2.1: "via an external summarizing LLM").
 
 Inserted text (retrieved experience) is kept as a *marked segment* of a message; ``tokenize`` returns the exact
 token span of every segment inside the prompt (from the tokenizer's offsets), so it can be stripped by position
@@ -152,7 +155,8 @@ class ReasoningContext(BasicContext):
 
     def parse_text(self, text: str) -> tuple[str, dict]:
         ok, action = check_think_format(text)
-        return action, {"format_ok": ok}
+        think = text.split(THINK_OPEN, 1)[-1].split(THINK_CLOSE, 1)[0] if THINK_CLOSE in text else ""
+        return action, {"format_ok": ok, "think_words": len(think.split())}
 
 
 def check_think_format(text: str) -> tuple[bool, str]:
@@ -226,10 +230,12 @@ class SelfManagingContext(BasicContext):
     template = "self_managing"
 
     def __init__(self, system_prompt: str, first_user_message: str, examples: list[ChatMessage] | None = None,
-                 token_limit: int = 4096, params: SamplingParams | None = None) -> None:
+                 token_limit: int = 4096, params: SamplingParams | None = None,
+                 summarise: Callable[[Sequence[ChatMessage]], str] | None = None) -> None:
         super().__init__(system_prompt, first_user_message, examples)
         self.token_limit = token_limit
         self.params = params or SamplingParams(temperature=0.0, max_new_tokens=128)
+        self.summarise = summarise or truncation_summary
 
     def management_prompt(self) -> list[ChatMessage]:
         body = self.messages[self.protected:]
@@ -248,8 +254,13 @@ class SelfManagingContext(BasicContext):
                 d = "keep"  # the newest message is what the policy must answer next
             if d == "remove":
                 continue
-            if d == "compress" and len(m.content) > COMPRESS_CHARS:
-                m = m.model_copy(update={"content": m.content[:COMPRESS_CHARS] + " [compressed]"})
+            if d == "compress":
+                try:
+                    summary = self.summarise([m]).strip()
+                except Exception as err:  # a helper: never lose the episode to it
+                    log.warning("summariser failed (%s); using truncation", err)
+                    summary = truncation_summary([m])
+                m = m.model_copy(update={"content": f"[compressed] {summary}"})
             new_body.append(m)
         self.messages = self.messages[: self.protected] + new_body
         self.segments = [s for s in self.segments if s.message < self.protected]
@@ -284,5 +295,6 @@ def make_context(settings: TemplateSettings, system_prompt: str, first_user_mess
     if settings.template == "sliding_window":
         return SlidingWindowContext(system_prompt, first_user_message, examples, settings.token_limit, settings.summarise)
     if settings.template == "self_managing":
-        return SelfManagingContext(system_prompt, first_user_message, examples, settings.token_limit)
+        return SelfManagingContext(system_prompt, first_user_message, examples, settings.token_limit,
+                                   summarise=settings.summarise)
     raise ValueError(f"unknown context template '{settings.template}'")

@@ -37,8 +37,9 @@ def extractor_messages(task: Task, traj: Trajectory) -> list[ChatMessage]:
 
 class EvolvingRLStage:
     def __init__(self, cfg: Config, llm, make_env: Callable, params: SamplingParams, candidates: Sequence[Task],
-                 embed) -> None:
+                 embed, template=None) -> None:
         self.cfg, self.llm, self.make_env, self.params = cfg, llm, make_env, params
+        self.template = template  # the context template with its summariser
         self.candidates, self.embed = list(candidates), embed
         self.skills: list[Experience] = []
         self.last_metrics: dict[str, float] = {}
@@ -52,7 +53,8 @@ class EvolvingRLStage:
         e = self.cfg.evolving_rl
         rc = self.cfg.rollout
         sources = run_rollouts([RolloutJob(task=t, group_id=f"it{ctx.iteration:04d}-src-{i}") for i, t in enumerate(tasks)],
-                               self.make_env, self.llm, rc, self._params(ctx.seed), self.cfg.env.tool_rendering, False)
+                               self.make_env, self.llm, rc, self._params(ctx.seed), self.cfg.env.tool_rendering, False,
+                               template=self.template)
         out: list[Trajectory] = []
         for i, (task, src) in enumerate(zip(tasks, sources)):
             src.metadata.update(role="source", source=i)
@@ -75,7 +77,7 @@ class EvolvingRLStage:
                 jobs += [RolloutJob(task=t, group_id=f"it{ctx.iteration:04d}-sol-{i}-{j}", experience=comp.text)
                          for j, t in enumerate(related)]
             solved = run_rollouts(jobs, self.make_env, self.llm, rc, self._params(ctx.seed + 2000 + i),
-                                  self.cfg.env.tool_rendering, False)
+                                  self.cfg.env.tool_rendering, False, template=self.template)
             for n, traj in enumerate(solved):
                 s, j = divmod(n, len(related))
                 traj.metadata.update(role="solver", source=i, skill=s, task_index=j)

@@ -34,8 +34,8 @@ def guided_count(group_size: int, eta: float) -> int:
 class ExperienceMixedRollouts(VanillaRollouts):
     def __init__(self, llm: LLM, make_env, cfg: Config, params: SamplingParams, pool: ExperiencePool,
                  refiner: LLM | None, refine_params: SamplingParams, show_progress: bool = True,
-                 training_set: Sequence[Task] = ()) -> None:
-        super().__init__(llm, make_env, cfg, params, show_progress)
+                 training_set: Sequence[Task] = (), template=None) -> None:
+        super().__init__(llm, make_env, cfg, params, show_progress, template)
         self.experiences, self.refiner, self.refine_params = pool, refiner, refine_params
         self.training_set = list(training_set)  # p_train, which the cold-start pool samples (Eq. 13)
         self.last_metrics: dict[str, float] = {}

@@ -31,7 +31,8 @@ def experience_text(e: Experience) -> str:
 
 
 class UtilityTester:
-    def __init__(self, llm, make_env, rollout_cfg, params, rendering: str, embed, k: int = 4) -> None:
+    def __init__(self, llm, make_env, rollout_cfg, params, rendering: str, embed, k: int = 4, template=None) -> None:
+        self.template = template
         self.llm, self.make_env, self.rollout_cfg, self.params = llm, make_env, rollout_cfg, params
         self.rendering, self.embed, self.k = rendering, embed, k
 
@@ -52,7 +53,7 @@ class UtilityTester:
             jobs += [RolloutJob(task=t, group_id=f"utility-{e.experience_id}", experience=experience_text(e),
                                 experience_ids=(e.experience_id,)) for t in rel]
         trajs = run_rollouts(jobs, self.make_env, self.llm, self.rollout_cfg, self.params, self.rendering,
-                             show_progress=False) if jobs else []
+                             show_progress=False, template=self.template) if jobs else []
         out, pos = [], 0
         for e, rel in plans:
             if not rel:

@@ -82,6 +82,20 @@ def intact_checkpoint(store: RunStore, console: Console | None = None):
     return None
 
 
+def rollout_template(cfg: Config):
+    """The context template every rollout of the run uses (§6.2.1). The sliding-window memory and the
+    self-managing "compress" are written by the ``summarizer`` role."""
+    from evolvekit.agent.templates import TemplateSettings, llm_summariser
+
+    summarise = None
+    if cfg.rollout.template in ("sliding_window", "self_managing"):
+        from evolvekit.llm.factory import role_llm, sampling_for
+
+        summarise = llm_summariser(role_llm(cfg.models, "summarizer"), sampling_for(cfg.models.summarizer))
+    return TemplateSettings(template=cfg.rollout.template, token_limit=cfg.rollout.context_token_limit,
+                            summarise=summarise)
+
+
 def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | None = None,
                show_progress: bool = True) -> MasterLoop:
     from evolvekit.agent.evaluate import evaluate_policy
@@ -111,7 +125,9 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
     train_tasks = env_tasks(cfg.env, cfg.env.train_split)
     params = sampling_for(pol)
     supply = _task_supply(cfg, store, train_tasks, policy, env_factory)
-    rollouts, experience = _navigation(cfg, store, policy, env_factory, params, show_progress, supply.training_set())
+    template = rollout_template(cfg)
+    rollouts, experience = _navigation(cfg, store, policy, env_factory, params, show_progress, supply.training_set(),
+                                       template)
     samples = _sample_stage(cfg)
     if cfg.evolving_rl.enabled:  # Evolving-RL replaces stages B, C and D(samples) with its own structure
         from evolvekit.llm.factory import build_embedder
@@ -119,7 +135,7 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
 
         candidates = list(train_tasks) + list(getattr(supply, "synthetic", []))
         rollouts = experience = samples = EvolvingRLStage(cfg, policy, env_factory, params, candidates,
-                                                          build_embedder(cfg.embedding).embed)
+                                                          build_embedder(cfg.embedding).embed, template=template)
     if cfg.questioning.enabled:
         from evolvekit.llm.factory import role_llm, sampling_for
         from evolvekit.questioning.judge import LLMJudge
@@ -145,11 +161,11 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
         def evaluator(seed: int):
             eval_params = sampling_for(pol, seed=seed)
             report, trajs = evaluate_policy(eval_tasks, env_factory, policy, cfg.rollout, eval_params, k,
-                                            cfg.env.tool_rendering, show_progress)
+                                            cfg.env.tool_rendering, show_progress, template=template)
             summary = {**report.summary(), "split": cfg.env.eval_split}
             if heldout_synthetic:  # held-out synthetic tasks, scored by the environment's own check
                 syn, syn_trajs = evaluate_policy(heldout_synthetic, env_factory, policy, cfg.rollout, eval_params, k,
-                                                 cfg.env.tool_rendering, show_progress)
+                                                 cfg.env.tool_rendering, show_progress, template=template)
                 summary.update({f"synthetic/{key}": v for key, v in syn.summary().items() if "@" in key})
                 trajs = list(trajs) + list(syn_trajs)
             return summary, trajs
@@ -228,10 +244,11 @@ def _sample_stage(cfg: Config):
     return AttributedSamples(cfg, attributor)
 
 
-def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_progress: bool, training_set=()):
+def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_progress: bool, training_set=(),
+                template=None):
     """Vanilla rollouts and no experience, or the self-navigating pair (§4) when ``navigating.enabled``."""
     if not cfg.navigating.enabled:
-        return VanillaRollouts(policy, env_factory, cfg, params, show_progress), NoExperience()
+        return VanillaRollouts(policy, env_factory, cfg, params, show_progress, template), NoExperience()
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
     from evolvekit.navigating.extract import ExperienceExtractor, llm_equivalence
     from evolvekit.navigating.pool import ExperiencePool
@@ -267,7 +284,7 @@ def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_
         def env_factory():
             return ExperienceToolEnv(inner_factory(), pool, cfg.navigating.top_k)
     rollouts = ExperienceMixedRollouts(policy, env_factory, cfg, params, pool, refiner, sparams, show_progress,
-                                       training_set=training_set)
+                                       training_set=training_set, template=template)
     extractor = ExperienceExtractor(summarizer, sparams, cfg.navigating.validate_experiences, cfg.navigating.success_threshold)
     summarisation = ExperienceSummarisation(cfg, pool, extractor, rollouts)
     rollouts.summariser = summarisation
@@ -275,7 +292,7 @@ def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_
         from evolvekit.navigating.utility import UtilityTester
 
         summarisation.utility = UtilityTester(policy, env_factory, cfg.rollout, params, cfg.env.tool_rendering,
-                                              embedder.embed, cfg.navigating.utility_k)
+                                              embedder.embed, cfg.navigating.utility_k, template)
     return rollouts, summarisation
 
 

@@ -120,7 +120,8 @@ class MasterLoop:
         else:
             tasks = st.supply.tasks(ctx)
             trajectories = st.rollouts.rollout(ctx, tasks)
-            shape_rewards(trajectories, cfg.reward.w_outcome, cfg.reward.w_format, cfg.reward.format)  # EvolveR §3.3
+            shape_rewards(trajectories, cfg.reward.w_outcome, cfg.reward.w_format, cfg.reward.format,
+                          cfg.reward.w_reasoning)  # EvolveR §3.3; the reasoning template's reward (§6.2.1)
             with store.transaction() as c:
                 store.delete_iteration_trajectories(c, it, "train")
                 store.put_tasks(c, tasks, it)

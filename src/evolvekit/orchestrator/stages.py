@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
 from evolvekit.agent.rollout import RolloutJob, run_rollouts
+from evolvekit.agent.templates import TemplateSettings
 from evolvekit.config import Config
 from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, SamplingParams
@@ -99,9 +100,10 @@ class VanillaRollouts:
     """(B) baseline: ``group_size`` rollouts per task with the current policy; one GRPO group per task."""
 
     def __init__(self, llm: LLM, make_env: Callable[[], Environment], cfg: Config, params: SamplingParams,
-                 show_progress: bool = True) -> None:
+                 show_progress: bool = True, template: TemplateSettings | None = None) -> None:
         self.llm, self.make_env, self.cfg, self.params = llm, make_env, cfg, params
         self.show_progress = show_progress
+        self.template = template  # the context template with its summariser (None: cfg.rollout's, no summariser)
         self.pool = None
         if cfg.rollout.backend == "ray":
             from evolvekit.agent.ray_backend import RayRolloutPool
@@ -124,7 +126,7 @@ class VanillaRollouts:
                 self.pool.sync_weights(self.llm.model)  # workers roll out the policy being trained
             return self.pool.run(jobs, params)
         return run_rollouts(jobs, self.make_env, self.llm, self.cfg.rollout, params, self.cfg.env.tool_rendering,
-                            show_progress=self.show_progress)
+                            show_progress=self.show_progress, template=self.template)
 
 
 class NoExperience:

@@ -59,13 +59,29 @@ def evolver_format_reward(traj: Trajectory) -> float:
 
 FORMAT_REWARDS = {"calls": format_reward, "evolver": evolver_format_reward}
 
+THINK_WORDS = (5, 150)  # a thought shorter than this says nothing; longer rambles (EvolveR caps excessive thinking)
+
+
+def reasoning_reward(traj: Trajectory) -> float:
+    """The reasoning reward of the reasoning-augmented template (AgentEvolver §6.2.1: "additional rewards promoting
+    high-quality reasoning"; the paper gives no formula). Per step: 1 for a well-formed ``<think>…</think>`` before
+    the action with 5–150 words, 0.5 well-formed but shorter or longer, 0 otherwise; the mean over steps."""
+    scores = []
+    for step in traj.steps:
+        if "format_ok" not in step.info:
+            continue
+        words = int(step.info.get("think_words", 0))
+        scores.append(0.0 if not step.info["format_ok"] else 1.0 if THINK_WORDS[0] <= words <= THINK_WORDS[1] else 0.5)
+    return sum(scores) / len(scores) if scores else 0.0
+
 
 def shape_rewards(trajectories: Sequence[Trajectory], w_outcome: float, w_format: float,
-                  kind: str = "calls") -> dict[str, float]:
-    """Apply R = w_o·R_out + w_f·R_format in place (outcome kept in ``outcome_details``); returns metrics.
+                  kind: str = "calls", w_reasoning: float = 0.0) -> dict[str, float]:
+    """Apply R = w_o·R_out + w_f·R_format (+ w_r·R_reasoning) in place (outcome kept in ``outcome_details``).
 
-    ``kind``: ``calls`` (execution-checked call credit) or ``evolver`` (EvolveR Eq. 4 with the search action)."""
-    if w_outcome == 1.0 and w_format == 0.0:
+    ``kind``: ``calls`` (execution-checked call credit) or ``evolver`` (EvolveR Eq. 4 with the search action).
+    Returns metrics."""
+    if w_outcome == 1.0 and w_format == 0.0 and w_reasoning == 0.0:
         return {}
     fmt_fn = FORMAT_REWARDS[kind]
     fmt, out = [], []
@@ -76,6 +92,10 @@ def shape_rewards(trajectories: Sequence[Trajectory], w_outcome: float, w_format
         r_fmt = fmt_fn(t)
         t.outcome_details = {**t.outcome_details, "outcome": r_out, "format": r_fmt}
         t.outcome_reward = w_outcome * r_out + w_format * r_fmt
+        if w_reasoning:
+            r_reason = reasoning_reward(t)
+            t.outcome_details["reasoning"] = r_reason
+            t.outcome_reward += w_reasoning * r_reason
         fmt.append(r_fmt)
         out.append(r_out)
     n = len(fmt) or 1
