@@ -126,6 +126,7 @@ class TrainConfig(_Section):
     eval_synthetic: str | None = F(None, "JSONL of held-out synthetic tasks (e.g. from `evolvekit tasks synthesize` with another seed), evaluated next to the real split (keys synthetic/avg@k) and kept out of the run's own synthetic tasks by dedup")
     eval_every: int = F(0, "also evaluate on held-out tasks every N iterations (0 = only before/after)", ge=0)
     max_grad_norm: float = F(1.0, "gradient clipping", gt=0)
+    shared_prefix: bool = F(True, "shared-prefix training: a group's longest common token prefix runs forward and backward once for all its samples (exact: same loss and gradients; train/shared_prefix.py)")
     lora: bool = F(False, "train LoRA adapters (peft) instead of the full model")
     lora_rank: int = F(16, "LoRA rank", ge=1)
 

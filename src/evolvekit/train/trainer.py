@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from evolvekit.config import TrainConfig
 from evolvekit.train.checkpoint import write_checksums
 from evolvekit.train.losses import policy_loss, ratio_diagnostics
+from evolvekit.train.shared_prefix import SharedPrefixStep, prefix_forward, share_groups, suffix_logprobs
 from evolvekit.types import TrainingSample
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,8 @@ class UpdateStats:
     ratio: float = 1.0
     grad_norm: float = 0.0
     sequences: int = 0
-    tokens: int = 0  # all tokens forwarded (prompt + completion)
+    tokens: int = 0  # all tokens forwarded (prompt + completion; a shared prefix counts once)
+    shared_prefix_tokens: int = 0  # tokens not forwarded again thanks to shared-prefix training
     policy_tokens: int = 0  # tokens in the loss
     optimizer_steps: int = 0
     seconds: float = 0.0
@@ -181,13 +183,37 @@ class GRPOTrainer:
                 "entropy_coef": ent.to(self.device)}
 
     @torch.no_grad()
+    def _share_groups(self, samples: Sequence[TrainingSample], idx: Sequence[int]) -> list[tuple[list[int], int]]:
+        """``idx`` partitioned by group into (members, shared prefix length); prefix 0 = the plain path (and
+        always, with ``train.shared_prefix`` off)."""
+        if not self.cfg.shared_prefix:
+            return [(list(idx), 0)]
+        groups = share_groups([samples[i].token_ids for i in idx], [samples[i].group_id for i in idx])
+        return [([idx[j] for j in members], p) for members, p in groups]
+
     def _logprobs_no_grad(self, model, samples: Sequence[TrainingSample]) -> list[torch.Tensor]:
-        out = []
-        for idx in _batches(samples, self.cfg.micro_batch_size):
-            batch = self._collate([samples[i] for i in idx])
-            lp, _ = sequence_logprobs(model, batch["ids"], batch["attn"], self.amp, start=first_loss_position(batch["mask"]))
-            out.extend(lp[j, : len(samples[i].token_ids)].detach() for j, i in enumerate(idx))
-        return out
+        out: list[torch.Tensor | None] = [None] * len(samples)
+        size = max(1, self.cfg.micro_batch_size)
+        for members, p in self._share_groups(samples, range(len(samples))):
+            micros = [members[k:k + size] for k in range(0, len(members), size)]
+            batches = [self._collate([samples[i] for i in micro]) for micro in micros]
+            pre = None
+            if p:
+                start = min(first_loss_position(b["mask"]) for b in batches)
+                with torch.no_grad():
+                    pre = prefix_forward(model, batches[0]["ids"][0, :p], start, self.amp)
+            for micro, batch in zip(micros, batches):
+                with torch.no_grad():
+                    if pre is None:
+                        lp, _ = sequence_logprobs(model, batch["ids"], batch["attn"], self.amp,
+                                                  start=first_loss_position(batch["mask"]))
+                    else:
+                        lp, _ = suffix_logprobs(model, pre, batch["ids"], [len(samples[i].token_ids) for i in micro],
+                                                start, self.amp)
+                out_rows = [lp[j, : len(samples[i].token_ids)].detach() for j, i in enumerate(micro)]
+                for j, i in enumerate(micro):
+                    out[i] = out_rows[j]
+        return [x for x in out if x is not None]
 
     def _behaviour_logprobs(self, samples: Sequence[TrainingSample]) -> dict[int, torch.Tensor]:
         """Old log-probs of experience-stripped samples, from the sequence as generated (§4.3, Eq. 17).
@@ -268,9 +294,11 @@ class GRPOTrainer:
                 mini_tokens = sum(float(sum(samples[i].loss_mask[1:])) for i in mini) or 1.0
                 scale = group_scales([samples[i] for i in mini], mini_tokens)
                 self.optimizer.zero_grad(set_to_none=True)
-                for positions in _batches(mini, self.cfg.micro_batch_size):
-                    micro = [mini[p] for p in positions]
-                    batch = self._collate([samples[i] for i in micro])
+                weighted = any(s.loss_weight != 1.0 or s.loss_group for s in samples)
+                where = {i: pos for pos, i in enumerate(mini)}
+
+                def micro_loss(micro: list[int], batch: dict, logp: torch.Tensor, ent: torch.Tensor | None) -> torch.Tensor:
+                    nonlocal weight_total
                     width = batch["ids"].shape[1]
                     old_lp = torch.zeros_like(batch["adv"])
                     ref_lp = torch.zeros_like(batch["adv"]) if ref is not None else None
@@ -280,8 +308,6 @@ class GRPOTrainer:
                             old_lp[j, :n] = old[i]
                         if ref_lp is not None:
                             ref_lp[j, :n] = ref[i]
-                    logp, ent = sequence_logprobs(self.model, batch["ids"], batch["attn"], self.amp, with_entropy,
-                                                  start=first_loss_position(batch["mask"]))
                     if old is None:
                         old_lp = logp.detach().clone()
                         for j, i in enumerate(micro):
@@ -291,21 +317,37 @@ class GRPOTrainer:
                                                   batch["guided"], eps_low=self.cfg.eps_low, eps_high=self.cfg.eps_high,
                                                   eps_high_boost=self.eps_high_boost).items():
                         diag[k] = diag.get(k, 0.0) + v
+                    weights = (batch["weights"] * torch.tensor([scale[where[i]] for i in micro], device=self.device)
+                               if weighted else None)
                     loss, st = policy_loss(logp[:, :width], old_lp, batch["adv"], batch["mask"], batch["guided"],
                                            eps_low=self.cfg.eps_low, eps_high=self.cfg.eps_high,
                                            eps_high_boost=self.eps_high_boost, ref_logprobs=ref_lp,
                                            kl_beta=self.cfg.kl_beta, entropy=ent, entropy_coef=batch["entropy_coef"],
-                                           denominator=mini_tokens,
-                                           weights=(batch["weights"] * torch.tensor([scale[p] for p in positions],
-                                                                                    device=self.device)
-                                                    if any(s.loss_weight != 1.0 or s.loss_group for s in samples) else None))
-                    loss.backward()
+                                           denominator=mini_tokens, weights=weights)
                     w = float(batch["mask"].sum())
                     weight_total += w
                     for k, v in st.items():
                         agg[k] = agg.get(k, 0.0) + v * w
                     agg["loss"] = agg.get("loss", 0.0) + float(loss.detach()) * mini_tokens
-                    stats.tokens += int(batch["attn"].sum())
+                    return loss
+
+                for members, p in self._share_groups(samples, mini):
+                    micros = [members[k:k + max(1, self.cfg.micro_batch_size)]
+                              for k in range(0, len(members), max(1, self.cfg.micro_batch_size))]
+                    batches = [self._collate([samples[i] for i in micro]) for micro in micros]
+                    if p == 0:  # the plain path: each micro-batch forward and backward over whole sequences
+                        for micro, batch in zip(micros, batches):
+                            logp, ent = sequence_logprobs(self.model, batch["ids"], batch["attn"], self.amp,
+                                                          with_entropy, start=first_loss_position(batch["mask"]))
+                            micro_loss(micro, batch, logp, ent).backward()
+                            stats.tokens += int(batch["attn"].sum())
+                        continue
+                    start = min(first_loss_position(b["mask"]) for b in batches)
+                    step = SharedPrefixStep(self.model, batches[0]["ids"][0, :p], start, self.amp)
+                    step.run([(b["ids"], [len(samples[i].token_ids) for i in micro]) for micro, b in zip(micros, batches)],
+                             with_entropy, lambda m, logp, ent: micro_loss(micros[m], batches[m], logp, ent))
+                    stats.tokens += p + sum(int(b["attn"].sum()) - p * b["ids"].shape[0] for b in batches)
+                    stats.shared_prefix_tokens += p * (len(members) - 1)
                 grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
                                                            self.cfg.max_grad_norm)
                 if not math.isfinite(float(grad_norm)):
