@@ -1,13 +1,16 @@
-"""One GRPO update: our trainer vs. TRL's GRPOTrainer loss on the same model and the same batch (tokens/s).
+"""One GRPO update on a group-shaped batch: our trainer (shared-prefix and plain) vs. TRL's GRPOTrainer.
 
     .venv/bin/pip install -c constraints.txt trl==1.16.0      # TRL is only needed for this benchmark
     .venv/bin/python benchmarks/train_step.py --batch 8 --prompt 448 --completion 64
 
-Both sides: the same SmolLM2-135M weights, full fine-tune, AdamW, β = 0.001 KL against a frozen copy,
-ε = 0.28, bf16 autocast when the CPU supports it, micro-batches of ``--micro``, one optimizer step over the batch
-(on-policy: old log-probs = current, detached). TRL's side calls ``GRPOTrainer.compute_loss`` (loss_type
-"dapo", token-level mean like ours) on the prepared batch, so generation is excluded from both timings.
-Prints both tokens/s (all forwarded tokens per second of update).
+The batch is one GRPO group: ``--batch`` samples sharing one ``--prompt``-token prompt, each with its own
+``--completion``-token completion and advantage. Every side: the same SmolLM2-135M weights, full fine-tune, AdamW,
+β = 0.001 KL against the same frozen reference (a perturbed copy, so the KL term is not zero), ε = 0.28, bf16
+autocast when the CPU supports it (``--autocast``), micro-batches of ``--micro``, one optimizer step over the batch
+(on-policy). TRL's side calls ``GRPOTrainer.compute_loss`` (loss_type "dapo", a token-level mean like ours) on the
+prepared batch, so generation is excluded from every timing. The first (warm-up) step of each side starts from the
+same weights, and its loss is checked equal across the three. Prints wall seconds of the timed (second) step,
+tokens/s (the batch's tokens per second of update) and the speed ratio of each of ours against TRL.
 """
 
 from __future__ import annotations
@@ -23,30 +26,47 @@ def _batch(args, vocab):
     import torch
 
     g = torch.Generator().manual_seed(0)
-    prompt = torch.randint(10, vocab - 10, (args.batch, args.prompt), generator=g)
+    prompt = torch.randint(10, vocab - 10, (1, args.prompt), generator=g).expand(args.batch, -1).clone()  # one group
     completion = torch.randint(10, vocab - 10, (args.batch, args.completion), generator=g)
-    adv = torch.tensor([1.0 if i % 2 else -1.0 for i in range(args.batch)])
+    adv = torch.linspace(-1.0, 1.5, args.batch)  # not mean-zero: the surrogate term of the loss is not zero either
     return prompt, completion, adv
 
 
-def ours(args, model, tok, prompt, completion, adv):
+def _reference(model):
+    """The frozen KL reference shared by every side: the initial weights plus small seeded noise."""
+    import torch
+
+    ref = copy.deepcopy(model).eval()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 1e-3)
+    return ref
+
+
+def ours(args, model, tok, prompt, completion, adv, shared=True):
     from evolvekit.config import TrainConfig
     from evolvekit.llm.local import LocalLLM
     from evolvekit.train.trainer import GRPOTrainer
     from evolvekit.types import TrainingSample
 
+    ref = _reference(model)
     llm = LocalLLM(tokenizer=tok, hf_model=model, device="cpu")
-    ref = copy.deepcopy(model).eval()
-    cfg = TrainConfig(micro_batch_size=args.micro, kl_beta=0.001, learning_rate=1e-6, autocast=args.autocast)
+    cfg = TrainConfig(micro_batch_size=args.micro, kl_beta=0.001, learning_rate=1e-6, autocast=args.autocast,
+                      shared_prefix=shared)
     trainer = GRPOTrainer(llm, cfg, reference_model=ref)
     P, C = prompt.shape[1], completion.shape[1]
     samples = [TrainingSample(trajectory_id=f"t{i}", group_id="g", token_ids=prompt[i].tolist() + completion[i].tolist(),
                               loss_mask=[0] * P + [1] * C, token_advantages=[float(adv[i])] * (P + C),
                               experience_mask=[0] * (P + C)) for i in range(len(adv))]
-    trainer.update(samples)  # warm-up
+    first = trainer.update(samples)  # warm-up, from the initial weights: its loss is compared
     t0 = time.perf_counter()
     trainer.update(samples)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, first.loss
+
+
+def ours_plain(args, model, tok, prompt, completion, adv):
+    return ours(args, model, tok, prompt, completion, adv, shared=False)
 
 
 def trl(args, model, tok, prompt, completion, adv):
@@ -54,7 +74,7 @@ def trl(args, model, tok, prompt, completion, adv):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    ref = copy.deepcopy(model).eval()
+    ref = _reference(model)
     B = len(adv)
     with tempfile.TemporaryDirectory() as out:
         targs = GRPOConfig(output_dir=out, use_cpu=True, report_to=[], beta=0.001, epsilon=0.28, loss_type="dapo",
@@ -70,6 +90,7 @@ def trl(args, model, tok, prompt, completion, adv):
         amp = torch.autocast("cpu", dtype=torch.bfloat16) if args.autocast != "off" else torch.autocast("cpu", enabled=False)
 
         def step():
+            total = 0.0
             opt.zero_grad(set_to_none=True)
             n_items = torch.tensor(float(B * completion.shape[1]))
             for lo in range(0, B, args.micro):
@@ -85,13 +106,15 @@ def trl(args, model, tok, prompt, completion, adv):
                 with amp:
                     loss = trainer.compute_loss(model, inputs)
                 loss.backward()
+                total += float(loss.detach())
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
+            return total
 
-        step()  # warm-up
+        first = step()  # warm-up, from the initial weights: its loss is compared
         t0 = time.perf_counter()
         step()
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, first
 
 
 def main() -> None:
@@ -113,15 +136,25 @@ def main() -> None:
     prompt, completion, adv = _batch(args, len(tok))
     tokens = args.batch * (args.prompt + args.completion)
     rows = {}
-    for name, fn in (("evolvekit", ours), ("trl", trl)):
+    for name, fn in (("evolvekit", ours), ("evolvekit_plain", ours_plain), ("trl", trl)):
         try:
             model = AutoModelForCausalLM.from_pretrained(path)
-            dt = fn(args, model, tok, prompt, completion, adv)
-            rows[name] = {"seconds": round(dt, 2), "tokens_per_s": round(tokens / dt, 1)}
+            dt, loss = fn(args, model, tok, prompt, completion, adv)
+            rows[name] = {"seconds": round(dt, 2), "tokens_per_s": round(tokens / dt, 1), "first_loss": round(loss, 6)}
         except ImportError as err:
             rows[name] = {"error": f"not installed: {err}"}
-        print(f"{name:>10}: {rows[name]}", flush=True)
-    print(json.dumps({"batch": args.batch, "prompt": args.prompt, "completion": args.completion, **rows}))
+        print(f"{name:>16}: {rows[name]}", flush=True)
+    out = {"batch": args.batch, "prompt": args.prompt, "completion": args.completion, "micro": args.micro,
+           "autocast": args.autocast, **rows}
+    if "seconds" in rows.get("trl", {}):
+        trl_row = rows["trl"]
+        for name in ("evolvekit", "evolvekit_plain"):
+            out[f"{name}_vs_trl"] = round(trl_row["seconds"] / rows[name]["seconds"], 2)
+        losses = [rows[n]["first_loss"] for n in ("evolvekit", "evolvekit_plain", "trl")]
+        out["same_loss"] = max(losses) - min(losses) <= 1e-3 * max(1e-3, max(abs(x) for x in losses))
+        print(f"speed vs TRL: shared-prefix {out['evolvekit_vs_trl']}x, plain {out['evolvekit_plain_vs_trl']}x; "
+              f"first-step losses {losses} -> same: {out['same_loss']}")
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
