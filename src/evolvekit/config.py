@@ -206,6 +206,10 @@ class AttributingConfig(_Section):
     eps: float = F(1e-8, "ε in the standardisations of Eq. 18 and Eq. 19", gt=0)
     max_retries: int = F(2, "retries of an unparseable attribution before neutralising the channel", ge=0)
     concurrency: int = F(4, "concurrent attributor calls", ge=1)
+    source: Literal["llm", "gigpo"] = F("llm", "where step credit comes from: llm = the paper's attributor (§5.1, Eq. 18-21); gigpo = GiGPO's anchor-state step groups (verl-agent; no helper model): A = A^E + ω·A^S")
+    gigpo_gamma: float = F(0.95, "GiGPO's discount γ of the step returns (verl-agent default 0.95)", ge=0, le=1)
+    gigpo_weight: float = F(1.0, "GiGPO's ω, weight of the step-level advantage (verl-agent default 1.0)", ge=0)
+    gigpo_norm: Literal["std", "mean"] = F("std", "GiGPO's normalisation inside a group: mean_std_norm or mean_norm")
     constrained: Literal["auto", "on", "off"] = F("auto", "forced-choice labels: the answer structure is forced and the model only picks GOOD/BAD per step by log-probability (never unparseable, no written analysis); 'auto' = on for an in-process attributor, 'off' = the paper's free answer + parser")
 
 

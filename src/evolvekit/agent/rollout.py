@@ -101,6 +101,8 @@ def _advance(ep: _Episode, prompt_ids: list[int], comp: Completion, max_steps: i
     ep.context.events.clear()
     ep.prompt_tokens += len(prompt_ids)
     ep.completion_tokens += len(comp.token_ids)
+    state_key = getattr(ep.env, "state_key", None)  # the anchor state of this step (GiGPO), where the env has one
+    anchor = state_key() if callable(state_key) else None
     result = ep.env.step(action)
     ep.trajectory.steps.append(Step(
         index=index, action_text=text, tool_calls=action.tool_calls, parse_error=action.parse_error,
@@ -109,7 +111,8 @@ def _advance(ep: _Episode, prompt_ids: list[int], comp: Completion, max_steps: i
         info={"turn_index": result.turn_index, "new_turn": result.new_turn, "finish_reason": comp.finish_reason,
               "calls": [{"name": r.name, "ok": r.ok, "unknown_tool": r.output.startswith("Error: unknown tool")}
                         for r in result.call_results],
-              **template_info, **({"context_events": events} if events else {})}))
+              **template_info, **({"context_events": events} if events else {}),
+              **({"state_key": anchor} if anchor is not None else {})}))
     ep.context.add_assistant(text)
     if result.done:
         ep.done = True

@@ -6,6 +6,7 @@ from typing import Sequence
 
 from evolvekit.attributing.attributor import StepAttributor
 from evolvekit.attributing.credit import attribution_degenerate, attribution_rewards, group_step_advantages
+from evolvekit.attributing.gigpo import gigpo_advantages, step_groups_summary
 from evolvekit.config import Config
 from evolvekit.orchestrator.stages import GRPOSamples, IterationContext
 from evolvekit.types import Trajectory
@@ -29,6 +30,8 @@ class AttributedSamples(GRPOSamples):
     def step_advantages(self, ctx: IterationContext, live: Sequence[Trajectory]
                         ) -> tuple[list[dict[int, float]], dict[str, float]]:
         acfg = self.cfg.attributing
+        if acfg.source == "gigpo":
+            return self._gigpo(live)
         metrics: dict[str, float] = {}
         labels: list = [None] * len(live)
         if acfg.mode != "outcome_only" and self.attributor is not None:
@@ -54,4 +57,23 @@ class AttributedSamples(GRPOSamples):
                 step_adv[i] = {s.index: a[k] for k, s in enumerate(live[i].steps)}
         metrics["attribution/alpha"] = alpha
         metrics["attribution/constant_channel_groups"] = float(constant)
+        return step_adv, metrics
+
+    def _gigpo(self, live: Sequence[Trajectory]) -> tuple[list[dict[int, float]], dict[str, float]]:
+        """GiGPO's two-level advantages per GRPO group (attributing/gigpo.py); no helper model, no labels."""
+        acfg = self.cfg.attributing
+        groups: dict[str, list[int]] = {}
+        for i, t in enumerate(live):
+            groups.setdefault(t.group_id or t.trajectory_id, []).append(i)
+        step_adv: list[dict[int, float]] = [{} for _ in live]
+        metrics = {"gigpo/step_groups": 0.0, "gigpo/grouped_steps": 0.0}
+        for idx in groups.values():
+            keys = [[s.info.get("state_key") for s in live[i].steps] for i in idx]
+            advs = gigpo_advantages([float(live[i].outcome_reward or 0.0) for i in idx], keys,
+                                    [[s.reward for s in live[i].steps] for i in idx], acfg.gigpo_gamma,
+                                    acfg.gigpo_weight, acfg.gigpo_norm)
+            for k, v in step_groups_summary(keys).items():
+                metrics[k] += v
+            for i, a in zip(idx, advs):
+                step_adv[i] = {s.index: a[k] for k, s in enumerate(live[i].steps)}
         return step_adv, metrics

@@ -235,7 +235,7 @@ def _sample_stage(cfg: Config):
     from evolvekit.llm.factory import role_llm, sampling_for
 
     attributor = None
-    if cfg.attributing.mode != "outcome_only":
+    if cfg.attributing.mode != "outcome_only" and cfg.attributing.source == "llm":  # gigpo needs no helper model
         llm = role_llm(cfg.models, "attributor")
         mode = cfg.attributing.constrained
         constrained = mode == "on" or (mode == "auto" and hasattr(llm, "decode_batch"))

@@ -276,11 +276,43 @@ class BfclEnv:
                        task_id=self.task.task_id if self.task else None, sandbox=self.sandbox,
                        turn_index=self.turn_index, num_turns=len(self.turns), steps=self.steps, done=self.done)
 
+    def state_key(self) -> str:
+        """The environment state, for GiGPO's anchor-state step groups: the turn index and a hash of every backend
+        instance's whole attribute tree (files, folders, balances, logins, the current directory, ...). Random
+        generators and object identities are left out, so equal states hash equally across episodes."""
+        import hashlib
+        import json
+
+        snapshot = {name: _plain(inst) for name, inst in sorted(self.instances.items())}
+        blob = json.dumps([self.turn_index, snapshot], sort_keys=True, default=str)
+        return hashlib.sha1(blob.encode()).hexdigest()
+
     def executed_calls(self) -> list[list[str]]:
         return [list(t) for t in self.executed]
 
     def close(self) -> None:
         self.instances = {}
+
+
+def _plain(obj: Any, seen: frozenset[int] = frozenset(), depth: int = 0) -> Any:
+    """A JSON-able copy of a backend's state: objects become their attribute dicts; cycles (a folder's parent),
+    random generators and anything deeper than 64 levels are cut."""
+    import random
+
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if depth > 64 or id(obj) in seen or isinstance(obj, random.Random):
+        return None
+    seen = seen | {id(obj)}
+    if isinstance(obj, dict):
+        return {str(k): _plain(v, seen, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        items = [_plain(v, seen, depth + 1) for v in obj]
+        return sorted(items, key=str) if isinstance(obj, (set, frozenset)) else items
+    if hasattr(obj, "__dict__"):
+        return {"__class__": type(obj).__name__,
+                **{k: _plain(v, seen, depth + 1) for k, v in vars(obj).items() if k != "parent" and not callable(v)}}
+    return type(obj).__name__
 
 
 def _check_initial_config(config: Any, where: str) -> None:
