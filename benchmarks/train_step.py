@@ -32,6 +32,16 @@ def _batch(args, vocab):
     return prompt, completion, adv
 
 
+def _bf16(args) -> bool:
+    """bf16 autocast exactly where our trainer would use it (``auto``: CUDA, or a CPU with AVX512-BF16), so both
+    sides run the same precision: on a CPU without native bf16 both run fp32."""
+    import torch
+
+    from evolvekit.train.trainer import autocast_dtype
+
+    return autocast_dtype(args.autocast, torch.device("cpu")) is not None
+
+
 def _reference(model):
     """The frozen KL reference shared by every side: the initial weights plus small seeded noise."""
     import torch
@@ -79,7 +89,7 @@ def trl(args, model, tok, prompt, completion, adv):
     with tempfile.TemporaryDirectory() as out:
         targs = GRPOConfig(output_dir=out, use_cpu=True, report_to=[], beta=0.001, epsilon=0.28, loss_type="dapo",
                            per_device_train_batch_size=B, num_generations=B, learning_rate=1e-6,
-                           bf16=args.autocast != "off", gradient_accumulation_steps=1, logging_steps=10_000)
+                           bf16=_bf16(args), gradient_accumulation_steps=1, logging_steps=10_000)
         trainer = GRPOTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
                               args=targs, train_dataset=Dataset.from_dict({"prompt": ["x"] * B}),
                               processing_class=tok)
@@ -87,7 +97,7 @@ def trl(args, model, tok, prompt, completion, adv):
         trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(), which we bypass
         opt = trainer.optimizer
         model.train()
-        amp = torch.autocast("cpu", dtype=torch.bfloat16) if args.autocast != "off" else torch.autocast("cpu", enabled=False)
+        amp = torch.autocast("cpu", dtype=torch.bfloat16) if _bf16(args) else torch.autocast("cpu", enabled=False)
 
         def step():
             total = 0.0
@@ -145,7 +155,7 @@ def main() -> None:
             rows[name] = {"error": f"not installed: {err}"}
         print(f"{name:>16}: {rows[name]}", flush=True)
     out = {"batch": args.batch, "prompt": args.prompt, "completion": args.completion, "micro": args.micro,
-           "autocast": args.autocast, **rows}
+           "autocast": args.autocast, "bf16": _bf16(args), **rows}
     if "seconds" in rows.get("trl", {}):
         trl_row = rows["trl"]
         for name in ("evolvekit", "evolvekit_plain"):
