@@ -263,7 +263,7 @@ def test_utility_test_keeps_only_helpful_experiences():
 
     import evolvekit.navigating.utility as utility_mod
 
-    def fake_rollouts(jobs, make_env, llm, cfg, params, rendering, show_progress=False):
+    def fake_rollouts(jobs, make_env, llm, cfg, params, rendering, show_progress=False, template=None):
         return [Trajectory(task_id=j.task.task_id, outcome_reward=1.0 if "good" in j.experience else 0.0,
                            flags={"experience_guided": True}) for j in jobs]
 

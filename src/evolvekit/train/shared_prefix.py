@@ -30,19 +30,11 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from evolvekit.llm.local import common_prefix_len  # the sampler's prefix cache uses the same
+
+__all__ = ["common_prefix_len", "share_groups", "SharedPrefixStep", "prefix_forward", "suffix_logprobs"]
+
 MIN_SHARED = 32  # shorter common prefixes are not worth a separate pass
-
-
-def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
-    """Length of the longest common prefix of ``seqs``."""
-    if not seqs:
-        return 0
-    first, n = seqs[0], min(len(s) for s in seqs)
-    for i in range(n):
-        t = first[i]
-        if any(s[i] != t for s in seqs):
-            return i
-    return n
 
 
 def share_groups(token_ids: Sequence[Sequence[int]], keys: Sequence[str], min_shared: int = MIN_SHARED
