@@ -62,11 +62,11 @@ def main() -> None:
                                f"iteration time: {it_ratio:.2f}x (means over {args.iterations} iterations)\n")
     print(text)
     if args.out:
-        cmd = " ".join(["python", "benchmarks/iteration_time.py", *sys.argv[1:]])
+        cmd = " ".join(["$ .venv/bin/python", "benchmarks/iteration_time.py", *sys.argv[1:]])
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         Path(args.out).write_text(f"# Quickstart iteration time, shared-prefix training off and on\n\n"
-                                  f"Command: `{cmd}` (commit {commit}, this 2-core CPU, nothing else running).\n\n"
-                                  + text)
+                                  f"Produced by this command, at commit {commit} on this 2-core CPU with nothing "
+                                  f"else running:\n\n```\n{cmd}\n```\n\n" + text)
 
 
 if __name__ == "__main__":
