@@ -210,10 +210,10 @@ class GRPOTrainer:
                     else:
                         lp, _ = suffix_logprobs(model, pre, batch["ids"], [len(samples[i].token_ids) for i in micro],
                                                 start, self.amp)
-                out_rows = [lp[j, : len(samples[i].token_ids)].detach() for j, i in enumerate(micro)]
                 for j, i in enumerate(micro):
-                    out[i] = out_rows[j]
-        return [x for x in out if x is not None]
+                    out[i] = lp[j, : len(samples[i].token_ids)].detach()
+        assert all(x is not None for x in out), "every sample belongs to exactly one share group"
+        return out  # type: ignore[return-value]
 
     def _behaviour_logprobs(self, samples: Sequence[TrainingSample]) -> dict[int, torch.Tensor]:
         """Old log-probs of experience-stripped samples, from the sequence as generated (§4.3, Eq. 17).
