@@ -8,7 +8,7 @@ equation or section it comes from (``evolvekit config show`` prints them all as 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -22,6 +22,19 @@ EMBEDDED_EMBEDDER = "embedded:all-minilm-l6-v2"
 class _Section(BaseModel):
     # no NaN or infinity anywhere: a `learning_rate: nan` is refused like any other bad value
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on_off(cls, data):
+        # YAML 1.1 reads a bare `on`/`off` as true/false: give an auto/on/off field its word back
+        if not isinstance(data, dict):
+            return data
+        fixed = dict(data)
+        for name, value in data.items():
+            field = cls.model_fields.get(name)
+            if isinstance(value, bool) and field is not None and get_args(field.annotation) == ("auto", "on", "off"):
+                fixed[name] = "on" if value else "off"
+        return fixed
 
 
 def F(default: Any, description: str, **bounds: Any) -> Any:  # noqa: N802 - short helper for documented fields
@@ -161,6 +174,7 @@ class QuestioningConfig(_Section):
     reward: Literal["judge", "state", "mix"] = F("judge", "reward for synthetic tasks (§3.4): LLM judge (unparseable -> state check, counted), state check, or mix")
     judge_retries: int = F(2, "retries of an unparseable judge answer before the fallback", ge=0)
     judge_weight: float = F(0.5, "weight of the judge in the 'mix' reward", ge=0, le=1)
+    judge_constrained: Literal["auto", "on", "off"] = F("auto", "a judge that always answers: the reply is forced to 'Score:' and the model picks one of the levels 0.0-0.3 / 0.7-1.0 by log-probability (never unparseable, no written analysis); 'auto' = on for an in-process judge, off (the paper's free answer + parser) for a served one")
 
 
 class CoEvolveConfig(_Section):
@@ -192,6 +206,7 @@ class NavigatingConfig(_Section):
     success_threshold: float = F(0.5, "outcome at or above which a rollout counts as a success (experience use/success counts, extraction split). 0.5 fits continuous judge rewards (correct work scores 0.7-1.0) and is the same as 1.0 for 0/1 checker rewards", ge=0, le=1)
     min_uses_before_prune: int = F(8, "never prune an experience used fewer times than this (EvolveR's score needs evidence: at the defaults one task's group has N_e = 4 guided rollouts, so 8 = two groups)", ge=0)
     validate_experiences: bool = F(True, "LLM validation of each extracted experience (§4.1 step 3)")
+    extraction: Literal["auto", "llm", "constrained", "grounded"] = F("auto", "how experiences are written (§4.1 step 2): llm = the paper's free summarizer answer, parsed; constrained = the summarizer's reply forced into 'When to use: ... / Content: ...' (in-process model); grounded = a success/failure pair of one task becomes an experience written from execution (what the success did that the failure did not), the other jobs go to the constrained summarizer (the free one when served); every experience passes the same validation. auto = grounded for an in-process summarizer, llm for a served one")
     prune_every: int = F(1, "run the EvolveR pruning sweep every N iterations (0 = never)", ge=0)
     seed_file: str = F("", "JSONL experiences (the `evolvekit experiences export` format) that seed an empty pool before the first iteration, e.g. a family's worked examples (`evolvekit experiences from-family arith`); '' = the pool starts from the n_pc cold-start rollouts")
     utility_test: bool = F(False, "Evolving-RL: judge an experience by its mean reward on K related tasks")
@@ -206,7 +221,7 @@ class AttributingConfig(_Section):
     eps: float = F(1e-8, "ε in the standardisations of Eq. 18 and Eq. 19", gt=0)
     max_retries: int = F(2, "retries of an unparseable attribution before neutralising the channel", ge=0)
     concurrency: int = F(4, "concurrent attributor calls", ge=1)
-    source: Literal["llm", "gigpo"] = F("llm", "where step credit comes from: llm = the paper's attributor (§5.1, Eq. 18-21); gigpo = GiGPO's anchor-state step groups (verl-agent; no helper model): A = A^E + ω·A^S")
+    source: Literal["auto", "llm", "grounded", "gigpo"] = F("auto", "where step credit comes from: llm = the paper's attributor (§5.1), its labels into Eq. 18-21; grounded = GOOD/BAD from execution against the task's reference solution and the environment's state (attributing/grounded.py), into the same Eq. 18-21; gigpo = GiGPO's anchor-state step groups (verl-agent; no helper model): A = A^E + ω·A^S; auto = llm for a served attributor (models.attributor.backend: openai), grounded for an in-process one")
     gigpo_gamma: float = F(0.95, "GiGPO's discount γ of the step returns (verl-agent default 0.95)", ge=0, le=1)
     gigpo_weight: float = F(1.0, "GiGPO's ω, weight of the step-level advantage (verl-agent default 1.0)", ge=0)
     gigpo_norm: Literal["std", "mean"] = F("std", "GiGPO's normalisation inside a group: mean_std_norm or mean_norm")
@@ -303,6 +318,46 @@ class Config(_Section):
         return self
 
 
+def attribution_source(cfg: Config) -> str:
+    """``attributing.source`` resolved: auto = the paper's LLM attributor when it is served, else grounded credit
+    (the embedded 135M attributor labels every step GOOD: benchmarks/results/learning_attribution.md)."""
+    src = cfg.attributing.source
+    if src != "auto":
+        return src
+    return "llm" if cfg.models.attributor.backend == "openai" else "grounded"
+
+
+def _in_process(model: ModelConfig) -> bool:
+    return model.backend == "local"
+
+
+def judge_mode(cfg: Config) -> str:
+    """The synthetic-task judge: 'constrained' (forced score levels, in-process) or 'llm' (the paper's free answer)."""
+    c = cfg.questioning.judge_constrained
+    return "constrained" if c == "on" or (c == "auto" and _in_process(cfg.models.judge)) else "llm"
+
+
+def extraction_mode(cfg: Config) -> str:
+    """``navigating.extraction`` resolved: grounded for an in-process summarizer, the paper's LLM path when served."""
+    e = cfg.navigating.extraction
+    if e != "auto":
+        return e
+    return "grounded" if _in_process(cfg.models.summarizer) else "llm"
+
+
+def helper_sources(cfg: Config) -> dict[str, str]:
+    """Where each helper role's answers come from in this config (shown by `config show`, recorded in the run)."""
+    attr = attribution_source(cfg)
+    if attr == "llm":
+        c = cfg.attributing.constrained
+        attr = "llm-constrained" if c == "on" or (c == "auto" and _in_process(cfg.models.attributor)) else "llm"
+    out = {"attributor": attr if cfg.attributing.enabled else "off"}
+    synth_judge = cfg.questioning.enabled and cfg.questioning.reward != "state"
+    out["judge"] = ("llm-constrained" if judge_mode(cfg) == "constrained" else "llm") if synth_judge else "off"
+    out["extraction"] = extraction_mode(cfg) if cfg.navigating.enabled else "off"
+    return out
+
+
 # Evolving-RL Table 5 (ALFWorld and Mind2Web alike): ε_low 0.1, ε_high 0.15, KL coefficient 0.01. They replace
 # AgentEvolver's 0.28 / 0.28 / 0.001 when evolving_rl.enabled, for every train.* field the config leaves unset.
 EVOLVING_RL_TRAIN_DEFAULTS = {"eps_low": 0.1, "eps_high": 0.15, "kl_beta": 0.01}
@@ -323,6 +378,12 @@ def cross_field_problem(cfg: Config) -> str | None:
     if cfg.rollout.backend == "ray" and cfg.navigating.enabled and (cfg.navigating.as_tool or cfg.navigating.utility_test):
         return ("rollout.backend: ray with navigating.as_tool or navigating.utility_test is not supported yet (the "
                 "search tool and the utility test need the driver's experience pool); use rollout.backend: local")
+    for option, value, role in (("attributing.constrained", cfg.attributing.constrained, "attributor"),
+                                ("questioning.judge_constrained", cfg.questioning.judge_constrained, "judge"),
+                                ("navigating.extraction", cfg.navigating.extraction, "summarizer")):
+        if value in ("on", "constrained") and not _in_process(getattr(cfg.models, role)):
+            return (f"{option}: {value} needs an in-process {role} (forced choice reads its log-probabilities); "
+                    f"models.{role}.backend is openai")
     if cfg.cold_start.enabled and not cfg.cold_start.tasks_file and not cfg.questioning.enabled:
         return "cold_start.enabled needs verified tasks: set cold_start.tasks_file or questioning.enabled"
     if cfg.env.curriculum and cfg.questioning.enabled:

@@ -87,6 +87,18 @@ class TokenSpan(BaseModel):
     kind: SpanKind
 
 
+class StepGrounding(BaseModel):
+    """Execution facts about one step, from an environment that can compare its state with the task's reference
+    (attributing/grounded.py turns them into GOOD/BAD). Distances count the differing leaves of the backend state
+    against the state the reference solution reaches by the end of the current turn; None where the environment
+    has no such state (stateless backends, no reference)."""
+
+    model_config = ConfigDict(extra="forbid")
+    state_changed: bool = False
+    distance_before: int | None = None
+    distance_after: int | None = None
+
+
 class Step(_Model):
     """One agent step: what the model produced, what it meant, and what the environment answered."""
 
@@ -102,11 +114,13 @@ class Step(_Model):
     completion_logprobs: list[float] = Field(default_factory=list)
     spans: list[TokenSpan] = Field(default_factory=list)  # marked ranges of prompt_token_ids (inserted experience)
     info: dict[str, Any] = Field(default_factory=dict)
+    grounding: StepGrounding | None = None  # set by environments that compare state with the reference (BFCL)
 
 
 class StepLabel(str, Enum):
     GOOD = "GOOD"
     BAD = "BAD"
+    NEUTRAL = "NEUTRAL"  # grounded credit's generic fallback: no evidence either way (attribution reward 0)
 
 
 class TrajectoryFlags(BaseModel):
@@ -127,6 +141,7 @@ class Trajectory(_Model):
     outcome_reward: float | None = None
     outcome_details: dict[str, Any] = Field(default_factory=dict)
     step_attributions: list[StepLabel] | None = None
+    attribution_source: Literal["llm", "grounded"] | None = None  # who wrote step_attributions
     experience_used: list[str] = Field(default_factory=list)  # experience ids
     flags: TrajectoryFlags = Field(default_factory=TrajectoryFlags)
     error: str | None = None

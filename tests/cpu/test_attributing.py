@@ -193,7 +193,7 @@ def test_attributed_samples_share_the_hybrid_proxy_task_decay(tmp_path):
 def test_forced_choice_picks_by_log_probability():
     import random
 
-    from evolvekit.attributing.constrained import choose
+    from evolvekit.llm.choice import choose
 
     rng = random.Random(0)
     assert choose([-0.1, -2.0], 0.0, rng) == 0 and choose([-3.0, -0.5], 0.0, rng) == 1

@@ -166,7 +166,7 @@ def test_master_loop_with_experience_mixed_rollouts(tmp_path, monkeypatch):
                              "rollout.max_steps=1", "rollout.group_size=4", "train.iterations=2",
                              "train.tasks_per_iteration=2", "train.eval_before=false", "train.eval_after=false",
                              "train.autocast=off", "navigating.enabled=true", "navigating.rewrite=false",
-                             "navigating.prune_every=0", "navigating.n_pc=2"])
+                             "navigating.prune_every=0", "navigating.n_pc=2", "navigating.extraction=llm"])
     cfg, run_dir, store = open_run(cfg, None)
     loop = build_loop(cfg, run_dir, store, show_progress=False)
     fake = _Scripted(_summariser)  # the summariser role is a test double; policy, env, embedder, trainer are real

@@ -250,7 +250,7 @@ class _AlwaysGood:
 
 def test_attribution_stage_logs_metrics_and_stores_labels(tiny, tmp_path):
     cfg = load_config(_config(tiny, tmp_path, iterations=1, eval_before=False, eval_after=False),
-                      ["attributing.enabled=true"])
+                      ["attributing.enabled=true", "attributing.source=llm", "attributing.constrained=off"])
     cfg, run_dir, store = open_run(cfg, None)
     loop = build_loop(cfg, run_dir, store, show_progress=False)
     loop.stages.samples.attributor.llm = _AlwaysGood()  # the attributor role is a test double here
@@ -263,5 +263,27 @@ def test_attribution_stage_logs_metrics_and_stores_labels(tiny, tmp_path):
     con = sqlite3.connect(run_dir / "run.sqlite")
     assert {r[0] for r in con.execute("SELECT label FROM steps")} == {"GOOD"}
     con.close()
-    assert all(t.step_attributions == ["GOOD"] for t in store.trajectories(0))
+    assert all(t.step_attributions == ["GOOD"] and t.attribution_source == "llm" for t in store.trajectories(0))
+    store.close()
+
+
+def test_embedded_attributor_defaults_to_grounded_credit(tiny, tmp_path):
+    """attributing.source: auto with an in-process attributor is grounded: no attributor model is built, labels come
+    from execution (the coin tasks have no reference: the generic fallback, errors BAD and the rest NEUTRAL), and
+    the run records which source each helper role used."""
+    cfg = load_config(_config(tiny, tmp_path, iterations=1, eval_before=False, eval_after=False),
+                      ["attributing.enabled=true"])
+    cfg, run_dir, store = open_run(cfg, None)
+    loop = build_loop(cfg, run_dir, store, show_progress=False)
+    assert loop.stages.samples.attributor is None
+    loop.run()
+    trajs = store.trajectories(0)
+    assert trajs and all(t.attribution_source == "grounded" and t.step_attributions is not None for t in trajs)
+    for t in trajs:
+        for step, label in zip(t.steps, t.step_attributions):
+            bad = step.parse_error is not None and not step.tool_calls or any(
+                not c["ok"] for c in step.info.get("calls", []))
+            assert label == ("BAD" if bad else "NEUTRAL")
+    assert "attribution/good_ratio" in store.metrics()[0]
+    assert json.loads(store.get_meta("helper_sources"))["attributor"] == "grounded"
     store.close()

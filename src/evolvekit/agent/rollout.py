@@ -108,6 +108,7 @@ def _advance(ep: _Episode, prompt_ids: list[int], comp: Completion, max_steps: i
         index=index, action_text=text, tool_calls=action.tool_calls, parse_error=action.parse_error,
         observation=result.observation, reward=result.reward, done=result.done, prompt_token_ids=prompt_ids,
         completion_token_ids=comp.token_ids, completion_logprobs=comp.logprobs, spans=spans,
+        grounding=result.grounding,
         info={"turn_index": result.turn_index, "new_turn": result.new_turn, "finish_reason": comp.finish_reason,
               "calls": [{"name": r.name, "ok": r.ok, "unknown_tool": r.output.startswith("Error: unknown tool")}
                         for r in result.call_results],

@@ -18,8 +18,8 @@ Mode = Literal["both", "outcome_only", "attribution_only"]
 
 
 def attribution_rewards(labels: Sequence[StepLabel]) -> list[float]:
-    """§5.2: GOOD → +1, BAD → −1."""
-    return [1.0 if lab == StepLabel.GOOD else -1.0 for lab in labels]
+    """§5.2: GOOD → +1, BAD → −1 (and grounded credit's NEUTRAL → 0)."""
+    return [1.0 if lab == StepLabel.GOOD else 0.0 if lab == StepLabel.NEUTRAL else -1.0 for lab in labels]
 
 
 def _std(values: Sequence[float]) -> float:

@@ -7,9 +7,25 @@ from typing import Sequence
 from evolvekit.attributing.attributor import StepAttributor
 from evolvekit.attributing.credit import attribution_degenerate, attribution_rewards, group_step_advantages
 from evolvekit.attributing.gigpo import gigpo_advantages, step_groups_summary
-from evolvekit.config import Config
+from evolvekit.attributing.grounded import agreement, grounded_labels
+from evolvekit.config import Config, attribution_source
 from evolvekit.orchestrator.stages import GRPOSamples, IterationContext
-from evolvekit.types import Trajectory
+from evolvekit.types import StepLabel, Task, Trajectory
+
+
+def checked_outcome(traj: Trajectory) -> float:
+    """The environment's own check of an episode, before judge mixing and reward shaping."""
+    details = traj.outcome_details
+    for key in ("state_score", "outcome"):
+        if isinstance(details.get(key), (int, float)):
+            return float(details[key])
+    return float(traj.outcome_reward or 0.0)
+
+
+def grounded_for(task: Task | None, traj: Trajectory, success_threshold: float) -> list[StepLabel]:
+    """Grounded labels of one trajectory (attributing/grounded.py); the generic fallback when the task is unknown."""
+    reference = task.reference_solution if task is not None else None
+    return grounded_labels(traj.steps, reference, checked_outcome(traj) >= success_threshold)
 
 
 def alpha_for(cfg: Config, iteration: int) -> float:
@@ -30,18 +46,13 @@ class AttributedSamples(GRPOSamples):
     def step_advantages(self, ctx: IterationContext, live: Sequence[Trajectory]
                         ) -> tuple[list[dict[int, float]], dict[str, float]]:
         acfg = self.cfg.attributing
-        if acfg.source == "gigpo":
+        source = attribution_source(self.cfg)
+        if source == "gigpo":
             return self._gigpo(live)
         metrics: dict[str, float] = {}
         labels: list = [None] * len(live)
-        if acfg.mode != "outcome_only" and self.attributor is not None:
-            tasks = {t.task_id: t for t in ctx.store.tasks()}
-            result = self.attributor.attribute(live, tasks)
-            labels = result.labels
-            metrics.update(result.metrics())
-            for t, lab in zip(live, labels):
-                t.step_attributions = lab
-                t.flags.attribution_neutralised = lab is None
+        if acfg.mode != "outcome_only":
+            labels = self._labels(ctx, live, source, metrics)
         alpha = alpha_for(self.cfg, ctx.iteration)
         groups: dict[str, list[int]] = {}
         for i, t in enumerate(live):
@@ -58,6 +69,39 @@ class AttributedSamples(GRPOSamples):
         metrics["attribution/alpha"] = alpha
         metrics["attribution/constant_channel_groups"] = float(constant)
         return step_adv, metrics
+
+    def _labels(self, ctx: IterationContext, live: Sequence[Trajectory], source: str,
+                metrics: dict[str, float]) -> list[list[StepLabel] | None]:
+        """Step labels from the configured source; the LLM's are also scored against grounded ones wherever the
+        task has a reference (``attribution/agreement_with_grounded``: the attributor's measured accuracy)."""
+        tasks = {t.task_id: t for t in ctx.store.tasks()}
+        threshold = self.cfg.navigating.success_threshold
+        grounded = [grounded_for(tasks.get(t.task_id), t, threshold) for t in live]
+        if source == "grounded":
+            labels: list[list[StepLabel] | None] = list(grounded)
+            flat = [lab for labs in grounded for lab in labs]
+            metrics["attribution/good_ratio"] = sum(lab == StepLabel.GOOD for lab in flat) / len(flat) if flat else 0.0
+            metrics["attribution/neutral_ratio"] = (sum(lab == StepLabel.NEUTRAL for lab in flat) / len(flat)
+                                                    if flat else 0.0)
+        elif self.attributor is not None:
+            result = self.attributor.attribute(live, tasks)
+            labels = result.labels
+            metrics.update(result.metrics())
+            agree = compared = 0
+            for t, lab, ground in zip(live, labels, grounded):
+                task = tasks.get(t.task_id)
+                if lab is not None and task is not None and task.reference_solution is not None:
+                    a, n = agreement(lab, ground)
+                    agree, compared = agree + a, compared + n
+            if compared:
+                metrics["attribution/agreement_with_grounded"] = agree / compared
+        else:
+            return [None] * len(live)
+        for t, lab in zip(live, labels):
+            t.step_attributions = lab
+            t.attribution_source = source if lab is not None else None  # type: ignore[assignment]
+            t.flags.attribution_neutralised = lab is None
+        return labels
 
     def _gigpo(self, live: Sequence[Trajectory]) -> tuple[list[dict[int, float]], dict[str, float]]:
         """GiGPO's two-level advantages per GRPO group (attributing/gigpo.py); no helper model, no labels."""

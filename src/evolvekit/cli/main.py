@@ -46,10 +46,12 @@ SetOpt = typer.Option(None, "--set", help="override a config value: section.key=
 def config_show(config: Optional[Path] = typer.Argument(None, help="YAML config (defaults if omitted)"),
                 overrides: Optional[list[str]] = SetOpt) -> None:
     """Print the full, validated config with every parameter's meaning and source equation."""
-    from evolvekit.config import dump_commented_yaml, load_config
+    from evolvekit.config import dump_commented_yaml, helper_sources, load_config
 
     cfg = load_config(config, overrides)
-    sys.stdout.write(dump_commented_yaml(cfg) + "\n")
+    sources = ", ".join(f"{role}: {src}" for role, src in helper_sources(cfg).items())
+    sys.stdout.write(f"# helper sources ('auto' resolved for these models): {sources}\n"
+                     + dump_commented_yaml(cfg) + "\n")
 
 
 @config_app.command("validate")

@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evolvekit.types import ChatMessage, Task, ToolCall, Trajectory
+from evolvekit.types import ChatMessage, StepGrounding, Task, ToolCall, Trajectory
 
 
 class _Shape(BaseModel):
@@ -77,6 +77,7 @@ class StepResult(_Shape):
     tools: list[ToolSchema] | None = None  # set when the visible tool list changed (e.g. miss_func reveals)
     call_results: list[CallResult] = Field(default_factory=list)
     error: str | None = None
+    grounding: StepGrounding | None = None  # state facts for grounded step credit, where the env has them
 
 
 class EvalResult(_Shape):

@@ -4,17 +4,25 @@
 a failure, or a comparative (success, failure) pair of the same task — one summariser-LLM call each; (3) validate
 each with an LLM yes/no check; (4) the caller embeds and stores them. Every answer is parsed leniently; an
 unusable answer yields no experience (counted), never an exception.
+
+For a small in-process summarizer (``navigating.extraction``): *constrained* extraction forces the reply into
+``When to use: <line>`` / ``Content: <line>`` and lets the model write only the two lines, and validation becomes a
+forced yes/no choice (llm/choice.py); *grounded* extraction writes a (success, failure) pair's experience from
+execution (``grounded_experience``). Every candidate passes the same validation.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import re
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
+from evolvekit.agent.calls import call_key
 from evolvekit.llm.base import LLM, SamplingParams
-from evolvekit.types import ChatMessage, Experience, ExperienceProvenance, Task, Trajectory
+from evolvekit.llm.choice import ChoiceScorer
+from evolvekit.types import ChatMessage, Experience, ExperienceProvenance, Task, ToolCall, Trajectory
 
 EXTRACT_SYSTEM = """You distill reusable experience from an agent's trajectories.
 An experience has two parts:
@@ -81,19 +89,106 @@ def parse_yes_no(text: str) -> bool | None:
     return None if m is None else m.group(1).lower() == "yes"
 
 
+def _ok_calls(traj: Trajectory) -> list[ToolCall]:
+    out = []
+    for step in traj.steps:
+        oks = step.info.get("calls") if isinstance(step.info.get("calls"), list) else []
+        for i, c in enumerate(step.tool_calls):
+            if i >= len(oks) or not isinstance(oks[i], dict) or oks[i].get("ok", True):
+                out.append(c)
+    return out
+
+
+def _describe_value(value: Any, query: str, earlier: list[tuple[str, str]]) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    if text and text in query:
+        return "<from the request>"
+    for name, obs in reversed(earlier):
+        if text and text in obs:
+            return f"<result of {name}>"
+    return json.dumps(value)[:60]
+
+
+def _describe(calls: Sequence[ToolCall], query: str, observations: dict[int, str]) -> str:
+    parts, earlier = [], []
+    for i, c in enumerate(calls):
+        args = ", ".join(f"{k}={_describe_value(v, query, earlier)}" for k, v in c.arguments.items())
+        parts.append(f"{c.name}({args})")
+        earlier.append((c.name, observations.get(i, "")))
+    return ", then ".join(parts)
+
+
+def _failure_note(failure: Trajectory, success_keys: set) -> str:
+    for step in failure.steps:
+        if step.parse_error is not None and not step.tool_calls:
+            return "writing a message that contains no valid tool call"
+        oks = step.info.get("calls") if isinstance(step.info.get("calls"), list) else []
+        for i, c in enumerate(step.tool_calls):
+            if i < len(oks) and isinstance(oks[i], dict) and not oks[i].get("ok", True):
+                err = step.observation.strip().splitlines()[0][:160] if step.observation.strip() else "an error"
+                return f"calling {c.name} in a way that fails ({err})"
+    extra = [c.name for c in _ok_calls(failure) if call_key(c) not in success_keys]
+    if extra:
+        return f"calling {', '.join(dict.fromkeys(extra))} with other arguments or where it is not needed"
+    if not _ok_calls(failure):
+        return "answering without calling any tool"
+    return "stopping before every needed call was made"
+
+
+def grounded_experience(task: Task | None, success: Trajectory, failure: Trajectory) -> tuple[str, str] | None:
+    """(when_to_use, content) from one task's success/failure contrast, written from execution: the calls the
+    success made that the failure did not (argument values described by where they came from: the request, or an
+    earlier call's result), and the failure's first mistake. None when the success made no call to learn from."""
+    query = " ".join(task.turns) if task else ""
+    calls = _ok_calls(success)
+    if not calls:
+        return None
+    fail_keys = {call_key(c) for c in _ok_calls(failure)}
+    observations: dict[int, str] = {}
+    k = 0
+    for step in success.steps:
+        for _ in step.tool_calls:
+            observations[k] = step.observation
+            k += 1
+    key_of = [call_key(c) for c in calls]
+    tools = ", ".join(dict.fromkeys(c.name for c in calls))
+    head = query.strip().splitlines()[0][:200] if query.strip() else "a task"
+    when = f"A request like \"{head}\" that the tools {tools} can answer."
+    missing = [c for c, key in zip(calls, key_of) if key not in fail_keys]
+    did = _describe(calls, query, observations)
+    content = (f"Call {did}; then answer with the result. "
+               f"The successful attempt made {len(missing) or 'the same'} call(s) the failed one did not"
+               f"{': ' + ', '.join(c.name for c in missing) if missing else ''}. "
+               f"Avoid {_failure_note(failure, set(key_of))}.")
+    return when, content[:1200]
+
+
 @dataclass
 class ExtractionReport:
     experiences: list[Experience] = field(default_factory=list)
     calls: int = 0
     unparseable: int = 0
     rejected: int = 0
+    jobs: int = 0  # extraction jobs (one per task: a success, a failure or a comparison)
+    validated_jobs: int = 0  # jobs that yielded at least one validated experience
+    grounded: int = 0  # experiences written from execution (no LLM call)
+
+    @property
+    def validated_share(self) -> float:
+        return self.validated_jobs / self.jobs if self.jobs else 0.0
 
 
 class ExperienceExtractor:
+    """Ω_process. ``constrained``: the summarizer writes under a forced structure and validates by forced yes/no
+    (in-process model); ``grounded``: comparison jobs are written from execution, without the summarizer."""
+
     def __init__(self, llm: LLM, params: SamplingParams, validate: bool = True, success_threshold: float = 0.5,
-                 batch: int = 8) -> None:
+                 batch: int = 8, constrained: bool = False, grounded: bool = False, field_tokens: int = 64) -> None:
         self.llm, self.params, self.validate = llm, params, validate
         self.success_threshold, self.batch = success_threshold, batch
+        self.constrained, self.grounded, self.field_tokens = constrained, grounded, field_tokens
+        self.scorer = ChoiceScorer(llm) if constrained else None
+        self.rng = random.Random(params.seed or 0)
 
     def jobs(self, trajectories: Sequence[Trajectory]) -> list[tuple[str, list[Trajectory]]]:
         """(1) preprocessing: valid trajectories split by score; one success, one failure and one comparison per task."""
@@ -113,37 +208,75 @@ class ExperienceExtractor:
                 jobs.append(("failure", [losses[0]]))
         return jobs
 
+    def _write(self, chunk: Sequence[tuple[str, list[Trajectory]]], tasks: dict[str, Task]) -> list[list[tuple[str, str]]]:
+        """(2) one summarizer answer per job, parsed into (when_to_use, content) pairs."""
+        convs = [extraction_prompt(k, tasks.get(ts[0].task_id), ts) for k, ts in chunk]
+        if not self.constrained:
+            return [parse_experiences(out[0].text) for out in self.llm.chat(convs, self.params)]
+        # forced structure: the reply is "When to use: <line>\nContent: <line>"; the model writes the two lines
+        line = SamplingParams(temperature=self.params.temperature, top_p=self.params.top_p,
+                              max_new_tokens=self.field_tokens, stop=("\n",), seed=self.params.seed)
+        bases = [self.llm.apply_chat_template(c) for c in convs]
+        whens = [o[0].text.split("\n")[0].strip() for o in self.llm.generate_ids(
+            [b + self.llm.encode("When to use:") for b in bases], line)]
+        contents = [o[0].text.split("\n")[0].strip() for o in self.llm.generate_ids(
+            [b + self.llm.encode(f"When to use: {w}\nContent:") for b, w in zip(bases, whens)], line)]
+        return [parse_experiences(f"When to use: {w}\nContent: {c}", 1) for w, c in zip(whens, contents)]
+
+    def _approve(self, chunk: Sequence[Experience]) -> list[bool]:
+        """(3) the yes/no validation (forced choice between " yes" and " no" when constrained)."""
+        convs = [[ChatMessage(role="system", content=VALIDATE_SYSTEM),
+                  ChatMessage(role="user", content=f"When to use: {e.when_to_use}\nContent: {e.content}\n\n"
+                              "Is this experience correct, general and actionable? Answer yes or no.")] for e in chunk]
+        if self.scorer is None:
+            return [bool(parse_yes_no(out[0].text)) for out in self.llm.chat(convs, self.params)]
+        options = [self.llm.encode(" yes"), self.llm.encode(" no")]
+        lead = self.llm.encode("Answer:")
+        return [self.scorer.pick(self.llm.apply_chat_template(c) + lead, options, self.params.temperature,
+                                 self.rng)[0] == 0 for c in convs]
+
     def extract(self, trajectories: Sequence[Trajectory], tasks: dict[str, Task], iteration: int | None = None) -> ExtractionReport:
         report = ExtractionReport()
         jobs = self.jobs(trajectories)
-        candidates: list[Experience] = []
-        for lo in range(0, len(jobs), self.batch):
-            chunk = jobs[lo: lo + self.batch]
-            outs = self.llm.chat([extraction_prompt(k, tasks.get(ts[0].task_id), ts) for k, ts in chunk], self.params)
+        report.jobs = len(jobs)
+        candidates: list[tuple[int, Experience]] = []  # (job index, experience)
+
+        def add(j: int, kind: str, ts: list[Trajectory], pairs: list[tuple[str, str]]) -> None:
+            if not pairs:
+                report.unparseable += 1
+            for w, c in pairs:
+                candidates.append((j, Experience(when_to_use=w, content=c, provenance=ExperienceProvenance(
+                    kind=kind, trajectory_ids=[t.trajectory_id for t in ts], task_ids=[ts[0].task_id],
+                    iteration=iteration))))
+
+        llm_jobs = []
+        for j, (kind, ts) in enumerate(jobs):
+            if self.grounded and kind == "comparison":
+                pair = grounded_experience(tasks.get(ts[0].task_id), ts[0], ts[1])
+                pairs = parse_experiences(f"When to use: {pair[0]}\nContent: {pair[1]}", 1) if pair else []
+                report.grounded += len(pairs)
+                add(j, kind, ts, pairs)
+            else:
+                llm_jobs.append(j)
+        for lo in range(0, len(llm_jobs), self.batch):
+            chunk = llm_jobs[lo: lo + self.batch]
+            written = self._write([jobs[j] for j in chunk], tasks)
             report.calls += len(chunk)
-            for (kind, ts), out in zip(chunk, outs):
-                pairs = parse_experiences(out[0].text)
-                if not pairs:
-                    report.unparseable += 1
-                for w, c in pairs:
-                    candidates.append(Experience(when_to_use=w, content=c, provenance=ExperienceProvenance(
-                        kind=kind, trajectory_ids=[t.trajectory_id for t in ts], task_ids=[ts[0].task_id],
-                        iteration=iteration)))
-        if not self.validate:
-            report.experiences = candidates
-            return report
+            for j, pairs in zip(chunk, written):
+                add(j, jobs[j][0], jobs[j][1], pairs)
+        approved_jobs: set[int] = set()
         for lo in range(0, len(candidates), self.batch):
             chunk = candidates[lo: lo + self.batch]
-            convs = [[ChatMessage(role="system", content=VALIDATE_SYSTEM),
-                      ChatMessage(role="user", content=f"When to use: {e.when_to_use}\nContent: {e.content}\n\n"
-                                  "Is this experience correct, general and actionable? Answer yes or no.")] for e in chunk]
-            outs = self.llm.chat(convs, self.params)
-            report.calls += len(chunk)
-            for e, out in zip(chunk, outs):
-                if parse_yes_no(out[0].text):
+            ok = [True] * len(chunk) if not self.validate else self._approve([e for _, e in chunk])
+            if self.validate:
+                report.calls += len(chunk)
+            for (j, e), good in zip(chunk, ok):
+                if good:
                     report.experiences.append(e)
+                    approved_jobs.add(j)
                 else:
                     report.rejected += 1
+        report.validated_jobs = len(approved_jobs)
         return report
 
 

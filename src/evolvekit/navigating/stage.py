@@ -140,6 +140,9 @@ class ExperienceSummarisation:
                         "navigating/merged": float(merged), "navigating/pruned": float(len(self._pruned)),
                         "navigating/extraction_calls": float(report.calls),
                         "navigating/unparseable": float(report.unparseable),
+                        "navigating/extraction_jobs": float(report.jobs),
+                        "navigating/validated_share": report.validated_share,
+                        "navigating/grounded_experiences": float(report.grounded),
                         "navigating/rejected": float(report.rejected), "navigating/utility_dropped": float(dropped)})
         return metrics
 

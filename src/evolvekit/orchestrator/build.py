@@ -10,7 +10,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evolvekit.config import Config, config_from_dict, migrate_stored, training_problem
+from evolvekit.config import (Config, attribution_source, config_from_dict, extraction_mode, helper_sources, judge_mode,
+                              migrate_stored, training_problem)
 from evolvekit.errors import ConfigError
 from evolvekit.orchestrator.loop import MasterLoop, Stages
 from evolvekit.orchestrator.stages import FixedTaskSupply, GRPOSamples, NoExperience, TrainerUpdate, VanillaRollouts
@@ -56,6 +57,7 @@ def open_run(cfg: Config | None, resume: Path | None, fixed_dir: Path | None = N
         raise ConfigError(f"run.out_dir: cannot create the run folder {run_dir}: {err.strerror or err}") from None
     store = RunStore(run_dir / STORE_FILE)
     store.set_meta("config", cfg.model_dump_json())
+    store.set_meta("helper_sources", json.dumps(helper_sources(cfg)))  # what each helper role's 'auto' became
     store.set_meta("created", datetime.now().isoformat(timespec="seconds"))
     return cfg, run_dir, store
 
@@ -138,12 +140,14 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
                                                           build_embedder(cfg.embedding).embed, template=template)
     if cfg.questioning.enabled:
         from evolvekit.llm.factory import role_llm, sampling_for
-        from evolvekit.questioning.judge import LLMJudge
+        from evolvekit.questioning.judge import ConstrainedJudge, LLMJudge
         from evolvekit.questioning.reward import SyntheticRewardRollouts
 
-        judge = None
+        judge: LLMJudge | ConstrainedJudge | None = None
         if cfg.questioning.reward != "state":
-            judge = LLMJudge(role_llm(cfg.models, "judge"), sampling_for(cfg.models.judge), cfg.questioning.judge_retries)
+            jllm, jparams = role_llm(cfg.models, "judge"), sampling_for(cfg.models.judge)
+            judge = (ConstrainedJudge(jllm, jparams) if judge_mode(cfg) == "constrained"
+                     else LLMJudge(jllm, jparams, cfg.questioning.judge_retries))
         rollouts = SyntheticRewardRollouts(rollouts, cfg, judge)
     stages = Stages(supply=supply,
                     rollouts=rollouts, experience=experience, samples=samples,
@@ -235,7 +239,8 @@ def _sample_stage(cfg: Config):
     from evolvekit.llm.factory import role_llm, sampling_for
 
     attributor = None
-    if cfg.attributing.mode != "outcome_only" and cfg.attributing.source == "llm":  # gigpo needs no helper model
+    # grounded and gigpo credit need no helper model
+    if cfg.attributing.mode != "outcome_only" and attribution_source(cfg) == "llm":
         llm = role_llm(cfg.models, "attributor")
         mode = cfg.attributing.constrained
         constrained = mode == "on" or (mode == "auto" and hasattr(llm, "decode_batch"))
@@ -285,7 +290,11 @@ def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_
             return ExperienceToolEnv(inner_factory(), pool, cfg.navigating.top_k)
     rollouts = ExperienceMixedRollouts(policy, env_factory, cfg, params, pool, refiner, sparams, show_progress,
                                        training_set=training_set, template=template)
-    extractor = ExperienceExtractor(summarizer, sparams, cfg.navigating.validate_experiences, cfg.navigating.success_threshold)
+    extraction = extraction_mode(cfg)
+    extractor = ExperienceExtractor(summarizer, sparams, cfg.navigating.validate_experiences,
+                                    cfg.navigating.success_threshold, grounded=extraction == "grounded",
+                                    constrained=extraction == "constrained" or (
+                                        extraction == "grounded" and cfg.models.summarizer.backend == "local"))
     summarisation = ExperienceSummarisation(cfg, pool, extractor, rollouts)
     rollouts.summariser = summarisation
     if cfg.navigating.utility_test:

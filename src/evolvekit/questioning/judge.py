@@ -7,16 +7,22 @@ judge checks that every critical step appears (directly or by an equivalent). Th
 [0, 1]; an unparseable answer is retried (sampled at llm.base.RETRY_TEMPERATURE when the judge is greedy, since a
 greedy retry repeats itself), then the documented fallback applies: the environment's state check
 score (if the mode has one) else 0, and it is counted.
+
+``ConstrainedJudge`` is the in-process judge that always answers: the same prompt, the reply forced to
+``Score:``, and the model picks one of ``SCORE_LEVELS`` by log-probability (llm/choice.py) — never unparseable,
+so its fallback count is 0 by construction. The written analysis of the free answer is skipped.
 """
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from evolvekit.agent.parser import format_call
 from evolvekit.llm.base import LLM, SamplingParams, retry_params
+from evolvekit.llm.choice import ChoiceScorer
 from evolvekit.types import ChatMessage, Task, Trajectory
 
 JUDGE_SYSTEM = """You grade how well an AI agent completed a task, from its trajectory.
@@ -90,3 +96,37 @@ class LLMJudge:
             pending = still
         report.fallbacks = len(pending)
         return report
+
+
+# Principle 2's two bands, in steps of 0.1: incorrect work 0.0-0.3, correct work 0.7-1.0
+SCORE_LEVELS = (0.0, 0.1, 0.2, 0.3, 0.7, 0.8, 0.9, 1.0)
+
+
+class ConstrainedJudge:
+    """The §3.4 judge for an in-process model: the reply is forced to ``Score:`` and the model picks the level."""
+
+    def __init__(self, llm, params: SamplingParams, levels: Sequence[float] = SCORE_LEVELS) -> None:
+        self.llm, self.params, self.levels = llm, params, tuple(levels)
+        self.scorer = ChoiceScorer(llm)
+        self.rng = random.Random(params.seed or 0)
+        self.lead = llm.encode("Score:")
+        self.options = [llm.encode(f" {v:.1f}") for v in self.levels]
+
+    def score(self, pairs: Sequence[tuple[Task, Trajectory]]) -> JudgeReport:
+        report = JudgeReport(scores=[None] * len(pairs))
+        for i, pair in enumerate(pairs):
+            prompt = self.llm.apply_chat_template(judge_prompt(*pair)) + self.lead
+            pick, _ = self.scorer.pick(prompt, self.options, self.params.temperature, self.rng)
+            report.scores[i] = self.levels[pick]
+            report.calls += 1
+        return report
+
+
+def agreement_with_state(judged: Sequence[float | None], states: Sequence[float | None],
+                         threshold: float = 0.5) -> float | None:
+    """Share of trajectories where the judge and the state check agree on pass/fail (both at or above
+    ``threshold``, or both below); None when no trajectory has both."""
+    pairs = [(j, s) for j, s in zip(judged, states) if j is not None and s is not None]
+    if not pairs:
+        return None
+    return sum((j >= threshold) == (s >= threshold) for j, s in pairs) / len(pairs)

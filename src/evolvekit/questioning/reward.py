@@ -12,12 +12,12 @@ from typing import Sequence
 
 from evolvekit.config import Config
 from evolvekit.orchestrator.stages import IterationContext, RolloutStage
-from evolvekit.questioning.judge import LLMJudge, mix_reward
+from evolvekit.questioning.judge import ConstrainedJudge, LLMJudge, agreement_with_state, mix_reward
 from evolvekit.types import Task, TaskSource, Trajectory
 
 
 class SyntheticRewardRollouts:
-    def __init__(self, inner: RolloutStage, cfg: Config, judge: LLMJudge | None) -> None:
+    def __init__(self, inner: RolloutStage, cfg: Config, judge: LLMJudge | ConstrainedJudge | None) -> None:
         self.inner, self.cfg, self.judge = inner, cfg, judge
         self.last_metrics: dict[str, float] = {}
 
@@ -35,6 +35,9 @@ class SyntheticRewardRollouts:
             judged = report.scores
             self.last_metrics.update({"judge/calls": float(report.calls), "judge/fallbacks": float(report.fallbacks),
                                       "judge/fallback_rate": report.fallbacks / len(synthetic)})
+            agree = agreement_with_state(judged, [t.outcome_reward for _, t in synthetic])
+            if agree is not None:
+                self.last_metrics["judge/agreement_with_state"] = agree
         for (task, traj), j in zip(synthetic, judged):
             state = traj.outcome_reward
             traj.outcome_details = {**traj.outcome_details, "state_score": state, "judge_score": j}

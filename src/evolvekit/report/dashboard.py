@@ -21,6 +21,7 @@ GOOD_COLOR, BAD_COLOR = "#c8f7c5", "#f7c5c5"
 CSS = f"""body{{font-family:system-ui,sans-serif;margin:1.5em;max-width:80em}}nav a{{margin-right:1em}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.25em .5em;vertical-align:top}}
 pre{{white-space:pre-wrap;margin:0}}.GOOD{{background:{GOOD_COLOR}}}.BAD{{background:{BAD_COLOR}}}
+.NEUTRAL{{background:#eeeeee}}td.src-grounded{{border-left:6px solid #2b7a2b}}td.src-llm{{border-left:6px dashed #5a4fcf}}
 .exp{{background:#fff3c4;border-left:4px solid #e0b000;padding:.4em;margin:.5em 0}}"""
 
 e = html.escape
@@ -54,7 +55,9 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
         last = run.metrics[max(run.metrics)] if run.metrics else {}
         rows = "".join(f"<tr><td>{e(k)}</td><td>{v:.4g}</td></tr>" for k, v in sorted(last.items()))
         imgs = "".join(f"<h3>{e(n)}</h3><img src='{base}/figures/{e(p.name)}' alt='{e(n)}'>" for n, p in figs.items())
-        return _page(f"run {run_dir.name}", f"<p>{len(run.metrics)} iterations done</p><h2>Held-out evaluation</h2>"
+        helpers = "".join(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>" for k, v in run.helper_sources.items())
+        return _page(f"run {run_dir.name}", f"<p>{len(run.metrics)} iterations done</p>"
+                     f"<h2>Helper sources</h2><table>{helpers}</table><h2>Held-out evaluation</h2>"
                      f"<table>{evals}</table>{imgs}<h2>Latest iteration</h2><table>{rows}</table>", base, up)
 
     @app.get("/figures/{name}")
@@ -103,6 +106,7 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
             raise HTTPException(404, "no such trajectory")
         t = json.loads(row[0])
         labels = t.get("step_attributions") or []
+        source = t.get("attribution_source") or ""
         parts = [f"<p>task {e(t['task_id'])} · reward {e(str(t.get('outcome_reward')))} · "
                  f"{'experience-guided' if t['flags'].get('experience_guided') else 'vanilla'}</p>"]
         if t.get("experience_used"):
@@ -111,7 +115,9 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
         for i, s in enumerate(t.get("steps", [])):
             label = labels[i] if i < len(labels) else ""
             calls = "\n".join(f"{c['name']}({json.dumps(c.get('arguments', {}))})" for c in s.get("tool_calls", []))
-            parts.append(f"<tr class='{e(label)}' data-label='{e(label)}'><td>{s['index']}</td><td>{e(label)}</td>"
+            tag = f" ({source})" if label and source else ""
+            parts.append(f"<tr class='{e(label)}' data-label='{e(label)}' data-source='{e(source)}'><td>{s['index']}</td>"
+                         f"<td class='src-{e(source)}'>{e(label)}{e(tag)}</td>"
                          f"<td><pre>{e(s['action_text'])}</pre></td><td><pre>{e(calls)}</pre></td>"
                          f"<td><pre>{e(s.get('observation', ''))}</pre></td></tr>")
         parts.append("</table>")

@@ -28,6 +28,7 @@ class RunSummary:
     evaluations: dict[str, dict] = field(default_factory=dict)
     task_sources: dict[str, int] = field(default_factory=dict)
     signal_tasks: dict[str, int] = field(default_factory=dict)
+    helper_sources: dict[str, str] = field(default_factory=dict)  # role -> where its answers come from
 
     def heldout_curve(self) -> tuple[list[float], list[float], str]:
         """(steps, values, key): held-out avg@k before training (step 0), periodically, and after."""
@@ -68,9 +69,27 @@ def load_summary(run_dir: Path) -> RunSummary:
             sig = (t.get("metadata") or {}).get("signal")
             if sig:
                 signals[sig["kind"]] = signals.get(sig["kind"], 0) + 1
-        return RunSummary(Path(run_dir), metrics_table(con), evaluations, sources, signals)
+        return RunSummary(Path(run_dir), metrics_table(con), evaluations, sources, signals, _helper_sources(con))
     finally:
         con.close()
+
+
+def _helper_sources(con) -> dict[str, str]:
+    """The run's recorded helper sources; for runs made before they were recorded, resolved from its config."""
+    import json
+
+    row = con.execute("SELECT value FROM meta WHERE key = 'helper_sources'").fetchone()
+    if row is not None:
+        return dict(json.loads(row[0]))
+    row = con.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()
+    if row is None:
+        return {}
+    from evolvekit.config import Config, helper_sources
+
+    try:
+        return helper_sources(Config.model_validate_json(row[0]))
+    except ValueError:
+        return {}
 
 
 def efficiency(run: RunSummary, baseline: RunSummary | None) -> dict[str, float | None]:

@@ -35,7 +35,9 @@ def write_report(run_dir: Path, out: Path | None = None, baseline: Path | None =
     figs = write_figures(run, out, base)
     eff = efficiency(run, base)
     key_metrics = ["rollout/success_rate", "rollout/reward_mean", "navigating/guided_reward", "navigating/vanilla_reward",
-                   "navigating/pool_size", "attribution/good_ratio", "train/loss", "time/iteration_s"]
+                   "navigating/pool_size", "navigating/validated_share", "attribution/good_ratio",
+                   "attribution/agreement_with_grounded", "attribution/constant_channel_groups", "judge/fallback_rate",
+                   "judge/agreement_with_state", "train/loss", "time/iteration_s"]
     rows = [{"iteration": it, **{k: m.get(k) for k in key_metrics if any(k in mm for mm in run.metrics.values())}}
             for it, m in sorted(run.metrics.items())]
     evals = [{"phase": p, **{k: v for k, v in e.items() if "@" in k or k in ("tasks", "split")}}
@@ -47,6 +49,7 @@ def write_report(run_dir: Path, out: Path | None = None, baseline: Path | None =
              "<h2>Learning efficiency</h2>",
              _table([{k: v for k, v in eff.items()}]) +
              (f"<p>baseline: {html.escape(str(baseline))}</p>" if baseline else "<p>no baseline run given (--baseline)</p>"),
+             "<h2>Helper sources</h2>", _table([{"role": k, "source": v} for k, v in run.helper_sources.items()]),
              "<h2>Task set</h2>", _table([{"source": k, "tasks": v} for k, v in run.task_sources.items()] +
                                           [{"source": f"CoEvolve {k}", "tasks": v} for k, v in run.signal_tasks.items()])]
     for name, path in figs.items():

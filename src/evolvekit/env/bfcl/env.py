@@ -24,7 +24,7 @@ from evolvekit.env.bfcl.tools import bound_call, call_string, doc_to_schema, str
 from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.errors import EnvError
 from evolvekit.safejson import json_depth_path
-from evolvekit.types import Task, ToolCall, Trajectory
+from evolvekit.types import StepGrounding, Task, ToolCall, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,8 @@ class BfclEnv:
         self.steps = 0
         self.done = False
         self.sandbox = False
+        # per turn, the stateful backends' leaves after the reference solution's calls up to that turn
+        self.reference_ends: list[dict[str, Any]] | None = None
 
     # -- protocol ------------------------------------------------------------------------------------------
     def profile(self) -> list[EnvProfile]:
@@ -101,6 +103,7 @@ class BfclEnv:
         self._reveal(0)
         if task.reference_solution is not None:
             self._reference_strings(task.reference_solution)  # refuse a bad reference now, not at evaluate()
+            self.reference_ends = self._replay_reference(task.reference_solution, task.initial_config, long_context)
         examples = []
         if self.meta.allowed_tools:
             self._restrict(self.meta.allowed_tools, self.meta.involved_classes)
@@ -148,19 +151,23 @@ class BfclEnv:
             return self.long_context_override
         return "long_context" in category
 
+    @staticmethod
+    def _new_instance(cls_name: str, initial_config: dict, long_context: bool) -> Any:
+        inst = data.backend_class(cls_name)()
+        if not data.is_stateless(cls_name):
+            scenario = initial_config.get(cls_name, {})
+            if not isinstance(scenario, dict):
+                raise EnvError(f"initial_config.{cls_name}: must be an object, got {type(scenario).__name__}")
+            try:
+                inst._load_scenario(copy.deepcopy(scenario), long_context=long_context)
+            except Exception as err:  # BFCL's loaders index into the config without checking its shape
+                raise EnvError(f"initial_config.{cls_name}: not a valid {cls_name} scenario "
+                               f"({type(err).__name__}: {str(err)[:120]})") from None
+        return inst
+
     def _build_instances(self, classes: list[str], initial_config: dict, long_context: bool, hidden: set[str]) -> None:
         for cls_name in classes:
-            cls = data.backend_class(cls_name)
-            inst = cls()
-            if not data.is_stateless(cls_name):
-                scenario = initial_config.get(cls_name, {})
-                if not isinstance(scenario, dict):
-                    raise EnvError(f"initial_config.{cls_name}: must be an object, got {type(scenario).__name__}")
-                try:
-                    inst._load_scenario(copy.deepcopy(scenario), long_context=long_context)
-                except Exception as err:  # BFCL's loaders index into the config without checking its shape
-                    raise EnvError(f"initial_config.{cls_name}: not a valid {cls_name} scenario "
-                                   f"({type(err).__name__}: {str(err)[:120]})") from None
+            inst = self._new_instance(cls_name, initial_config, long_context)
             self.instances[cls_name] = inst
             for doc in data.tool_docs(cls_name):
                 self.method_owner[doc["name"]] = cls_name
@@ -180,6 +187,31 @@ class BfclEnv:
             self.visible[name] = doc_to_schema(doc)
         return bool(names)
 
+    def _replay_reference(self, reference: list[list[ToolCall]], initial_config: dict, long_context: bool
+                          ) -> list[dict[str, Any]] | None:
+        """The state the reference solution reaches by the end of each turn (stateful backends' leaves), replayed on
+        a private copy of the backends; None when every backend is stateless (there is no state to approach)."""
+        if all(data.is_stateless(c) for c in self.instances):
+            return None
+        shadow = {c: self._new_instance(c, initial_config, long_context) for c in self.instances}
+        ends = []
+        for turn in reference:
+            for call in turn:
+                try:
+                    getattr(shadow[self.method_owner[call.name]], call.name)(**copy.deepcopy(call.arguments))
+                except Exception as err:  # a reference call that fails does so for the agent too
+                    log.debug("reference call %s failed on replay: %s", call.name, err)
+            ends.append(_state_leaves(shadow))
+        return ends
+
+    def _grounding(self, before: dict[str, Any], turn: int) -> StepGrounding:
+        after = _state_leaves(self.instances)
+        ends = self.reference_ends
+        end = ends[min(turn, len(ends) - 1)] if ends else None
+        return StepGrounding(state_changed=after != before,
+                             distance_before=None if end is None else _distance(before, end),
+                             distance_after=None if end is None else _distance(after, end))
+
     def tools(self) -> list[ToolSchema]:
         return list(self.visible.values())
 
@@ -191,11 +223,13 @@ class BfclEnv:
         if action.parse_error is not None and not action.tool_calls:
             return StepResult(observation=NO_CALL_ERROR.format(err=action.parse_error), turn_index=self.turn_index,
                               error="parse_error")
+        turn, before = self.turn_index, _state_leaves(self.instances)
         if not action.tool_calls:
-            return self._end_turn()
+            return self._end_turn().model_copy(update={"grounding": self._grounding(before, turn)})
         results = [self._execute(call) for call in action.tool_calls]
         obs = "\n".join(f"[{r.name}] " + "".join(f"Warning: {w}. " for w in r.warnings) + r.output for r in results)
-        return StepResult(observation=obs, turn_index=self.turn_index, call_results=results)
+        return StepResult(observation=obs, turn_index=self.turn_index, call_results=results,
+                          grounding=self._grounding(before, turn))
 
     def _end_turn(self) -> StepResult:
         if self.sandbox or self.turn_index + 1 >= len(self.turns):
@@ -313,6 +347,31 @@ def _plain(obj: Any, seen: frozenset[int] = frozenset(), depth: int = 0) -> Any:
         return {"__class__": type(obj).__name__,
                 **{k: _plain(v, seen, depth + 1) for k, v in vars(obj).items() if k != "parent" and not callable(v)}}
     return type(obj).__name__
+
+
+def _state_leaves(instances: dict[str, Any]) -> dict[str, Any]:
+    """The stateful backends' state as flat ``path -> value`` leaves (stateless backends have none)."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}/{k}", v)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(f"{prefix}[{i}]", v)
+        else:
+            out[prefix] = value
+
+    for name, inst in sorted(instances.items()):
+        if not data.is_stateless(name):
+            walk(name, _plain(inst))
+    return out
+
+
+def _distance(a: dict[str, Any], b: dict[str, Any]) -> int:
+    """Leaves that differ between two states (present in one only, or with another value)."""
+    return sum(1 for k in a.keys() | b.keys() if k not in a or k not in b or a[k] != b[k])
 
 
 def _check_initial_config(config: Any, where: str) -> None:

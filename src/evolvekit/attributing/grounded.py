@@ -1,0 +1,100 @@
+"""Grounded step credit: GOOD/BAD per step from execution, against the task's reference solution and the
+environment's state — the attributor that needs no helper model (``attributing.source: grounded``).
+
+The labels feed the same Eq. 18-21 path as the LLM attributor's (attributing/credit.py). The rules, in order, for
+step t of turn k (a step without tool calls ends its turn):
+
+1. **Errors.** A step whose action could not be parsed, or with a call that errored or was refused (BFCL: an unknown
+   tool, a schema error, an exception, or an ``{"error": ...}`` result) is BAD.
+2. **Answer steps** (no tool calls). The last turn's answer follows the response check: GOOD when the episode
+   passed the environment's check (``passed``), else BAD. An earlier turn's answer is GOOD when the turn is
+   complete — every reference call of turn k was executed, or the state equals the reference's end state of the
+   turn — else BAD (the turn was ended short).
+3. **Reference calls.** A step that executes a not-yet-executed reference call of turn k is GOOD. Calls match
+   after normalising argument forms (agent/calls.py): numbers by value (3 = 3.0), strings stripped and
+   case-folded, lists and objects element by element; each reference call is matched at most once.
+4. **Repeats.** A step whose every call repeats an earlier call of the episode (normalised) and that left the
+   state unchanged is BAD.
+5. **State progress** (``Step.grounding``, where the environment reports it). A step that brings the state closer
+   to the reference's end state of turn k (fewer differing state leaves) is GOOD; one that does not is BAD — it
+   "does nothing toward the reference's end state". On stateless backends (BFCL's MathAPI: no state, distance
+   None) a call that is not a reference call is BAD for the same reason.
+
+Environments without a reference solution (or without ``Step.grounding`` for rule 5) get the generic fallback:
+rule 1 still makes errors BAD; every other step is NEUTRAL (attribution reward 0: no evidence either way).
+
+BFCL (env/bfcl/env.py) reports, per step, whether the state changed and the distance — the number of differing
+leaves of every stateful backend's attribute tree — to the state the reference solution reaches by the end of the
+turn, replayed on a private copy of the backends at reset.
+"""
+
+from __future__ import annotations
+
+from typing import Hashable, Sequence
+
+from evolvekit.agent.calls import call_key
+from evolvekit.types import Step, StepLabel, ToolCall
+
+
+def _calls_ok(step: Step) -> list[bool]:
+    calls = step.info.get("calls")
+    if isinstance(calls, list) and len(calls) == len(step.tool_calls):
+        return [bool(c.get("ok", True)) if isinstance(c, dict) else True for c in calls]
+    return [True] * len(step.tool_calls)
+
+
+def grounded_labels(steps: Sequence[Step], reference: Sequence[Sequence[ToolCall]] | None,
+                    passed: bool) -> list[StepLabel]:
+    """One label per step by the rules of this module's docstring. ``reference`` is the task's reference solution
+    (per turn; None = the generic fallback), ``passed`` the environment's check of the whole episode."""
+    labels: list[StepLabel] = []
+    turn = 0
+    remaining = [[call_key(c) for c in t] for t in reference] if reference is not None else None
+    seen: set[Hashable] = set()
+    for step in steps:
+        label = _label(step, turn, reference, remaining, seen, passed)
+        labels.append(label)
+        seen.update(call_key(c) for c in step.tool_calls)
+        if not step.tool_calls and step.parse_error is None:
+            turn += 1
+    return labels
+
+
+def _label(step: Step, turn: int, reference: Sequence[Sequence[ToolCall]] | None,
+           remaining: list[list[Hashable]] | None, seen: set[Hashable], passed: bool) -> StepLabel:
+    if step.parse_error is not None and not step.tool_calls:
+        return StepLabel.BAD  # rule 1: nothing executable
+    if not all(_calls_ok(step)):
+        return StepLabel.BAD  # rule 1: an errored or refused call
+    if reference is None or remaining is None:
+        return StepLabel.NEUTRAL  # generic fallback
+    todo = remaining[turn] if turn < len(remaining) else []
+    g = step.grounding
+    if not step.tool_calls:  # rule 2: the answer step
+        if turn >= len(reference) - 1:
+            return StepLabel.GOOD if passed else StepLabel.BAD
+        at_end = g is not None and g.distance_before == 0
+        return StepLabel.GOOD if not todo or at_end else StepLabel.BAD
+    matched = False
+    for call in step.tool_calls:  # rule 3: reference calls, each matched once
+        key = call_key(call)
+        if key in todo:
+            todo.remove(key)
+            matched = True
+    if matched:
+        return StepLabel.GOOD
+    changed = g is not None and g.state_changed
+    if not changed and all(call_key(c) in seen for c in step.tool_calls):
+        return StepLabel.BAD  # rule 4: a repeat without effect
+    if g is None:
+        return StepLabel.NEUTRAL  # no state facts from this environment
+    if g.distance_before is None or g.distance_after is None:
+        return StepLabel.BAD  # rule 5, stateless: not a reference call, so nothing toward the reference
+    return StepLabel.GOOD if g.distance_after < g.distance_before else StepLabel.BAD  # rule 5
+
+
+def agreement(labels: Sequence[StepLabel], grounded: Sequence[StepLabel]) -> tuple[int, int]:
+    """(agreeing steps, compared steps) between another source's labels and grounded ones; NEUTRAL grounded
+    steps carry no verdict and are not compared."""
+    pairs = [(a, b) for a, b in zip(labels, grounded) if b != StepLabel.NEUTRAL]
+    return sum(a == b for a, b in pairs), len(pairs)

@@ -1,0 +1,107 @@
+"""Helpers that always answer at the embedded scale: the constrained judge, constrained and grounded experience
+extraction, and the per-role source defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from evolvekit.config import config_from_dict, helper_sources
+from evolvekit.errors import ConfigError
+from evolvekit.llm.base import SamplingParams
+from evolvekit.navigating.extract import ExperienceExtractor, grounded_experience, parse_experiences
+from evolvekit.questioning.judge import SCORE_LEVELS, ConstrainedJudge, agreement_with_state
+from evolvekit.types import Step, Task, ToolCall, Trajectory
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from evolvekit.llm.local import LocalLLM
+    from evolvekit.llm.tiny import make_tiny_model
+
+    return LocalLLM(str(make_tiny_model(tmp_path_factory.mktemp("m") / "m")), device="cpu")
+
+
+TASK = Task(task_id="t1", env_name="bfcl", query="What is 12 plus 30?",
+            reference_solution=[[ToolCall(name="add", arguments={"a": 12, "b": 30})]])
+
+
+def _traj(calls: list[tuple[ToolCall, bool, str]], answer: str, reward: float, tid: str) -> Trajectory:
+    steps = [Step(index=i, action_text="x", tool_calls=[c], observation=obs, info={"calls": [{"name": c.name, "ok": ok}]})
+             for i, (c, ok, obs) in enumerate(calls)]
+    steps.append(Step(index=len(steps), action_text=answer))
+    return Trajectory(trajectory_id=tid, task_id="t1", group_id="g", steps=steps, outcome_reward=reward)
+
+
+WIN = _traj([(ToolCall(name="add", arguments={"a": 12, "b": 30}), True, "[add] {\"result\": 42}")], "42", 1.0, "w")
+LOSE = _traj([(ToolCall(name="multiply", arguments={"a": 12, "b": 30}), True, "[multiply] {\"result\": 360}")],
+             "360", 0.0, "l")
+GARBAGE = _traj([(ToolCall(name="add", arguments={"a": "}}{{", "b": [None]}), False, "Error: ''\"\x00")],
+                "Score: banana " * 30, 0.0, "g")
+
+
+def test_constrained_judge_scores_garbage_prone_inputs(tiny):
+    judge = ConstrainedJudge(tiny, SamplingParams(temperature=0.0))
+    empty = Trajectory(task_id="t1", steps=[])
+    report = judge.score([(TASK, WIN), (TASK, GARBAGE), (TASK, empty)])
+    assert report.fallbacks == 0 and report.calls == 3
+    assert all(s in SCORE_LEVELS for s in report.scores)
+    # the level is the model's: it is the option with the highest full-sequence log-probability
+    prompt = tiny.apply_chat_template(__import__("evolvekit.questioning.judge", fromlist=["judge_prompt"])
+                                      .judge_prompt(TASK, WIN)) + judge.lead
+    _, scores = judge.scorer.pick(prompt, judge.options, 0.0, judge.rng)
+    assert report.scores[0] == SCORE_LEVELS[max(range(len(scores)), key=scores.__getitem__)]
+    sampled = ConstrainedJudge(tiny, SamplingParams(temperature=1.0, seed=3)).score([(TASK, WIN)] * 6)
+    assert all(s in SCORE_LEVELS for s in sampled.scores)
+
+
+def test_judge_agreement_with_the_state_check():
+    assert agreement_with_state([0.9, 0.1, 0.8, None], [1.0, 0.0, 0.0, 1.0]) == pytest.approx(2 / 3)
+    assert agreement_with_state([None], [1.0]) is None
+
+
+def test_grounded_experience_contrasts_a_success_with_a_failure():
+    when, content = grounded_experience(TASK, WIN, LOSE)
+    assert "What is 12 plus 30?" in when and "add" in when
+    assert "add(a=<from the request>, b=<from the request>)" in content  # values described by their source
+    assert "multiply" in content  # the failure's mistake
+    assert parse_experiences(f"When to use: {when}\nContent: {content}", 1) == [(when, content)]
+    errored = _traj([(ToolCall(name="add", arguments={"a": "x"}), False, "Error: a must be a number")], "?", 0.0, "e")
+    assert "Error: a must be a number" in grounded_experience(TASK, WIN, errored)[1]
+    assert grounded_experience(TASK, LOSE.model_copy(update={"steps": [Step(index=0, action_text="hi")]}), LOSE) is None
+
+
+def test_grounded_and_constrained_extraction_always_yield_structured_experiences(tiny):
+    other = TASK.model_copy(update={"task_id": "t2", "query": "Multiply 6 by 7."})
+    lone = _traj([(ToolCall(name="multiply", arguments={"a": 6, "b": 7}), True, "42")], "42", 1.0, "s")
+    lone = lone.model_copy(update={"task_id": "t2"})
+    ex = ExperienceExtractor(tiny, SamplingParams(temperature=0.0, max_new_tokens=32), validate=False,
+                             constrained=True, grounded=True, field_tokens=24)
+    report = ex.extract([WIN, LOSE, lone], {"t1": TASK, "t2": other}, iteration=0)
+    assert report.jobs == 2 and report.grounded == 1
+    kinds = sorted(e.provenance.kind for e in report.experiences)
+    assert "comparison" in kinds  # the grounded one, without an LLM call
+    assert report.calls == 1  # only the success-only job went to the summarizer
+    assert report.validated_share == len({e.provenance.task_ids[0] for e in report.experiences}) / 2
+    # constrained validation is a forced yes/no: every candidate is either kept or rejected, never unparseable
+    checked = ExperienceExtractor(tiny, SamplingParams(temperature=0.0), validate=True, constrained=True,
+                                  grounded=True).extract([WIN, LOSE], {"t1": TASK})
+    assert len(checked.experiences) + checked.rejected == 1 and checked.calls == 1
+
+
+def test_helper_sources_follow_the_backend_and_refuse_constraints_on_served_models():
+    on = {"attributing": {"enabled": True}, "navigating": {"enabled": True}, "questioning": {"enabled": True}}
+    assert helper_sources(config_from_dict(on)) == {"attributor": "grounded", "judge": "llm-constrained",
+                                                    "extraction": "grounded"}
+    served = {**on, "models": {r: {"backend": "openai", "base_url": "http://127.0.0.1:9/v1"}
+                               for r in ("attributor", "judge", "summarizer")}}
+    assert helper_sources(config_from_dict(served)) == {"attributor": "llm", "judge": "llm", "extraction": "llm"}
+    assert helper_sources(config_from_dict({**on, "attributing": {"enabled": True, "source": "llm"}}))["attributor"] \
+        == "llm-constrained"
+    with pytest.raises(ConfigError, match="navigating.extraction: constrained needs an in-process summarizer"):
+        config_from_dict({**served, "navigating": {"enabled": True, "extraction": "constrained"}})
+
+
+def test_yaml_on_off_words_reach_auto_on_off_fields():
+    # YAML 1.1 reads a bare `off` as false: every auto/on/off field takes it back as the word
+    cfg = config_from_dict({"attributing": {"constrained": False}, "questioning": {"judge_constrained": True}})
+    assert cfg.attributing.constrained == "off" and cfg.questioning.judge_constrained == "on"
