@@ -59,15 +59,22 @@ class AttributedSamples(GRPOSamples):
             groups.setdefault(t.group_id or t.trajectory_id, []).append(i)
         step_adv: list[dict[int, float]] = [{} for _ in live]
         constant = 0  # groups whose attribution channel was degenerate (Eq. 18) and so contributed nothing
+        mixed = mixed_live = 0  # groups with mixed outcomes, and those whose attribution channel was not constant
         for idx in groups.values():
-            constant += attribution_degenerate([attribution_rewards(labels[i]) if labels[i] is not None else None
-                                                for i in idx])
+            degenerate = attribution_degenerate([attribution_rewards(labels[i]) if labels[i] is not None else None
+                                                 for i in idx])
+            constant += degenerate
+            if len({float(live[i].outcome_reward or 0.0) for i in idx}) > 1:
+                mixed += 1
+                mixed_live += not degenerate
             advs = group_step_advantages([labels[i] for i in idx], [float(live[i].outcome_reward or 0.0) for i in idx],
                                          [len(live[i].steps) for i in idx], alpha, acfg.mode, acfg.eps)
             for i, a in zip(idx, advs):
                 step_adv[i] = {s.index: a[k] for k, s in enumerate(live[i].steps)}
         metrics["attribution/alpha"] = alpha
         metrics["attribution/constant_channel_groups"] = float(constant)
+        metrics["attribution/mixed_groups"] = float(mixed)
+        metrics["attribution/mixed_groups_nondegenerate"] = float(mixed_live)
         return step_adv, metrics
 
     def _labels(self, ctx: IterationContext, live: Sequence[Trajectory], source: str,

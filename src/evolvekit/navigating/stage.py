@@ -74,9 +74,13 @@ class ExperienceMixedRollouts(VanillaRollouts):
         report = self.summariser.extractor.extract(trajs, {t.task_id: t for t in chosen}, ctx.iteration)
         for exp in report.experiences:
             self.experiences.add(exp)
+        self.cold_metrics = {"navigating/cold_start_extraction_jobs": float(report.jobs),
+                             "navigating/cold_start_validated_share": report.validated_share,
+                             "navigating/cold_start_experiences": float(len(report.experiences))}
         return len(trajs)
 
     def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
+        self.cold_metrics: dict[str, float] = {}
         cold = self.cold_start(ctx, tasks)
         n = self.cfg.rollout.group_size
         n_e = guided_count(n, self.cfg.navigating.eta)
@@ -90,7 +94,8 @@ class ExperienceMixedRollouts(VanillaRollouts):
         params = SamplingParams(n=1, temperature=self.params.temperature, top_p=self.params.top_p,
                                 max_new_tokens=self.params.max_new_tokens, stop=self.params.stop, seed=ctx.seed)
         trajs = self.run_jobs(jobs, params)  # rollout.backend honoured (Ray workers or here)
-        self.last_metrics = {"navigating/retrievals": float(retrievals), "navigating/cold_start_rollouts": float(cold)}
+        self.last_metrics = {"navigating/retrievals": float(retrievals), "navigating/cold_start_rollouts": float(cold),
+                             **self.cold_metrics}
         return trajs
 
 
