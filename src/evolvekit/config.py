@@ -331,10 +331,25 @@ def _in_process(model: ModelConfig) -> bool:
     return model.backend == "local"
 
 
+def forced_choice(option: str, model: ModelConfig) -> bool:
+    """An auto/on/off constrained option resolved: on, or auto with an in-process model."""
+    return option == "on" or (option == "auto" and _in_process(model))
+
+
 def judge_mode(cfg: Config) -> str:
     """The synthetic-task judge: 'constrained' (forced score levels, in-process) or 'llm' (the paper's free answer)."""
-    c = cfg.questioning.judge_constrained
-    return "constrained" if c == "on" or (c == "auto" and _in_process(cfg.models.judge)) else "llm"
+    return "constrained" if forced_choice(cfg.questioning.judge_constrained, cfg.models.judge) else "llm"
+
+
+def attributor_constrained(cfg: Config) -> bool:
+    return forced_choice(cfg.attributing.constrained, cfg.models.attributor)
+
+
+def extraction_constrained(cfg: Config) -> bool:
+    """The summarizer writes and validates under forced structure: constrained, or grounded with an in-process
+    summarizer (its success-only and failure-only jobs)."""
+    mode = extraction_mode(cfg)
+    return mode == "constrained" or (mode == "grounded" and _in_process(cfg.models.summarizer))
 
 
 def extraction_mode(cfg: Config) -> str:
@@ -348,9 +363,8 @@ def extraction_mode(cfg: Config) -> str:
 def helper_sources(cfg: Config) -> dict[str, str]:
     """Where each helper role's answers come from in this config (shown by `config show`, recorded in the run)."""
     attr = attribution_source(cfg)
-    if attr == "llm":
-        c = cfg.attributing.constrained
-        attr = "llm-constrained" if c == "on" or (c == "auto" and _in_process(cfg.models.attributor)) else "llm"
+    if attr == "llm" and attributor_constrained(cfg):
+        attr = "llm-constrained"
     out = {"attributor": attr if cfg.attributing.enabled else "off"}
     synth_judge = cfg.questioning.enabled and cfg.questioning.reward != "state"
     out["judge"] = ("llm-constrained" if judge_mode(cfg) == "constrained" else "llm") if synth_judge else "off"

@@ -79,7 +79,7 @@ def test_rows_leave_as_they_finish_and_a_joining_prompt_rides_along_a_decode_for
 def test_generate_ids_stops_at_balanced_json(llm, monkeypatch):
     import torch
 
-    import evolvekit.llm.local as local
+    import evolvekit.llm.batcher as local  # the batcher samples every token (llm/sampling.py)
 
     script = llm.tokenizer.encode('{"name": "add", "arguments": {"a": 1}} and more text', add_special_tokens=False)
     drawn = iter(script)
@@ -120,7 +120,7 @@ def test_a_returning_row_reuses_its_own_kv(llm):
 def test_json_end_index_and_the_cut_completion(llm, monkeypatch):
     import torch
 
-    import evolvekit.llm.local as local
+    import evolvekit.llm.batcher as local  # the batcher samples every token (llm/sampling.py)
     from evolvekit.llm.batcher import json_end_index
 
     assert json_end_index('<tool_call>{"a": 1}}</') == len('<tool_call>{"a": 1}')

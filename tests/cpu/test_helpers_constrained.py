@@ -48,7 +48,8 @@ def test_constrained_judge_scores_garbage_prone_inputs(tiny):
     # the level is the model's: it is the option with the highest full-sequence log-probability
     prompt = tiny.apply_chat_template(__import__("evolvekit.questioning.judge", fromlist=["judge_prompt"])
                                       .judge_prompt(TASK, WIN)) + judge.lead
-    _, scores = judge.scorer.pick(prompt, judge.options, 0.0, judge.rng)
+    _, scores = judge.scorer.pick(prompt, judge.options, 0.0, judge.rng, judge.prior)  # calibrated: log p − prior
+    assert judge.prior is not None and len(judge.prior) == len(SCORE_LEVELS)
     assert report.scores[0] == SCORE_LEVELS[max(range(len(scores)), key=scores.__getitem__)]
     sampled = ConstrainedJudge(tiny, SamplingParams(temperature=1.0, seed=3)).score([(TASK, WIN)] * 6)
     assert all(s in SCORE_LEVELS for s in sampled.scores)
@@ -82,10 +83,24 @@ def test_grounded_and_constrained_extraction_always_yield_structured_experiences
     assert "comparison" in kinds  # the grounded one, without an LLM call
     assert report.calls == 1  # only the success-only job went to the summarizer
     assert report.validated_share == len({e.provenance.task_ids[0] for e in report.experiences}) / 2
-    # constrained validation is a forced yes/no: every candidate is either kept or rejected, never unparseable
+    # grounded mode validates against the job's execution, without a model call
     checked = ExperienceExtractor(tiny, SamplingParams(temperature=0.0), validate=True, constrained=True,
                                   grounded=True).extract([WIN, LOSE], {"t1": TASK})
-    assert len(checked.experiences) + checked.rejected == 1 and checked.calls == 1
+    assert len(checked.experiences) == 1 and checked.rejected == 0 and checked.calls == 0
+    assert checked.validated_share == 1.0
+    # constrained validation alone is a calibrated forced yes/no: kept or rejected, never unparseable
+    forced = ExperienceExtractor(tiny, SamplingParams(temperature=0.0, max_new_tokens=16), validate=True,
+                                 constrained=True, field_tokens=12).extract([lone], {"t2": other})
+    assert forced.jobs == 1 and forced.calls == 1 + len(forced.experiences) + forced.rejected
+
+
+def test_grounded_validation_needs_a_tool_of_the_job_and_real_words():
+    from evolvekit.navigating.extract import grounded_valid
+
+    assert grounded_valid("Adding numbers.", "Call add with both numbers from the request.", [WIN])
+    assert not grounded_valid("Adding numbers.", "Call plus with both numbers.", [WIN])  # no tool it used
+    assert not grounded_valid("Adding.", "add add add add add add the the the", [WIN])  # degenerate
+    assert not grounded_valid("Adding.", "Call address_book with numbers.", [WIN])  # a tool name inside a word
 
 
 def test_helper_sources_follow_the_backend_and_refuse_constraints_on_served_models():
@@ -105,3 +120,13 @@ def test_yaml_on_off_words_reach_auto_on_off_fields():
     # YAML 1.1 reads a bare `off` as false: every auto/on/off field takes it back as the word
     cfg = config_from_dict({"attributing": {"constrained": False}, "questioning": {"judge_constrained": True}})
     assert cfg.attributing.constrained == "off" and cfg.questioning.judge_constrained == "on"
+
+
+def test_constrained_merge_check_answers_yes_or_no(tiny):
+    from evolvekit.navigating.extract import llm_equivalence
+    from evolvekit.types import Experience
+
+    check = llm_equivalence(tiny, SamplingParams(temperature=0.0), constrained=True)
+    a = Experience(when_to_use="adding two numbers", content="call add with both numbers")
+    b = Experience(when_to_use="}}{{ garbage", content="\x00 ''' ")
+    assert check(a, b) in (True, False) and check(a, b) == check(a, b)  # deterministic at T = 0

@@ -39,7 +39,7 @@ def run_dir(tmp_path_factory):
     # one hand-made trajectory with attribution labels and hostile text, as a model could produce
     traj = Trajectory(trajectory_id="traj-xss", task_id="coin-train-0", outcome_reward=1.0,
                       steps=[Step(index=0, action_text=XSS, observation="<b>obs</b>"), Step(index=1, action_text="fine")],
-                      step_attributions=[StepLabel.GOOD, StepLabel.BAD])
+                      step_attributions=[StepLabel.GOOD, StepLabel.BAD], attribution_source="grounded")
     with store.transaction() as c:
         store.put_trajectories(c, [traj], 1, "train")
     store.close()
@@ -52,6 +52,7 @@ def test_report_writes_html_and_figures(run_dir):
     page = write_report(run_dir, baseline=run_dir)
     text = page.read_text()
     assert "Held-out evaluation" in text and "learning.png" in text and "steps@0.9" in text
+    assert "Helper sources" in text and "<td>extraction</td><td>off</td>" in text
     assert (page.parent / "learning.png").stat().st_size > 1000
     import sys
 
@@ -71,9 +72,11 @@ def test_dashboard_pages_escape_everything(run_dir):
     page = client.get("/trajectories/traj-xss").text
     assert XSS not in page and "&lt;script&gt;" in page and "&lt;b&gt;obs&lt;/b&gt;" in page
     assert "class='GOOD'" in page and "class='BAD'" in page
+    assert "data-source='grounded'" in page and "class='src-grounded'>GOOD (grounded)" in page  # coloured by source
     assert client.get("/trajectories/none").status_code == 404
     assert client.get("/figures/../run.sqlite").status_code == 404
     overview = client.get("/").text
+    assert "Helper sources" in overview and "<td>attributor</td><td>off</td>" in overview
     assert "/figures/learning.png" in overview and client.get("/figures/learning.png").status_code == 200
 
 

@@ -9,7 +9,8 @@ from evolvekit.attributing.credit import attribution_degenerate, attribution_rew
 from evolvekit.attributing.gigpo import gigpo_advantages, step_groups_summary
 from evolvekit.attributing.grounded import agreement, grounded_labels
 from evolvekit.config import Config, attribution_source
-from evolvekit.orchestrator.stages import GRPOSamples, IterationContext
+from evolvekit.protocols import IterationContext
+from evolvekit.train.sample_stage import AdvantageScale, GRPOSamples
 from evolvekit.types import StepLabel, Task, Trajectory
 
 
@@ -39,8 +40,9 @@ def alpha_for(cfg: Config, iteration: int) -> float:
 class AttributedSamples(GRPOSamples):
     """Replaces ``GRPOSamples``' advantages with step-level ones from both channels; the rest of the build is shared."""
 
-    def __init__(self, cfg: Config, attributor: StepAttributor | None) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg: Config, attributor: StepAttributor | None,
+                 advantage_scale: AdvantageScale | None = None) -> None:
+        super().__init__(cfg, advantage_scale)
         self.attributor = attributor
 
     def step_advantages(self, ctx: IterationContext, live: Sequence[Trajectory]

@@ -53,9 +53,13 @@ def env_tasks(cfg: EnvConfig, split: str) -> list[Task]:
     return tasks
 
 
+# The built-in environments register themselves like plugins do, imported by name on first use
+BUILTINS = ("evolvekit.env.bfcl.env", "evolvekit.env.scienceworld")
+
+
 def _load_builtins() -> None:
-    import evolvekit.env.bfcl.env  # noqa: F401  (registers "bfcl")
-    import evolvekit.env.scienceworld  # noqa: F401  (registers "scienceworld")
+    for mod in BUILTINS:
+        importlib.import_module(mod)
 
 
 def available_envs() -> dict[str, str]:

@@ -23,8 +23,8 @@ import torch
 
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.llm.constrain import TokenTrie, mask_logits
-from evolvekit.llm.local import common_prefix_len
 from evolvekit.llm.ragged import KVSlots, RowCopy, ragged_forward
+from evolvekit.llm.sampling import common_prefix_len, cut_at_stops, sample_next
 
 if TYPE_CHECKING:
     from evolvekit.llm.local import LocalLLM
@@ -131,7 +131,7 @@ class DecodeBatch:
             raise ValueError("empty prompt")
         llm = self.llm
         shared = llm.shared_prefix_len(prompts)
-        entry = llm._prefix_kv(tuple(prompts[0][:shared])) if shared else None
+        entry = llm.prefix_kv(tuple(prompts[0][:shared])) if shared else None
         prefixes = list(text_prefixes) if text_prefixes is not None else [""] * len(items)
         tries = list(constraints) if constraints is not None else [None] * len(items)
         for (key, _), p, x, c in zip(items, prompts, prefixes, tries):
@@ -161,8 +161,6 @@ class DecodeBatch:
     def step(self) -> list[tuple[Hashable, Completion]]:
         """One forward over every row's pending tokens (new prompts and last sampled tokens), then one sampled
         token per row; return the rows that finished (and drop them from the batch)."""
-        from evolvekit.llm.local import sample_next
-
         if not self.rows:
             return []
         p, llm = self.params, self.llm
@@ -184,7 +182,7 @@ class DecodeBatch:
                 row.trie = row.trie.advance(t)
             if t in llm.eos_ids:
                 row.finish = "stop"
-            elif p.stop and llm._stop_cut(row.tokens, p.stop) is not None:
+            elif p.stop and llm.stop_hit(row.tokens, p.stop) is not None:
                 row.finish, row.stopped_on_string = "stop", True
             elif p.stop_on_balanced_json and balanced_json_end(
                     row.text_prefix + llm.tokenizer.decode(row.tokens, skip_special_tokens=True)):
@@ -205,13 +203,11 @@ class DecodeBatch:
         return done
 
     def _completion(self, row: _Row) -> Completion:
-        from evolvekit.llm.local import LocalLLM
-
         toks = row.tokens
         body = toks[:-1] if toks and toks[-1] in self.llm.eos_ids else toks
         text = self.llm.tokenizer.decode(body, skip_special_tokens=True)
         if row.stopped_on_string:
-            text = LocalLLM._cut_text(text, self.params.stop)
+            text = cut_at_stops(text, self.params.stop)
         elif row.stopped_on_json:  # the last token may carry a few characters past the JSON's end: drop them
             end = json_end_index(row.text_prefix + text)
             if end is not None:

@@ -30,6 +30,7 @@ class ChoiceScorer:
 
     def __init__(self, llm: Any) -> None:
         self.llm = llm
+        self.priors: dict[tuple[int, ...], list[float]] = {}  # content-free prompt -> option log-probs
 
     def new_cache(self) -> DynamicCache:
         return DynamicCache()
@@ -55,10 +56,27 @@ class ChoiceScorer:
             scores.append(s)
         return scores
 
-    def pick(self, prompt_ids: Sequence[int], options: Sequence[Sequence[int]], temperature: float,
-             rng: random.Random) -> tuple[int, list[float]]:
-        """One choice after ``prompt_ids``: (chosen index, every option's log-probability)."""
+    def option_logprobs(self, prompt_ids: Sequence[int], options: Sequence[Sequence[int]]) -> list[float]:
         cache = self.new_cache()
         lp = self.feed(cache, prompt_ids)[-1]
-        scores = self.score(cache, lp, options)
+        return self.score(cache, lp, options)
+
+    def pick(self, prompt_ids: Sequence[int], options: Sequence[Sequence[int]], temperature: float,
+             rng: random.Random, prior: Sequence[float] | None = None) -> tuple[int, list[float]]:
+        """One choice after ``prompt_ids``: (chosen index, every option's score). With ``prior`` (the options'
+        log-probabilities after a content-free prompt, ``calibrated``) the scores are log p − prior."""
+        scores = self.option_logprobs(prompt_ids, options)
+        if prior is not None:
+            scores = [s - p for s, p in zip(scores, prior)]
         return choose(scores, temperature, rng), scores
+
+
+def calibrated(scorer: ChoiceScorer, content_free_ids: Sequence[int], options: Sequence[Sequence[int]]) -> list[float]:
+    """The options' log-probabilities after a content-free prompt: the model's prior preference for each answer,
+    to be subtracted from its log-probabilities on real inputs (contextual calibration; Zhao et al. 2021, "Calibrate
+    Before Use"). A small model's forced choice otherwise mostly reflects that prior (measured: the 135M judge gave
+    every trajectory the same level; benchmarks/results/helper_health.md)."""
+    key = (*content_free_ids, -1, *(t for ids in options for t in (*ids, -1)))
+    if key not in scorer.priors:  # the same content-free prompt recurs for every call of a helper: compute it once
+        scorer.priors[key] = scorer.option_logprobs(content_free_ids, options)
+    return scorer.priors[key]

@@ -20,7 +20,7 @@ from evolvekit.navigating.evolving_rl import (abnormal_skill, extractor_advantag
                                               solver_advantages)
 from evolvekit.navigating.extract import render_trajectory
 from evolvekit.navigating.utility import related_tasks
-from evolvekit.orchestrator.stages import IterationContext
+from evolvekit.protocols import IterationContext
 from evolvekit.train.samples import build_samples
 from evolvekit.types import (ChatMessage, Experience, ExperienceProvenance, Step, Task, TrainingSample, Trajectory,
                              new_id)

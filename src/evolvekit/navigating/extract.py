@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from evolvekit.agent.calls import call_key
 from evolvekit.llm.base import LLM, SamplingParams
-from evolvekit.llm.choice import ChoiceScorer
+from evolvekit.llm.choice import ChoiceScorer, calibrated
 from evolvekit.types import ChatMessage, Experience, ExperienceProvenance, Task, ToolCall, Trajectory
 
 EXTRACT_SYSTEM = """You distill reusable experience from an agent's trajectories.
@@ -163,6 +163,19 @@ def grounded_experience(task: Task | None, success: Trajectory, failure: Traject
     return when, content[:1200]
 
 
+def grounded_valid(when: str, content: str, trajectories: Sequence[Trajectory]) -> bool:
+    """Validation grounded in the job's own execution (``navigating.extraction: grounded``): the experience names a
+    tool its trajectories called (it is about this environment and actionable) and its content is not degenerate
+    (at least half of its words distinct). Chosen over the LLM yes/no check at the embedded scale, where the 135M
+    validator rejected sound experiences and accepted garbage (docs/training.md, benchmarks/results/helper_health.md)."""
+    tools = {c.name for t in trajectories for s in t.steps for c in s.tool_calls}
+    text = f"{when} {content}"
+    if not any(re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", text) for n in tools):
+        return False
+    words = re.findall(r"\w+", content.lower())
+    return bool(words) and len(set(words)) / len(words) >= 0.5
+
+
 @dataclass
 class ExtractionReport:
     experiences: list[Experience] = field(default_factory=list)
@@ -179,8 +192,9 @@ class ExtractionReport:
 
 
 class ExperienceExtractor:
-    """Ω_process. ``constrained``: the summarizer writes under a forced structure and validates by forced yes/no
-    (in-process model); ``grounded``: comparison jobs are written from execution, without the summarizer."""
+    """Ω_process. ``constrained``: the summarizer writes under a forced structure and validates by a calibrated
+    forced yes/no (in-process model); ``grounded``: comparison jobs are written from execution, without the
+    summarizer, and every candidate is validated against its job's execution (``grounded_valid``)."""
 
     def __init__(self, llm: LLM, params: SamplingParams, validate: bool = True, success_threshold: float = 0.5,
                  batch: int = 8, constrained: bool = False, grounded: bool = False, field_tokens: int = 64) -> None:
@@ -230,10 +244,7 @@ class ExperienceExtractor:
                               "Is this experience correct, general and actionable? Answer yes or no.")] for e in chunk]
         if self.scorer is None:
             return [bool(parse_yes_no(out[0].text)) for out in self.llm.chat(convs, self.params)]
-        options = [self.llm.encode(" yes"), self.llm.encode(" no")]
-        lead = self.llm.encode("Answer:")
-        return [self.scorer.pick(self.llm.apply_chat_template(c) + lead, options, self.params.temperature,
-                                 self.rng)[0] == 0 for c in convs]
+        return [forced_yes(self.scorer, self.llm, c, self.params.temperature, self.rng) for c in convs]
 
     def extract(self, trajectories: Sequence[Trajectory], tasks: dict[str, Task], iteration: int | None = None) -> ExtractionReport:
         report = ExtractionReport()
@@ -267,8 +278,12 @@ class ExperienceExtractor:
         approved_jobs: set[int] = set()
         for lo in range(0, len(candidates), self.batch):
             chunk = candidates[lo: lo + self.batch]
-            ok = [True] * len(chunk) if not self.validate else self._approve([e for _, e in chunk])
-            if self.validate:
+            if not self.validate:
+                ok = [True] * len(chunk)
+            elif self.grounded:
+                ok = [grounded_valid(e.when_to_use, e.content, jobs[j][1]) for j, e in chunk]
+            else:
+                ok = self._approve([e for _, e in chunk])
                 report.calls += len(chunk)
             for (j, e), good in zip(chunk, ok):
                 if good:
@@ -280,16 +295,36 @@ class ExperienceExtractor:
         return report
 
 
-def llm_equivalence(llm: LLM, params: SamplingParams):
-    """EvolveR's merge check: does the new experience say the same as the existing one?"""
+def llm_equivalence(llm: LLM, params: SamplingParams, constrained: bool = False):
+    """EvolveR's merge check: does the new experience say the same as the existing one? ``constrained``: a forced
+    ``Answer: yes|no`` choice by log-probability (in-process model; never unparseable)."""
+    scorer = ChoiceScorer(llm) if constrained else None
+    rng = random.Random(params.seed or 0)
+
     def check(new: Experience, old: Experience) -> bool:
         conv = [ChatMessage(role="system", content="You compare two pieces of advice for an AI agent."),
                 ChatMessage(role="user", content=f"A) When to use: {old.when_to_use}\nContent: {old.content}\n\n"
                             f"B) When to use: {new.when_to_use}\nContent: {new.content}\n\n"
                             "Do A and B give the same advice? Answer yes or no.")]
+        if scorer is not None:
+            return forced_yes(scorer, llm, conv, params.temperature, rng)
         return bool(parse_yes_no(llm.chat([conv], params)[0][0].text))
 
     return check
+
+
+def forced_yes(scorer: ChoiceScorer, llm: Any, conv: list[ChatMessage], temperature: float,
+               rng: random.Random, calibrate: bool = True) -> bool:
+    """The reply forced to ``Answer:``, then " yes" or " no" by log-probability, calibrated against the same
+    question about content-free text (every "When to use"/"Content"/"A)"/"B)" value replaced by N/A)."""
+    options = [llm.encode(" yes"), llm.encode(" no")]
+    lead = llm.encode("Answer:")
+    prior = None
+    if calibrate:
+        blank = [m.model_copy(update={"content": re.sub(r"(:)\s*[^\n]*", r"\1 N/A", m.content)})
+                 if m.role == "user" else m for m in conv]
+        prior = calibrated(scorer, llm.apply_chat_template(blank) + lead, options)
+    return scorer.pick(llm.apply_chat_template(conv) + lead, options, temperature, rng, prior)[0] == 0
 
 
 def refine(llm: LLM | None, params: SamplingParams, query: str, retrieved: Sequence[Experience], rerank: bool,

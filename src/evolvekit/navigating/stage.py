@@ -21,7 +21,8 @@ from evolvekit.config import Config
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.navigating.extract import ExperienceExtractor, refine
 from evolvekit.navigating.pool import ExperiencePool
-from evolvekit.orchestrator.stages import IterationContext, VanillaRollouts
+from evolvekit.agent.rollout_stage import VanillaRollouts
+from evolvekit.protocols import IterationContext
 from evolvekit.store.sqlite import RunStore
 from evolvekit.types import Task, Trajectory
 

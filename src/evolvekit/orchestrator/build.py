@@ -10,8 +10,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evolvekit.config import (Config, attribution_source, config_from_dict, extraction_mode, helper_sources, judge_mode,
-                              migrate_stored, training_problem)
+from evolvekit.config import (Config, attribution_source, attributor_constrained, config_from_dict, extraction_constrained,
+                              extraction_mode, helper_sources, judge_mode, migrate_stored, training_problem)
 from evolvekit.errors import ConfigError
 from evolvekit.orchestrator.loop import MasterLoop, Stages
 from evolvekit.orchestrator.stages import FixedTaskSupply, GRPOSamples, NoExperience, TrainerUpdate, VanillaRollouts
@@ -231,9 +231,16 @@ def load_task_file(path: str) -> list:
 
 
 def _sample_stage(cfg: Config):
-    """Plain GRPO samples, or self-attributing ones (§5) when ``attributing.enabled``."""
+    """Plain GRPO samples, or self-attributing ones (§5) when ``attributing.enabled``; under hybrid
+    self-questioning (λ < 1) either one down-weights proxy-task advantages (§3.3)."""
+    scale = None
+    q = cfg.questioning
+    if q.enabled and q.hybrid_lambda < 1.0:
+        from evolvekit.questioning.supply import hybrid_advantage_scale
+
+        scale = hybrid_advantage_scale(q.synthetic_advantage_decay)
     if not cfg.attributing.enabled:
-        return GRPOSamples(cfg)
+        return GRPOSamples(cfg, scale)
     from evolvekit.attributing.attributor import StepAttributor
     from evolvekit.attributing.stage import AttributedSamples
     from evolvekit.llm.factory import role_llm, sampling_for
@@ -242,11 +249,9 @@ def _sample_stage(cfg: Config):
     # grounded and gigpo credit need no helper model
     if cfg.attributing.mode != "outcome_only" and attribution_source(cfg) == "llm":
         llm = role_llm(cfg.models, "attributor")
-        mode = cfg.attributing.constrained
-        constrained = mode == "on" or (mode == "auto" and hasattr(llm, "decode_batch"))
         attributor = StepAttributor(llm, sampling_for(cfg.models.attributor), cfg.attributing.max_retries,
-                                    cfg.attributing.concurrency, constrained=constrained)
-    return AttributedSamples(cfg, attributor)
+                                    cfg.attributing.concurrency, constrained=attributor_constrained(cfg))
+    return AttributedSamples(cfg, attributor, scale)
 
 
 def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_progress: bool, training_set=(),
@@ -262,7 +267,8 @@ def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_
     summarizer = role_llm(cfg.models, "summarizer")
     sparams = sampling_for(cfg.models.summarizer)
     embedder = build_embedder(cfg.embedding)
-    pool = ExperiencePool(embedder.embed, cfg.navigating.theta_sim, llm_equivalence(summarizer, sparams))
+    extraction, constrained = extraction_mode(cfg), extraction_constrained(cfg)
+    pool = ExperiencePool(embedder.embed, cfg.navigating.theta_sim, llm_equivalence(summarizer, sparams, constrained))
     stored, blobs = store.experiences(), store.experience_vectors()
     if stored and all(e.experience_id in blobs for e in stored):  # the committed vector index, no re-embedding
         import numpy as np
@@ -290,11 +296,9 @@ def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_
             return ExperienceToolEnv(inner_factory(), pool, cfg.navigating.top_k)
     rollouts = ExperienceMixedRollouts(policy, env_factory, cfg, params, pool, refiner, sparams, show_progress,
                                        training_set=training_set, template=template)
-    extraction = extraction_mode(cfg)
     extractor = ExperienceExtractor(summarizer, sparams, cfg.navigating.validate_experiences,
                                     cfg.navigating.success_threshold, grounded=extraction == "grounded",
-                                    constrained=extraction == "constrained" or (
-                                        extraction == "grounded" and cfg.models.summarizer.backend == "local"))
+                                    constrained=constrained)
     summarisation = ExperienceSummarisation(cfg, pool, extractor, rollouts)
     rollouts.summariser = summarisation
     if cfg.navigating.utility_test:

@@ -134,7 +134,7 @@ class MasterLoop:
             metrics["reward/format"] = sum(fmt) / len(fmt)
             metrics["reward/outcome"] = sum(t.outcome_details["outcome"] for t in trajectories
                                             if "outcome" in t.outcome_details) / len(fmt)
-        metrics.update(getattr(st.rollouts, "last_metrics", None) or {})  # e.g. judge cost, retrievals
+        metrics.update(st.rollouts.last_metrics)  # e.g. judge cost, retrievals
         metrics.update(st.supply.observe(ctx, trajectories))
         t1 = time.perf_counter()
         metrics.update(st.experience.process(ctx, trajectories))
@@ -154,9 +154,7 @@ class MasterLoop:
         metrics.update(times)
         with store.transaction() as c:
             store.update_trajectories(c, trajectories)  # stages C/D may have annotated them (e.g. step labels)
-            commit = getattr(st.experience, "commit", None)
-            if commit is not None:  # e.g. the experience pool, committed with the iteration
-                commit(c, store, it)
+            st.experience.commit(c, store, it)  # e.g. the experience pool, committed with the iteration
             store.put_metrics(c, it, metrics)
             store.put_checkpoint(c, it, str(ckpt))
             store.set_iteration(c, it, IterationStatus.DONE)

@@ -22,7 +22,7 @@ from typing import Sequence
 
 from evolvekit.agent.parser import format_call
 from evolvekit.llm.base import LLM, SamplingParams, retry_params
-from evolvekit.llm.choice import ChoiceScorer
+from evolvekit.llm.choice import ChoiceScorer, calibrated
 from evolvekit.types import ChatMessage, Task, Trajectory
 
 JUDGE_SYSTEM = """You grade how well an AI agent completed a task, from its trajectory.
@@ -105,18 +105,24 @@ SCORE_LEVELS = (0.0, 0.1, 0.2, 0.3, 0.7, 0.8, 0.9, 1.0)
 class ConstrainedJudge:
     """The §3.4 judge for an in-process model: the reply is forced to ``Score:`` and the model picks the level."""
 
-    def __init__(self, llm, params: SamplingParams, levels: Sequence[float] = SCORE_LEVELS) -> None:
+    def __init__(self, llm, params: SamplingParams, levels: Sequence[float] = SCORE_LEVELS,
+                 calibrate: bool = True) -> None:
         self.llm, self.params, self.levels = llm, params, tuple(levels)
         self.scorer = ChoiceScorer(llm)
         self.rng = random.Random(params.seed or 0)
         self.lead = llm.encode("Score:")
         self.options = [llm.encode(f" {v:.1f}") for v in self.levels]
+        self.prior: list[float] | None = None
+        if calibrate:  # contextual calibration against a content-free task and trajectory (llm/choice.py)
+            blank = Task(task_id="n/a", env_name="n/a", query="N/A")
+            self.prior = calibrated(self.scorer, llm.apply_chat_template(judge_prompt(blank, Trajectory(task_id="n/a")))
+                                    + self.lead, self.options)
 
     def score(self, pairs: Sequence[tuple[Task, Trajectory]]) -> JudgeReport:
         report = JudgeReport(scores=[None] * len(pairs))
         for i, pair in enumerate(pairs):
             prompt = self.llm.apply_chat_template(judge_prompt(*pair)) + self.lead
-            pick, _ = self.scorer.pick(prompt, self.options, self.params.temperature, self.rng)
+            pick, _ = self.scorer.pick(prompt, self.options, self.params.temperature, self.rng, self.prior)
             report.scores[i] = self.levels[pick]
             report.calls += 1
         return report

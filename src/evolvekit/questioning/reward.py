@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from evolvekit.config import Config
-from evolvekit.orchestrator.stages import IterationContext, RolloutStage
+from evolvekit.protocols import IterationContext, RolloutStage
 from evolvekit.questioning.judge import ConstrainedJudge, LLMJudge, agreement_with_state, mix_reward
 from evolvekit.types import Task, TaskSource, Trajectory
 
@@ -23,7 +23,7 @@ class SyntheticRewardRollouts:
 
     def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
         trajs = self.inner.rollout(ctx, tasks)
-        self.last_metrics = dict(getattr(self.inner, "last_metrics", {}) or {})
+        self.last_metrics = dict(self.inner.last_metrics)
         by_id = {t.task_id: t for t in tasks}
         synthetic = [(by_id[t.task_id], t) for t in trajs
                      if t.task_id in by_id and by_id[t.task_id].source == TaskSource.SYNTHETIC and not t.flags.failed

@@ -6,7 +6,7 @@ import random
 from typing import Sequence
 
 from evolvekit.errors import EvolveKitError
-from evolvekit.orchestrator.stages import IterationContext
+from evolvekit.protocols import IterationContext
 from evolvekit.types import Task, TaskSource, Trajectory
 
 
@@ -57,6 +57,15 @@ class HybridTaskSupply:
             metrics.update(self.coevolve.observe(ctx, trajectories, self))
         metrics["tasks/synthetic_pool"] = float(len(self.synthetic))
         return metrics
+
+
+def hybrid_advantage_scale(decay: float):
+    """The sample builder's advantage scale under hybrid training (λ < 1): proxy (synthetic) tasks' trajectories
+    are down-weighted by ``decay`` (§7.1.3), looked up among the run's stored tasks each iteration."""
+    def per_iteration(ctx: IterationContext):
+        return synthetic_advantage_scale({t.task_id: t for t in ctx.store.tasks()}, decay)
+
+    return per_iteration
 
 
 def synthetic_advantage_scale(tasks_by_id: dict[str, Task], decay: float):

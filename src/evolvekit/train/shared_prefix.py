@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from evolvekit.llm.local import common_prefix_len  # the sampler's prefix cache uses the same
+from evolvekit.llm.sampling import common_prefix_len  # the sampler's prefix cache uses the same
 
 __all__ = ["common_prefix_len", "share_groups", "SharedPrefixStep", "prefix_forward", "suffix_logprobs"]
 

@@ -1,0 +1,47 @@
+"""Stage (B)'s baseline: ``group_size`` rollouts per task with the current policy (plain GRPO's rollouts)."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from evolvekit.agent.rollout import RolloutJob, run_rollouts
+from evolvekit.agent.templates import TemplateSettings
+from evolvekit.config import Config
+from evolvekit.env.base import Environment
+from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.protocols import IterationContext
+from evolvekit.types import Task, Trajectory
+
+
+class VanillaRollouts:
+    """(B) baseline: ``group_size`` rollouts per task with the current policy; one GRPO group per task."""
+
+    def __init__(self, llm: LLM, make_env: Callable[[], Environment], cfg: Config, params: SamplingParams,
+                 show_progress: bool = True, template: TemplateSettings | None = None) -> None:
+        self.llm, self.make_env, self.cfg, self.params = llm, make_env, cfg, params
+        self.show_progress = show_progress
+        self.template = template  # the context template with its summariser (None: cfg.rollout's, no summariser)
+        self.pool = None
+        self.last_metrics: dict[str, float] = {}
+        if cfg.rollout.backend == "ray":
+            from evolvekit.agent.ray_backend import RayRolloutPool
+
+            self.pool = RayRolloutPool(cfg)
+
+    def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
+        jobs = []
+        for i, task in enumerate(tasks):
+            group = f"it{ctx.iteration:04d}-g{i:03d}-{task.task_id}"
+            jobs += [RolloutJob(task=task, group_id=group) for _ in range(self.cfg.rollout.group_size)]
+        params = SamplingParams(n=1, temperature=self.params.temperature, top_p=self.params.top_p,
+                                max_new_tokens=self.params.max_new_tokens, stop=self.params.stop, seed=ctx.seed)
+        return self.run_jobs(jobs, params)
+
+    def run_jobs(self, jobs: Sequence[RolloutJob], params: SamplingParams) -> list[Trajectory]:
+        """Run rollout jobs where ``rollout.backend`` says: on the Ray workers (synced to the current policy), or here."""
+        if self.pool is not None:
+            if getattr(self.llm, "model", None) is not None:
+                self.pool.sync_weights(self.llm.model)  # workers roll out the policy being trained
+            return self.pool.run(jobs, params)
+        return run_rollouts(jobs, self.make_env, self.llm, self.cfg.rollout, params, self.cfg.env.tool_rendering,
+                            show_progress=self.show_progress, template=self.template)
