@@ -22,6 +22,7 @@ def test_eval_json_reports_avg_and_best(tmp_path):
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert 0.0 <= summary["avg@2"] <= summary["best@2"] <= 1.0
     assert summary["tasks"] == 1 and summary["failed_rollouts"] == 0 and summary["completion_tokens"] > 0
+    assert summary["category"] == "multi_turn_base" and "family" not in summary
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 1 and len(rows[0]["scores"]) == 2
     trajs = (tmp_path / "res.trajectories.jsonl").read_text().splitlines()
@@ -42,4 +43,6 @@ def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path):
     res = _cli("eval", "--set", "env.family=arith", "--subset", "test", "--limit", "1", "--k", "1", "--json",
                "--policy", ckpt, "--out", str(tmp_path / "ev.jsonl"), "--set", "models.policy.max_new_tokens=32")
     assert res.returncode == 0, res.stderr[-2000:]
-    assert json.loads(res.stdout.strip().splitlines()[-1])["tasks"] == 1
+    evaluated = json.loads(res.stdout.strip().splitlines()[-1])
+    assert evaluated["tasks"] == 1 and evaluated["family"] == "arith" and evaluated["split"] == "test"
+    assert "category" not in evaluated  # it names the family it evaluated, not a BFCL category

@@ -1,9 +1,7 @@
-"""``evolvekit eval`` and ``evolvekit run``."""
+"""``evolvekit eval``: held-out evaluation of a policy (local checkpoint or served model)."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import sys
 import time
 from datetime import datetime
@@ -12,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from evolvekit.cli.common import console, emit_json, setup_logging
+from evolvekit.cli.common import emit_json, setup_logging
 
 
 def _experience_lookup(cfg, path: Path):
@@ -84,46 +82,12 @@ def eval_command(env: str = typer.Option("bfcl", help="environment"),
     out = out or Path(cfg.run.out_dir) / f"eval-{datetime.now():%Y%m%d-%H%M%S}" / "results.jsonl"
     t0 = time.perf_counter()
     report = _evaluate(cfg, split, subset or cfg.env.eval_split, k, limit, out, experiences)
-    summary = {**report.summary(), "split": split, "results": str(out), "seconds": round(time.perf_counter() - t0, 1)}
+    # what was evaluated: a family's tasks (its split), another environment's tasks, or a BFCL category
+    what = ({"family": cfg.env.family, "split": subset or cfg.env.eval_split} if cfg.env.family else
+            {"env": cfg.env.name, "split": subset or cfg.env.eval_split} if cfg.env.name != "bfcl" else
+            {"category": split, "split": subset or cfg.env.eval_split})
+    summary = {**report.summary(), **what, "results": str(out), "seconds": round(time.perf_counter() - t0, 1)}
     if as_json:
         emit_json(summary)
     else:
         sys.stdout.write(" ".join(f"{k_}={v}" for k_, v in summary.items()) + "\n")
-
-
-def run_command(config: Optional[Path] = typer.Argument(None, help="YAML config, e.g. configs/quickstart.yaml"),
-                overrides: Optional[list[str]] = typer.Option(None, "--set", help="override a config key: a.b=value"),
-                resume: Optional[Path] = typer.Option(None, "--resume", help="continue this run directory"),
-                no_progress: bool = typer.Option(False, "--no-progress", help="no progress bars"),
-                as_json: bool = typer.Option(False, "--json")) -> None:
-    """Run the master loop: tasks → rollouts → experience → update, with held-out evaluation before and after."""
-    from evolvekit.config import load_config
-    from evolvekit.errors import EvolveKitError
-    from evolvekit.orchestrator.build import build_loop, open_run
-
-    cfg = load_config(config, overrides) if config is not None else None
-    if resume is not None and overrides:
-        raise typer.BadParameter("--set cannot change a resumed run (its stored config is used)")
-    cfg, run_dir, store = open_run(cfg, resume)
-    setup_logging(cfg.run.log_level)
-    console.print(f"run directory: {run_dir}")
-    try:
-        try:
-            loop = build_loop(cfg, run_dir, store, console, show_progress=not no_progress)
-        except EvolveKitError:
-            if resume is None:  # refused before anything ran: leave no run folder behind
-                store.close()
-                shutil.rmtree(run_dir, ignore_errors=True)
-            raise
-        summary = loop.run()
-    finally:
-        store.close()
-    console.print(f"metrics: {summary['metrics']}\nlearning curve: {summary['learning_curve']}\n"
-                  f"tensorboard: tensorboard --logdir {summary['tensorboard']}\nrun store: {summary['store']}\n"
-                  f"policy checkpoint: {summary['checkpoint']} (evolvekit eval --policy PATH)")
-    if as_json:
-        emit_json(summary)
-    else:
-        before, after = summary.get("eval_before") or {}, summary.get("eval_after") or {}
-        keys = [k for k in before if "@" in k] or [k for k in after if "@" in k]
-        sys.stdout.write(" ".join([f"run_dir={run_dir}"] + [f"{k}: {before.get(k)} -> {after.get(k)}" for k in keys]) + "\n")

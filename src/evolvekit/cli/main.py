@@ -23,7 +23,8 @@ from evolvekit.cli.env_cmd import env_app  # noqa: E402
 
 app.add_typer(env_app, name="env")
 
-from evolvekit.cli.eval_cmd import eval_command, run_command  # noqa: E402
+from evolvekit.cli.eval_cmd import eval_command  # noqa: E402
+from evolvekit.cli.run_cmd import run_command  # noqa: E402
 from evolvekit.cli.experiences_cmd import experiences_app  # noqa: E402
 
 app.add_typer(experiences_app, name="experiences")

@@ -17,12 +17,14 @@ import json
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 from evolvekit.agent.calls import call_key
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.llm.choice import ChoiceScorer, calibrated
 from evolvekit.types import ChatMessage, Experience, ExperienceProvenance, Task, ToolCall, Trajectory
+
+JobKind = Literal["success", "failure", "comparison"]
 
 EXTRACT_SYSTEM = """You distill reusable experience from an agent's trajectories.
 An experience has two parts:
@@ -92,7 +94,7 @@ def parse_yes_no(text: str) -> bool | None:
 def _ok_calls(traj: Trajectory) -> list[ToolCall]:
     out = []
     for step in traj.steps:
-        oks = step.info.get("calls") if isinstance(step.info.get("calls"), list) else []
+        oks: list = step.info["calls"] if isinstance(step.info.get("calls"), list) else []
         for i, c in enumerate(step.tool_calls):
             if i >= len(oks) or not isinstance(oks[i], dict) or oks[i].get("ok", True):
                 out.append(c)
@@ -110,7 +112,8 @@ def _describe_value(value: Any, query: str, earlier: list[tuple[str, str]]) -> s
 
 
 def _describe(calls: Sequence[ToolCall], query: str, observations: dict[int, str]) -> str:
-    parts, earlier = [], []
+    parts: list[str] = []
+    earlier: list[tuple[str, str]] = []
     for i, c in enumerate(calls):
         args = ", ".join(f"{k}={_describe_value(v, query, earlier)}" for k, v in c.arguments.items())
         parts.append(f"{c.name}({args})")
@@ -122,7 +125,7 @@ def _failure_note(failure: Trajectory, success_keys: set) -> str:
     for step in failure.steps:
         if step.parse_error is not None and not step.tool_calls:
             return "writing a message that contains no valid tool call"
-        oks = step.info.get("calls") if isinstance(step.info.get("calls"), list) else []
+        oks: list = step.info["calls"] if isinstance(step.info.get("calls"), list) else []
         for i, c in enumerate(step.tool_calls):
             if i < len(oks) and isinstance(oks[i], dict) and not oks[i].get("ok", True):
                 err = step.observation.strip().splitlines()[0][:160] if step.observation.strip() else "an error"
@@ -204,13 +207,13 @@ class ExperienceExtractor:
         self.scorer = ChoiceScorer(llm) if constrained else None
         self.rng = random.Random(params.seed or 0)
 
-    def jobs(self, trajectories: Sequence[Trajectory]) -> list[tuple[str, list[Trajectory]]]:
+    def jobs(self, trajectories: Sequence[Trajectory]) -> list[tuple[JobKind, list[Trajectory]]]:
         """(1) preprocessing: valid trajectories split by score; one success, one failure and one comparison per task."""
         by_task: dict[str, list[Trajectory]] = {}
         for t in trajectories:
             if not t.flags.failed and t.steps:
                 by_task.setdefault(t.task_id, []).append(t)
-        jobs = []
+        jobs: list[tuple[JobKind, list[Trajectory]]] = []
         for trajs in by_task.values():
             wins = [t for t in trajs if (t.outcome_reward or 0.0) >= self.success_threshold]
             losses = [t for t in trajs if (t.outcome_reward or 0.0) < self.success_threshold]
@@ -222,7 +225,7 @@ class ExperienceExtractor:
                 jobs.append(("failure", [losses[0]]))
         return jobs
 
-    def _write(self, chunk: Sequence[tuple[str, list[Trajectory]]], tasks: dict[str, Task]) -> list[list[tuple[str, str]]]:
+    def _write(self, chunk: Sequence[tuple[JobKind, list[Trajectory]]], tasks: dict[str, Task]) -> list[list[tuple[str, str]]]:
         """(2) one summarizer answer per job, parsed into (when_to_use, content) pairs."""
         convs = [extraction_prompt(k, tasks.get(ts[0].task_id), ts) for k, ts in chunk]
         if not self.constrained:
@@ -252,7 +255,7 @@ class ExperienceExtractor:
         report.jobs = len(jobs)
         candidates: list[tuple[int, Experience]] = []  # (job index, experience)
 
-        def add(j: int, kind: str, ts: list[Trajectory], pairs: list[tuple[str, str]]) -> None:
+        def add(j: int, kind: JobKind, ts: list[Trajectory], pairs: list[tuple[str, str]]) -> None:
             if not pairs:
                 report.unparseable += 1
             for w, c in pairs:
@@ -277,15 +280,15 @@ class ExperienceExtractor:
                 add(j, jobs[j][0], jobs[j][1], pairs)
         approved_jobs: set[int] = set()
         for lo in range(0, len(candidates), self.batch):
-            chunk = candidates[lo: lo + self.batch]
+            batch = candidates[lo: lo + self.batch]
             if not self.validate:
-                ok = [True] * len(chunk)
+                ok = [True] * len(batch)
             elif self.grounded:
-                ok = [grounded_valid(e.when_to_use, e.content, jobs[j][1]) for j, e in chunk]
+                ok = [grounded_valid(e.when_to_use, e.content, jobs[j][1]) for j, e in batch]
             else:
-                ok = self._approve([e for _, e in chunk])
-                report.calls += len(chunk)
-            for (j, e), good in zip(chunk, ok):
+                ok = self._approve([e for _, e in batch])
+                report.calls += len(batch)
+            for (j, e), good in zip(batch, ok):
                 if good:
                     report.experiences.append(e)
                     approved_jobs.add(j)

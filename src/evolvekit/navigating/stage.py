@@ -40,6 +40,7 @@ class ExperienceMixedRollouts(VanillaRollouts):
         self.experiences, self.refiner, self.refine_params = pool, refiner, refine_params
         self.training_set = list(training_set)  # p_train, which the cold-start pool samples (Eq. 13)
         self.last_metrics: dict[str, float] = {}
+        self.cold_metrics: dict[str, float] = {}
         self.summariser: "ExperienceSummarisation | None" = None  # set by the builder: its extractor feeds cold start
 
     def _experience_for(self, task: Task) -> tuple[str | None, tuple[str, ...]]:
@@ -81,7 +82,7 @@ class ExperienceMixedRollouts(VanillaRollouts):
         return len(trajs)
 
     def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
-        self.cold_metrics: dict[str, float] = {}
+        self.cold_metrics = {}
         cold = self.cold_start(ctx, tasks)
         n = self.cfg.rollout.group_size
         n_e = guided_count(n, self.cfg.navigating.eta)

@@ -1,0 +1,50 @@
+"""``evolvekit run``: the master loop on a config (the README's first command)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from evolvekit.cli.common import console, emit_json, setup_logging
+
+
+def run_command(config: Optional[Path] = typer.Argument(None, help="YAML config, e.g. configs/quickstart.yaml"),
+                overrides: Optional[list[str]] = typer.Option(None, "--set", help="override a config key: a.b=value"),
+                resume: Optional[Path] = typer.Option(None, "--resume", help="continue this run directory"),
+                no_progress: bool = typer.Option(False, "--no-progress", help="no progress bars"),
+                as_json: bool = typer.Option(False, "--json")) -> None:
+    """Run the master loop: tasks → rollouts → experience → update, with held-out evaluation before and after."""
+    from evolvekit.config import load_config
+    from evolvekit.errors import EvolveKitError
+    from evolvekit.orchestrator.build import build_loop, open_run
+
+    cfg = load_config(config, overrides) if config is not None else None
+    if resume is not None and overrides:
+        raise typer.BadParameter("--set cannot change a resumed run (its stored config is used)")
+    cfg, run_dir, store = open_run(cfg, resume)
+    setup_logging(cfg.run.log_level)
+    console.print(f"run directory: {run_dir}")
+    try:
+        try:
+            loop = build_loop(cfg, run_dir, store, console, show_progress=not no_progress)
+        except EvolveKitError:
+            if resume is None:  # refused before anything ran: leave no run folder behind
+                store.close()
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        summary = loop.run()
+    finally:
+        store.close()
+    console.print(f"metrics: {summary['metrics']}\nlearning curve: {summary['learning_curve']}\n"
+                  f"tensorboard: tensorboard --logdir {summary['tensorboard']}\nrun store: {summary['store']}\n"
+                  f"policy checkpoint: {summary['checkpoint']} (evolvekit eval --policy PATH)")
+    if as_json:
+        emit_json(summary)
+    else:
+        before, after = summary.get("eval_before") or {}, summary.get("eval_after") or {}
+        keys = [k for k in before if "@" in k] or [k for k in after if "@" in k]
+        sys.stdout.write(" ".join([f"run_dir={run_dir}"] + [f"{k}: {before.get(k)} -> {after.get(k)}" for k in keys]) + "\n")
