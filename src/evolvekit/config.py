@@ -59,7 +59,8 @@ class ModelConfig(_Section):
     temperature: float = F(0.7, "sampling temperature", ge=0)
     top_p: float = F(1.0, "nucleus sampling threshold", gt=0, le=1)
     max_new_tokens: int = F(256, "generation cap per call", ge=1)
-    timeout_s: float = F(60.0, "openai backend: per-request timeout", gt=0)
+    timeout_s: float = F(60.0, "openai backend: per-request timeout in seconds; a slow local server (CPU, a large model, long generations) may need 300 or more: a timed-out request is retried with back-off, then the call fails naming this setting", gt=0)
+    concurrency: int = F(8, "openai backend: requests in flight at once for a batch of conversations", ge=1)
     max_retries: int = F(4, "openai backend: retries with exponential back-off on 429/5xx/timeouts", ge=0)
     return_token_ids: bool = F(False, "openai backend: ask the server for exact prompt/completion token ids (vLLM 'return_token_ids')")
 

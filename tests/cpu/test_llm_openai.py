@@ -32,7 +32,8 @@ class Server:
                     status = 200
                 payload = {"choices": [{"message": {"role": "assistant", "content": f"echo {body['messages'][-1]['content']}"},
                                         "logprobs": {"content": [{"token": "echo", "logprob": -0.5}]},
-                                        "finish_reason": "stop"} for _ in range(body.get("n", 1))]}
+                                        "finish_reason": "stop"} for _ in range(body.get("n", 1))],
+                           "usage": {"prompt_tokens": 11, "completion_tokens": 4 * body.get("n", 1)}}
                 if body.get("return_token_ids"):  # what vLLM answers
                     payload["prompt_token_ids"] = [1, 2, 3]
                     for c in payload["choices"]:
@@ -126,3 +127,19 @@ def test_exact_token_ids_when_the_server_returns_them(server_factory):
     exact = OpenAICompatLLM("m", base_url=s.url, return_token_ids=True).chat(_msgs(), SamplingParams())[0][0]
     assert s.requests[1][2]["return_token_ids"] is True
     assert exact.prompt_token_ids == [1, 2, 3] and exact.token_ids == [7]
+    assert (exact.num_prompt_tokens, exact.num_completion_tokens) == (3, 1)  # exact ids win over usage
+
+
+def test_token_counts_come_from_usage_without_token_ids(server_factory):
+    s = server_factory()
+    outs = OpenAICompatLLM("m", base_url=s.url).chat(_msgs(), SamplingParams(n=2))[0]
+    assert [(c.num_prompt_tokens, c.num_completion_tokens) for c in outs] == [(11, 4), (11, 4)]  # n shares usage
+
+
+def test_concurrency_is_config(server_factory):
+    from evolvekit.config import config_from_dict
+    from evolvekit.llm.factory import build_llm
+
+    s = server_factory()
+    cfg = config_from_dict({"models": {"judge": {"backend": "openai", "base_url": s.url, "concurrency": 3}}})
+    assert build_llm(cfg.models.judge, "judge").concurrency == 3

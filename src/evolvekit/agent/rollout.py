@@ -99,8 +99,8 @@ def _advance(ep: _Episode, prompt_ids: list[int], comp: Completion, max_steps: i
     ep.recorder.record(index, prompt_ids, comp.token_ids, comp.logprobs, spans=spans)
     events = [f"{e.kind}: {e.detail}" for e in ep.context.events]
     ep.context.events.clear()
-    ep.prompt_tokens += len(prompt_ids)
-    ep.completion_tokens += len(comp.token_ids)
+    ep.prompt_tokens += len(prompt_ids) or comp.usage_prompt_tokens
+    ep.completion_tokens += comp.num_completion_tokens
     state_key = getattr(ep.env, "state_key", None)  # the anchor state of this step (GiGPO), where the env has one
     anchor = state_key() if callable(state_key) else None
     result = ep.env.step(action)

@@ -102,8 +102,8 @@ class StepAttributor:
                 result.cost.calls += len(chunk)
                 for i, out in zip(chunk, outs):
                     comp = out[0]
-                    result.cost.prompt_tokens += len(comp.prompt_token_ids)
-                    result.cost.completion_tokens += len(comp.token_ids)
+                    result.cost.prompt_tokens += comp.num_prompt_tokens
+                    result.cost.completion_tokens += comp.num_completion_tokens
                     parsed = parse_attribution(comp.text, len(trajectories[i].steps))
                     if parsed.labels is None:
                         still.append(i)

@@ -98,10 +98,10 @@ def llm_chat(prompt: str = typer.Argument(..., help="user message"),
     t1 = time.perf_counter()
     comp = llm.chat([messages], SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed))[0][0]
     gen_s = time.perf_counter() - t1
-    n_tok = len(comp.token_ids)
+    n_tok = comp.num_completion_tokens
     if as_json:
         emit_json({"text": comp.text, "model": llm.name, "role": role, "completion_tokens": n_tok,
-                   "prompt_tokens": len(comp.prompt_token_ids), "finish_reason": comp.finish_reason,
+                   "prompt_tokens": comp.num_prompt_tokens, "finish_reason": comp.finish_reason,
                    "load_s": round(load_s, 3), "generate_s": round(gen_s, 3),
                    "tokens_per_s": round(n_tok / gen_s, 2) if gen_s > 0 else None})
     else:

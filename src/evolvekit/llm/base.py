@@ -59,6 +59,18 @@ class Completion:
     logprobs: list[float] = field(default_factory=list)
     prompt_token_ids: list[int] = field(default_factory=list)
     finish_reason: str = "stop"  # "stop" (EOS or stop string) or "length"
+    # token counts a server reported (OpenAI ``usage``) when it returned no token ids; 0 = not reported
+    usage_prompt_tokens: int = 0
+    usage_completion_tokens: int = 0
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        """Prompt tokens: the exact ids where known, else the server's reported count."""
+        return len(self.prompt_token_ids) or self.usage_prompt_tokens
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return len(self.token_ids) or self.usage_completion_tokens
 
 
 @runtime_checkable

@@ -14,7 +14,7 @@ def build_llm(cfg: ModelConfig, role: str = "policy") -> LLM:
 
         return OpenAICompatLLM(cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
                                timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, role=role,
-                               return_token_ids=cfg.return_token_ids)
+                               return_token_ids=cfg.return_token_ids, concurrency=cfg.concurrency)
     key = (cfg.model, cfg.device, cfg.dtype, cfg.packed_weights)
     if key not in _LOCAL_CACHE:
         from evolvekit.llm.local import LocalLLM

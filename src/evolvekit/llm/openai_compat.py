@@ -41,6 +41,7 @@ class OpenAICompatLLM:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.concurrency = concurrency
+        self.timeout_s = timeout_s
 
     def close(self) -> None:
         self.client.close()
@@ -94,13 +95,22 @@ class OpenAICompatLLM:
                 log.warning("openai backend: %s, retrying in %.1fs (%d/%d)", last, delay, attempt + 1, self.max_retries)
                 time.sleep(delay)
                 delay *= 2
-        raise LLMError(f"{self.base_url}: gave up after {self.max_retries + 1} attempts ({last})")
+        hint = (f"; a slow server may need a longer models.{self.role}.timeout_s (now {self.timeout_s:g} s)"
+                if "Timeout" in last else "")
+        raise LLMError(f"{self.base_url}: gave up after {self.max_retries + 1} attempts ({last}){hint}")
 
     @staticmethod
     def _parse(data: dict[str, Any]) -> list[Completion]:
         out = []
         prompt_ids = list(data.get("prompt_token_ids") or [])  # vLLM with return_token_ids
-        for choice in data.get("choices", []):
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        choices = data.get("choices", [])
+
+        def count(key: str, share: int = 1) -> int:
+            value = usage.get(key)
+            return int(value) // max(1, share) if isinstance(value, (int, float)) and value >= 0 else 0
+
+        for choice in choices:
             text = (choice.get("message") or {}).get("content") or ""
             lp = choice.get("logprobs") or {}
             content = lp.get("content") or []
@@ -108,7 +118,9 @@ class OpenAICompatLLM:
             token_ids = choice.get("token_ids") or []  # vLLM extension; absent on most servers
             reason = "length" if choice.get("finish_reason") == "length" else "stop"
             out.append(Completion(text=text, token_ids=list(token_ids), logprobs=logprobs, finish_reason=reason,
-                                  prompt_token_ids=prompt_ids))
+                                  prompt_token_ids=prompt_ids, usage_prompt_tokens=count("prompt_tokens"),
+                                  # usage counts all n choices' completions together: an even share each
+                                  usage_completion_tokens=count("completion_tokens", len(choices))))
         if not out:
             raise LLMError("openai backend: response had no choices")
         return out
