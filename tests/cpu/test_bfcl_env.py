@@ -96,7 +96,8 @@ def test_miss_func_reveals_function_at_its_turn():
         revealed = env.step(Action(text="ok"))
     assert revealed.new_turn and revealed.tools is not None
     assert set(names) <= {t.name for t in revealed.tools}
-    assert revealed.observation == data.ADDITIONAL_FUNCTION_PROMPT or revealed.observation
+    # the turn that adds functions is BFCL's fixed prompt (the task's own message for that turn)
+    assert revealed.observation == data.ADDITIONAL_FUNCTION_PROMPT == task.turns[int(turn)]
 
 
 def test_episodes_are_isolated(base_tasks):
