@@ -104,3 +104,31 @@ def test_curriculum_config_builds_the_widening_supply():
 
     with pytest.raises(ConfigError, match="curriculum"):  # a rule of the config tree: refused at load time
         load_config(None, ["env.family=arith", "env.curriculum=[arith, arith_wide]", "questioning.enabled=true"])
+
+
+@pytest.mark.parametrize("name", ["arith_chain", "fs_chain"])
+def test_multi_step_families_need_both_dependent_calls(name):
+    """Every task needs two calls: its reference passes the official checker, either call alone fails; the splits
+    share no request, and the worked examples are multi-call chat turns."""
+    from evolvekit.env.base import Action
+    from evolvekit.env.bfcl.env import BfclEnv
+    from evolvekit.env.bfcl.families import get_family
+
+    fam = get_family(name)
+    train, test = fam.tasks("train", 40), fam.tasks("test", 40)
+    assert not {t.query for t in train} & {t.query for t in test}
+    assert {c.name for t in train for c in t.reference_solution[0]} == {c.name for t in test for c in t.reference_solution[0]}
+    for task in test[:16]:
+        ref = task.reference_solution[0]
+        assert len(ref) == 2
+        outcomes = []
+        for calls in (ref, ref[:1], ref[1:]):
+            env = BfclEnv()
+            env.reset(task)
+            for c in calls:
+                env.step(Action(tool_calls=[c]))
+            env.step(Action(text="done"))
+            outcomes.append(env.evaluate().passed)
+        assert outcomes == [True, False, False], task.query
+    msgs = fam.demonstrations[0].messages(lambda c: c.name)
+    assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant", "user", "assistant"]
