@@ -13,16 +13,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+
 from evolvekit.env.base import Action
 from evolvekit.env.bfcl import data
 from evolvekit.env.bfcl.env import BfclEnv
 from evolvekit.env.service.client import RemoteEnv
 from evolvekit.types import ToolCall
 
-ACTIONS = [Action(tool_calls=[ToolCall(name="ls", arguments={})]),
-           Action(tool_calls=[ToolCall(name="pwd", arguments={})]),
-           Action(tool_calls=[ToolCall(name="cd", arguments={"folder": "document"})]),
-           Action(tool_calls=[ToolCall(name="cd", arguments={"folder": ".."})])]
+ACTIONS = [
+    Action(tool_calls=[ToolCall(name="ls", arguments={})]),
+    Action(tool_calls=[ToolCall(name="pwd", arguments={})]),
+    Action(tool_calls=[ToolCall(name="cd", arguments={"folder": "document"})]),
+    Action(tool_calls=[ToolCall(name="cd", arguments={"folder": ".."})]),
+]
 
 
 def run_steps(env, task, n: int) -> list[float]:
@@ -50,8 +53,11 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     # The server runs in its own process, as in production (sharing this process's GIL would halve both).
-    server = subprocess.Popen([sys.executable, "-m", "evolvekit.cli.main", "env", "serve", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "evolvekit.cli.main", "env", "serve", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     while True:
         try:
@@ -62,8 +68,10 @@ def main() -> None:
 
     t0 = time.perf_counter()
     lat = run_steps(RemoteEnv(url), task, args.steps)
-    print(f"HTTP, 1 client: {len(lat) / (time.perf_counter() - t0):,.0f} steps/s "
-          f"(p50 {statistics.median(lat) * 1e3:.2f} ms)")
+    print(
+        f"HTTP, 1 client: {len(lat) / (time.perf_counter() - t0):,.0f} steps/s "
+        f"(p50 {statistics.median(lat) * 1e3:.2f} ms)"
+    )
 
     per_client = max(1, args.steps // args.clients)
     t0 = time.perf_counter()
@@ -73,8 +81,10 @@ def main() -> None:
     all_lat = sorted(x for r in results for x in r)
     p50 = all_lat[len(all_lat) // 2] * 1e3
     p99 = all_lat[int(len(all_lat) * 0.99)] * 1e3
-    print(f"HTTP, {args.clients} concurrent clients: {len(all_lat) / wall:,.0f} steps/s, "
-          f"p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+    print(
+        f"HTTP, {args.clients} concurrent clients: {len(all_lat) / wall:,.0f} steps/s, "
+        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+    )
     server.terminate()
     server.wait()
 

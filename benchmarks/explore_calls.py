@@ -27,15 +27,29 @@ def main() -> None:
     cfg = load_config(None, sys.argv[1:])
     llm = LocalLLM(cfg.models.explorer.model, device="cpu")
     q = cfg.questioning
-    explorer = Explorer(llm, SamplingParams(temperature=1.0, max_new_tokens=96, seed=0), q.n_breadth, q.n_depth,
-                        cfg.env.tool_rendering, scaffold=True)
+    explorer = Explorer(
+        llm,
+        SamplingParams(temperature=1.0, max_new_tokens=96, seed=0),
+        q.n_breadth,
+        q.n_depth,
+        cfg.env.tool_rendering,
+        scaffold=True,
+    )
     t0 = time.perf_counter()
     traces = explorer.explore(lambda: make_env(cfg.env), sandbox_for(cfg), 4, 6)
     steps = [s for t in traces for s in t.steps]
-    print(json.dumps({"overrides": sys.argv[1:], "seconds": round(time.perf_counter() - t0, 1), "steps": len(steps),
-                      "parsed_calls": sum(bool(s.tool_calls) for s in steps),
-                      "successful": sum(s.ok for s in steps),
-                      "failed_calls": sum(bool(s.tool_calls) and not s.ok for s in steps)}))
+    print(
+        json.dumps(
+            {
+                "overrides": sys.argv[1:],
+                "seconds": round(time.perf_counter() - t0, 1),
+                "steps": len(steps),
+                "parsed_calls": sum(bool(s.tool_calls) for s in steps),
+                "successful": sum(s.ok for s in steps),
+                "failed_calls": sum(bool(s.tool_calls) and not s.ok for s in steps),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -24,16 +24,32 @@ import subprocess
 import sys
 from pathlib import Path
 
-BUDGET = ["train.tasks_per_iteration=3", "rollout.group_size=4", "train.eval_before=false", "train.eval_after=false",
-          "questioning.enabled=true", "navigating.enabled=true", "attributing.enabled=true",
-          "questioning.synthetic_tasks=8", "questioning.explore_runs=4", "questioning.explore_steps=4",
-          "questioning.difficulty.operations=1", "models.explorer.max_new_tokens=48",
-          "models.synthesizer.max_new_tokens=48"]
+BUDGET = [
+    "train.tasks_per_iteration=3",
+    "rollout.group_size=4",
+    "train.eval_before=false",
+    "train.eval_after=false",
+    "questioning.enabled=true",
+    "navigating.enabled=true",
+    "attributing.enabled=true",
+    "questioning.synthetic_tasks=8",
+    "questioning.explore_runs=4",
+    "questioning.explore_steps=4",
+    "questioning.difficulty.operations=1",
+    "models.explorer.max_new_tokens=48",
+    "models.synthesizer.max_new_tokens=48",
+]
 
 
 def run(config: str, iterations: int, seed: int, out_dir: Path, extra: list[str]) -> tuple[list[dict], dict]:
-    sets = [*BUDGET, f"train.iterations={iterations}", f"run.seed={seed}", f"run.out_dir={out_dir}",
-            f"run.name=health-{seed}", *extra]
+    sets = [
+        *BUDGET,
+        f"train.iterations={iterations}",
+        f"run.seed={seed}",
+        f"run.out_dir={out_dir}",
+        f"run.name=health-{seed}",
+        *extra,
+    ]
     cmd = [sys.executable, "-m", "evolvekit.cli.main", "run", config, "--no-progress", "--json"]
     for s in sets:
         cmd += ["--set", s]
@@ -67,20 +83,27 @@ def health(metrics: list[dict]) -> dict:
     agree = [float(m["judge/agreement_with_state"]) for m in metrics if "judge/agreement_with_state" in m]
     v1, n1 = weighted(metrics, "navigating/validated_share", "navigating/extraction_jobs")
     v0, n0 = weighted(metrics, "navigating/cold_start_validated_share", "navigating/cold_start_extraction_jobs")
-    return {"mixed_groups": mixed, "mixed_groups_nondegenerate": live,
-            "nondegenerate_share": live / mixed if mixed else None,
-            "groups": total(metrics, "samples/groups"), "constant_channel_groups": total(metrics, "attribution/constant_channel_groups"),
-            "good_ratio": [round(float(m.get("attribution/good_ratio", 0.0)), 3) for m in metrics],
-            "judge_calls": judged, "judge_fallbacks": fallbacks,
-            "judge_fallback_rate": fallbacks / judged if judged else None,
-            "judge_agreement_with_state": sum(agree) / len(agree) if agree else None,
-            "extraction_jobs": n0 + n1, "validated_jobs": round(v0 + v1),
-            "validated_share": (v0 + v1) / (n0 + n1) if n0 + n1 else None,
-            "grounded_experiences": total(metrics, "navigating/grounded_experiences"),
-            "unparseable": total(metrics, "navigating/unparseable"), "rejected": total(metrics, "navigating/rejected"),
-            "pool_size": [float(m.get("navigating/pool_size", 0.0)) for m in metrics],
-            "iteration_s": [round(float(m.get("time/iteration_s", 0.0))) for m in metrics],
-            "success_rate": [round(float(m.get("rollout/success_rate", 0.0)), 3) for m in metrics]}
+    return {
+        "mixed_groups": mixed,
+        "mixed_groups_nondegenerate": live,
+        "nondegenerate_share": live / mixed if mixed else None,
+        "groups": total(metrics, "samples/groups"),
+        "constant_channel_groups": total(metrics, "attribution/constant_channel_groups"),
+        "good_ratio": [round(float(m.get("attribution/good_ratio", 0.0)), 3) for m in metrics],
+        "judge_calls": judged,
+        "judge_fallbacks": fallbacks,
+        "judge_fallback_rate": fallbacks / judged if judged else None,
+        "judge_agreement_with_state": sum(agree) / len(agree) if agree else None,
+        "extraction_jobs": n0 + n1,
+        "validated_jobs": round(v0 + v1),
+        "validated_share": (v0 + v1) / (n0 + n1) if n0 + n1 else None,
+        "grounded_experiences": total(metrics, "navigating/grounded_experiences"),
+        "unparseable": total(metrics, "navigating/unparseable"),
+        "rejected": total(metrics, "navigating/rejected"),
+        "pool_size": [float(m.get("navigating/pool_size", 0.0)) for m in metrics],
+        "iteration_s": [round(float(m.get("time/iteration_s", 0.0))) for m in metrics],
+        "success_rate": [round(float(m.get("rollout/success_rate", 0.0)), 3) for m in metrics],
+    }
 
 
 def _fmt(v) -> str:
@@ -102,10 +125,28 @@ def main() -> None:
     for seed in args.seeds:
         metrics, sources = run(args.config, args.iterations, seed, Path(args.runs), args.extra)
         rows[seed] = {**health(metrics), "sources": sources}
-    keys = ["sources", "mixed_groups", "mixed_groups_nondegenerate", "nondegenerate_share", "groups",
-            "constant_channel_groups", "good_ratio", "judge_calls", "judge_fallbacks", "judge_fallback_rate",
-            "judge_agreement_with_state", "extraction_jobs", "validated_jobs", "validated_share",
-            "grounded_experiences", "unparseable", "rejected", "pool_size", "success_rate", "iteration_s"]
+    keys = [
+        "sources",
+        "mixed_groups",
+        "mixed_groups_nondegenerate",
+        "nondegenerate_share",
+        "groups",
+        "constant_channel_groups",
+        "good_ratio",
+        "judge_calls",
+        "judge_fallbacks",
+        "judge_fallback_rate",
+        "judge_agreement_with_state",
+        "extraction_jobs",
+        "validated_jobs",
+        "validated_share",
+        "grounded_experiences",
+        "unparseable",
+        "rejected",
+        "pool_size",
+        "success_rate",
+        "iteration_s",
+    ]
     table = ["| figure | " + " | ".join(f"seed {s}" for s in rows) + " |", "|---|" + "---|" * len(rows)]
     for k in keys:
         table.append(f"| {k} | " + " | ".join(_fmt(r[k]) for r in rows.values()) + " |")

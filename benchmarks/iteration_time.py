@@ -19,16 +19,39 @@ import sys
 import tempfile
 from pathlib import Path
 
-KEYS = ("time/rollout_s", "time/update_s", "time/iteration_s", "train/tokens", "train/shared_prefix_tokens",
-        "train/policy_tokens")
+KEYS = (
+    "time/rollout_s",
+    "time/update_s",
+    "time/iteration_s",
+    "train/tokens",
+    "train/shared_prefix_tokens",
+    "train/policy_tokens",
+)
 
 
 def run(config: str, iterations: int, shared: bool, out_dir: Path) -> list[dict]:
     name = f"shared-{str(shared).lower()}"
-    cmd = [sys.executable, "-m", "evolvekit.cli.main", "run", config, "--no-progress", "--json",
-           "--set", f"train.iterations={iterations}", "--set", "train.eval_before=false",
-           "--set", "train.eval_after=false", "--set", f"train.shared_prefix={str(shared).lower()}",
-           "--set", f"run.out_dir={out_dir}", "--set", f"run.name={name}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "evolvekit.cli.main",
+        "run",
+        config,
+        "--no-progress",
+        "--json",
+        "--set",
+        f"train.iterations={iterations}",
+        "--set",
+        "train.eval_before=false",
+        "--set",
+        "train.eval_after=false",
+        "--set",
+        f"train.shared_prefix={str(shared).lower()}",
+        "--set",
+        f"run.out_dir={out_dir}",
+        "--set",
+        f"run.name={name}",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
@@ -49,24 +72,33 @@ def main() -> None:
             metrics = run(args.config, args.iterations, shared, Path(tmp))
             rows[shared] = {k: statistics.mean(float(m.get(k, 0.0)) for m in metrics) for k in KEYS}
             rows[shared]["per_iteration_update_s"] = [round(float(m["time/update_s"]), 1) for m in metrics]
-    head = "| shared_prefix | rollout s | update s | iteration s | forwarded tokens | tokens not forwarded again | loss tokens | update s per iteration |"
+    head = (
+        "| shared_prefix | rollout s | update s | iteration s | forwarded tokens | tokens not forwarded again "
+        "| loss tokens | update s per iteration |"
+    )
     table = [head, "|" + "---|" * 8]
     for shared in (False, True):
         r = rows[shared]
-        table.append(f"| {str(shared).lower()} | {r['time/rollout_s']:.1f} | {r['time/update_s']:.1f} | "
-                     f"{r['time/iteration_s']:.1f} | {r['train/tokens']:.0f} | {r['train/shared_prefix_tokens']:.0f} | "
-                     f"{r['train/policy_tokens']:.0f} | {r['per_iteration_update_s']} |")
+        table.append(
+            f"| {str(shared).lower()} | {r['time/rollout_s']:.1f} | {r['time/update_s']:.1f} | "
+            f"{r['time/iteration_s']:.1f} | {r['train/tokens']:.0f} | {r['train/shared_prefix_tokens']:.0f} | "
+            f"{r['train/policy_tokens']:.0f} | {r['per_iteration_update_s']} |"
+        )
     ratio = rows[False]["time/update_s"] / rows[True]["time/update_s"]
     it_ratio = rows[False]["time/iteration_s"] / rows[True]["time/iteration_s"]
-    text = "\n".join(table) + (f"\n\nupdate time: {ratio:.2f}x faster with shared-prefix training; "
-                               f"iteration time: {it_ratio:.2f}x (means over {args.iterations} iterations)\n")
+    text = "\n".join(table) + (
+        f"\n\nupdate time: {ratio:.2f}x faster with shared-prefix training; "
+        f"iteration time: {it_ratio:.2f}x (means over {args.iterations} iterations)\n"
+    )
     print(text)
     if args.out:
         cmd = " ".join(["$ .venv/bin/python", "benchmarks/iteration_time.py", *sys.argv[1:]])
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        Path(args.out).write_text(f"# Quickstart iteration time, shared-prefix training off and on\n\n"
-                                  f"Produced by this command, at commit {commit} on this 2-core CPU with nothing "
-                                  f"else running:\n\n```\n{cmd}\n```\n\n" + text)
+        Path(args.out).write_text(
+            f"# Quickstart iteration time, shared-prefix training off and on\n\n"
+            f"Produced by this command, at commit {commit} on this 2-core CPU with nothing "
+            f"else running:\n\n```\n{cmd}\n```\n\n" + text
+        )
 
 
 if __name__ == "__main__":

@@ -22,8 +22,11 @@ from learning_grpo import parser, run_learning  # noqa: E402
 
 
 def _curve(result: dict, k: int) -> tuple[list[float], list[float]]:
-    pts = [(r["iteration"] + 1, r[f"avg@{k}"]) for r in result["heldout_curve"]
-           if r.get(f"avg@{k}") is not None and not r.get("phase")]
+    pts = [
+        (r["iteration"] + 1, r[f"avg@{k}"])
+        for r in result["heldout_curve"]
+        if r.get(f"avg@{k}") is not None and not r.get("phase")
+    ]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
@@ -61,15 +64,21 @@ def main() -> None:
     bx, by = _curve(base, k)
     ax, ay = _curve(result, k)
     target = 0.9 * max(by)
-    table = {"baseline_best": max(by), "target": target,
-             "grpo": {"steps@0.9": steps_to_fraction(bx, by, target), "auc": area_under_curve(bx, by)},
-             "attribution": {"steps@0.9": steps_to_fraction(ax, ay, target), "auc": area_under_curve(ax, ay)}}
+    table = {
+        "baseline_best": max(by),
+        "target": target,
+        "grpo": {"steps@0.9": steps_to_fraction(bx, by, target), "auc": area_under_curve(bx, by)},
+        "attribution": {"steps@0.9": steps_to_fraction(ax, ay, target), "auc": area_under_curve(ax, ay)},
+    }
     result["efficiency"] = table
     plot_against_baseline(base, result, k, args.out / "learning_attribution_vs_grpo.png")
     (args.out / "learning_attribution.json").write_text(json.dumps(result, indent=2, default=str))
     md = args.out / "learning_attribution.md"
-    md.write_text(md.read_text() + "\n| method | Steps@0.9 | AUC |\n|---|---|---|\n" +
-                  "".join(f"| {m} | {table[m]['steps@0.9']} | {table[m]['auc']:.3f} |\n" for m in ("grpo", "attribution")))
+    md.write_text(
+        md.read_text()
+        + "\n| method | Steps@0.9 | AUC |\n|---|---|---|\n"
+        + "".join(f"| {m} | {table[m]['steps@0.9']} | {table[m]['auc']:.3f} |\n" for m in ("grpo", "attribution"))
+    )
     print(json.dumps(table))
 
 

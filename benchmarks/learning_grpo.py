@@ -47,12 +47,22 @@ def run_learning(name: str, args, extra_sets: list[str], title: str) -> dict:
     from evolvekit.orchestrator.build import build_loop, open_run
 
     name = name + args.tag
-    sets = [f"run.name={name.replace('_', '-')}", "run.out_dir=runs", f"run.seed={args.seed}",
-            f"train.iterations={args.iterations}", f"train.eval_every={args.eval_every}",
-            f"train.eval_tasks={args.eval_tasks}", f"train.eval_k={args.eval_k}",
-            f"train.tasks_per_iteration={args.tasks_per_iteration}", f"rollout.group_size={args.group_size}",
-            f"train.learning_rate={args.lr}", f"models.policy.model={args.model}", "train.eval_after=false",
-            *extra_sets, *args.overrides]
+    sets = [
+        f"run.name={name.replace('_', '-')}",
+        "run.out_dir=runs",
+        f"run.seed={args.seed}",
+        f"train.iterations={args.iterations}",
+        f"train.eval_every={args.eval_every}",
+        f"train.eval_tasks={args.eval_tasks}",
+        f"train.eval_k={args.eval_k}",
+        f"train.tasks_per_iteration={args.tasks_per_iteration}",
+        f"rollout.group_size={args.group_size}",
+        f"train.learning_rate={args.lr}",
+        f"models.policy.model={args.model}",
+        "train.eval_after=false",
+        *extra_sets,
+        *args.overrides,
+    ]
     cfg = load_config(ROOT / "configs" / "quickstart.yaml", sets)
     cfg, run_dir, store = open_run(cfg, None)
     t0 = time.perf_counter()
@@ -64,26 +74,63 @@ def run_learning(name: str, args, extra_sets: list[str], title: str) -> dict:
     curve = [{"iteration": -1, f"avg@{k}": before.get(f"avg@{k}"), f"best@{k}": before.get(f"best@{k}")}]
     cold = store.evaluation("cold_start")
     if cold:  # cold start on: the warm-up's effect alone, before any RL
-        curve.append({"iteration": -1, "phase": "cold_start", f"avg@{k}": cold.get(f"avg@{k}"), f"best@{k}": cold.get(f"best@{k}")})
-    curve += [{"iteration": it, f"avg@{k}": m[f"eval/avg@{k}"], f"best@{k}": m[f"eval/best@{k}"]}
-              for it, m in sorted(metrics.items()) if f"eval/avg@{k}" in m]
-    train = [{"iteration": it, "success_rate": m.get("rollout/success_rate"), "reward_mean": m.get("rollout/reward_mean"),
-              "parse_error_rate": m.get("rollout/parse_error_rate"), "degenerate_groups": m.get("samples/degenerate_groups"),
-              "iteration_s": m.get("time/iteration_s")} for it, m in sorted(metrics.items())]
-    result = {"benchmark": name, "task_set": "bfcl family 'arith' (MathAPI add/subtract/multiply/divide, "
-              "3 chat-turn examples), held-out = family test split", "model": args.model, "seconds": round(seconds),
-              "config": {k_: v for k_, v in vars(args).items() if k_ not in ("out",)}, "heldout_curve": curve,
-              "train_curve": train, "run_dir": str(run_dir)}
+        curve.append(
+            {
+                "iteration": -1,
+                "phase": "cold_start",
+                f"avg@{k}": cold.get(f"avg@{k}"),
+                f"best@{k}": cold.get(f"best@{k}"),
+            }
+        )
+    curve += [
+        {"iteration": it, f"avg@{k}": m[f"eval/avg@{k}"], f"best@{k}": m[f"eval/best@{k}"]}
+        for it, m in sorted(metrics.items())
+        if f"eval/avg@{k}" in m
+    ]
+    train = [
+        {
+            "iteration": it,
+            "success_rate": m.get("rollout/success_rate"),
+            "reward_mean": m.get("rollout/reward_mean"),
+            "parse_error_rate": m.get("rollout/parse_error_rate"),
+            "degenerate_groups": m.get("samples/degenerate_groups"),
+            "iteration_s": m.get("time/iteration_s"),
+        }
+        for it, m in sorted(metrics.items())
+    ]
+    result = {
+        "benchmark": name,
+        "task_set": "bfcl family 'arith' (MathAPI add/subtract/multiply/divide, "
+        "3 chat-turn examples), held-out = family test split",
+        "model": args.model,
+        "seconds": round(seconds),
+        "config": {k_: v for k_, v in vars(args).items() if k_ not in ("out",)},
+        "heldout_curve": curve,
+        "train_curve": train,
+        "run_dir": str(run_dir),
+    }
     result["config"]["out"] = str(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{name}.json").write_text(json.dumps(result, indent=2, default=str))
     shutil.copy(summary["learning_curve"], args.out / f"{name}.png")
     command = "$ .venv/bin/python " + " ".join(["benchmarks/" + Path(sys.argv[0]).name, *sys.argv[1:]])
-    lines = [f"# {name} ({title}, SmolLM2-135M, CPU)", "", f"command: `{command}`", "", f"task set: {result['task_set']}",
-             f"budget: {args.iterations} iterations × {args.tasks_per_iteration} tasks × {args.group_size} rollouts, "
-             f"lr {args.lr}, wall time {seconds / 60:.1f} min", "", f"| iteration | held-out avg@{k} | best@{k} |", "|---|---|---|"]
-    lines += [f"| {r.get('phase') or ('before' if r['iteration'] < 0 else r['iteration'] + 1)} | {r[f'avg@{k}']} | "
-              f"{r[f'best@{k}']} |" for r in curve]
+    lines = [
+        f"# {name} ({title}, SmolLM2-135M, CPU)",
+        "",
+        f"command: `{command}`",
+        "",
+        f"task set: {result['task_set']}",
+        f"budget: {args.iterations} iterations × {args.tasks_per_iteration} tasks × {args.group_size} rollouts, "
+        f"lr {args.lr}, wall time {seconds / 60:.1f} min",
+        "",
+        f"| iteration | held-out avg@{k} | best@{k} |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {r.get('phase') or ('before' if r['iteration'] < 0 else r['iteration'] + 1)} | {r[f'avg@{k}']} | "
+        f"{r[f'best@{k}']} |"
+        for r in curve
+    ]
     (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print(json.dumps({"heldout_curve": curve, "seconds": round(seconds)}))
     store.close()

@@ -65,9 +65,21 @@ def _heldout_with_and_without(run_dir: Path, k: int, n_tasks: int) -> dict:
         models = cfg.models.model_copy(update={"policy": cfg.models.policy.model_copy(update={"model": model})})
         llm = role_llm(models, "policy")
         params = sampling_for(models.policy, seed=iteration_seed(cfg.run.seed, 10_000 + it))
-        report, _ = evaluate_policy(tasks, lambda: make_env(cfg.env), llm, cfg.rollout, params, k,
-                                    cfg.env.tool_rendering, show_progress=False, experience_for=lookup)
-        out[f"{name}/with_experience"] = {f"avg@{k}": round(report.avg_at_k, 4), f"best@{k}": round(report.best_at_k, 4)}
+        report, _ = evaluate_policy(
+            tasks,
+            lambda: make_env(cfg.env),
+            llm,
+            cfg.rollout,
+            params,
+            k,
+            cfg.env.tool_rendering,
+            show_progress=False,
+            experience_for=lookup,
+        )
+        out[f"{name}/with_experience"] = {
+            f"avg@{k}": round(report.avg_at_k, 4),
+            f"best@{k}": round(report.best_at_k, 4),
+        }
         del llm
     return out
 
@@ -83,17 +95,33 @@ def main() -> None:
     con = connect_ro(Path(result["run_dir"]))
     metrics = metrics_table(con)
     con.close()
-    guided = [{"iteration": it + 1, "guided_reward": m.get("navigating/guided_reward"),
-               "vanilla_reward": m.get("navigating/vanilla_reward"), "pool_size": m.get("navigating/pool_size")}
-              for it, m in sorted(metrics.items())]
+    guided = [
+        {
+            "iteration": it + 1,
+            "guided_reward": m.get("navigating/guided_reward"),
+            "vanilla_reward": m.get("navigating/vanilla_reward"),
+            "pool_size": m.get("navigating/pool_size"),
+        }
+        for it, m in sorted(metrics.items())
+    ]
     result["guided_vs_vanilla"] = guided
     result["test_time"] = _heldout_with_and_without(Path(result["run_dir"]), k, args.eval_tasks)
-    lines = ["", "## Experience-guided vs vanilla rollouts (training tasks, mean reward per iteration)", "",
-             "| iteration | guided | vanilla | pool size |", "|---|---|---|---|"]
+    lines = [
+        "",
+        "## Experience-guided vs vanilla rollouts (training tasks, mean reward per iteration)",
+        "",
+        "| iteration | guided | vanilla | pool size |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| {g['iteration']} | {g['guided_reward']} | {g['vanilla_reward']} | {g['pool_size']} |" for g in guided]
     tt = result["test_time"]
-    lines += ["", f"## Held-out avg@{k} with and without the final experience pool ({tt['pool_size']} experiences, top-1)",
-              "", "| policy | without experience | with experience |", "|---|---|---|"]
+    lines += [
+        "",
+        f"## Held-out avg@{k} with and without the final experience pool ({tt['pool_size']} experiences, top-1)",
+        "",
+        "| policy | without experience | with experience |",
+        "|---|---|---|",
+    ]
     for name in ("base", "final"):
         if f"{name}/without_experience" in tt:
             w = tt.get(f"{name}/with_experience", {}).get(f"avg@{k}", "—")
@@ -105,14 +133,27 @@ def main() -> None:
         nx, ny = _curve(result, k)
         if by and ny:
             target = 0.9 * max(by)
-            table = {"baseline_best": max(by), "target": target,
-                     "grpo": {"steps@0.9": steps_to_fraction(bx, by, target), "auc": area_under_curve(bx, by)},
-                     "navigating": {"steps@0.9": steps_to_fraction(nx, ny, target), "auc": area_under_curve(nx, ny)}}
+            table = {
+                "baseline_best": max(by),
+                "target": target,
+                "grpo": {"steps@0.9": steps_to_fraction(bx, by, target), "auc": area_under_curve(bx, by)},
+                "navigating": {"steps@0.9": steps_to_fraction(nx, ny, target), "auc": area_under_curve(nx, ny)},
+            }
             result["efficiency"] = table
-            plot_against_baseline(base, result, k, args.out / f"learning_navigating{args.tag}_vs_grpo.png",
-                                  "GRPO + self-navigating (no experience at eval)")
-            lines += ["", f"## Held-out without experience vs plain GRPO ({base_path.name})", "",
-                      "| method | Steps@0.9 | AUC |", "|---|---|---|"]
+            plot_against_baseline(
+                base,
+                result,
+                k,
+                args.out / f"learning_navigating{args.tag}_vs_grpo.png",
+                "GRPO + self-navigating (no experience at eval)",
+            )
+            lines += [
+                "",
+                f"## Held-out without experience vs plain GRPO ({base_path.name})",
+                "",
+                "| method | Steps@0.9 | AUC |",
+                "|---|---|---|",
+            ]
             lines += [f"| {m} | {table[m]['steps@0.9']} | {table[m]['auc']:.3f} |" for m in ("grpo", "navigating")]
     else:
         lines += ["", f"(no baseline at {base_path}: run benchmarks/learning_grpo.py with the same budget and tag)"]

@@ -34,8 +34,14 @@ def aggregate(results: list[dict], k: int) -> list[dict]:
     rows = []
     for x in common:
         vals = [p[x] for p in per_seed]
-        rows.append({"iteration": x, "mean": round(statistics.fmean(vals), 4),
-                     "std": round(statistics.stdev(vals), 4) if len(vals) > 1 else 0.0, "values": vals})
+        rows.append(
+            {
+                "iteration": x,
+                "mean": round(statistics.fmean(vals), 4),
+                "std": round(statistics.stdev(vals), 4) if len(vals) > 1 else 0.0,
+                "values": vals,
+            }
+        )
     return rows
 
 
@@ -49,15 +55,25 @@ def main() -> None:
     rows = aggregate(results, k)
     prefix = os.path.commonprefix(args.names).rstrip("_").removesuffix("_seed")
     seeds = [r["config"]["seed"] for r in results]
-    lines = [f"# {prefix}: held-out avg@{k} over seeds {seeds}", "",
-             f"command: `.venv/bin/python benchmarks/learning_seeds.py {' '.join(args.names)}`", "",
-             f"per-seed runs: {', '.join(f'{n}.md' for n in args.names)} (the command of each is in its md)", "",
-             f"| iteration | mean avg@{k} | std | per seed |", "|---|---|---|---|"]
-    lines += [f"| {'before' if r['iteration'] == 0 else r['iteration']} | {r['mean']} | {r['std']} | "
-              f"{', '.join(str(v) for v in r['values'])} |" for r in rows]
+    lines = [
+        f"# {prefix}: held-out avg@{k} over seeds {seeds}",
+        "",
+        f"command: `.venv/bin/python benchmarks/learning_seeds.py {' '.join(args.names)}`",
+        "",
+        f"per-seed runs: {', '.join(f'{n}.md' for n in args.names)} (the command of each is in its md)",
+        "",
+        f"| iteration | mean avg@{k} | std | per seed |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {'before' if r['iteration'] == 0 else r['iteration']} | {r['mean']} | {r['std']} | "
+        f"{', '.join(str(v) for v in r['values'])} |"
+        for r in rows
+    ]
     (args.out / f"{prefix}_seeds.md").write_text("\n".join(lines) + "\n")
-    (args.out / f"{prefix}_seeds.json").write_text(json.dumps({"names": args.names, "seeds": seeds, "k": k,
-                                                               "curve": rows}, indent=2))
+    (args.out / f"{prefix}_seeds.json").write_text(
+        json.dumps({"names": args.names, "seeds": seeds, "k": k, "curve": rows}, indent=2)
+    )
     import matplotlib
 
     matplotlib.use("Agg")

@@ -33,7 +33,7 @@ def latency(sizes, dim=384, queries=200, k=5, seed=0) -> dict:
         vecs = _normalise(rng.standard_normal((n, dim)))
         qs = _normalise(rng.standard_normal((queries, dim)))
         table = {}
-        pool = ExperiencePool(lambda texts: np.stack([table[t] for t in texts]))
+        pool = ExperiencePool(lambda texts: np.stack([table[t] for t in texts]))  # noqa: B023  (used in this iteration)
         pool.load_vectors([Experience(when_to_use=f"w{i}", content="c") for i in range(n)], vecs)
         times = []
         for i in range(queries):
@@ -41,8 +41,13 @@ def latency(sizes, dim=384, queries=200, k=5, seed=0) -> dict:
             t0 = time.perf_counter()
             pool.retrieve("q", k)
             times.append((time.perf_counter() - t0) * 1000)
-        out[n] = {"p50_ms": round(float(np.percentile(times, 50)), 3), "p95_ms": round(float(np.percentile(times, 95)), 3)}
-        print(f"top-{k} over {n:>7} experiences: p50 {out[n]['p50_ms']:.3f} ms, p95 {out[n]['p95_ms']:.3f} ms", flush=True)
+        out[n] = {
+            "p50_ms": round(float(np.percentile(times, 50)), 3),
+            "p95_ms": round(float(np.percentile(times, 95)), 3),
+        }
+        print(
+            f"top-{k} over {n:>7} experiences: p50 {out[n]['p50_ms']:.3f} ms, p95 {out[n]['p95_ms']:.3f} ms", flush=True
+        )
     return out
 
 
@@ -80,8 +85,8 @@ def main() -> None:
     ap.add_argument("--growth-steps", type=int, default=3000)
     args = ap.parse_args()
     lat = latency([int(x) for x in args.sizes.split(",")])
-    from evolvekit.llm.factory import build_embedder
     from evolvekit.config import EmbeddingConfig
+    from evolvekit.llm.factory import build_embedder
 
     emb = build_embedder(EmbeddingConfig())
     emb.embed(["warm up"])
@@ -96,8 +101,16 @@ def main() -> None:
     without = growth(args.growth_steps, lifecycle=False)
     print(f"pool size every 250 additions, dedup+pruning: {with_lc}")
     print(f"pool size every 250 additions, neither:       {without}")
-    print(json.dumps({"latency": lat, "query_embedding_p50_ms": q_ms, "growth_with_lifecycle": with_lc,
-                      "growth_without": without}))
+    print(
+        json.dumps(
+            {
+                "latency": lat,
+                "query_embedding_p50_ms": q_ms,
+                "growth_with_lifecycle": with_lc,
+                "growth_without": without,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -22,8 +22,12 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--max-steps", type=int, default=3)
     ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
-    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
-                    help="policy weights dtype (auto: fp32 on CPU)")
+    ap.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16"],
+        help="policy weights dtype (auto: fp32 on CPU)",
+    )
     args = ap.parse_args()
 
     from evolvekit.agent.rollout import RolloutJob, run_rollouts
@@ -46,14 +50,30 @@ def main() -> None:
         trajs = run_rollouts(jobs, lambda: make_env(env_cfg), llm, cfg, params, "compact", show_progress=False)
         dt = time.perf_counter() - t0
         gen = sum(t.metadata.get("completion_tokens", 0) for t in trajs)
-        rows[name] = {"seconds": round(dt, 2), "trajectories_per_s": round(len(trajs) / dt, 3),
-                      "generated_tokens": gen, "generated_tokens_per_s": round(gen / dt, 1),
-                      "prompt_tokens": sum(t.metadata.get("prompt_tokens", 0) for t in trajs)}
-        print(f"{name:>10}: {rows[name]['trajectories_per_s']:.3f} traj/s, "
-              f"{rows[name]['generated_tokens_per_s']:.1f} generated tok/s ({dt:.1f}s)", flush=True)
+        rows[name] = {
+            "seconds": round(dt, 2),
+            "trajectories_per_s": round(len(trajs) / dt, 3),
+            "generated_tokens": gen,
+            "generated_tokens_per_s": round(gen / dt, 1),
+            "prompt_tokens": sum(t.metadata.get("prompt_tokens", 0) for t in trajs),
+        }
+        print(
+            f"{name:>10}: {rows[name]['trajectories_per_s']:.3f} traj/s, "
+            f"{rows[name]['generated_tokens_per_s']:.1f} generated tok/s ({dt:.1f}s)",
+            flush=True,
+        )
     speedup = rows["batched"]["generated_tokens_per_s"] / max(rows["sequential"]["generated_tokens_per_s"], 1e-9)
-    print(json.dumps({**rows, "speedup_tokens_per_s": round(speedup, 2), "rollouts": args.rollouts, "concurrency": args.concurrency,
-                      "dtype": args.dtype}))
+    print(
+        json.dumps(
+            {
+                **rows,
+                "speedup_tokens_per_s": round(speedup, 2),
+                "rollouts": args.rollouts,
+                "concurrency": args.concurrency,
+                "dtype": args.dtype,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -62,13 +62,22 @@ def ours(args, model, tok, prompt, completion, adv, shared=True):
 
     ref = _reference(model)
     llm = LocalLLM(tokenizer=tok, hf_model=model, device="cpu")
-    cfg = TrainConfig(micro_batch_size=args.micro, kl_beta=0.001, learning_rate=1e-6, autocast=args.autocast,
-                      shared_prefix=shared)
+    cfg = TrainConfig(
+        micro_batch_size=args.micro, kl_beta=0.001, learning_rate=1e-6, autocast=args.autocast, shared_prefix=shared
+    )
     trainer = GRPOTrainer(llm, cfg, reference_model=ref)
     P, C = prompt.shape[1], completion.shape[1]
-    samples = [TrainingSample(trajectory_id=f"t{i}", group_id="g", token_ids=prompt[i].tolist() + completion[i].tolist(),
-                              loss_mask=[0] * P + [1] * C, token_advantages=[float(adv[i])] * (P + C),
-                              experience_mask=[0] * (P + C)) for i in range(len(adv))]
+    samples = [
+        TrainingSample(
+            trajectory_id=f"t{i}",
+            group_id="g",
+            token_ids=prompt[i].tolist() + completion[i].tolist(),
+            loss_mask=[0] * P + [1] * C,
+            token_advantages=[float(adv[i])] * (P + C),
+            experience_mask=[0] * (P + C),
+        )
+        for i in range(len(adv))
+    ]
     first = trainer.update(samples)  # warm-up, from the initial weights: its loss is compared
     t0 = time.perf_counter()
     trainer.update(samples)
@@ -87,12 +96,27 @@ def trl(args, model, tok, prompt, completion, adv):
     ref = _reference(model)
     B = len(adv)
     with tempfile.TemporaryDirectory() as out:
-        targs = GRPOConfig(output_dir=out, use_cpu=True, report_to=[], beta=0.001, epsilon=0.28, loss_type="dapo",
-                           per_device_train_batch_size=B, num_generations=B, learning_rate=1e-6,
-                           bf16=_bf16(args), gradient_accumulation_steps=1, logging_steps=10_000)
-        trainer = GRPOTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
-                              args=targs, train_dataset=Dataset.from_dict({"prompt": ["x"] * B}),
-                              processing_class=tok)
+        targs = GRPOConfig(
+            output_dir=out,
+            use_cpu=True,
+            report_to=[],
+            beta=0.001,
+            epsilon=0.28,
+            loss_type="dapo",
+            per_device_train_batch_size=B,
+            num_generations=B,
+            learning_rate=1e-6,
+            bf16=_bf16(args),
+            gradient_accumulation_steps=1,
+            logging_steps=10_000,
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+            args=targs,
+            train_dataset=Dataset.from_dict({"prompt": ["x"] * B}),
+            processing_class=tok,
+        )
         trainer.create_optimizer()
         trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(), which we bypass
         opt = trainer.optimizer
@@ -110,9 +134,16 @@ def trl(args, model, tok, prompt, completion, adv):
                 with torch.no_grad(), amp:
                     ref_logits = ref(input_ids=ids, logits_to_keep=c.shape[1] + 1).logits[:, :-1].float()
                 ref_lp = torch.log_softmax(ref_logits, -1).gather(-1, c.unsqueeze(-1)).squeeze(-1)
-                inputs = {"prompt_ids": p, "prompt_mask": torch.ones_like(p), "completion_ids": c,
-                          "completion_mask": torch.ones_like(c), "advantages": adv[sl], "ref_per_token_logps": ref_lp,
-                          "old_per_token_logps": None, "num_items_in_batch": n_items}
+                inputs = {
+                    "prompt_ids": p,
+                    "prompt_mask": torch.ones_like(p),
+                    "completion_ids": c,
+                    "completion_mask": torch.ones_like(c),
+                    "advantages": adv[sl],
+                    "ref_per_token_logps": ref_lp,
+                    "old_per_token_logps": None,
+                    "num_items_in_batch": n_items,
+                }
                 with amp:
                     loss = trainer.compute_loss(model, inputs)
                 loss.backward()
@@ -154,16 +185,25 @@ def main() -> None:
         except ImportError as err:
             rows[name] = {"error": f"not installed: {err}"}
         print(f"{name:>16}: {rows[name]}", flush=True)
-    out = {"batch": args.batch, "prompt": args.prompt, "completion": args.completion, "micro": args.micro,
-           "autocast": args.autocast, "bf16": _bf16(args), **rows}
+    out = {
+        "batch": args.batch,
+        "prompt": args.prompt,
+        "completion": args.completion,
+        "micro": args.micro,
+        "autocast": args.autocast,
+        "bf16": _bf16(args),
+        **rows,
+    }
     if "seconds" in rows.get("trl", {}):
         trl_row = rows["trl"]
         for name in ("evolvekit", "evolvekit_plain"):
             out[f"{name}_vs_trl"] = round(trl_row["seconds"] / rows[name]["seconds"], 2)
         losses = [rows[n]["first_loss"] for n in ("evolvekit", "evolvekit_plain", "trl")]
         out["same_loss"] = max(losses) - min(losses) <= 1e-3 * max(1e-3, max(abs(x) for x in losses))
-        print(f"speed vs TRL: shared-prefix {out['evolvekit_vs_trl']}x, plain {out['evolvekit_plain_vs_trl']}x; "
-              f"first-step losses {losses} -> same: {out['same_loss']}")
+        print(
+            f"speed vs TRL: shared-prefix {out['evolvekit_vs_trl']}x, plain {out['evolvekit_plain_vs_trl']}x; "
+            f"first-step losses {losses} -> same: {out['same_loss']}"
+        )
     print(json.dumps(out))
 
 

@@ -49,20 +49,35 @@ def F(default: Any, description: str, **bounds: Any) -> Any:  # noqa: N802 - sho
 class ModelConfig(_Section):
     """How one LLM role is served."""
 
-    backend: Literal["local", "openai"] = F("local", "local = transformers in-process; openai = any OpenAI-compatible server")
+    backend: Literal["local", "openai"] = F(
+        "local", "local = transformers in-process; openai = any OpenAI-compatible server"
+    )
     model: str = F(EMBEDDED_POLICY, "model name or path; 'embedded:smollm2-135m-instruct' is the offline default")
     device: str = F("auto", "local backend: 'auto', 'cpu' or 'cuda[:i]'")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = F("auto", "local backend weights dtype (auto: fp32 on CPU, bf16 on GPU)")
-    packed_weights: bool = F(True, "local backend on CPU: inference through oneDNN-prepacked linear weights (llm/packed.py; training unaffected)")
-    base_url: str | None = F(None, "openai backend: server base URL, e.g. http://127.0.0.1:8000/v1 (env EVOLVEKIT_OPENAI_BASE_URL)")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = F(
+        "auto", "local backend weights dtype (auto: fp32 on CPU, bf16 on GPU)"
+    )
+    packed_weights: bool = F(
+        True,
+        "local backend on CPU: inference through oneDNN-prepacked linear weights (llm/packed.py; training unaffected)",
+    )
+    base_url: str | None = F(
+        None, "openai backend: server base URL, e.g. http://127.0.0.1:8000/v1 (env EVOLVEKIT_OPENAI_BASE_URL)"
+    )
     api_key_env: str = F("OPENAI_API_KEY", "openai backend: name of the environment variable holding the API key")
     temperature: float = F(0.7, "sampling temperature", ge=0)
     top_p: float = F(1.0, "nucleus sampling threshold", gt=0, le=1)
     max_new_tokens: int = F(256, "generation cap per call", ge=1)
-    timeout_s: float = F(60.0, "openai backend: per-request timeout in seconds; a slow local server (CPU, a large model, long generations) may need 300 or more: a timed-out request is retried with back-off, then the call fails naming this setting", gt=0)
+    timeout_s: float = F(
+        60.0,
+        "openai backend: per-request timeout in seconds; a slow local server (CPU, a large model, long generations) may need 300 or more: a timed-out request is retried with back-off, then the call fails naming this setting",
+        gt=0,
+    )
     concurrency: int = F(8, "openai backend: requests in flight at once for a batch of conversations", ge=1)
     max_retries: int = F(4, "openai backend: retries with exponential back-off on 429/5xx/timeouts", ge=0)
-    return_token_ids: bool = F(False, "openai backend: ask the server for exact prompt/completion token ids (vLLM 'return_token_ids')")
+    return_token_ids: bool = F(
+        False, "openai backend: ask the server for exact prompt/completion token ids (vLLM 'return_token_ids')"
+    )
 
 
 def _role(temperature: float, max_new_tokens: int = 256) -> ModelConfig:
@@ -91,14 +106,23 @@ class EnvConfig(_Section):
     categories: list[str] = F(["multi_turn_base"], "BFCL v3 multi-turn categories to draw real tasks from")
     backends: list[str] = F([], "restrict to tasks/sandboxes using only these backend classes (empty = all)")
     plugins: list[str] = F([], "Python modules to import first; they register custom environments (register_env)")
-    family: str | None = F(None, "task family (a tool subset with worked examples, e.g. 'arith'); real tasks then come from the family")
-    curriculum: list[str] = F([], "task families to widen through, narrow to wide (e.g. [arith, arith_wide]); training tasks come from the current one")
-    curriculum_threshold: float = F(0.7, "mean train success over curriculum_window iterations that moves to the next family", ge=0, le=1)
+    family: str | None = F(
+        None, "task family (a tool subset with worked examples, e.g. 'arith'); real tasks then come from the family"
+    )
+    curriculum: list[str] = F(
+        [],
+        "task families to widen through, narrow to wide (e.g. [arith, arith_wide]); training tasks come from the current one",
+    )
+    curriculum_threshold: float = F(
+        0.7, "mean train success over curriculum_window iterations that moves to the next family", ge=0, le=1
+    )
     curriculum_window: int = F(2, "iterations on a family before its success is judged", ge=1)
     family_tasks: int = F(200, "tasks per split drawn from a task family's generator", ge=1)
     train_split: str = F("train", "partition of the base tasks used as real training tasks")
     eval_split: str = F("test", "held-out partition for evaluation")
-    tool_rendering: Literal["compact", "json"] = F("compact", "tool schemas in the prompt: one line per tool, or full JSON")
+    tool_rendering: Literal["compact", "json"] = F(
+        "compact", "tool schemas in the prompt: one line per tool, or full JSON"
+    )
     service_url: str | None = F(None, "if set, use the environment service at this URL instead of in-process envs")
     service_token_env: str = F("EVOLVEKIT_ENV_TOKEN", "environment variable with the service's bearer token")
     step_timeout_s: float = F(10.0, "per-step timeout of an environment call", gt=0)
@@ -110,7 +134,9 @@ class RolloutConfig(_Section):
     template: Literal["basic", "reasoning", "sliding_window", "self_managing"] = F("basic", "context template (§6.2)")
     context_token_limit: int = F(4096, "sliding-window / self-managing templates act past this many tokens", ge=64)
     concurrency: int = F(8, "rollouts generated concurrently (batched for the local backend)", ge=1)
-    backend: Literal["local", "ray"] = F("local", "local = in this process; ray = rollout workers and environments as Ray actors (extra 'ray')")
+    backend: Literal["local", "ray"] = F(
+        "local", "local = in this process; ray = rollout workers and environments as Ray actors (extra 'ray')"
+    )
     ray_address: str | None = F(None, "Ray cluster address; None starts a local Ray on 127.0.0.1")
     ray_workers: int = F(2, "rollout worker actors (each runs its share of the jobs, batched)", ge=1)
     ray_worker_cpus: float = F(0.5, "CPUs per rollout worker actor (fractional on small machines)", gt=0)
@@ -137,10 +163,16 @@ class TrainConfig(_Section):
     eval_after: bool = F(True, "evaluate the policy on held-out tasks after training")
     eval_tasks: int = F(0, "held-out tasks per evaluation (0 = all of the eval split)", ge=0)
     eval_k: int | None = F(None, "samples per held-out task (avg@k/best@k); unset = rollout.group_size", ge=1)
-    eval_synthetic: str | None = F(None, "JSONL of held-out synthetic tasks (e.g. from `evolvekit tasks synthesize` with another seed), evaluated next to the real split (keys synthetic/avg@k) and kept out of the run's own synthetic tasks by dedup")
+    eval_synthetic: str | None = F(
+        None,
+        "JSONL of held-out synthetic tasks (e.g. from `evolvekit tasks synthesize` with another seed), evaluated next to the real split (keys synthetic/avg@k) and kept out of the run's own synthetic tasks by dedup",
+    )
     eval_every: int = F(0, "also evaluate on held-out tasks every N iterations (0 = only before/after)", ge=0)
     max_grad_norm: float = F(1.0, "gradient clipping", gt=0)
-    shared_prefix: bool = F(True, "shared-prefix training: a group's longest common token prefix runs forward and backward once for all its samples (exact: same loss and gradients; train/shared_prefix.py)")
+    shared_prefix: bool = F(
+        True,
+        "shared-prefix training: a group's longest common token prefix runs forward and backward once for all its samples (exact: same loss and gradients; train/shared_prefix.py)",
+    )
     lora: bool = F(False, "train LoRA adapters (peft) instead of the full model")
     lora_rank: int = F(16, "LoRA rank", ge=1)
 
@@ -164,74 +196,143 @@ class QuestioningConfig(_Section):
     explore_runs: int = F(4, "parallel exploration runs per synthesis round (§3.1)", ge=1)
     explore_steps: int = F(30, "steps per exploration run (N_b + N_d = 30 on BFCL)", ge=1)
     synthetic_tasks: int = F(64, "synthetic tasks to build before training when self-questioning is on", ge=0)
-    scaffold: Literal["auto", "on", "off"] = F("auto", "small-model scaffolds for exploration and synthesis: the explorer's reply starts with an opened tool call (naming an untried tool in breadth steps; in depth steps the model picks the tool under a guided choice among the real ones) whose arguments are decoded under the tool's JSON schema and the synthesizer writes one request per chosen window of explored calls instead of choosing calls itself. 'off' = the paper's free prompts; 'auto' = on for local (in-process) models, off for served ones")
+    scaffold: Literal["auto", "on", "off"] = F(
+        "auto",
+        "small-model scaffolds for exploration and synthesis: the explorer's reply starts with an opened tool call (naming an untried tool in breadth steps; in depth steps the model picks the tool under a guided choice among the real ones) whose arguments are decoded under the tool's JSON schema and the synthesizer writes one request per chosen window of explored calls instead of choosing calls itself. 'off' = the paper's free prompts; 'auto' = on for local (in-process) models, off for served ones",
+    )
     difficulty: DifficultyConfig = F(DifficultyConfig(), "user preference: difficulty (§3.2, Eq. 10)")
     style_rubrics: list[str] = F([], "user preference: free-text style rubrics (§3.2)")
-    lexical_dedup_threshold: float = F(0.8, "token-overlap threshold for real-time dedup (§3.3; §7.1.3: 0.8)", ge=0, le=1)
+    lexical_dedup_threshold: float = F(
+        0.8, "token-overlap threshold for real-time dedup (§3.3; §7.1.3: 0.8)", ge=0, le=1
+    )
     semantic_dedup_threshold: float = F(0.9, "embedding cosine threshold for semantic dedup (§3.3)", ge=-1, le=1)
-    grounding_threshold: float = F(0.0, "drop a synthesized task when less than this share of its reference solution's literal argument values appear in its request (evolvekit's own filter, not in the paper; 0 = off; 1.0 suits stateless families such as arith, where every value must be stated)", ge=0, le=1)
-    hybrid_lambda: float = F(1.0, "λ share of proxy tasks in the hybrid distribution (Eq. 12; paper default trains on synthetic only)", ge=0, le=1)
-    synthetic_advantage_decay: float = F(0.5, "advantage down-weighting of proxy tasks in hybrid training (§7.1.3: 0.5)", ge=0, le=1)
-    reward: Literal["judge", "state", "mix"] = F("judge", "reward for synthetic tasks (§3.4): LLM judge (unparseable -> state check, counted), state check, or mix")
+    grounding_threshold: float = F(
+        0.0,
+        "drop a synthesized task when less than this share of its reference solution's literal argument values appear in its request (evolvekit's own filter, not in the paper; 0 = off; 1.0 suits stateless families such as arith, where every value must be stated)",
+        ge=0,
+        le=1,
+    )
+    hybrid_lambda: float = F(
+        1.0,
+        "λ share of proxy tasks in the hybrid distribution (Eq. 12; paper default trains on synthetic only)",
+        ge=0,
+        le=1,
+    )
+    synthetic_advantage_decay: float = F(
+        0.5, "advantage down-weighting of proxy tasks in hybrid training (§7.1.3: 0.5)", ge=0, le=1
+    )
+    reward: Literal["judge", "state", "mix"] = F(
+        "judge",
+        "reward for synthetic tasks (§3.4): LLM judge (unparseable -> state check, counted), state check, or mix",
+    )
     judge_retries: int = F(2, "retries of an unparseable judge answer before the fallback", ge=0)
     judge_weight: float = F(0.5, "weight of the judge in the 'mix' reward", ge=0, le=1)
-    judge_constrained: Literal["auto", "on", "off"] = F("auto", "a judge that always answers: the reply is forced to 'Score:' and the model picks one of the levels 0.0-0.3 / 0.7-1.0 by log-probability (never unparseable, no written analysis); 'auto' = on for an in-process judge, off (the paper's free answer + parser) for a served one")
+    judge_constrained: Literal["auto", "on", "off"] = F(
+        "auto",
+        "a judge that always answers: the reply is forced to 'Score:' and the model picks one of the levels 0.0-0.3 / 0.7-1.0 by log-probability (never unparseable, no written analysis); 'auto' = on for an in-process judge, off (the paper's free answer + parser) for a served one",
+    )
 
 
 class CoEvolveConfig(_Section):
     enabled: bool = F(False, "CoEvolve weakness signals steering re-exploration (CoEvolve §3)")
     forgetting_window: int = F(5, "W, sliding window of recent scores per task (CoEvolve §3.1 (1))", ge=1)
     success_threshold: float = F(0.5, "score threshold for forgetting/boundary signals (CoEvolve §3.1)", ge=0, le=1)
-    rare_theta_percent: float = F(5.0, "θ, rare-pattern frequency threshold in percent (CoEvolve §3.1 (3): θ = 5)", ge=0, le=100)
+    rare_theta_percent: float = F(
+        5.0, "θ, rare-pattern frequency threshold in percent (CoEvolve §3.1 (3): θ = 5)", ge=0, le=100
+    )
     rare_min_patterns: int = F(50, "N_min observed patterns before rare signals fire (CoEvolve §3.1 (3))", ge=0)
     reexplore_rounds: int = F(2, "independent re-exploration runs per context (CoEvolve §3.2)", ge=0)
     reexplore_steps: int = F(8, "steps per re-exploration run (CoEvolve §3.2)", ge=1)
-    every_iterations: int = F(10, "F, regenerate tasks from signals every F iterations (CoEvolve §4: every 10 steps)", ge=1)
-    max_contexts: int = F(4, "regeneration cap: signal contexts (one per signal kind and task, forgetting first) reflected on and re-explored per regeneration", ge=1)
+    every_iterations: int = F(
+        10, "F, regenerate tasks from signals every F iterations (CoEvolve §4: every 10 steps)", ge=1
+    )
+    max_contexts: int = F(
+        4,
+        "regeneration cap: signal contexts (one per signal kind and task, forgetting first) reflected on and re-explored per regeneration",
+        ge=1,
+    )
 
 
 class NavigatingConfig(_Section):
     enabled: bool = F(False, "self-navigating: experience pool + experience-mixed rollouts (§4)")
     n_pc: int = F(4, "N_pc rollouts per task to build the cold-start pool (Eq. 13; §7.1.3: 4)", ge=0)
-    cold_start_tasks: int = F(0, "tasks g ~ p_train (the whole training set: real tasks, or the synthetic ones under self-questioning) the cold-start pool is built from, drawn with the run's seed (Eq. 13); 0 = train.tasks_per_iteration", ge=0)
+    cold_start_tasks: int = F(
+        0,
+        "tasks g ~ p_train (the whole training set: real tasks, or the synthetic ones under self-questioning) the cold-start pool is built from, drawn with the run's seed (Eq. 13); 0 = train.tasks_per_iteration",
+        ge=0,
+    )
     top_k: int = F(5, "retrieval top-k (Eq. 14; §7.1.3: k = 5)", ge=1)
     rerank: bool = F(True, "LLM re-ranking of retrieved experiences (§4.1)")
     rewrite: bool = F(True, "LLM rewriting of retrieved experiences for the task (§4.1)")
     eta: float = F(0.5, "η share of experience-guided rollouts, N_e = ⌊η·N⌋ (Eq. 15; §7.1.3: 0.5)", ge=0, le=1)
     eps_high_boost: float = F(0.6, "ε̂_high for positive-advantage guided samples (Eq. 17; §7.1.3: 0.6)", ge=0)
     strip_experience: bool = F(True, "remove experience tokens before the update (§4.3)")
-    as_tool: bool = F(False, "expose experience as a search_experience tool instead of prompt injection (EvolveR §3.2.2)")
+    as_tool: bool = F(
+        False, "expose experience as a search_experience tool instead of prompt injection (EvolveR §3.2.2)"
+    )
     theta_sim: float = F(0.85, "θ_sim, cosine at or above which a new experience is checked for merge (EvolveR)")
-    theta_prune: float = F(0.3, "θ_prune, prune experiences with score (c_succ+1)/(c_use+2) below it (EvolveR)", ge=0, le=1)
-    inject_count: int = F(1, "experiences injected into a guided rollout after refinement (the paper injects one snippet exp_g)", ge=1)
-    success_threshold: float = F(0.5, "outcome at or above which a rollout counts as a success (experience use/success counts, extraction split). 0.5 fits continuous judge rewards (correct work scores 0.7-1.0) and is the same as 1.0 for 0/1 checker rewards", ge=0, le=1)
-    min_uses_before_prune: int = F(8, "never prune an experience used fewer times than this (EvolveR's score needs evidence: at the defaults one task's group has N_e = 4 guided rollouts, so 8 = two groups)", ge=0)
+    theta_prune: float = F(
+        0.3, "θ_prune, prune experiences with score (c_succ+1)/(c_use+2) below it (EvolveR)", ge=0, le=1
+    )
+    inject_count: int = F(
+        1, "experiences injected into a guided rollout after refinement (the paper injects one snippet exp_g)", ge=1
+    )
+    success_threshold: float = F(
+        0.5,
+        "outcome at or above which a rollout counts as a success (experience use/success counts, extraction split). 0.5 fits continuous judge rewards (correct work scores 0.7-1.0) and is the same as 1.0 for 0/1 checker rewards",
+        ge=0,
+        le=1,
+    )
+    min_uses_before_prune: int = F(
+        8,
+        "never prune an experience used fewer times than this (EvolveR's score needs evidence: at the defaults one task's group has N_e = 4 guided rollouts, so 8 = two groups)",
+        ge=0,
+    )
     validate_experiences: bool = F(True, "LLM validation of each extracted experience (§4.1 step 3)")
-    extraction: Literal["auto", "llm", "constrained", "grounded"] = F("auto", "how experiences are written (§4.1 step 2): llm = the paper's free summarizer answer, parsed; constrained = the summarizer's reply forced into 'When to use: ... / Content: ...' (in-process model); grounded = a success/failure pair of one task becomes an experience written from execution (what the success did that the failure did not), the other jobs go to the constrained summarizer (the free one when served); every experience passes the same validation. auto = grounded for an in-process summarizer, llm for a served one")
+    extraction: Literal["auto", "llm", "constrained", "grounded"] = F(
+        "auto",
+        "how experiences are written (§4.1 step 2): llm = the paper's free summarizer answer, parsed; constrained = the summarizer's reply forced into 'When to use: ... / Content: ...' (in-process model); grounded = a success/failure pair of one task becomes an experience written from execution (what the success did that the failure did not), the other jobs go to the constrained summarizer (the free one when served); every experience passes the same validation. auto = grounded for an in-process summarizer, llm for a served one",
+    )
     prune_every: int = F(1, "run the EvolveR pruning sweep every N iterations (0 = never)", ge=0)
-    seed_file: str = F("", "JSONL experiences (the `evolvekit experiences export` format) that seed an empty pool before the first iteration, e.g. a family's worked examples (`evolvekit experiences from-family arith`); '' = the pool starts from the n_pc cold-start rollouts")
+    seed_file: str = F(
+        "",
+        "JSONL experiences (the `evolvekit experiences export` format) that seed an empty pool before the first iteration, e.g. a family's worked examples (`evolvekit experiences from-family arith`); '' = the pool starts from the n_pc cold-start rollouts",
+    )
     utility_test: bool = F(False, "Evolving-RL: judge an experience by its mean reward on K related tasks")
     utility_k: int = F(4, "K related tasks for the utility test (Evolving-RL §3.1)", ge=1)
 
 
 class AttributingConfig(_Section):
     enabled: bool = F(False, "self-attributing step credit (§5)")
-    mode: Literal["both", "outcome_only", "attribution_only"] = F("both", "Table 5 ablations: r_attr + r_out, w/o r_attr, w/o r_out")
+    mode: Literal["both", "outcome_only", "attribution_only"] = F(
+        "both", "Table 5 ablations: r_attr + r_out, w/o r_attr, w/o r_out"
+    )
     alpha: float = F(0.1, "α weight of the attribution channel (Eq. 20; §7.5: 0.1)", ge=0)
     alpha_schedule: list[float] = F([], "optional per-iteration α values (curriculum); empty = constant α")
     eps: float = F(1e-8, "ε in the standardisations of Eq. 18 and Eq. 19", gt=0)
     max_retries: int = F(2, "retries of an unparseable attribution before neutralising the channel", ge=0)
     concurrency: int = F(4, "concurrent attributor calls", ge=1)
-    source: Literal["auto", "llm", "grounded", "gigpo"] = F("auto", "where step credit comes from: llm = the paper's attributor (§5.1), its labels into Eq. 18-21; grounded = GOOD/BAD from execution against the task's reference solution and the environment's state (attributing/grounded.py), into the same Eq. 18-21; gigpo = GiGPO's anchor-state step groups (verl-agent; no helper model): A = A^E + ω·A^S; auto = llm for a served attributor (models.attributor.backend: openai), grounded for an in-process one")
+    source: Literal["auto", "llm", "grounded", "gigpo"] = F(
+        "auto",
+        "where step credit comes from: llm = the paper's attributor (§5.1), its labels into Eq. 18-21; grounded = GOOD/BAD from execution against the task's reference solution and the environment's state (attributing/grounded.py), into the same Eq. 18-21; gigpo = GiGPO's anchor-state step groups (verl-agent; no helper model): A = A^E + ω·A^S; auto = llm for a served attributor (models.attributor.backend: openai), grounded for an in-process one",
+    )
     gigpo_gamma: float = F(0.95, "GiGPO's discount γ of the step returns (verl-agent default 0.95)", ge=0, le=1)
     gigpo_weight: float = F(1.0, "GiGPO's ω, weight of the step-level advantage (verl-agent default 1.0)", ge=0)
     gigpo_norm: Literal["std", "mean"] = F("std", "GiGPO's normalisation inside a group: mean_std_norm or mean_norm")
-    constrained: Literal["auto", "on", "off"] = F("auto", "forced-choice labels: the answer structure is forced and the model only picks GOOD/BAD per step by log-probability (never unparseable, no written analysis); 'auto' = on for an in-process attributor, 'off' = the paper's free answer + parser")
+    constrained: Literal["auto", "on", "off"] = F(
+        "auto",
+        "forced-choice labels: the answer structure is forced and the model only picks GOOD/BAD per step by log-probability (never unparseable, no written analysis); 'auto' = on for an in-process attributor, 'off' = the paper's free answer + parser",
+    )
 
 
 class EvolvingRLConfig(_Section):
-    enabled: bool = F(False, "co_evolution switch: Evolving-RL joint extractor/solver training (Evolving-RL §3); also sets train.eps_low 0.1, eps_high 0.15, kl_beta 0.01 (its Table 5) unless the config sets them")
-    mode: Literal["both", "solver_only", "extractor_only"] = F("both", "Table 3 ablations: train both roles, or only one")
+    enabled: bool = F(
+        False,
+        "co_evolution switch: Evolving-RL joint extractor/solver training (Evolving-RL §3); also sets train.eps_low 0.1, eps_high 0.15, kl_beta 0.01 (its Table 5) unless the config sets them",
+    )
+    mode: Literal["both", "solver_only", "extractor_only"] = F(
+        "both", "Table 3 ablations: train both roles, or only one"
+    )
     skill_max_tokens: int = F(128, "generation cap of one extracted skill", ge=1)
     n_candidates: int = F(8, "N candidate skills per source task (Evolving-RL §3.1)", ge=1)
     k_tasks: int = F(4, "K related downstream tasks, source included (Evolving-RL §3.1)", ge=1)
@@ -250,22 +351,47 @@ class EvolvingRLConfig(_Section):
 
 
 class ColdStartConfig(_Section):
-    enabled: bool = F(False, "supervised warm-up before RL on verified (task -> reference solution) pairs; teaches the action format, not answers (EvolveR §3.2.2, A.2)")
-    tasks_file: str | None = F(None, "JSONL of verified tasks to warm up on (e.g. `evolvekit tasks synthesize`); default: the run's own self-questioning tasks")
+    enabled: bool = F(
+        False,
+        "supervised warm-up before RL on verified (task -> reference solution) pairs; teaches the action format, not answers (EvolveR §3.2.2, A.2)",
+    )
+    tasks_file: str | None = F(
+        None,
+        "JSONL of verified tasks to warm up on (e.g. `evolvekit tasks synthesize`); default: the run's own self-questioning tasks",
+    )
     epochs: int = F(3, "epochs over the warm-up pairs (EvolveR A.2: 3)", ge=1)
-    learning_rate: float = F(1e-4, "peak learning rate (EvolveR A.2: 1e-4 with LoRA; full fine-tuning a 135M model wants ~1e-5)", gt=0)
+    learning_rate: float = F(
+        1e-4, "peak learning rate (EvolveR A.2: 1e-4 with LoRA; full fine-tuning a 135M model wants ~1e-5)", gt=0
+    )
     warmup_ratio: float = F(0.1, "linear warm-up share of the steps, then linear decay (EvolveR A.2: 0.1)", ge=0, le=1)
     batch_size: int = F(16, "pairs per optimizer step (EvolveR A.2: 16)", ge=1)
     max_examples: int = F(512, "cap on warm-up pairs", ge=1)
-    closing: str = F("Done.", "closing message trained after the replayed tool result, so the warm-up also teaches that a turn ends once its calls ran; empty = calls only")
-    teach_search: Literal["auto", "on", "off"] = F("auto", "EvolveR's retrieval-as-action: each warm-up pair first calls search_experience with the task (its answer from the run's experience pool is a prompt, not a target), then the verified reference calls; auto = on with navigating.as_tool")
+    closing: str = F(
+        "Done.",
+        "closing message trained after the replayed tool result, so the warm-up also teaches that a turn ends once its calls ran; empty = calls only",
+    )
+    teach_search: Literal["auto", "on", "off"] = F(
+        "auto",
+        "EvolveR's retrieval-as-action: each warm-up pair first calls search_experience with the task (its answer from the run's experience pool is a prompt, not a target), then the verified reference calls; auto = on with navigating.as_tool",
+    )
 
 
 class RewardConfig(_Section):
     w_outcome: float = F(1.0, "w_o, outcome weight (EvolveR §3.3)", ge=0)
-    w_format: float = F(0.0, "w_f, format weight; EvolveR uses 0.1, off (0) in paper-faithful configs; with navigating.as_tool it is 0.1 unless set", ge=0)
-    w_reasoning: float = F(0.0, "w_r, weight of the reasoning reward of the reasoning template (§6.2.1; train/rewards.py: reasoning_reward); 0.1 with rollout.template: reasoning unless set", ge=0)
-    format: Literal["calls", "evolver"] = F("calls", "R_format: calls = execution-checked call credit; evolver = EvolveR Eq. 4 adapted (complete episode · (call credit + search score)/2, rewarding the search_experience action); with navigating.as_tool it is 'evolver' unless set")
+    w_format: float = F(
+        0.0,
+        "w_f, format weight; EvolveR uses 0.1, off (0) in paper-faithful configs; with navigating.as_tool it is 0.1 unless set",
+        ge=0,
+    )
+    w_reasoning: float = F(
+        0.0,
+        "w_r, weight of the reasoning reward of the reasoning template (§6.2.1; train/rewards.py: reasoning_reward); 0.1 with rollout.template: reasoning unless set",
+        ge=0,
+    )
+    format: Literal["calls", "evolver"] = F(
+        "calls",
+        "R_format: calls = execution-checked call credit; evolver = EvolveR Eq. 4 adapted (complete episode · (call credit + search score)/2, rewarding the search_experience action); with navigating.as_tool it is 'evolver' unless set",
+    )
 
 
 class RunConfig(_Section):
@@ -381,24 +507,38 @@ EVOLVING_RL_TRAIN_DEFAULTS = {"eps_low": 0.1, "eps_high": 0.15, "kl_beta": 0.01}
 def cross_field_problem(cfg: Config) -> str | None:
     """The first rule combining several fields that ``cfg`` breaks, as one line naming them, else None."""
     if cfg.evolving_rl.enabled and (cfg.navigating.enabled or cfg.attributing.enabled):
-        return ("evolving_rl.enabled replaces the rollout, experience and sample stages; "
-                "turn navigating.enabled and attributing.enabled off")
+        return (
+            "evolving_rl.enabled replaces the rollout, experience and sample stages; "
+            "turn navigating.enabled and attributing.enabled off"
+        )
     if cfg.rollout.backend == "ray" and cfg.train.lora:
         return "rollout.backend: ray with train.lora is not supported yet (workers sync full weights)"
     if cfg.rollout.backend == "ray" and cfg.rollout.template in ("sliding_window", "self_managing"):
-        return (f"rollout.backend: ray with rollout.template: {cfg.rollout.template} is not supported yet (the summarizer "
-                "role lives in the driver); use rollout.backend: local")
+        return (
+            f"rollout.backend: ray with rollout.template: {cfg.rollout.template} is not supported yet (the summarizer "
+            "role lives in the driver); use rollout.backend: local"
+        )
     if cfg.rollout.backend == "ray" and cfg.evolving_rl.enabled:
         return "rollout.backend: ray is not supported by evolving_rl yet (its source, candidate and solver rollouts run in-process); use rollout.backend: local"
-    if cfg.rollout.backend == "ray" and cfg.navigating.enabled and (cfg.navigating.as_tool or cfg.navigating.utility_test):
-        return ("rollout.backend: ray with navigating.as_tool or navigating.utility_test is not supported yet (the "
-                "search tool and the utility test need the driver's experience pool); use rollout.backend: local")
-    for option, value, role in (("attributing.constrained", cfg.attributing.constrained, "attributor"),
-                                ("questioning.judge_constrained", cfg.questioning.judge_constrained, "judge"),
-                                ("navigating.extraction", cfg.navigating.extraction, "summarizer")):
+    if (
+        cfg.rollout.backend == "ray"
+        and cfg.navigating.enabled
+        and (cfg.navigating.as_tool or cfg.navigating.utility_test)
+    ):
+        return (
+            "rollout.backend: ray with navigating.as_tool or navigating.utility_test is not supported yet (the "
+            "search tool and the utility test need the driver's experience pool); use rollout.backend: local"
+        )
+    for option, value, role in (
+        ("attributing.constrained", cfg.attributing.constrained, "attributor"),
+        ("questioning.judge_constrained", cfg.questioning.judge_constrained, "judge"),
+        ("navigating.extraction", cfg.navigating.extraction, "summarizer"),
+    ):
         if value in ("on", "constrained") and not _in_process(getattr(cfg.models, role)):
-            return (f"{option}: {value} needs an in-process {role} (forced choice reads its log-probabilities); "
-                    f"models.{role}.backend is openai")
+            return (
+                f"{option}: {value} needs an in-process {role} (forced choice reads its log-probabilities); "
+                f"models.{role}.backend is openai"
+            )
     if cfg.cold_start.enabled and not cfg.cold_start.tasks_file and not cfg.questioning.enabled:
         return "cold_start.enabled needs verified tasks: set cold_start.tasks_file or questioning.enabled"
     if cfg.env.curriculum and cfg.questioning.enabled:
@@ -411,8 +551,10 @@ def cross_field_problem(cfg: Config) -> str | None:
 def training_problem(cfg: Config) -> str | None:
     """What keeps ``cfg`` from training (``evolvekit run``) though it may still evaluate (``evolvekit eval``)."""
     if cfg.models.policy.backend != "local":
-        return ("training needs models.policy.backend: local (an OpenAI-compatible server cannot be updated from "
-                "here); use `evolvekit eval` to evaluate a served model")
+        return (
+            "training needs models.policy.backend: local (an OpenAI-compatible server cannot be updated from "
+            "here); use `evolvekit eval` to evaluate a served model"
+        )
     return None
 
 
@@ -498,7 +640,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         except UnicodeDecodeError as err:
             raise ConfigError(f"{p}: not UTF-8 text (byte {err.start})") from None
         except (yaml.YAMLError, RecursionError) as err:
-            raise ConfigError(f"{p}: not valid YAML: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+            raise ConfigError(
+                f"{p}: not valid YAML: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+            ) from None
         except OSError as err:
             raise ConfigError(f"{p}: cannot read: {err.strerror}") from None
         if loaded is None:

@@ -55,8 +55,9 @@ class ExperienceStage(Protocol):
 
 @runtime_checkable
 class SampleStage(Protocol):
-    def build(self, ctx: IterationContext, trajectories: Sequence[Trajectory]
-              ) -> tuple[list[TrainingSample], dict[str, float]]: ...
+    def build(
+        self, ctx: IterationContext, trajectories: Sequence[Trajectory]
+    ) -> tuple[list[TrainingSample], dict[str, float]]: ...
 
 
 @runtime_checkable

@@ -208,6 +208,9 @@ class TrainingSample(_Model):
                 raise ValueError(f"TrainingSample.{name} must match token_ids in length")
         if (self.behaviour_token_ids is None) != (self.behaviour_positions is None):
             raise ValueError("TrainingSample.behaviour_token_ids and behaviour_positions go together")
-        if self.behaviour_positions and self.behaviour_token_ids is not None and \
-                max(self.behaviour_positions) >= len(self.behaviour_token_ids):
+        if (
+            self.behaviour_positions
+            and self.behaviour_token_ids is not None
+            and max(self.behaviour_positions) >= len(self.behaviour_token_ids)
+        ):
             raise ValueError("TrainingSample.behaviour_positions point past behaviour_token_ids")

@@ -45,14 +45,19 @@ def test_parser_never_raises_on_arbitrary_text(text):
     assert not (action.tool_calls and action.parse_error)
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
-                           | st.text(), lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(), c, max_size=3),
-                           max_leaves=8)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(), c, max_size=3),
+    max_leaves=8,
+)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True), st.dictionaries(st.text(), json_values, max_size=4),
-       st.text(alphabet=st.characters(blacklist_characters="<{["), max_size=30))
+@given(
+    st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True),
+    st.dictionaries(st.text(), json_values, max_size=4),
+    st.text(alphabet=st.characters(blacklist_characters="<{["), max_size=30),
+)
 def test_parser_round_trips_formatted_calls(name, args, prefix):
     call = ToolCall(name=name, arguments=args)
     action = parse_action(prefix + format_call(call))
@@ -126,7 +131,9 @@ def test_rollouts_batch_and_complete_and_score():
     task = next(t for t in data.load_tasks("multi_turn_base") if t.task_id == "multi_turn_base_0")
     llm = ScriptedLLM(task)
     cfg = RolloutConfig(max_steps=30, concurrency=4)
-    trajs = run_rollouts([RolloutJob(task=task) for _ in range(4)], BfclEnv, llm, cfg, SamplingParams(), show_progress=False)
+    trajs = run_rollouts(
+        [RolloutJob(task=task) for _ in range(4)], BfclEnv, llm, cfg, SamplingParams(), show_progress=False
+    )
     assert len(trajs) == 4 and all(t.outcome_reward == 1.0 for t in trajs)
     assert max(llm.batch_sizes) == 4  # the four episodes were generated in one batch
     steps = trajs[0].steps
@@ -148,8 +155,9 @@ def test_step_limit_truncates_and_a_failing_rollout_does_not_stop_others():
             return super().reset(task, sandbox_config)
 
     cfg = RolloutConfig(max_steps=3, concurrency=3)
-    trajs = run_rollouts([RolloutJob(task=task) for _ in range(3)], Flaky, ScriptedLLM(task), cfg, SamplingParams(),
-                         show_progress=False)
+    trajs = run_rollouts(
+        [RolloutJob(task=task) for _ in range(3)], Flaky, ScriptedLLM(task), cfg, SamplingParams(), show_progress=False
+    )
     assert len(trajs) == 3
     crashed = [t for t in trajs if t.flags.failed]
     assert len(crashed) == 1 and "environment crashed" in crashed[0].error

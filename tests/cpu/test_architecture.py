@@ -21,8 +21,13 @@ def _imports(path: Path, known: set[str]) -> set[str]:
     """Every evolvekit module imported anywhere in the file (function bodies included), except under
     ``if TYPE_CHECKING:`` (annotations only, never executed)."""
     tree = ast.parse(path.read_text())
-    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for child in node.body for n in ast.walk(child)}
+    skip = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for child in node.body
+        for n in ast.walk(child)
+    }
     found = set()
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -49,7 +54,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         stack.append(u)
         for v in sorted(graph[u]):
             if state.get(v) == 1:
-                cycles.append(stack[stack.index(v):] + [v])
+                cycles.append(stack[stack.index(v) :] + [v])
             elif v not in state:
                 visit(v, stack)
         stack.pop()
@@ -72,8 +77,11 @@ def test_cycle_finder_finds_a_cycle():
 
 def test_mechanisms_never_import_the_orchestrator():
     graph = _graph()
-    bad = {m: sorted(d for d in deps if d.startswith("evolvekit.orchestrator")) for m, deps in graph.items()
-           if m.count(".") and m.split(".")[1] in MECHANISMS}
+    bad = {
+        m: sorted(d for d in deps if d.startswith("evolvekit.orchestrator"))
+        for m, deps in graph.items()
+        if m.count(".") and m.split(".")[1] in MECHANISMS
+    }
     assert not {m: d for m, d in bad.items() if d}, bad
     # and the leaf the stages share depends on nothing above the data model and the store
     assert graph["evolvekit.protocols"] <= {"evolvekit.store.sqlite", "evolvekit.types"}

@@ -8,8 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evolvekit.attributing.attributor import StepAttributor
-from evolvekit.attributing.credit import (fuse, group_step_advantages, returns_to_go, standardize_attribution,
-                                          standardize_outcome)
+from evolvekit.attributing.credit import (
+    fuse,
+    group_step_advantages,
+    returns_to_go,
+    standardize_attribution,
+    standardize_outcome,
+)
 from evolvekit.attributing.prompts import SYSTEM_PROMPT, parse_attribution, user_prompt
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.train.samples import build_samples
@@ -69,8 +74,10 @@ def test_fuse_and_returns_to_go():
 
 
 def test_parser_accepts_variants():
-    text = ("Let me think.\nStep 0 Analysis: fine.\n**Step 0 Judgment:** good\nstep 1 judgement: `BAD`\n"
-            "Step 2: Good\nStep 7 Judgment: BAD\nStep 1 Judgment: GOOD\nThanks!")
+    text = (
+        "Let me think.\nStep 0 Analysis: fine.\n**Step 0 Judgment:** good\nstep 1 judgement: `BAD`\n"
+        "Step 2: Good\nStep 7 Judgment: BAD\nStep 1 Judgment: GOOD\nThanks!"
+    )
     parsed = parse_attribution(text, 3)
     assert parsed.labels == [G, G, G]  # step 1 revised to GOOD (last wins); step 7 does not exist
     assert parse_attribution("Step 0 Judgment: GOOD", 2).labels is None
@@ -95,8 +102,12 @@ def test_parser_reads_well_formed_answers_amid_noise(labels, noise):
 
 
 def _traj(n, reward, task_id="t"):
-    return Trajectory(task_id=task_id, group_id="g", outcome_reward=reward,
-                      steps=[Step(index=i, action_text=f"a{i}", observation=f"o{i}") for i in range(n)])
+    return Trajectory(
+        task_id=task_id,
+        group_id="g",
+        outcome_reward=reward,
+        steps=[Step(index=i, action_text=f"a{i}", observation=f"o{i}") for i in range(n)],
+    )
 
 
 class _Scripted:
@@ -166,11 +177,20 @@ def test_attributed_samples_share_the_hybrid_proxy_task_decay(tmp_path):
     from evolvekit.store.sqlite import RunStore
     from evolvekit.types import TaskSource
 
-    cfg = load_config(None, ["questioning.enabled=true", "questioning.hybrid_lambda=0.5",
-                             "attributing.enabled=true", "attributing.mode=outcome_only"])
+    cfg = load_config(
+        None,
+        [
+            "questioning.enabled=true",
+            "questioning.hybrid_lambda=0.5",
+            "attributing.enabled=true",
+            "attributing.mode=outcome_only",
+        ],
+    )
     store = RunStore(tmp_path / "run.db")
-    tasks = [Task(task_id="real", env_name="x", query="q"),
-             Task(task_id="syn", env_name="x", query="q", source=TaskSource.SYNTHETIC)]
+    tasks = [
+        Task(task_id="real", env_name="x", query="q"),
+        Task(task_id="syn", env_name="x", query="q", source=TaskSource.SYNTHETIC),
+    ]
     with store.transaction() as c:
         store.put_tasks(c, tasks, -1)
     trajs = []
@@ -220,9 +240,11 @@ def test_constrained_attributor_labels_every_step_and_never_fails(tmp_path):
     import torch
 
     with torch.no_grad():
+
         def seq_lp(label_ids):
             full = torch.tensor([ids + label_ids])
             lp = torch.log_softmax(llm.model(input_ids=full).logits[0].float(), -1)
             return sum(float(lp[len(ids) - 1 + j, t]) for j, t in enumerate(label_ids))
+
         want = G if seq_lp(labeler.label_ids[0]) >= seq_lp(labeler.label_ids[1]) else B
     assert labeler.label(conv, 1)[0] == [want]

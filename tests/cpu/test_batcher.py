@@ -16,7 +16,7 @@ def test_balanced_json_end():
     assert not balanced_json_end('{"name": "add", "arguments": {"a": 1}')
     assert not balanced_json_end('{"name": "a}b"')  # a bracket inside a string does not count
     assert balanced_json_end('{"s": "quote \\" and } inside"}')
-    assert not balanced_json_end('The answer is {5}')  # prose first: not a bare JSON action
+    assert not balanced_json_end("The answer is {5}")  # prose first: not a bare JSON action
     assert balanced_json_end('<tool_call>{"name": "x"} rambling')  # a tagged call is complete at its JSON's end
     assert not balanced_json_end('<tool_call>{"name": "x"')
     assert not balanced_json_end("")
@@ -127,7 +127,7 @@ def test_json_end_index_and_the_cut_completion(llm, monkeypatch):
     assert json_end_index('  {"a": "}"} x') == len('  {"a": "}"}')
     assert json_end_index('{"a": 1') is None and json_end_index("hello") is None
     # a token that closes the JSON and carries more characters: the text is cut right after the JSON
-    script = llm.tokenizer.encode('1}}</tool_call> and more', add_special_tokens=False)
+    script = llm.tokenizer.encode("1}}</tool_call> and more", add_special_tokens=False)
     drawn = iter(script)
     monkeypatch.setattr(local, "sample_next", lambda logits, *a: torch.tensor([next(drawn)] * logits.shape[0]))
     batch = llm.decode_batch(SamplingParams(max_new_tokens=len(script), stop_on_balanced_json=True))

@@ -92,7 +92,7 @@ def test_miss_func_reveals_function_at_its_turn():
     reset = env.reset(task)
     assert not set(names) & {t.name for t in reset.tools}
     revealed = None
-    for i in range(int(turn)):
+    for _ in range(int(turn)):
         revealed = env.step(Action(text="ok"))
     assert revealed.new_turn and revealed.tools is not None
     assert set(names) <= {t.name for t in revealed.tools}
@@ -131,7 +131,9 @@ def test_backend_filter_and_sandbox():
     assert {t.name for t in r.tools} == {"add", "multiply"}
     out = env.step(Action(tool_calls=[ToolCall(name="add", arguments={"a": 2, "b": 3})]))
     assert '"result": 5' in out.observation
-    assert "unknown tool" in env.step(Action(tool_calls=[ToolCall(name="divide", arguments={"a": 1, "b": 2})])).observation
+    assert (
+        "unknown tool" in env.step(Action(tool_calls=[ToolCall(name="divide", arguments={"a": 1, "b": 2})])).observation
+    )
     with pytest.raises(EnvError):
         env.evaluate()
 

@@ -14,8 +14,18 @@ from evolvekit.train.sft import lr_factor
 
 
 def test_lr_schedule_warms_up_then_decays():
-    assert [round(lr_factor(s, 10, 0.2), 3) for s in range(10)] == [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375,
-                                                                     0.25, 0.125]
+    assert [round(lr_factor(s, 10, 0.2), 3) for s in range(10)] == [
+        0.5,
+        1.0,
+        1.0,
+        0.875,
+        0.75,
+        0.625,
+        0.5,
+        0.375,
+        0.25,
+        0.125,
+    ]
 
 
 def test_reference_pairs_mask_the_calls_and_the_closing_turn_only(tmp_path):
@@ -47,7 +57,7 @@ def test_reference_pairs_mask_the_calls_and_the_closing_turn_only(tmp_path):
         runs += [cur] if cur else []
         assert len(runs) == 2 and runs[0][-1] == eot and runs[1][-1] == eot
         assert llm.decode(runs[0][:-1]) == target and llm.decode(runs[1][:-1]) == "Done."
-        between = llm.decode(s.token_ids[len(c.token_ids) + 1: len(s.token_ids) - len(runs[1])])
+        between = llm.decode(s.token_ids[len(c.token_ids) + 1 : len(s.token_ids) - len(runs[1])])
         assert "Tool results:" in between and '"result"' in between  # the executed reference's observation
 
 
@@ -58,11 +68,26 @@ def test_run_with_cold_start_warms_up_checkpoints_and_never_uses_held_out_tasks(
     train, held = fam.tasks("train", 3), fam.tasks("test", 1)
     tasks_file = tmp_path / "warm.jsonl"
     tasks_file.write_text("".join(t.model_dump_json() + "\n" for t in train + held))  # one held-out task sneaks in
-    cfg = load_config(None, [f"run.out_dir={tmp_path}", "env.family=arith", f"models.policy.model={tiny}",
-                             "models.policy.max_new_tokens=8", "rollout.max_steps=2", "rollout.group_size=2",
-                             "train.iterations=1", "train.tasks_per_iteration=1", "train.eval_tasks=1",
-                             "train.eval_k=1", "train.autocast=off", "cold_start.enabled=true",
-                             f"cold_start.tasks_file={tasks_file}", "cold_start.epochs=3", "cold_start.batch_size=2"])
+    cfg = load_config(
+        None,
+        [
+            f"run.out_dir={tmp_path}",
+            "env.family=arith",
+            f"models.policy.model={tiny}",
+            "models.policy.max_new_tokens=8",
+            "rollout.max_steps=2",
+            "rollout.group_size=2",
+            "train.iterations=1",
+            "train.tasks_per_iteration=1",
+            "train.eval_tasks=1",
+            "train.eval_k=1",
+            "train.autocast=off",
+            "cold_start.enabled=true",
+            f"cold_start.tasks_file={tasks_file}",
+            "cold_start.epochs=3",
+            "cold_start.batch_size=2",
+        ],
+    )
     cfg, run_dir, store = open_run(cfg, None)
     summary = build_loop(cfg, run_dir, store, show_progress=False).run()
     cold = summary["cold_start"]
@@ -120,5 +145,8 @@ def test_cold_start_can_teach_the_search_action(tmp_path):
 def test_search_action_defaults_follow_navigating_as_tool():
     cfg = load_config(None, ["navigating.enabled=true", "navigating.as_tool=true"])
     assert cfg.reward.format == "evolver" and cfg.reward.w_format == 0.1
-    assert load_config(None, ["navigating.enabled=true", "navigating.as_tool=true", "reward.w_format=0"]).reward.w_format == 0
+    assert (
+        load_config(None, ["navigating.enabled=true", "navigating.as_tool=true", "reward.w_format=0"]).reward.w_format
+        == 0
+    )
     assert load_config(None, []).reward.format == "calls"

@@ -78,12 +78,15 @@ def test_quickstart_is_valid_and_dump_round_trips(tmp_path):
     assert load_config(p) == cfg
 
 
-@pytest.mark.parametrize("content,needle", [("foo: 1\n", "unknown key 'foo'"), ("train: {iterations: x}\n", "train.iterations")])
+@pytest.mark.parametrize(
+    "content,needle", [("foo: 1\n", "unknown key 'foo'"), ("train: {iterations: x}\n", "train.iterations")]
+)
 def test_cli_bad_config_is_one_line(tmp_path, content, needle):
     p = tmp_path / "bad.yaml"
     p.write_text(content)
-    res = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "config", "validate", str(p)],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "config", "validate", str(p)], capture_output=True, text=True
+    )
     assert res.returncode != 0
     assert needle in res.stderr
     assert "Traceback" not in res.stderr

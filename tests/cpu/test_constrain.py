@@ -3,12 +3,11 @@ sequences, and a row under a SchemaConstraint only a JSON object its schema acce
 
 import json
 
-
 import pytest
 import torch
 
 from evolvekit.llm.base import SamplingParams
-from evolvekit.llm.constrain import (SchemaConstraint, SchemaVocabulary, TokenTrie, json_schema, mask_logits)
+from evolvekit.llm.constrain import SchemaConstraint, SchemaVocabulary, TokenTrie, json_schema, mask_logits
 from evolvekit.llm.local import LocalLLM
 from evolvekit.llm.tiny import make_tiny_model
 
@@ -50,9 +49,9 @@ def test_constrained_rows_of_a_decode_batch_produce_an_allowed_sequence(llm):
     out = batch.run()
     for k in range(5):
         toks = out[k].token_ids
-        assert any(toks[:len(a)] == a for a in allowed), toks
+        assert any(toks[: len(a)] == a for a in allowed), toks
     # the unconstrained row is sampled freely (a random tiny model picks none of these ids at every step)
-    assert not any(out[5].token_ids[:len(a)] == a for a in allowed)
+    assert not any(out[5].token_ids[: len(a)] == a for a in allowed)
 
 
 def test_trie_hands_over_to_the_constraint_that_follows_a_completed_sequence():
@@ -62,12 +61,25 @@ def test_trie_hands_over_to_the_constraint_that_follows_a_completed_sequence():
 
 
 def test_json_schema_maps_tool_types_closes_objects_and_caps_strings():
-    bfcl = {"type": "dict", "properties": {"a": {"type": "float", "default": 1.0}, "tags": {"type": "array",
-            "items": {"type": "string"}}, "mode": {"type": "string", "enum": ["x", "y"]}}, "required": ["a", "gone"]}
+    bfcl = {
+        "type": "dict",
+        "properties": {
+            "a": {"type": "float", "default": 1.0},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "mode": {"type": "string", "enum": ["x", "y"]},
+        },
+        "required": ["a", "gone"],
+    }
     assert json_schema(bfcl, max_string_length=8) == {
-        "type": "object", "required": ["a"], "additionalProperties": False,
-        "properties": {"a": {"type": "number"}, "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}},
-                       "mode": {"type": "string", "enum": ["x", "y"]}}}
+        "type": "object",
+        "required": ["a"],
+        "additionalProperties": False,
+        "properties": {
+            "a": {"type": "number"},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}},
+            "mode": {"type": "string", "enum": ["x", "y"]},
+        },
+    }
     assert json_schema({"type": "any"}) == {}
 
 
@@ -77,13 +89,19 @@ def vocab(llm):
 
 
 def test_schema_constrained_rows_produce_objects_the_schema_accepts(llm, vocab):
-    schema = {"type": "dict", "required": ["username", "n"],
-              "properties": {"username": {"type": "string"}, "n": {"type": "integer"}, "ok": {"type": "boolean"}}}
+    schema = {
+        "type": "dict",
+        "required": ["username", "n"],
+        "properties": {"username": {"type": "string"}, "n": {"type": "integer"}, "ok": {"type": "boolean"}},
+    }
     close = TokenTrie.build([llm.encode("}")])
     batch = llm.decode_batch(SamplingParams(temperature=1.0, max_new_tokens=80, seed=0, stop_on_balanced_json=True))
     prefix = '{"name": "f", "arguments":'
-    batch.add([(k, [10 + k, 11, 12]) for k in range(4)], text_prefixes=[prefix] * 4,
-              constraints=[SchemaConstraint(vocab, schema, then=lambda: close, max_string_length=12) for _ in range(4)])
+    batch.add(
+        [(k, [10 + k, 11, 12]) for k in range(4)],
+        text_prefixes=[prefix] * 4,
+        constraints=[SchemaConstraint(vocab, schema, then=lambda: close, max_string_length=12) for _ in range(4)],
+    )
     out = batch.run()
     for k in range(4):  # a random tiny model, yet every row is a complete call with the schema's arguments
         call = json.loads(prefix + out[k].text)
@@ -98,8 +116,9 @@ def test_a_number_is_ended_once_it_is_long_enough_and_takes_no_exponent(vocab):
     ids = {}
     for i, t in vocab.text.items():
         ids.setdefault(t, i)
-    c = SchemaConstraint(vocab, {"type": "object", "properties": {"x": {"type": "number"}, "s": {"type": "string"}}},
-                         max_number_length=3)
+    c = SchemaConstraint(
+        vocab, {"type": "object", "properties": {"x": {"type": "number"}, "s": {"type": "string"}}}, max_number_length=3
+    )
     for piece in ('{"', "x", '":'):
         c = c.advance(ids[piece])
     for _ in range(3):

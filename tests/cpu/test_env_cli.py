@@ -4,7 +4,9 @@ import sys
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "evolvekit.cli.main", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_env_check_json_reports_all_passing():

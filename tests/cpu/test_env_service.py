@@ -46,7 +46,9 @@ register_env("slow-test", "test-only environment whose steps sleep")(lambda cfg:
 
 @pytest.fixture(scope="module")
 def service():
-    settings = ServiceSettings(token=TOKEN, step_timeout_s=0.5, idle_ttl_s=2.0, reap_interval_s=0.5, max_body_bytes=200_000)
+    settings = ServiceSettings(
+        token=TOKEN, step_timeout_s=0.5, idle_ttl_s=2.0, reap_interval_s=0.5, max_body_bytes=200_000
+    )
     app = create_app(settings)
     with serving(app) as url:
         yield url, app
@@ -75,7 +77,9 @@ def test_episode_through_client_passes(service, task0):
 def test_requests_without_token_get_401(service):
     url, _ = service
     assert httpx.post(url + "/create", json={"env": "bfcl"}).status_code == 401
-    assert httpx.post(url + "/create", json={"env": "bfcl"}, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert (
+        httpx.post(url + "/create", json={"env": "bfcl"}, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    )
     assert httpx.get(url + "/healthz").status_code == 200
     with pytest.raises(EnvError, match="401"):
         RemoteEnv(url, token=None).reset(None)
@@ -179,8 +183,14 @@ def test_rollouts_through_the_service(service, monkeypatch):
         envs.append(env)
         return env
 
-    trajs = run_rollouts([RolloutJob(task=t) for t in tasks], factory, _Oracle(tasks),
-                         RolloutConfig(max_steps=3, concurrency=3), SamplingParams(), show_progress=False)
+    trajs = run_rollouts(
+        [RolloutJob(task=t) for t in tasks],
+        factory,
+        _Oracle(tasks),
+        RolloutConfig(max_steps=3, concurrency=3),
+        SamplingParams(),
+        show_progress=False,
+    )
     assert all(isinstance(e, RemoteEnv) for e in envs) and len(envs) == 3
     assert [t.outcome_reward for t in trajs] == [1.0, 1.0, 1.0]
     assert all(len(t.steps) == 2 and not t.flags.failed for t in trajs)

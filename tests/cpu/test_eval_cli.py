@@ -10,14 +10,31 @@ pytestmark = pytest.mark.slow
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "evolvekit.cli.main", *args], capture_output=True, text=True,
-                          timeout=900, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", *args], capture_output=True, text=True, timeout=900, cwd=cwd
+    )
 
 
 def test_eval_json_reports_avg_and_best(tmp_path):
     out = tmp_path / "res.jsonl"
-    res = _cli("eval", "--env", "bfcl", "--split", "multi_turn_base", "--limit", "1", "--k", "2", "--json",
-               "--out", str(out), "--set", "rollout.max_steps=2", "--set", "models.policy.max_new_tokens=48")
+    res = _cli(
+        "eval",
+        "--env",
+        "bfcl",
+        "--split",
+        "multi_turn_base",
+        "--limit",
+        "1",
+        "--k",
+        "2",
+        "--json",
+        "--out",
+        str(out),
+        "--set",
+        "rollout.max_steps=2",
+        "--set",
+        "models.policy.max_new_tokens=48",
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert 0.0 <= summary["avg@2"] <= summary["best@2"] <= 1.0
@@ -30,9 +47,26 @@ def test_eval_json_reports_avg_and_best(tmp_path):
 
 
 def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path):
-    res = _cli("run", "configs/quickstart.yaml", "--json", "--no-progress", "--set", f"run.out_dir={tmp_path}",
-               "--set", "train.iterations=1", "--set", "train.tasks_per_iteration=1", "--set", "rollout.group_size=2",
-               "--set", "train.eval_tasks=2", "--set", "train.eval_k=1", "--set", "models.policy.max_new_tokens=32")
+    res = _cli(
+        "run",
+        "configs/quickstart.yaml",
+        "--json",
+        "--no-progress",
+        "--set",
+        f"run.out_dir={tmp_path}",
+        "--set",
+        "train.iterations=1",
+        "--set",
+        "train.tasks_per_iteration=1",
+        "--set",
+        "rollout.group_size=2",
+        "--set",
+        "train.eval_tasks=2",
+        "--set",
+        "train.eval_k=1",
+        "--set",
+        "models.policy.max_new_tokens=32",
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["iterations"] == 1
@@ -40,8 +74,24 @@ def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path):
     lines = open(summary["metrics"]).read().splitlines()
     assert len(lines) == 1 and "train/loss" in json.loads(lines[0])
     ckpt = summary["checkpoint"]
-    res = _cli("eval", "--set", "env.family=arith", "--subset", "test", "--limit", "1", "--k", "1", "--json",
-               "--policy", ckpt, "--out", str(tmp_path / "ev.jsonl"), "--set", "models.policy.max_new_tokens=32")
+    res = _cli(
+        "eval",
+        "--set",
+        "env.family=arith",
+        "--subset",
+        "test",
+        "--limit",
+        "1",
+        "--k",
+        "1",
+        "--json",
+        "--policy",
+        ckpt,
+        "--out",
+        str(tmp_path / "ev.jsonl"),
+        "--set",
+        "models.policy.max_new_tokens=32",
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     evaluated = json.loads(res.stdout.strip().splitlines()[-1])
     assert evaluated["tasks"] == 1 and evaluated["family"] == "arith" and evaluated["split"] == "test"

@@ -7,14 +7,25 @@ from pathlib import Path
 import pytest
 import torch
 
-from evolvekit.navigating.evolving_rl import (abnormal_skill, extractor_advantages, gap_sigma, group_reliability,
-                                              joint_weights, normal_cdf, ordering_lower_bound, ordering_probability,
-                                              skill_rewards, solver_advantages)
+from evolvekit.navigating.evolving_rl import (
+    abnormal_skill,
+    extractor_advantages,
+    gap_sigma,
+    group_reliability,
+    joint_weights,
+    normal_cdf,
+    ordering_lower_bound,
+    ordering_probability,
+    skill_rewards,
+    solver_advantages,
+)
 from evolvekit.train.losses import policy_loss
 
-R = [[1.0, 0.0, 1.0],   # skill 0
-     [0.0, 0.0, 0.0],   # skill 1
-     [1.0, 1.0, 1.0]]   # skill 2
+R = [
+    [1.0, 0.0, 1.0],  # skill 0
+    [0.0, 0.0, 0.0],  # skill 1
+    [1.0, 1.0, 1.0],
+]  # skill 2
 
 
 def test_skill_rewards_and_both_groupings_by_hand():
@@ -61,12 +72,22 @@ def test_joint_weights_and_weighted_loss():
     logp = torch.zeros(2, 2)
     adv = torch.tensor([[1.0, 1.0], [1.0, 1.0]])
     mask = torch.ones(2, 2)
-    loss, _ = policy_loss(logp, logp, adv, mask, torch.tensor([False, False]), eps_low=0.2, eps_high=0.2,
-                          weights=torch.tensor([0.2, 1.0]))
+    loss, _ = policy_loss(
+        logp, logp, adv, mask, torch.tensor([False, False]), eps_low=0.2, eps_high=0.2, weights=torch.tensor([0.2, 1.0])
+    )
     assert loss.item() == pytest.approx(-(0.2 * 2 + 1.0 * 2) / 4)
     ent = torch.ones(2, 2)
-    loss, _ = policy_loss(logp, logp, torch.zeros(2, 2), mask, torch.tensor([False, False]), eps_low=0.2,
-                          eps_high=0.2, entropy=ent, entropy_coef=torch.tensor([-0.03, 0.0]))
+    loss, _ = policy_loss(
+        logp,
+        logp,
+        torch.zeros(2, 2),
+        mask,
+        torch.tensor([False, False]),
+        eps_low=0.2,
+        eps_high=0.2,
+        entropy=ent,
+        entropy_coef=torch.tensor([-0.03, 0.0]),
+    )
     assert loss.item() == pytest.approx(0.03 * 2 / 4)  # only the extractor sample pays the entropy penalty
 
 
@@ -81,12 +102,27 @@ def test_one_co_evolution_iteration(tmp_path, monkeypatch):
 
     monkeypatch.syspath_prepend(PLUGINS)
     tiny = make_tiny_model(tmp_path / "tiny")
-    cfg = load_config(None, [f"run.out_dir={tmp_path}", "env.name=coin", "env.plugins=[coin_env]",
-                             f"models.policy.model={tiny}", "models.policy.max_new_tokens=8", "rollout.max_steps=1",
-                             "train.iterations=1", "train.tasks_per_iteration=2", "train.eval_before=false",
-                             "train.eval_after=false", "train.autocast=off", "train.learning_rate=1e-3",
-                             "evolving_rl.enabled=true", "evolving_rl.n_candidates=3", "evolving_rl.k_tasks=2",
-                             "evolving_rl.skill_max_tokens=12"])
+    cfg = load_config(
+        None,
+        [
+            f"run.out_dir={tmp_path}",
+            "env.name=coin",
+            "env.plugins=[coin_env]",
+            f"models.policy.model={tiny}",
+            "models.policy.max_new_tokens=8",
+            "rollout.max_steps=1",
+            "train.iterations=1",
+            "train.tasks_per_iteration=2",
+            "train.eval_before=false",
+            "train.eval_after=false",
+            "train.autocast=off",
+            "train.learning_rate=1e-3",
+            "evolving_rl.enabled=true",
+            "evolving_rl.n_candidates=3",
+            "evolving_rl.k_tasks=2",
+            "evolving_rl.skill_max_tokens=12",
+        ],
+    )
     cfg, run_dir, store = open_run(cfg, None)
     loop = build_loop(cfg, run_dir, store, show_progress=False)
     stage = loop.stages.rollouts
@@ -113,8 +149,13 @@ def test_one_co_evolution_iteration(tmp_path, monkeypatch):
     assert len(ext_groups) == 2 and len(sol_groups) == 4 and all(sorted(v) == [0, 1, 2] for v in sol_groups.values())
     for t in trajs:  # Eq. 2: an extractor's reward is its skill's mean downstream reward
         if t.metadata["role"] == "extractor" and not t.metadata["abnormal"]:
-            downstream = [s.outcome_reward for s in trajs if s.metadata["role"] == "solver"
-                          and s.metadata["source"] == t.metadata["source"] and s.metadata["skill"] == t.metadata["skill"]]
+            downstream = [
+                s.outcome_reward
+                for s in trajs
+                if s.metadata["role"] == "solver"
+                and s.metadata["source"] == t.metadata["source"]
+                and s.metadata["skill"] == t.metadata["skill"]
+            ]
             assert t.outcome_reward == pytest.approx(sum(downstream) / len(downstream))
     weights = sorted({s.loss_weight for s in captured["samples"]})
     assert weights == [0.2, 1.0]
@@ -131,13 +172,42 @@ def test_co_evolution_run_offline_with_the_embedded_model(tmp_path):
     import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "run", "configs/quickstart.yaml", "--json",
-                          "--no-progress", "--set", f"run.out_dir={tmp_path}", "--set", "evolving_rl.enabled=true",
-                          "--set", "evolving_rl.n_candidates=2", "--set", "evolving_rl.k_tasks=2",
-                          "--set", "evolving_rl.skill_max_tokens=48", "--set", "train.iterations=1",
-                          "--set", "train.tasks_per_iteration=1", "--set", "train.eval_before=false",
-                          "--set", "train.eval_after=false", "--set", "rollout.max_steps=2",
-                          "--set", "models.policy.max_new_tokens=32"], capture_output=True, text=True, timeout=1200)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evolvekit.cli.main",
+            "run",
+            "configs/quickstart.yaml",
+            "--json",
+            "--no-progress",
+            "--set",
+            f"run.out_dir={tmp_path}",
+            "--set",
+            "evolving_rl.enabled=true",
+            "--set",
+            "evolving_rl.n_candidates=2",
+            "--set",
+            "evolving_rl.k_tasks=2",
+            "--set",
+            "evolving_rl.skill_max_tokens=48",
+            "--set",
+            "train.iterations=1",
+            "--set",
+            "train.tasks_per_iteration=1",
+            "--set",
+            "train.eval_before=false",
+            "--set",
+            "train.eval_after=false",
+            "--set",
+            "rollout.max_steps=2",
+            "--set",
+            "models.policy.max_new_tokens=32",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     line = json.loads(open(summary["metrics"]).read().splitlines()[0])

@@ -88,8 +88,9 @@ def test_curriculum_widens_the_family_as_success_grows():
     early = supply.tasks(IterationContext(iteration=1, seed=0, run_dir=None, store=Store([0.9])))
     late = supply.tasks(IterationContext(iteration=2, seed=0, run_dir=None, store=Store([0.9, 0.8])))
     assert {t.metadata["family"] for t in early} == {"arith"} and {t.metadata["family"] for t in late} == {"arith_wide"}
-    assert supply.observe(IterationContext(iteration=2, seed=0, run_dir=None, store=Store([0.9, 0.8])), []) == \
-        {"curriculum/level": 1.0}
+    assert supply.observe(IterationContext(iteration=2, seed=0, run_dir=None, store=Store([0.9, 0.8])), []) == {
+        "curriculum/level": 1.0
+    }
 
 
 def test_curriculum_config_builds_the_widening_supply():
@@ -117,7 +118,9 @@ def test_multi_step_families_need_both_dependent_calls(name):
     fam = get_family(name)
     train, test = fam.tasks("train", 40), fam.tasks("test", 40)
     assert not {t.query for t in train} & {t.query for t in test}
-    assert {c.name for t in train for c in t.reference_solution[0]} == {c.name for t in test for c in t.reference_solution[0]}
+    assert {c.name for t in train for c in t.reference_solution[0]} == {
+        c.name for t in test for c in t.reference_solution[0]
+    }
     for task in test[:16]:
         ref = task.reference_solution[0]
         assert len(ref) == 2

@@ -20,40 +20,90 @@ from evolvekit.env.service.server import ServiceSettings, create_app
 
 TOKEN = "fuzz"
 H = {"Authorization": f"Bearer {TOKEN}"}
-FUZZ = settings(max_examples=int(os.environ.get("EVOLVEKIT_FUZZ_EXAMPLES", "120")), deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=int(os.environ.get("EVOLVEKIT_FUZZ_EXAMPLES", "120")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-                    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=30))
-json_values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                            st.dictionaries(st.text(max_size=8), inner, max_size=4)),
-                           max_leaves=20)
-names = st.one_of(st.sampled_from(["ls", "cd", "add", "power", "mkdir", "open", "__import__", "bad name!", ""]),
-                  st.text(max_size=12))
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=30),
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=20,
+)
+names = st.one_of(
+    st.sampled_from(["ls", "cd", "add", "power", "mkdir", "open", "__import__", "bad name!", ""]), st.text(max_size=12)
+)
 classes = st.one_of(st.sampled_from(list(BACKEND_CLASSES)), st.text(max_size=12))
-calls = st.fixed_dictionaries({"name": names}, optional={"arguments": st.dictionaries(st.text(max_size=8), json_values,
-                                                                                      max_size=3)})
+calls = st.fixed_dictionaries(
+    {"name": names}, optional={"arguments": st.dictionaries(st.text(max_size=8), json_values, max_size=3)}
+)
 scenario = st.one_of(json_values, st.dictionaries(classes, json_values, max_size=2))
 tasks = st.fixed_dictionaries(
-    {"env_name": st.one_of(st.just("bfcl"), st.text(max_size=6)),
-     "query": st.one_of(st.text(max_size=40), st.lists(st.text(max_size=20), max_size=3), json_values)},
-    optional={"task_id": st.one_of(st.text(max_size=40), json_values), "initial_config": scenario,
-              "reference_solution": st.one_of(st.lists(st.lists(calls, max_size=2), max_size=2), json_values),
-              "metadata": st.one_of(st.fixed_dictionaries({}, optional={
-                  "category": st.one_of(st.sampled_from(["multi_turn_base", "multi_turn_long_context"]), json_values),
-                  "bfcl_id": json_values, "involved_classes": st.one_of(st.lists(classes, max_size=2), json_values),
-                  "missed_function": json_values, "allowed_tools": json_values, "family": json_values}),
-                  json_values)})
-sandboxes = st.one_of(json_values, st.fixed_dictionaries({}, optional={
-    "classes": st.one_of(st.lists(classes, max_size=2), json_values), "initial_config": scenario,
-    "tools": st.one_of(st.lists(names, max_size=3), json_values), "long_context": json_values,
-    "family": json_values}))
-create_bodies = st.fixed_dictionaries({}, optional={"env": st.one_of(st.just("bfcl"), st.text(max_size=8)),
-                                                    "task": st.one_of(tasks, json_values), "sandbox_config": sandboxes,
-                                                    "backends": st.one_of(st.lists(classes, max_size=2), json_values)})
-actions = st.one_of(json_values, st.fixed_dictionaries({}, optional={
-    "text": st.one_of(st.text(max_size=60), json_values), "tool_calls": st.one_of(st.lists(calls, max_size=3), json_values),
-    "parse_error": json_values}))
+    {
+        "env_name": st.one_of(st.just("bfcl"), st.text(max_size=6)),
+        "query": st.one_of(st.text(max_size=40), st.lists(st.text(max_size=20), max_size=3), json_values),
+    },
+    optional={
+        "task_id": st.one_of(st.text(max_size=40), json_values),
+        "initial_config": scenario,
+        "reference_solution": st.one_of(st.lists(st.lists(calls, max_size=2), max_size=2), json_values),
+        "metadata": st.one_of(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "category": st.one_of(st.sampled_from(["multi_turn_base", "multi_turn_long_context"]), json_values),
+                    "bfcl_id": json_values,
+                    "involved_classes": st.one_of(st.lists(classes, max_size=2), json_values),
+                    "missed_function": json_values,
+                    "allowed_tools": json_values,
+                    "family": json_values,
+                },
+            ),
+            json_values,
+        ),
+    },
+)
+sandboxes = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "classes": st.one_of(st.lists(classes, max_size=2), json_values),
+            "initial_config": scenario,
+            "tools": st.one_of(st.lists(names, max_size=3), json_values),
+            "long_context": json_values,
+            "family": json_values,
+        },
+    ),
+)
+create_bodies = st.fixed_dictionaries(
+    {},
+    optional={
+        "env": st.one_of(st.just("bfcl"), st.text(max_size=8)),
+        "task": st.one_of(tasks, json_values),
+        "sandbox_config": sandboxes,
+        "backends": st.one_of(st.lists(classes, max_size=2), json_values),
+    },
+)
+actions = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "text": st.one_of(st.text(max_size=60), json_values),
+            "tool_calls": st.one_of(st.lists(calls, max_size=3), json_values),
+            "parse_error": json_values,
+        },
+    ),
+)
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +133,9 @@ def test_create_bodies_never_500(client, body):
 @FUZZ
 @given(action=actions, body_extra=st.dictionaries(st.text(max_size=6), json_values, max_size=2))
 def test_step_bodies_never_500(client, action, body_extra):
-    created = client.post("/create", json={"env": "bfcl", "sandbox_config": {"classes": ["MathAPI", "GorillaFileSystem"]}},
-                          headers=H)
+    created = client.post(
+        "/create", json={"env": "bfcl", "sandbox_config": {"classes": ["MathAPI", "GorillaFileSystem"]}}, headers=H
+    )
     iid = created.json()["instance_id"]
     _ok(client.post("/step", json={"instance_id": iid, "action": action, **body_extra}, headers=H))
     _ok(client.post("/step", json={"instance_id": iid, "action": action}, headers=H))
@@ -94,17 +145,28 @@ def test_step_bodies_never_500(client, action, body_extra):
 
 
 @FUZZ
-@given(raw=st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode),
-                     json_values.map(lambda v: json.dumps(v).encode())))
+@given(
+    raw=st.one_of(
+        st.binary(max_size=200),
+        st.text(max_size=200).map(str.encode),
+        json_values.map(lambda v: json.dumps(v).encode()),
+    )
+)
 def test_raw_bytes_never_500(client, raw):
     for path in ("/create", "/step", "/evaluate", "/release"):
         _ok(client.post(path, content=raw, headers={**H, "Content-Type": "application/json"}))
 
 
-@settings(max_examples=int(os.environ.get("EVOLVEKIT_FUZZ_EXAMPLES", "120")) // 2, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(lines=st.lists(st.one_of(tasks.map(json.dumps), st.text(max_size=80), json_values.map(json.dumps)),
-                      min_size=1, max_size=3))
+@settings(
+    max_examples=int(os.environ.get("EVOLVEKIT_FUZZ_EXAMPLES", "120")) // 2,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    lines=st.lists(
+        st.one_of(tasks.map(json.dumps), st.text(max_size=80), json_values.map(json.dumps)), min_size=1, max_size=3
+    )
+)
 def test_task_files_exit_0_or_2_with_one_line(tmp_path_factory, lines):
     from test_hostile import _evolvekit
 

@@ -66,11 +66,24 @@ def test_a_run_with_gigpo_credit_records_anchor_states_and_groups_steps(tmp_path
     from evolvekit.orchestrator.build import build_loop, open_run
 
     tiny = make_tiny_model(tmp_path / "tiny")
-    cfg = load_config(None, [f"run.out_dir={tmp_path}", "env.family=arith", f"models.policy.model={tiny}",
-                             "models.policy.max_new_tokens=12", "rollout.max_steps=2", "rollout.group_size=3",
-                             "train.iterations=1", "train.tasks_per_iteration=2", "train.eval_before=false",
-                             "train.eval_after=false", "train.autocast=off", "attributing.enabled=true",
-                             "attributing.source=gigpo"])
+    cfg = load_config(
+        None,
+        [
+            f"run.out_dir={tmp_path}",
+            "env.family=arith",
+            f"models.policy.model={tiny}",
+            "models.policy.max_new_tokens=12",
+            "rollout.max_steps=2",
+            "rollout.group_size=3",
+            "train.iterations=1",
+            "train.tasks_per_iteration=2",
+            "train.eval_before=false",
+            "train.eval_after=false",
+            "train.autocast=off",
+            "attributing.enabled=true",
+            "attributing.source=gigpo",
+        ],
+    )
     cfg, run_dir, store = open_run(cfg, None)
     loop = build_loop(cfg, run_dir, store, show_progress=False)
     assert loop.stages.samples.attributor is None

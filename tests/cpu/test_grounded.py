@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from evolvekit.attributing.credit import attribution_degenerate, attribution_rewards
 from evolvekit.agent.calls import call_key, normalise
+from evolvekit.attributing.credit import attribution_degenerate, attribution_rewards
 from evolvekit.attributing.grounded import agreement, grounded_labels
 from evolvekit.env.base import Action
 from evolvekit.env.bfcl.env import BfclEnv
@@ -11,18 +11,39 @@ from evolvekit.types import Step, StepGrounding, StepLabel, Task, ToolCall
 
 G, B, N = StepLabel.GOOD, StepLabel.BAD, StepLabel.NEUTRAL
 
-FS = {"GorillaFileSystem": {"root": {"ws": {"type": "directory", "contents": {
-    "a.txt": {"type": "file", "content": "alpha"}, "b.txt": {"type": "file", "content": "beta"}}}}}}
+FS = {
+    "GorillaFileSystem": {
+        "root": {
+            "ws": {
+                "type": "directory",
+                "contents": {
+                    "a.txt": {"type": "file", "content": "alpha"},
+                    "b.txt": {"type": "file", "content": "beta"},
+                },
+            }
+        }
+    }
+}
 
 
 def _task(reference, query=("Make a folder 'out' and move a.txt into it.", "Now show b.txt.")) -> Task:
-    return Task(task_id="fs-1", env_name="bfcl", query=list(query), initial_config=FS, reference_solution=reference,
-                metadata={"involved_classes": ["GorillaFileSystem"], "category": "multi_turn_base"})
+    return Task(
+        task_id="fs-1",
+        env_name="bfcl",
+        query=list(query),
+        initial_config=FS,
+        reference_solution=reference,
+        metadata={"involved_classes": ["GorillaFileSystem"], "category": "multi_turn_base"},
+    )
 
 
-REFERENCE = [[ToolCall(name="mkdir", arguments={"dir_name": "out"}),
-              ToolCall(name="mv", arguments={"source": "a.txt", "destination": "out"})],
-             [ToolCall(name="cat", arguments={"file_name": "b.txt"})]]
+REFERENCE = [
+    [
+        ToolCall(name="mkdir", arguments={"dir_name": "out"}),
+        ToolCall(name="mv", arguments={"source": "a.txt", "destination": "out"}),
+    ],
+    [ToolCall(name="cat", arguments={"file_name": "b.txt"})],
+]
 
 
 def _episode(task: Task, actions: list[Action]) -> tuple[list[Step], BfclEnv]:
@@ -31,9 +52,17 @@ def _episode(task: Task, actions: list[Action]) -> tuple[list[Step], BfclEnv]:
     steps = []
     for i, action in enumerate(actions):
         res = env.step(action)
-        steps.append(Step(index=i, action_text="", tool_calls=action.tool_calls, parse_error=action.parse_error,
-                          observation=res.observation, grounding=res.grounding,
-                          info={"calls": [{"name": r.name, "ok": r.ok} for r in res.call_results]}))
+        steps.append(
+            Step(
+                index=i,
+                action_text="",
+                tool_calls=action.tool_calls,
+                parse_error=action.parse_error,
+                observation=res.observation,
+                grounding=res.grounding,
+                info={"calls": [{"name": r.name, "ok": r.ok} for r in res.call_results]},
+            )
+        )
     return steps, env
 
 
@@ -46,21 +75,24 @@ def test_bfcl_reports_state_distance_to_the_reference_end_state():
     # the reference's turn-0 end state differs from the start by the new folder and the moved file
     first = steps[0].grounding
     assert first.state_changed and first.distance_after < first.distance_before
-    assert steps[1].grounding == StepGrounding(state_changed=False, distance_before=first.distance_after,
-                                               distance_after=first.distance_after)
+    assert steps[1].grounding == StepGrounding(
+        state_changed=False, distance_before=first.distance_after, distance_after=first.distance_after
+    )
 
 
 def test_grounded_rules_on_built_bfcl_trajectories():
-    actions = [call("cat", file_name="nope.txt"),  # 0: refused by the backend ({"error": ...})      -> BAD
-               call("mkdir", dir_name="out"),  # 1: a reference call                                 -> GOOD
-               call("mkdir", dir_name="out"),  # 2: repeats step 1; refused too ("already exists")   -> BAD
-               call("ls"),  # 3: no effect, not in the reference (state unchanged)                   -> BAD
-               call("touch", file_name="c.txt"),  # 4: changes the state, away from the reference    -> BAD
-               call("mv", source="a.txt", destination="out"),  # 5: reference call                   -> GOOD
-               Action(text="Done."),  # 6: turn 0 ends with both reference calls executed           -> GOOD
-               call("cat", file_name=" B.TXT "),  # 7: turn 1's reference call, other spelling -> refused -> BAD
-               call("cat", file_name="b.txt"),  # 8: turn 1's reference call                         -> GOOD
-               Action(text="beta")]  # 9: the last turn's answer follows the episode's check
+    actions = [
+        call("cat", file_name="nope.txt"),  # 0: refused by the backend ({"error": ...})      -> BAD
+        call("mkdir", dir_name="out"),  # 1: a reference call                                 -> GOOD
+        call("mkdir", dir_name="out"),  # 2: repeats step 1; refused too ("already exists")   -> BAD
+        call("ls"),  # 3: no effect, not in the reference (state unchanged)                   -> BAD
+        call("touch", file_name="c.txt"),  # 4: changes the state, away from the reference    -> BAD
+        call("mv", source="a.txt", destination="out"),  # 5: reference call                   -> GOOD
+        Action(text="Done."),  # 6: turn 0 ends with both reference calls executed           -> GOOD
+        call("cat", file_name=" B.TXT "),  # 7: turn 1's reference call, other spelling -> refused -> BAD
+        call("cat", file_name="b.txt"),  # 8: turn 1's reference call                         -> GOOD
+        Action(text="beta"),
+    ]  # 9: the last turn's answer follows the episode's check
     steps, env = _episode(_task(REFERENCE), actions)
     assert [s.info["calls"][0]["ok"] for s in steps[:1]] == [False]
     passed = env.evaluate().passed
@@ -73,8 +105,15 @@ def test_grounded_rules_on_built_bfcl_trajectories():
 def test_a_state_change_toward_the_reference_that_is_not_a_reference_call_is_good():
     # the reference makes 'out' then moves a.txt; an agent that copies a.txt into 'out' and removes the original
     # reaches the same leaves through other calls: each of those calls moves the state closer
-    steps, _ = _episode(_task(REFERENCE), [call("mkdir", dir_name="out"), call("cp", source="a.txt", destination="out"),
-                                           call("rm", file_name="a.txt"), Action(text="ok")])
+    steps, _ = _episode(
+        _task(REFERENCE),
+        [
+            call("mkdir", dir_name="out"),
+            call("cp", source="a.txt", destination="out"),
+            call("rm", file_name="a.txt"),
+            Action(text="ok"),
+        ],
+    )
     g = [s.grounding for s in steps]
     assert g[1].distance_after < g[1].distance_before and g[2].distance_after < g[2].distance_before
     assert g[3].distance_before == 0  # the turn ends at the reference's end state
@@ -82,25 +121,36 @@ def test_a_state_change_toward_the_reference_that_is_not_a_reference_call_is_goo
 
 
 def test_turn_ended_short_is_bad_and_parse_errors_are_bad():
-    steps, _ = _episode(_task(REFERENCE), [Action(parse_error="no call", text="hmm"), call("mkdir", dir_name="out"),
-                                           Action(text="done")])
+    steps, _ = _episode(
+        _task(REFERENCE),
+        [Action(parse_error="no call", text="hmm"), call("mkdir", dir_name="out"), Action(text="done")],
+    )
     assert grounded_labels(steps, REFERENCE, False) == [B, G, B]
 
 
 def test_stateless_backend_non_reference_call_is_bad_and_numbers_normalise():
     ref = [[ToolCall(name="add", arguments={"a": 3, "b": 4})]]
-    task = Task(task_id="m-1", env_name="bfcl", query="3 plus 4?", reference_solution=ref,
-                metadata={"involved_classes": ["MathAPI"], "category": "multi_turn_base"})
-    steps, _ = _episode(task, [call("multiply", a=3, b=4), call("multiply", a=3, b=4), call("add", a=3.0, b=4.0),
-                               Action(text="7")])
+    task = Task(
+        task_id="m-1",
+        env_name="bfcl",
+        query="3 plus 4?",
+        reference_solution=ref,
+        metadata={"involved_classes": ["MathAPI"], "category": "multi_turn_base"},
+    )
+    steps, _ = _episode(
+        task, [call("multiply", a=3, b=4), call("multiply", a=3, b=4), call("add", a=3.0, b=4.0), Action(text="7")]
+    )
     assert steps[0].grounding == StepGrounding(state_changed=False)  # MathAPI has no state to approach
     assert grounded_labels(steps, ref, True) == [B, B, G, G]
 
 
 def test_generic_fallback_without_a_reference_errors_bad_rest_neutral():
-    steps = [Step(index=0, action_text="", tool_calls=[ToolCall(name="x")], info={"calls": [{"ok": False}]}),
-             Step(index=1, action_text="", tool_calls=[ToolCall(name="y")], info={"calls": [{"ok": True}]}),
-             Step(index=2, action_text="", parse_error="bad"), Step(index=3, action_text="bye")]
+    steps = [
+        Step(index=0, action_text="", tool_calls=[ToolCall(name="x")], info={"calls": [{"ok": False}]}),
+        Step(index=1, action_text="", tool_calls=[ToolCall(name="y")], info={"calls": [{"ok": True}]}),
+        Step(index=2, action_text="", parse_error="bad"),
+        Step(index=3, action_text="bye"),
+    ]
     assert grounded_labels(steps, None, True) == [B, N, B, N]
     assert attribution_rewards([G, B, N]) == [1.0, -1.0, 0.0]
     # a reference but no state facts from the environment: non-reference calls carry no verdict
@@ -112,7 +162,8 @@ def test_normalisation_and_agreement():
     assert normalise(3) == normalise(3.0) and normalise(True) != normalise(1)
     assert normalise(" Out ") == normalise("out") and normalise([1, "A"]) == normalise((1.0, "a"))
     assert call_key(ToolCall(name="f", arguments={"x": 1, "y": [2]})) == call_key(
-        ToolCall(name="f", arguments={"y": [2.0], "x": 1.0}))
+        ToolCall(name="f", arguments={"y": [2.0], "x": 1.0})
+    )
     assert call_key(ToolCall(name="f", arguments={"x": 1})) != call_key(ToolCall(name="g", arguments={"x": 1}))
     assert agreement([G, G, B, G], [G, B, B, N]) == (2, 3)
 
@@ -120,8 +171,13 @@ def test_normalisation_and_agreement():
 def test_mixed_outcomes_give_a_non_degenerate_channel():
     # a success (reference call then answer) and a failure (wrong call then answer) of one task
     ref = [[ToolCall(name="add", arguments={"a": 3, "b": 4})]]
-    task = Task(task_id="m-2", env_name="bfcl", query="3 plus 4?", reference_solution=ref,
-                metadata={"involved_classes": ["MathAPI"], "category": "multi_turn_base"})
+    task = Task(
+        task_id="m-2",
+        env_name="bfcl",
+        query="3 plus 4?",
+        reference_solution=ref,
+        metadata={"involved_classes": ["MathAPI"], "category": "multi_turn_base"},
+    )
     win, _ = _episode(task, [call("add", a=3, b=4), Action(text="7")])
     lose, _ = _episode(task, [call("add", a=3, b=5), Action(text="8")])
     labels = [grounded_labels(win, ref, True), grounded_labels(lose, ref, False)]

@@ -21,22 +21,33 @@ def tiny(tmp_path_factory):
     return LocalLLM(str(make_tiny_model(tmp_path_factory.mktemp("m") / "m")), device="cpu")
 
 
-TASK = Task(task_id="t1", env_name="bfcl", query="What is 12 plus 30?",
-            reference_solution=[[ToolCall(name="add", arguments={"a": 12, "b": 30})]])
+TASK = Task(
+    task_id="t1",
+    env_name="bfcl",
+    query="What is 12 plus 30?",
+    reference_solution=[[ToolCall(name="add", arguments={"a": 12, "b": 30})]],
+)
 
 
 def _traj(calls: list[tuple[ToolCall, bool, str]], answer: str, reward: float, tid: str) -> Trajectory:
-    steps = [Step(index=i, action_text="x", tool_calls=[c], observation=obs, info={"calls": [{"name": c.name, "ok": ok}]})
-             for i, (c, ok, obs) in enumerate(calls)]
+    steps = [
+        Step(index=i, action_text="x", tool_calls=[c], observation=obs, info={"calls": [{"name": c.name, "ok": ok}]})
+        for i, (c, ok, obs) in enumerate(calls)
+    ]
     steps.append(Step(index=len(steps), action_text=answer))
     return Trajectory(trajectory_id=tid, task_id="t1", group_id="g", steps=steps, outcome_reward=reward)
 
 
-WIN = _traj([(ToolCall(name="add", arguments={"a": 12, "b": 30}), True, "[add] {\"result\": 42}")], "42", 1.0, "w")
-LOSE = _traj([(ToolCall(name="multiply", arguments={"a": 12, "b": 30}), True, "[multiply] {\"result\": 360}")],
-             "360", 0.0, "l")
-GARBAGE = _traj([(ToolCall(name="add", arguments={"a": "}}{{", "b": [None]}), False, "Error: ''\"\x00")],
-                "Score: banana " * 30, 0.0, "g")
+WIN = _traj([(ToolCall(name="add", arguments={"a": 12, "b": 30}), True, '[add] {"result": 42}')], "42", 1.0, "w")
+LOSE = _traj(
+    [(ToolCall(name="multiply", arguments={"a": 12, "b": 30}), True, '[multiply] {"result": 360}')], "360", 0.0, "l"
+)
+GARBAGE = _traj(
+    [(ToolCall(name="add", arguments={"a": "}}{{", "b": [None]}), False, "Error: ''\"\x00")],
+    "Score: banana " * 30,
+    0.0,
+    "g",
+)
 
 
 def test_constrained_judge_scores_garbage_prone_inputs(tiny):
@@ -46,8 +57,12 @@ def test_constrained_judge_scores_garbage_prone_inputs(tiny):
     assert report.fallbacks == 0 and report.calls == 3
     assert all(s in SCORE_LEVELS for s in report.scores)
     # the level is the model's: it is the option with the highest full-sequence log-probability
-    prompt = tiny.apply_chat_template(__import__("evolvekit.questioning.judge", fromlist=["judge_prompt"])
-                                      .judge_prompt(TASK, WIN)) + judge.lead
+    prompt = (
+        tiny.apply_chat_template(
+            __import__("evolvekit.questioning.judge", fromlist=["judge_prompt"]).judge_prompt(TASK, WIN)
+        )
+        + judge.lead
+    )
     _, scores = judge.scorer.pick(prompt, judge.options, 0.0, judge.rng, judge.prior)  # calibrated: log p − prior
     assert judge.prior is not None and len(judge.prior) == len(SCORE_LEVELS)
     assert report.scores[0] == SCORE_LEVELS[max(range(len(scores)), key=scores.__getitem__)]
@@ -75,8 +90,14 @@ def test_grounded_and_constrained_extraction_always_yield_structured_experiences
     other = TASK.model_copy(update={"task_id": "t2", "query": "Multiply 6 by 7."})
     lone = _traj([(ToolCall(name="multiply", arguments={"a": 6, "b": 7}), True, "42")], "42", 1.0, "s")
     lone = lone.model_copy(update={"task_id": "t2"})
-    ex = ExperienceExtractor(tiny, SamplingParams(temperature=0.0, max_new_tokens=32), validate=False,
-                             constrained=True, grounded=True, field_tokens=24)
+    ex = ExperienceExtractor(
+        tiny,
+        SamplingParams(temperature=0.0, max_new_tokens=32),
+        validate=False,
+        constrained=True,
+        grounded=True,
+        field_tokens=24,
+    )
     report = ex.extract([WIN, LOSE, lone], {"t1": TASK, "t2": other}, iteration=0)
     assert report.jobs == 2 and report.grounded == 1
     kinds = sorted(e.provenance.kind for e in report.experiences)
@@ -84,13 +105,15 @@ def test_grounded_and_constrained_extraction_always_yield_structured_experiences
     assert report.calls == 1  # only the success-only job went to the summarizer
     assert report.validated_share == len({e.provenance.task_ids[0] for e in report.experiences}) / 2
     # grounded mode validates against the job's execution, without a model call
-    checked = ExperienceExtractor(tiny, SamplingParams(temperature=0.0), validate=True, constrained=True,
-                                  grounded=True).extract([WIN, LOSE], {"t1": TASK})
+    checked = ExperienceExtractor(
+        tiny, SamplingParams(temperature=0.0), validate=True, constrained=True, grounded=True
+    ).extract([WIN, LOSE], {"t1": TASK})
     assert len(checked.experiences) == 1 and checked.rejected == 0 and checked.calls == 0
     assert checked.validated_share == 1.0
     # constrained validation alone is a calibrated forced yes/no: kept or rejected, never unparseable
-    forced = ExperienceExtractor(tiny, SamplingParams(temperature=0.0, max_new_tokens=16), validate=True,
-                                 constrained=True, field_tokens=12).extract([lone], {"t2": other})
+    forced = ExperienceExtractor(
+        tiny, SamplingParams(temperature=0.0, max_new_tokens=16), validate=True, constrained=True, field_tokens=12
+    ).extract([lone], {"t2": other})
     assert forced.jobs == 1 and forced.calls == 1 + len(forced.experiences) + forced.rejected
 
 
@@ -105,13 +128,22 @@ def test_grounded_validation_needs_a_tool_of_the_job_and_real_words():
 
 def test_helper_sources_follow_the_backend_and_refuse_constraints_on_served_models():
     on = {"attributing": {"enabled": True}, "navigating": {"enabled": True}, "questioning": {"enabled": True}}
-    assert helper_sources(config_from_dict(on)) == {"attributor": "grounded", "judge": "llm-constrained",
-                                                    "extraction": "grounded"}
-    served = {**on, "models": {r: {"backend": "openai", "base_url": "http://127.0.0.1:9/v1"}
-                               for r in ("attributor", "judge", "summarizer")}}
+    assert helper_sources(config_from_dict(on)) == {
+        "attributor": "grounded",
+        "judge": "llm-constrained",
+        "extraction": "grounded",
+    }
+    served = {
+        **on,
+        "models": {
+            r: {"backend": "openai", "base_url": "http://127.0.0.1:9/v1"} for r in ("attributor", "judge", "summarizer")
+        },
+    }
     assert helper_sources(config_from_dict(served)) == {"attributor": "llm", "judge": "llm", "extraction": "llm"}
-    assert helper_sources(config_from_dict({**on, "attributing": {"enabled": True, "source": "llm"}}))["attributor"] \
+    assert (
+        helper_sources(config_from_dict({**on, "attributing": {"enabled": True, "source": "llm"}}))["attributor"]
         == "llm-constrained"
+    )
     with pytest.raises(ConfigError, match="navigating.extraction: constrained needs an in-process summarizer"):
         config_from_dict({**served, "navigating": {"enabled": True, "extraction": "constrained"}})
 

@@ -34,14 +34,22 @@ FS = {"GorillaFileSystem": {"root": {"r": {"type": "directory", "contents": {}}}
 
 def _payload(marker: Path) -> str:
     """A task id that BFCL's checker would run as code: the name it eval()s is ``{model}_{id}_{class}_instance``."""
-    return (f"x_instance if 0 else getattr(__import__('os'),'system')('touch {marker.name}') or x")
+    return f"x_instance if 0 else getattr(__import__('os'),'system')('touch {marker.name}') or x"
 
 
 def _evil_task(marker: Path) -> dict:
-    return {"task_id": _payload(marker), "env_name": "bfcl", "query": ["list the files"], "initial_config": FS,
-            "reference_solution": [[{"name": "ls", "arguments": {}}]],
-            "metadata": {"category": "multi_turn_base", "bfcl_id": _payload(marker),
-                         "involved_classes": ["GorillaFileSystem"]}}
+    return {
+        "task_id": _payload(marker),
+        "env_name": "bfcl",
+        "query": ["list the files"],
+        "initial_config": FS,
+        "reference_solution": [[{"name": "ls", "arguments": {}}]],
+        "metadata": {
+            "category": "multi_turn_base",
+            "bfcl_id": _payload(marker),
+            "involved_classes": ["GorillaFileSystem"],
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +69,13 @@ def test_task_file_ids_never_reach_bfcl_eval(tmp_path, with_metadata):
         task["metadata"] = {}
     path = tmp_path / "evil.jsonl"
     path.write_text(json.dumps(task) + "\n")
-    out = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "tasks", "check", str(path), "--json"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "tasks", "check", str(path), "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1])["feasible"] == 1  # the task itself is fine
     assert not marker.exists()
@@ -70,8 +83,13 @@ def test_task_file_ids_never_reach_bfcl_eval(tmp_path, with_metadata):
 
 def test_reference_naming_a_builtin_is_refused_not_evaluated(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    task = Task(task_id="t", env_name="bfcl", query=["x"], initial_config=FS,
-                reference_solution=[[ToolCall(name="open", arguments={"file": "pwned", "mode": "w"})]])
+    task = Task(
+        task_id="t",
+        env_name="bfcl",
+        query=["x"],
+        initial_config=FS,
+        reference_solution=[[ToolCall(name="open", arguments={"file": "pwned", "mode": "w"})]],
+    )
     with pytest.raises(EnvError, match=r"reference_solution\[0\]\[0\]: unknown tool 'open'"):
         BfclEnv().reset(task)
     assert not (tmp_path / "pwned").exists()
@@ -126,13 +144,26 @@ def test_huge_power_is_refused_at_once_and_healthz_keeps_answering(service):
     try:
         for exponent in (20_000_000, 10**15):
             t0 = time.perf_counter()
-            r = httpx.post(url + "/step", json={"instance_id": iid, "action": {"tool_calls": [
-                {"name": "power", "arguments": {"base": 3, "exponent": exponent}}]}}, headers=H, timeout=30)
+            r = httpx.post(
+                url + "/step",
+                json={
+                    "instance_id": iid,
+                    "action": {"tool_calls": [{"name": "power", "arguments": {"base": 3, "exponent": exponent}}]},
+                },
+                headers=H,
+                timeout=30,
+            )
             assert r.status_code == 200 and time.perf_counter() - t0 < 1.0
             result = r.json()["call_results"][0]
             assert not result["ok"] and "more than 1000 digits" in result["output"]
-        r = httpx.post(url + "/step", json={"instance_id": iid, "action": {"tool_calls": [
-            {"name": "power", "arguments": {"base": 2, "exponent": 10}}]}}, headers=H)
+        r = httpx.post(
+            url + "/step",
+            json={
+                "instance_id": iid,
+                "action": {"tool_calls": [{"name": "power", "arguments": {"base": 2, "exponent": 10}}]},
+            },
+            headers=H,
+        )
         assert r.json()["call_results"][0]["output"] == '{"result": 1024}'
     finally:
         stop.set()
@@ -173,8 +204,15 @@ def test_every_bfcl_tool_returns_quickly_on_extreme_arguments():
                 env = BfclEnv()
                 env.reset(task)
                 if cls == "TwitterAPI":  # most of its tools refuse before doing anything without a login
-                    env.step(Action(tool_calls=[ToolCall(name="authenticate_twitter", arguments={
-                        "username": "john", "password": "john123"})]))
+                    env.step(
+                        Action(
+                            tool_calls=[
+                                ToolCall(
+                                    name="authenticate_twitter", arguments={"username": "john", "password": "john123"}
+                                )
+                            ]
+                        )
+                    )
                 call = ToolCall(name=doc["name"], arguments={k: o[i % len(o)] for k, o in options.items()})
                 t0 = time.perf_counter()
                 env.step(Action(tool_calls=[call]))
@@ -208,8 +246,11 @@ def test_instance_limit_holds_under_concurrent_creates(service):
     codes: list[int] = []
 
     def create():
-        codes.append(httpx.post(url + "/create", json={"env": "bfcl", "sandbox_config": {"classes": ["MathAPI"]}},
-                                headers=H, timeout=30).status_code)
+        codes.append(
+            httpx.post(
+                url + "/create", json={"env": "bfcl", "sandbox_config": {"classes": ["MathAPI"]}}, headers=H, timeout=30
+            ).status_code
+        )
 
     threads = [threading.Thread(target=create) for _ in range(limit * 3)]
     for t in threads:
@@ -231,25 +272,51 @@ def _deep(n: int) -> dict:
 
 
 def _task(**over) -> dict:
-    base = {"task_id": "t1", "env_name": "bfcl", "query": ["list the files"], "initial_config": FS,
-            "reference_solution": [[{"name": "ls", "arguments": {}}]]}
+    base = {
+        "task_id": "t1",
+        "env_name": "bfcl",
+        "query": ["list the files"],
+        "initial_config": FS,
+        "reference_solution": [[{"name": "ls", "arguments": {}}]],
+    }
     return {**base, **over}
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"sandbox_config": {"initial_config": ["not", "a", "dict"]}}, "sandbox_config.initial_config"),
-    ({"sandbox_config": {"classes": ["GorillaFileSystem"], "initial_config": {"GorillaFileSystem": {"root": 5}}}},
-     "initial_config.GorillaFileSystem"),
-    ({"sandbox_config": {"classes": "MathAPI"}}, "sandbox_config.classes"),
-    ({"task": _task(query=[])}, "task.query"),
-    ({"task": _task(query="")}, "task.query"),
-    ({"task": _task(metadata={"category": "multi_turn_base", "involved_classes": "GorillaFileSystem"})},
-     "task.metadata.involved_classes"),
-    ({"task": _task(metadata={"category": 5, "involved_classes": ["GorillaFileSystem"]})}, "task.metadata.category"),
-    ({"task": _task(initial_config={"GorillaFileSystem": {"root": _deep(300)}})}, "initial_config.GorillaFileSystem"),
-    ({"task": _task(initial_config={"GorillaFileSystem": {"root": _deep(28)}})}, "task.initial_config.GorillaFileSystem"),
-    ({"task": _task(reference_solution=[[{"name": "bad name!", "arguments": {}}]])}, "task.reference_solution"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"sandbox_config": {"initial_config": ["not", "a", "dict"]}}, "sandbox_config.initial_config"),
+        (
+            {
+                "sandbox_config": {
+                    "classes": ["GorillaFileSystem"],
+                    "initial_config": {"GorillaFileSystem": {"root": 5}},
+                }
+            },
+            "initial_config.GorillaFileSystem",
+        ),
+        ({"sandbox_config": {"classes": "MathAPI"}}, "sandbox_config.classes"),
+        ({"task": _task(query=[])}, "task.query"),
+        ({"task": _task(query="")}, "task.query"),
+        (
+            {"task": _task(metadata={"category": "multi_turn_base", "involved_classes": "GorillaFileSystem"})},
+            "task.metadata.involved_classes",
+        ),
+        (
+            {"task": _task(metadata={"category": 5, "involved_classes": ["GorillaFileSystem"]})},
+            "task.metadata.category",
+        ),
+        (
+            {"task": _task(initial_config={"GorillaFileSystem": {"root": _deep(300)}})},
+            "initial_config.GorillaFileSystem",
+        ),
+        (
+            {"task": _task(initial_config={"GorillaFileSystem": {"root": _deep(28)}})},
+            "task.initial_config.GorillaFileSystem",
+        ),
+        ({"task": _task(reference_solution=[[{"name": "bad name!", "arguments": {}}]])}, "task.reference_solution"),
+    ],
+)
 def test_bad_create_bodies_get_4xx_naming_the_field(service, body, field):
     url, _ = service
     r = httpx.post(url + "/create", json={"env": "bfcl", **body}, headers=H)
@@ -259,10 +326,17 @@ def test_bad_create_bodies_get_4xx_naming_the_field(service, body, field):
 
 def test_results_too_large_to_print_are_an_error_observation(service):
     url, _ = service
-    iid = httpx.post(url + "/create", json={"env": "bfcl", "sandbox_config": {"classes": ["MathAPI"]}},
-                     headers=H).json()["instance_id"]
-    r = httpx.post(url + "/step", json={"instance_id": iid, "action": {"tool_calls": [
-        {"name": "power", "arguments": {"base": 10, "exponent": 5000}}]}}, headers=H)
+    iid = httpx.post(
+        url + "/create", json={"env": "bfcl", "sandbox_config": {"classes": ["MathAPI"]}}, headers=H
+    ).json()["instance_id"]
+    r = httpx.post(
+        url + "/step",
+        json={
+            "instance_id": iid,
+            "action": {"tool_calls": [{"name": "power", "arguments": {"base": 10, "exponent": 5000}}]},
+        },
+        headers=H,
+    )
     assert r.status_code == 200 and not r.json()["call_results"][0]["ok"]
     from evolvekit.env.bfcl.tools import stringify_result
 
@@ -286,9 +360,18 @@ def test_client_turns_a_non_json_error_into_an_env_error():
 
 
 # -- 7. the tool-call parser is linear and bounded ----------------------------------------------------------------
-@pytest.mark.parametrize("text", ["[" * 1000, "{" * 100_000, "{" * 300_000, '{"a":[' * 5000, '[{"' * 50_000,
-                                  '{"name":"f","arguments":' + '{"x":' * 256 + "1" + "}" * 257,
-                                  '<tool_call>{"name":"f","arguments":"' + "[" * 5000 + '"}</tool_call>'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 1000,
+        "{" * 100_000,
+        "{" * 300_000,
+        '{"a":[' * 5000,
+        '[{"' * 50_000,
+        '{"name":"f","arguments":' + '{"x":' * 256 + "1" + "}" * 257,
+        '<tool_call>{"name":"f","arguments":"' + "[" * 5000 + '"}</tool_call>',
+    ],
+)
 def test_parser_handles_adversarial_text_quickly_with_a_parse_error(text):
     t0 = time.perf_counter()
     action = parse_action(text)
@@ -305,7 +388,7 @@ def test_parser_is_linear_in_the_text_length():
 
     small, large = cost(2_000), cost(20_000)
     assert large < 30 * small + 0.05  # 10x the text: ~10x the time, never ~100x
-    assert parse_action('x' * 100_000 + '{"name": "add", "arguments": {"a": 1}}').tool_calls[0].name == "add"
+    assert parse_action("x" * 100_000 + '{"name": "add", "arguments": {"a": 1}}').tool_calls[0].name == "add"
 
 
 # -- 5. bad configs and files: exit 2, one line, no run folder --------------------------------------------------
@@ -334,23 +417,55 @@ def _evolvekit(*args, cwd):
 
 
 def test_cli_subprocess_bad_value_exits_2_with_one_line(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "run", QUICKSTART, "--set",
-                          "train.learning_rate=nan", "--set", f"run.out_dir={tmp_path / 'runs'}"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
-        out.stderr.strip()] and "train.learning_rate" in out.stderr
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evolvekit.cli.main",
+            "run",
+            QUICKSTART,
+            "--set",
+            "train.learning_rate=nan",
+            "--set",
+            f"run.out_dir={tmp_path / 'runs'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (
+        out.returncode == 2
+        and out.stderr.strip().splitlines() == [out.stderr.strip()]
+        and "train.learning_rate" in out.stderr
+    )
     assert not (tmp_path / "runs").exists()
 
 
 QUICKSTART = str(Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml")
 
 
-@pytest.mark.parametrize("override", [
-    "train.iterations=-3", "rollout.group_size=0", "rollout.group_size=-1", "train.micro_batch_size=0",
-    "train.eval_k=0", "train.eval_tasks=-1", "train.tasks_per_iteration=0", "rollout.max_steps=0",
-    "train.learning_rate=-1", "train.learning_rate=nan", "models.policy.max_new_tokens=-5", "run.out_dir=/proc/x",
-    "run.name=../escape", "models.policy.backend=openai", "coevolve.enabled=true",
-    "evolving_rl.enabled=true navigating.enabled=true"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "train.iterations=-3",
+        "rollout.group_size=0",
+        "rollout.group_size=-1",
+        "train.micro_batch_size=0",
+        "train.eval_k=0",
+        "train.eval_tasks=-1",
+        "train.tasks_per_iteration=0",
+        "rollout.max_steps=0",
+        "train.learning_rate=-1",
+        "train.learning_rate=nan",
+        "models.policy.max_new_tokens=-5",
+        "run.out_dir=/proc/x",
+        "run.name=../escape",
+        "models.policy.backend=openai",
+        "coevolve.enabled=true",
+        "evolving_rl.enabled=true navigating.enabled=true",
+    ],
+)
 def test_bad_run_configs_exit_2_with_one_line_and_no_run_folder(tmp_path, override):
     sets = [a for o in override.split() for a in ("--set", o)]
     out = _evolvekit("run", QUICKSTART, "--set", f"run.out_dir={tmp_path / 'runs'}", *sets, cwd=tmp_path)
@@ -374,9 +489,16 @@ def test_bad_config_files_exit_2_with_one_line(tmp_path, content):
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("content, expect", [
-    (b"{not json\n", ":1: not a task"), (os.urandom(2000), "not UTF-8"), (b'{"task_id": 5}\n', "task_id"),
-    (b'{"a":' * 3000 + b"1" + b"}" * 3000 + b"\n", ":1: not a task"), (b"[1, 2]\n", "not a task")])
+@pytest.mark.parametrize(
+    "content, expect",
+    [
+        (b"{not json\n", ":1: not a task"),
+        (os.urandom(2000), "not UTF-8"),
+        (b'{"task_id": 5}\n', "task_id"),
+        (b'{"a":' * 3000 + b"1" + b"}" * 3000 + b"\n", ":1: not a task"),
+        (b"[1, 2]\n", "not a task"),
+    ],
+)
 def test_tasks_check_on_garbage_exits_2_with_one_line(tmp_path, content, expect):
     path = tmp_path / "tasks.jsonl"
     path.write_bytes(content)

@@ -16,8 +16,9 @@ def _result(values: dict[int, float], cold: float | None = None) -> dict:
 
 
 def test_aggregate_mean_std_over_common_points():
-    rows = aggregate([_result({0: 0.2, 4: 0.6, 8: 0.8}, cold=0.5), _result({0: 0.4, 4: 0.8, 8: 1.0}),
-                      _result({0: 0.3, 4: 0.7})], k=8)
+    rows = aggregate(
+        [_result({0: 0.2, 4: 0.6, 8: 0.8}, cold=0.5), _result({0: 0.4, 4: 0.8, 8: 1.0}), _result({0: 0.3, 4: 0.7})], k=8
+    )
     assert [r["iteration"] for r in rows] == [0, 4]  # iteration 8 is missing from one seed
     assert rows[0]["mean"] == 0.3 and rows[0]["values"] == [0.2, 0.4, 0.3]
     assert abs(rows[1]["std"] - 0.1) < 1e-9  # sample std of 0.6, 0.8, 0.7

@@ -37,7 +37,9 @@ def test_n_samples_seed_and_stop(smollm2):
     b = smollm2.chat([_conv("Say something.")], params)
     assert len(a[0]) == 3
     assert [c.token_ids for c in a[0]] == [c.token_ids for c in b[0]]
-    [[c]] = smollm2.chat([_conv("Count: 1, 2, 3, 4, 5, 6, 7, 8")], SamplingParams(temperature=0, max_new_tokens=40, stop=(",",)))
+    [[c]] = smollm2.chat(
+        [_conv("Count: 1, 2, 3, 4, 5, 6, 7, 8")], SamplingParams(temperature=0, max_new_tokens=40, stop=(",",))
+    )
     assert "," not in c.text and c.finish_reason == "stop"
 
 
@@ -50,8 +52,12 @@ def test_cli_chat_json(python_exe):
     import json
     import subprocess
 
-    res = subprocess.run([python_exe, "-m", "evolvekit.cli.main", "llm", "chat", "--json", "What is 2+2?"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [python_exe, "-m", "evolvekit.cli.main", "llm", "chat", "--json", "What is 2+2?"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["tokens_per_s"] > 0 and "4" in out["text"]

@@ -28,12 +28,20 @@ class Server:
                 status = outer.script.pop(0) if outer.script else 200
                 if status == "slow":
                     import time
+
                     time.sleep(1.0)
                     status = 200
-                payload = {"choices": [{"message": {"role": "assistant", "content": f"echo {body['messages'][-1]['content']}"},
-                                        "logprobs": {"content": [{"token": "echo", "logprob": -0.5}]},
-                                        "finish_reason": "stop"} for _ in range(body.get("n", 1))],
-                           "usage": {"prompt_tokens": 11, "completion_tokens": 4 * body.get("n", 1)}}
+                payload = {
+                    "choices": [
+                        {
+                            "message": {"role": "assistant", "content": f"echo {body['messages'][-1]['content']}"},
+                            "logprobs": {"content": [{"token": "echo", "logprob": -0.5}]},
+                            "finish_reason": "stop",
+                        }
+                        for _ in range(body.get("n", 1))
+                    ],
+                    "usage": {"prompt_tokens": 11, "completion_tokens": 4 * body.get("n", 1)},
+                }
                 if body.get("return_token_ids"):  # what vLLM answers
                     payload["prompt_token_ids"] = [1, 2, 3]
                     for c in payload["choices"]:

@@ -58,8 +58,17 @@ def verl_loss(logp, old, ref, adv, mask, eps_low, eps_high, beta, clip_ratio_c=3
 
 
 def ours(adv, eps_low=0.2, eps_high=0.28, beta=0.001, logp=LOGP, old=OLD):
-    loss, _ = policy_loss(logp, old, adv.unsqueeze(1).expand_as(logp), MASK, torch.zeros(B, dtype=torch.bool),
-                          eps_low=eps_low, eps_high=eps_high, ref_logprobs=REF, kl_beta=beta)
+    loss, _ = policy_loss(
+        logp,
+        old,
+        adv.unsqueeze(1).expand_as(logp),
+        MASK,
+        torch.zeros(B, dtype=torch.bool),
+        eps_low=eps_low,
+        eps_high=eps_high,
+        ref_logprobs=REF,
+        kl_beta=beta,
+    )
     return loss
 
 

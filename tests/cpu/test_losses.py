@@ -5,8 +5,15 @@ import math
 import pytest
 import torch
 
-from evolvekit.train.losses import (broadcast_to_tokens, clipped_surrogate, group_advantages, k3_kl,
-                                    per_token_eps_high, policy_loss, token_mean)
+from evolvekit.train.losses import (
+    broadcast_to_tokens,
+    clipped_surrogate,
+    group_advantages,
+    k3_kl,
+    per_token_eps_high,
+    policy_loss,
+    token_mean,
+)
 
 
 def test_group_advantages_by_hand():
@@ -83,8 +90,17 @@ def test_policy_loss_on_policy_equals_minus_mean_advantage_and_has_grad():
     logp = torch.log(torch.tensor([[0.5, 0.25, 0.1]])).requires_grad_(True)
     adv = torch.tensor([[0.0, 1.0, -3.0]])
     mask = torch.tensor([[0, 1, 1]])
-    loss, stats = policy_loss(logp, logp.detach(), adv, mask, torch.tensor([False]), eps_low=0.28, eps_high=0.28,
-                              ref_logprobs=logp.detach(), kl_beta=0.001)
+    loss, stats = policy_loss(
+        logp,
+        logp.detach(),
+        adv,
+        mask,
+        torch.tensor([False]),
+        eps_low=0.28,
+        eps_high=0.28,
+        ref_logprobs=logp.detach(),
+        kl_beta=0.001,
+    )
     assert loss.item() == pytest.approx(-(1.0 - 3.0) / 2)
     assert stats["kl"] == pytest.approx(0.0) and stats["ratio"] == pytest.approx(1.0)
     loss.backward()
@@ -96,8 +112,17 @@ def test_policy_loss_entropy_term_sign():
     logp = torch.zeros(1, 2)
     ent = torch.tensor([[1.0, 3.0]])
     mask = torch.ones(1, 2)
-    loss, stats = policy_loss(logp, logp, torch.zeros(1, 2), mask, torch.tensor([False]), eps_low=0.2,
-                              eps_high=0.2, entropy=ent, entropy_coef=-0.03)
+    loss, stats = policy_loss(
+        logp,
+        logp,
+        torch.zeros(1, 2),
+        mask,
+        torch.tensor([False]),
+        eps_low=0.2,
+        eps_high=0.2,
+        entropy=ent,
+        entropy_coef=-0.03,
+    )
     # − c_H · H with c_H = −0.03 penalises entropy: +0.03 · mean(H) = 0.06
     assert loss.item() == pytest.approx(0.06)
     assert stats["entropy"] == pytest.approx(2.0)

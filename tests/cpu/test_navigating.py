@@ -22,7 +22,7 @@ def _embedder(table):
 
 
 def _unit(angle_cos):
-    return [angle_cos, math.sqrt(max(0.0, 1 - angle_cos ** 2))]
+    return [angle_cos, math.sqrt(max(0.0, 1 - angle_cos**2))]
 
 
 def _exp(w, c="do the thing carefully", traj="t1"):
@@ -84,13 +84,18 @@ def test_retrieval_top_k_and_sharing(tmp_path):
 
 
 def test_parsers():
-    text = ("Here you go:\n1. When to use: when adding two numbers\nContent: call add with a and b.\n"
-            "2. **When to use:** when a tool fails\n**Content:** read the error and retry once.")
+    text = (
+        "Here you go:\n1. When to use: when adding two numbers\nContent: call add with a and b.\n"
+        "2. **When to use:** when a tool fails\n**Content:** read the error and retry once."
+    )
     pairs = parse_experiences(text)
-    assert pairs == [("when adding two numbers", "call add with a and b."),
-                     ("when a tool fails", "read the error and retry once.")]
-    assert parse_experiences('[{"when_to_use": "if the file is missing", "content": "list the folder first"}]') == \
-        [("if the file is missing", "list the folder first")]
+    assert pairs == [
+        ("when adding two numbers", "call add with a and b."),
+        ("when a tool fails", "read the error and retry once."),
+    ]
+    assert parse_experiences('[{"when_to_use": "if the file is missing", "content": "list the folder first"}]') == [
+        ("if the file is missing", "list the folder first")
+    ]
     assert parse_experiences("no structure here") == []
     assert parse_yes_no("Yes, it is.") is True and parse_yes_no("NO.") is False and parse_yes_no("maybe") is None
 
@@ -110,10 +115,13 @@ def test_refine_reranks_and_rewrites():
     items = [_exp(f"w{i}", f"content {i}") for i in range(3)]
     llm = _Scripted(lambda conv: "2, 0" if "List the numbers" in conv[-1].content else "rewritten")
     assert refine(llm, SamplingParams(), "task", items, rerank=True, rewrite=False, keep=2) == [
-        (items[2], "When to use: w2\nContent: content 2"), (items[0], "When to use: w0\nContent: content 0")]
+        (items[2], "When to use: w2\nContent: content 2"),
+        (items[0], "When to use: w0\nContent: content 0"),
+    ]
     assert refine(llm, SamplingParams(), "task", items, rerank=False, rewrite=True, keep=1) == [(items[0], "rewritten")]
     assert refine(None, SamplingParams(), "task", items, rerank=True, rewrite=True, keep=1) == [
-        (items[0], "When to use: w0\nContent: content 0")]
+        (items[0], "When to use: w0\nContent: content 0")
+    ]
 
 
 def test_reranked_retrieval_credits_the_injected_experience():
@@ -161,12 +169,28 @@ def test_master_loop_with_experience_mixed_rollouts(tmp_path, monkeypatch):
 
     monkeypatch.syspath_prepend(PLUGINS)
     tiny = make_tiny_model(tmp_path / "tiny")
-    cfg = load_config(None, [f"run.out_dir={tmp_path}", "env.name=coin", "env.plugins=[coin_env]",
-                             f"models.policy.model={tiny}", "models.policy.max_new_tokens=8",
-                             "rollout.max_steps=1", "rollout.group_size=4", "train.iterations=2",
-                             "train.tasks_per_iteration=2", "train.eval_before=false", "train.eval_after=false",
-                             "train.autocast=off", "navigating.enabled=true", "navigating.rewrite=false",
-                             "navigating.prune_every=0", "navigating.n_pc=2", "navigating.extraction=llm"])
+    cfg = load_config(
+        None,
+        [
+            f"run.out_dir={tmp_path}",
+            "env.name=coin",
+            "env.plugins=[coin_env]",
+            f"models.policy.model={tiny}",
+            "models.policy.max_new_tokens=8",
+            "rollout.max_steps=1",
+            "rollout.group_size=4",
+            "train.iterations=2",
+            "train.tasks_per_iteration=2",
+            "train.eval_before=false",
+            "train.eval_after=false",
+            "train.autocast=off",
+            "navigating.enabled=true",
+            "navigating.rewrite=false",
+            "navigating.prune_every=0",
+            "navigating.n_pc=2",
+            "navigating.extraction=llm",
+        ],
+    )
     cfg, run_dir, store = open_run(cfg, None)
     loop = build_loop(cfg, run_dir, store, show_progress=False)
     fake = _Scripted(_summariser)  # the summariser role is a test double; policy, env, embedder, trainer are real
@@ -203,24 +227,33 @@ def test_experiences_cli_export_import_query(tmp_path):
     from evolvekit.orchestrator.build import open_run
 
     _, run_dir, store = open_run(load_config(None, [f"run.out_dir={tmp_path}"]), None)
-    exp = Experience(when_to_use="when a file must be found in a folder tree",
-                     content="list the folder with ls, then cd into the matching subfolder")
+    exp = Experience(
+        when_to_use="when a file must be found in a folder tree",
+        content="list the folder with ls, then cd into the matching subfolder",
+    )
     with store.transaction() as c:
         store.put_experiences(c, [exp], 0)
     store.close()
     cli = [sys.executable, "-m", "evolvekit.cli.main", "experiences"]
     out = tmp_path / "pool.jsonl"
-    assert subprocess.run(cli + ["export", "--run", str(run_dir), "--out", str(out)], capture_output=True).returncode == 0
+    assert (
+        subprocess.run(cli + ["export", "--run", str(run_dir), "--out", str(out)], capture_output=True).returncode == 0
+    )
     _, other, s2 = open_run(load_config(None, [f"run.out_dir={tmp_path / 'b'}"]), None)
     s2.close()
     res = subprocess.run(cli + ["import", str(out), "--run", str(other)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    res = subprocess.run(cli + ["query", "find the report file", "--run", str(other), "--k", "3", "--json"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        cli + ["query", "find the report file", "--run", str(other), "--k", "3", "--json"],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     hits = json.loads(res.stdout.strip().splitlines()[-1])["results"]
     assert len(hits) == 1 and hits[0]["content"] == exp.content and hits[0]["similarity"] > 0.2
-    bad = subprocess.run(cli + ["import", str(tmp_path / "missing.jsonl"), "--run", str(other)], capture_output=True, text=True)
+    bad = subprocess.run(
+        cli + ["import", str(tmp_path / "missing.jsonl"), "--run", str(other)], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "no such file" in bad.stderr
 
 
@@ -250,9 +283,16 @@ def test_utility_test_keeps_only_helpful_experiences():
     from evolvekit.navigating.utility import UtilityTester, related_tasks
     from evolvekit.types import Task, Trajectory
 
-    tasks = [Task(task_id=f"t{i}", env_name="x", query=q) for i, q in enumerate(["add a b", "add c d", "sort list", "add e f"])]
-    table = {"add a b": [1.0, 0.0], "add c d": [0.99, math.sqrt(1 - 0.99 ** 2)], "sort list": [0.0, 1.0],
-             "add e f": [0.9, math.sqrt(1 - 0.81)]}
+    tasks = [
+        Task(task_id=f"t{i}", env_name="x", query=q)
+        for i, q in enumerate(["add a b", "add c d", "sort list", "add e f"])
+    ]
+    table = {
+        "add a b": [1.0, 0.0],
+        "add c d": [0.99, math.sqrt(1 - 0.99**2)],
+        "sort list": [0.0, 1.0],
+        "add e f": [0.9, math.sqrt(1 - 0.81)],
+    }
     embed = _embedder(table)
     rel = related_tasks(tasks[0], tasks, embed, 3)
     assert [t.task_id for t in rel] == ["t0", "t1", "t3"]  # source first, then by task-description similarity
@@ -264,8 +304,14 @@ def test_utility_test_keeps_only_helpful_experiences():
     import evolvekit.navigating.utility as utility_mod
 
     def fake_rollouts(jobs, make_env, llm, cfg, params, rendering, show_progress=False, template=None):
-        return [Trajectory(task_id=j.task.task_id, outcome_reward=1.0 if "good" in j.experience else 0.0,
-                           flags={"experience_guided": True}) for j in jobs]
+        return [
+            Trajectory(
+                task_id=j.task.task_id,
+                outcome_reward=1.0 if "good" in j.experience else 0.0,
+                flags={"experience_guided": True},
+            )
+            for j in jobs
+        ]
 
     real = utility_mod.run_rollouts
     utility_mod.run_rollouts = fake_rollouts  # rollouts are a test double here; the selection logic is real
@@ -285,8 +331,12 @@ def test_evaluation_with_test_time_experience(tmp_path, monkeypatch):
     from evolvekit.types import Task
 
     pool_file = tmp_path / "skills.jsonl"
-    pool_file.write_text(Experience(when_to_use="when adding two numbers", content="call add with a and b").model_dump_json()
-                         + "\n" + Experience(when_to_use="when listing files in a folder", content="call ls").model_dump_json() + "\n")
+    pool_file.write_text(
+        Experience(when_to_use="when adding two numbers", content="call add with a and b").model_dump_json()
+        + "\n"
+        + Experience(when_to_use="when listing files in a folder", content="call ls").model_dump_json()
+        + "\n"
+    )
     lookup = _experience_lookup(load_config(None), pool_file)
     text, ids = lookup(Task(task_id="t", env_name="bfcl", query="What is 3 plus 4? Add them."))
     assert "call add with a and b" in text and len(ids) == 1
@@ -307,11 +357,26 @@ def test_family_worked_examples_seed_the_pool_and_skip_the_cold_start(tmp_path, 
     assert [Experience.model_validate_json(x) for x in committed.read_text().splitlines()] == seeds  # regenerated as is
     monkeypatch.syspath_prepend(PLUGINS)
     tiny = make_tiny_model(tmp_path / "tiny")
-    sets = [f"run.out_dir={tmp_path}", "env.name=coin", "env.plugins=[coin_env]", f"models.policy.model={tiny}",
-            "models.policy.max_new_tokens=8", "rollout.max_steps=1", "rollout.group_size=2", "train.iterations=1",
-            "train.tasks_per_iteration=1", "train.eval_before=false", "train.eval_after=false", "train.autocast=off",
-            "navigating.enabled=true", "navigating.rerank=false", "navigating.rewrite=false", "navigating.prune_every=0",
-            "navigating.validate_experiences=false", f"navigating.seed_file={committed}"]
+    sets = [
+        f"run.out_dir={tmp_path}",
+        "env.name=coin",
+        "env.plugins=[coin_env]",
+        f"models.policy.model={tiny}",
+        "models.policy.max_new_tokens=8",
+        "rollout.max_steps=1",
+        "rollout.group_size=2",
+        "train.iterations=1",
+        "train.tasks_per_iteration=1",
+        "train.eval_before=false",
+        "train.eval_after=false",
+        "train.autocast=off",
+        "navigating.enabled=true",
+        "navigating.rerank=false",
+        "navigating.rewrite=false",
+        "navigating.prune_every=0",
+        "navigating.validate_experiences=false",
+        f"navigating.seed_file={committed}",
+    ]
     cfg, run_dir, store = open_run(load_config(None, sets), None)
     loop = build_loop(cfg, run_dir, store, show_progress=False)
     assert [e.experience_id for e in loop.stages.experience.pool.items] == [e.experience_id for e in seeds]
@@ -324,8 +389,9 @@ def test_family_worked_examples_seed_the_pool_and_skip_the_cold_start(tmp_path, 
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
     for path, match in ((bad, "seed_file"), (tmp_path / "missing.jsonl", "no such file")):
-        cfg2, rd2, s2 = open_run(load_config(None, sets[:-1] + [f"navigating.seed_file={path}",
-                                                               f"run.out_dir={tmp_path / path.stem}"]), None)
+        cfg2, rd2, s2 = open_run(
+            load_config(None, sets[:-1] + [f"navigating.seed_file={path}", f"run.out_dir={tmp_path / path.stem}"]), None
+        )
         with pytest.raises(ConfigError, match=match):
             build_loop(cfg2, rd2, s2, show_progress=False)
         s2.close()
@@ -355,8 +421,9 @@ def _mixed(cfg, training_set=()):
 
     pool = ExperiencePool(lambda texts: np.ones((len(texts), 2), dtype=np.float32) / np.sqrt(2), theta_sim=2.0)
     pool.add(_exp("always", "call add"))
-    return ExperienceMixedRollouts(None, None, cfg, SamplingParams(), pool, None, SamplingParams(), show_progress=False,
-                                   training_set=training_set)
+    return ExperienceMixedRollouts(
+        None, None, cfg, SamplingParams(), pool, None, SamplingParams(), show_progress=False, training_set=training_set
+    )
 
 
 def test_cold_start_pool_samples_the_whole_training_set():
@@ -408,8 +475,10 @@ def test_ray_with_stages_that_cannot_use_it_is_refused_in_one_line():
     from evolvekit.config import load_config
     from evolvekit.errors import ConfigError
 
-    for sets in (["rollout.backend=ray", "evolving_rl.enabled=true"],
-                 ["rollout.backend=ray", "navigating.enabled=true", "navigating.as_tool=true"]):
+    for sets in (
+        ["rollout.backend=ray", "evolving_rl.enabled=true"],
+        ["rollout.backend=ray", "navigating.enabled=true", "navigating.as_tool=true"],
+    ):
         with pytest.raises(ConfigError, match="rollout.backend: ray"):
             load_config(None, sets)
     assert load_config(None, ["rollout.backend=ray", "navigating.enabled=true"]).navigating.enabled

@@ -12,8 +12,15 @@ from evolvekit.config import EnvConfig, load_config
 from evolvekit.env.registry import make_env
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.questioning.curate import Deduplicator, lexical_overlap, replay_feasible
-from evolvekit.questioning.explore import (BREADTH_HINT, DEPTH_HINT, ExplorationStep, Explorer, context_window,
-                                           explorer_messages, phase)
+from evolvekit.questioning.explore import (
+    BREADTH_HINT,
+    DEPTH_HINT,
+    ExplorationStep,
+    Explorer,
+    context_window,
+    explorer_messages,
+    phase,
+)
 from evolvekit.questioning.pipeline import synthesize_tasks
 from evolvekit.questioning.synthesize import parse_synthesis
 from evolvekit.types import Task, ToolCall
@@ -37,33 +44,49 @@ def test_explorer_context_grows_by_appending_so_a_kept_kv_cache_is_reused():
     from evolvekit.env.base import ToolSchema
 
     tools = [ToolSchema(name=n) for n in ("add", "subtract", "multiply", "divide")]
-    steps = [ExplorationStep(i, f"a{i}", [ToolCall(name=tools[i % 4].name, arguments={})], f"o{i}", True)
-             for i in range(8)]
+    steps = [
+        ExplorationStep(i, f"a{i}", [ToolCall(name=tools[i % 4].name, arguments={})], f"o{i}", True) for i in range(8)
+    ]
     for t in range(7):  # N_b = 3 breadth steps, then depth with N_d = 10 (no slide yet): pure appends
         now, nxt = explorer_messages(tools, [], steps, t, 3, 10), explorer_messages(tools, [], steps, t + 1, 3, 10)
-        assert nxt[:len(now)] == now and len(nxt) == len(now) + 2
+        assert nxt[: len(now)] == now and len(nxt) == len(now) + 2
     # each past message keeps the hint it was shown with: step 1's nudge named a tool untried after step 0
     assert "Try `multiply`" in explorer_messages(tools, [], steps, 5, 3, 10)[3].content  # untried[1 % 3]
     assert DEPTH_HINT in explorer_messages(tools, [], steps, 5, 3, 10)[-1].content
 
 
 def test_parse_synthesis():
-    text = "Task: Add 3 and 4.\nSolution: 0\n\n**Task:** Multiply then add.\n**Solution:** [1, 0]\nTask: bad\nSolution: 9"
+    text = (
+        "Task: Add 3 and 4.\nSolution: 0\n\n**Task:** Multiply then add.\n**Solution:** [1, 0]\nTask: bad\nSolution: 9"
+    )
     assert parse_synthesis(text, 2) == [("Add 3 and 4.", [0]), ("Multiply then add.", [1, 0])]
     assert parse_synthesis("nothing", 3) == []
 
 
 def _task(q, calls, tid="t"):
-    return Task(task_id=tid, env_name="bfcl", query=q, reference_solution=[calls],
-                metadata={"category": "synthetic", "bfcl_id": tid, "involved_classes": ["MathAPI"],
-                          "allowed_tools": ["add", "subtract", "multiply", "divide"]})
+    return Task(
+        task_id=tid,
+        env_name="bfcl",
+        query=q,
+        reference_solution=[calls],
+        metadata={
+            "category": "synthetic",
+            "bfcl_id": tid,
+            "involved_classes": ["MathAPI"],
+            "allowed_tools": ["add", "subtract", "multiply", "divide"],
+        },
+    )
 
 
 def test_lexical_and_semantic_dedup():
     assert lexical_overlap("add 3 and 4", "Add 3 and 4!") == 1.0
     assert lexical_overlap("add 3 and 4", "multiply 9 by 2") == 0.0
-    table = {"What is 3 plus 4?": [1.0, 0.0], "Please compute 3 + 4": [0.95, np.sqrt(1 - 0.95 ** 2)],
-             "Divide 10 by 2": [0.0, 1.0], "what is 3 plus 4": [1.0, 0.0]}
+    table = {
+        "What is 3 plus 4?": [1.0, 0.0],
+        "Please compute 3 + 4": [0.95, np.sqrt(1 - 0.95**2)],
+        "Divide 10 by 2": [0.0, 1.0],
+        "what is 3 plus 4": [1.0, 0.0],
+    }
     dedup = Deduplicator(lambda ts: np.array([table[t] for t in ts], dtype=np.float32), 0.8, 0.9)
     dedup.seed([_task("What is 3 plus 4?", [])])
     res = dedup.filter([_task("what is 3 plus 4", []), _task("Please compute 3 + 4", []), _task("Divide 10 by 2", [])])
@@ -80,8 +103,9 @@ def test_feasibility_replay_drops_hallucinated_solutions():
     assert not ok and "unknown tool" in reason
     bad_args = _task("Add.", [ToolCall(name="add", arguments={"a": "three"})], "bad")
     assert not replay_feasible(bad_args, lambda: make_env(cfg))[0]
-    assert not replay_feasible(_task("x", [], "empty").model_copy(update={"reference_solution": None}),
-                               lambda: make_env(cfg))[0]
+    assert not replay_feasible(
+        _task("x", [], "empty").model_copy(update={"reference_solution": None}), lambda: make_env(cfg)
+    )[0]
 
 
 class _Scripted:
@@ -97,8 +121,12 @@ class _Scripted:
 def _explorer_answer(conv):
     start = next(i for i, m in enumerate(conv) if m.content.startswith("You are exploring"))
     n = sum(m.role == "assistant" for m in conv[start:])  # own steps only (worked examples come before)
-    calls = [ToolCall(name="add", arguments={"a": 2, "b": 5}), ToolCall(name="multiply", arguments={"a": 7, "b": 3}),
-             ToolCall(name="power", arguments={"base": 2}), ToolCall(name="divide", arguments={"a": 21, "b": 7})]
+    calls = [
+        ToolCall(name="add", arguments={"a": 2, "b": 5}),
+        ToolCall(name="multiply", arguments={"a": 7, "b": 3}),
+        ToolCall(name="power", arguments={"base": 2}),
+        ToolCall(name="divide", arguments={"a": 21, "b": 7}),
+    ]
     return format_call(calls[n % len(calls)])
 
 
@@ -115,17 +143,36 @@ def test_explorer_runs_in_the_family_sandbox():
 
 def test_pipeline_keeps_only_feasible_unique_tasks():
     def synth(conv):
-        return ("Task: What is 2 plus 5?\nSolution: 0\n"
-                "Task: What is 2 plus 5 ?\nSolution: 0\n"  # lexical duplicate
-                "Task: Multiply 7 by 3, then divide 21 by 7.\nSolution: 1, 2\n"
-                "Task: Out of range.\nSolution: 7\n")
+        return (
+            "Task: What is 2 plus 5?\nSolution: 0\n"
+            "Task: What is 2 plus 5 ?\nSolution: 0\n"  # lexical duplicate
+            "Task: Multiply 7 by 3, then divide 21 by 7.\nSolution: 1, 2\n"
+            "Task: Out of range.\nSolution: 7\n"
+        )
 
-    cfg = load_config(None, ["env.family=arith", "questioning.explore_runs=1", "questioning.explore_steps=4",
-                             "questioning.n_breadth=2", "questioning.n_depth=10"])
+    cfg = load_config(
+        None,
+        [
+            "env.family=arith",
+            "questioning.explore_runs=1",
+            "questioning.explore_steps=4",
+            "questioning.n_breadth=2",
+            "questioning.n_depth=10",
+        ],
+    )
     rounds = []
-    tasks, funnel, traces = synthesize_tasks(cfg, 5, _Scripted(_explorer_answer), SamplingParams(), _Scripted(synth),
-                                             SamplingParams(), lambda: make_env(cfg.env), embed=None, max_rounds=1,
-                                             on_round=lambda f, tr, kept: rounds.append((f.kept, tr, kept)))
+    tasks, funnel, traces = synthesize_tasks(
+        cfg,
+        5,
+        _Scripted(_explorer_answer),
+        SamplingParams(),
+        _Scripted(synth),
+        SamplingParams(),
+        lambda: make_env(cfg.env),
+        embed=None,
+        max_rounds=1,
+        on_round=lambda f, tr, kept: rounds.append((f.kept, tr, kept)),
+    )
     assert funnel.explored == 1 and funnel.explored_calls == 3
     assert len(rounds) == 1 and rounds[0][0] == 2 and rounds[0][1] == traces and rounds[0][2] == tasks  # per round
     assert funnel.synthesized == 3 and funnel.deduplicated == 1 and funnel.kept == 2 and funnel.infeasible == 0
@@ -153,15 +200,30 @@ def test_grounding_is_the_share_of_reference_values_the_request_states():
 
 def test_pipeline_grounding_filter_drops_requests_that_miss_their_values():
     def synth(conv):
-        return ("Task: What is 57 plus 5?\nSolution: 0\n"  # add(2, 5): 2 is not stated
-                "Task: Multiply 7 by 3.\nSolution: 1\n")
+        return (
+            "Task: What is 57 plus 5?\nSolution: 0\n"  # add(2, 5): 2 is not stated
+            "Task: Multiply 7 by 3.\nSolution: 1\n"
+        )
 
-    overrides = ["env.family=arith", "questioning.explore_runs=1", "questioning.explore_steps=4",
-                 "questioning.n_breadth=2", "questioning.n_depth=10"]
+    overrides = [
+        "env.family=arith",
+        "questioning.explore_runs=1",
+        "questioning.explore_steps=4",
+        "questioning.n_breadth=2",
+        "questioning.n_depth=10",
+    ]
     for threshold, kept in ((0.0, ["What is 57 plus 5?", "Multiply 7 by 3."]), (1.0, ["Multiply 7 by 3."])):
         cfg = load_config(None, overrides + [f"questioning.grounding_threshold={threshold}"])
-        tasks, funnel, _ = synthesize_tasks(cfg, 5, _Scripted(_explorer_answer), SamplingParams(), _Scripted(synth),
-                                            SamplingParams(), lambda: make_env(cfg.env), max_rounds=1)
+        tasks, funnel, _ = synthesize_tasks(
+            cfg,
+            5,
+            _Scripted(_explorer_answer),
+            SamplingParams(),
+            _Scripted(synth),
+            SamplingParams(),
+            lambda: make_env(cfg.env),  # noqa: B023  (called inside this iteration)
+            max_rounds=1,
+        )
         assert [t.turns[0] for t in tasks] == kept and funnel.ungrounded == 2 - len(kept)
     assert tasks[0].metadata["curation"]["grounding"] == 1.0
 
@@ -173,8 +235,13 @@ def test_run_synthesis_stores_each_round_and_a_killed_run_resumes_from_it(tmp_pa
     from evolvekit.orchestrator.build import SYNTHESIS_DONE, _task_supply, open_run
     from evolvekit.types import TaskSource
 
-    answers = iter(["Task: What is 2 plus 5?\nSolution: 0\n", RuntimeError("killed"),
-                    "Task: Multiply 7 by 3, then divide 21 by 7.\nSolution: 1, 2\n"])
+    answers = iter(
+        [
+            "Task: What is 2 plus 5?\nSolution: 0\n",
+            RuntimeError("killed"),
+            "Task: Multiply 7 by 3, then divide 21 by 7.\nSolution: 1, 2\n",
+        ]
+    )
 
     def synth(conv):
         a = next(answers)
@@ -184,9 +251,19 @@ def test_run_synthesis_stores_each_round_and_a_killed_run_resumes_from_it(tmp_pa
 
     monkeypatch.setattr(factory, "role_llm", lambda models, role: _Scripted(synth))
     monkeypatch.setattr(factory, "build_embedder", lambda cfg: SimpleNamespace(embed=None))
-    cfg = load_config(None, [f"run.out_dir={tmp_path}", "env.family=arith", "questioning.enabled=true",
-                             "questioning.synthetic_tasks=2", "questioning.explore_runs=1",
-                             "questioning.explore_steps=4", "questioning.n_breadth=2", "questioning.n_depth=10"])
+    cfg = load_config(
+        None,
+        [
+            f"run.out_dir={tmp_path}",
+            "env.family=arith",
+            "questioning.enabled=true",
+            "questioning.synthetic_tasks=2",
+            "questioning.explore_runs=1",
+            "questioning.explore_steps=4",
+            "questioning.n_breadth=2",
+            "questioning.n_depth=10",
+        ],
+    )
     cfg, run_dir, store = open_run(cfg, None)
     policy = _Scripted(_explorer_answer)  # the explorer is the initial policy (same local model)
     make = lambda: make_env(cfg.env)  # noqa: E731
@@ -236,16 +313,40 @@ def test_run_trains_on_synthetic_tasks_and_evaluates_on_real_ones(tmp_path):
     from evolvekit.orchestrator.build import SYNTHESIS_DONE, build_loop, open_run
 
     tiny = make_tiny_model(tmp_path / "tiny")
-    cfg = load_config(None, [f"run.out_dir={tmp_path}", "env.family=arith", "env.family_tasks=6",
-                             f"models.policy.model={tiny}", "models.policy.max_new_tokens=8", "rollout.max_steps=2",
-                             "rollout.group_size=2", "train.iterations=1", "train.tasks_per_iteration=2",
-                             "train.eval_tasks=2", "train.eval_k=1", "train.autocast=off", "questioning.enabled=true",
-                             "questioning.explore_runs=1", "questioning.explore_steps=4", "questioning.n_depth=10",
-                             "questioning.reward=state"])
+    cfg = load_config(
+        None,
+        [
+            f"run.out_dir={tmp_path}",
+            "env.family=arith",
+            "env.family_tasks=6",
+            f"models.policy.model={tiny}",
+            "models.policy.max_new_tokens=8",
+            "rollout.max_steps=2",
+            "rollout.group_size=2",
+            "train.iterations=1",
+            "train.tasks_per_iteration=2",
+            "train.eval_tasks=2",
+            "train.eval_k=1",
+            "train.autocast=off",
+            "questioning.enabled=true",
+            "questioning.explore_runs=1",
+            "questioning.explore_steps=4",
+            "questioning.n_depth=10",
+            "questioning.reward=state",
+        ],
+    )
     # the synthetic task set as self-questioning would have stored it (explorer/synthesizer scripted here)
     synth = lambda conv: "Task: What is 2 plus 5?\nSolution: 0\nTask: Multiply 7 by 3.\nSolution: 1\n"  # noqa: E731
-    tasks, funnel, _ = synthesize_tasks(cfg, 5, _Scripted(_explorer_answer), SamplingParams(), _Scripted(synth),
-                                        SamplingParams(), lambda: make_env(cfg.env), max_rounds=1)
+    tasks, funnel, _ = synthesize_tasks(
+        cfg,
+        5,
+        _Scripted(_explorer_answer),
+        SamplingParams(),
+        _Scripted(synth),
+        SamplingParams(),
+        lambda: make_env(cfg.env),
+        max_rounds=1,
+    )
     assert funnel.kept == 2
     cfg, run_dir, store = open_run(cfg, None)
     with store.transaction() as c:
@@ -323,7 +424,8 @@ def test_judge_parsing_fallback_and_mix():
     assert mix_reward("mix", 1.0, 0.2, 0.5) == pytest.approx(0.6) and mix_reward("judge", 1.0, None, 0.5) == 1.0
 
     syn = _task("Add 2 and 5.", [ToolCall(name="add", arguments={"a": 2, "b": 5})], "s1").model_copy(
-        update={"source": TaskSource.SYNTHETIC})
+        update={"source": TaskSource.SYNTHETIC}
+    )
     real = _task("Real one.", [], "r1")
     prompt = judge_prompt(syn, _tr("s1", 1.0))
     assert '"name": "add"' in prompt[1].content and "Principle 1" in prompt[0].content
@@ -359,7 +461,9 @@ def test_retries_of_a_greedy_call_sample_and_sampled_calls_keep_their_temperatur
             seen.append(params.temperature)
             return [[Completion(text="no score here", token_ids=[1])] for _ in convs]
 
-    report = LLMJudge(Recording(), SamplingParams(temperature=0.0), max_retries=2).score([(_task("t", [], "a"), _tr("a", 0.0))])
+    report = LLMJudge(Recording(), SamplingParams(temperature=0.0), max_retries=2).score(
+        [(_task("t", [], "a"), _tr("a", 0.0))]
+    )
     assert seen == [0.0, RETRY_TEMPERATURE, RETRY_TEMPERATURE] and report.fallbacks == 1
 
 
@@ -371,11 +475,34 @@ def test_tasks_synthesize_cli_offline_with_the_embedded_model(tmp_path):
 
     out = tmp_path / "tasks.jsonl"
     cli = [sys.executable, "-m", "evolvekit.cli.main", "tasks"]
-    res = subprocess.run(cli + ["synthesize", "--env", "bfcl", "--n", "5", "--max-rounds", "1", "--out", str(out), "--json",
-                                "--set", "env.family=arith", "--set", "questioning.explore_runs=4",
-                                "--set", "questioning.explore_steps=4", "--set", "models.explorer.max_new_tokens=48",
-                                "--set", "models.synthesizer.max_new_tokens=160"],
-                         capture_output=True, text=True, timeout=900)
+    res = subprocess.run(
+        cli
+        + [
+            "synthesize",
+            "--env",
+            "bfcl",
+            "--n",
+            "5",
+            "--max-rounds",
+            "1",
+            "--out",
+            str(out),
+            "--json",
+            "--set",
+            "env.family=arith",
+            "--set",
+            "questioning.explore_runs=4",
+            "--set",
+            "questioning.explore_steps=4",
+            "--set",
+            "models.explorer.max_new_tokens=48",
+            "--set",
+            "models.synthesizer.max_new_tokens=160",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     funnel = json.loads(res.stdout.strip().splitlines()[-1])
     assert {"explored", "synthesized", "deduplicated", "infeasible", "kept"} <= set(funnel)
@@ -430,10 +557,12 @@ def test_targeted_synthesis_parsing_windows_and_shots():
     assert windows(5, 1, 3) == [[0], [2], [4]]
     assert windows(5, 2, 2) == [[0, 1], [3, 4]]
     assert windows(2, 3, 3) == [[0, 1]]  # fewer calls than the difficulty asks for
-    ex = [ChatMessage(role="user", content="What is 1 plus 2?"),
-          ChatMessage(role="assistant", content='<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'),
-          ChatMessage(role="user", content='Tool results:\n[add] {"result": 3}'),
-          ChatMessage(role="assistant", content="3.")]
+    ex = [
+        ChatMessage(role="user", content="What is 1 plus 2?"),
+        ChatMessage(role="assistant", content='<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'),
+        ChatMessage(role="user", content='Tool results:\n[add] {"result": 3}'),
+        ChatMessage(role="assistant", content="3."),
+    ]
     shots = shots_from_examples(ex)
     assert len(shots) == 1 and shots[0][1] == "What is 1 plus 2?" and '"add"' in shots[0][0] and "3" in shots[0][0]
 
@@ -447,8 +576,9 @@ def test_targeted_synthesizer_uses_the_chosen_window_as_reference():
     calls = [ToolCall(name="add", arguments={"a": i, "b": 1}) for i in range(3)]
     trace = ExplorationTrace("e1", {}, [ExplorationStep(i, "", [c], f"{i + 1}", True) for i, c in enumerate(calls)])
     llm = _Scripted(lambda conv: "What is 0 plus 1?" if '"a": 0' in conv[-1].content else "sure")
-    rep = TaskSynthesizer(llm, SamplingParams(), DifficultyConfig(operations=1), tasks_per_trace=2,
-                          targeted=True).synthesize([trace], "bfcl")
+    rep = TaskSynthesizer(
+        llm, SamplingParams(), DifficultyConfig(operations=1), tasks_per_trace=2, targeted=True
+    ).synthesize([trace], "bfcl")
     assert [t.reference_solution[0][0].arguments["a"] for t in rep.tasks] == [0]  # windows [0] and [2] asked
     assert rep.tasks[0].query == "What is 0 plus 1?" and rep.unparseable == 1  # "sure" is not a request
 
@@ -466,21 +596,24 @@ def test_scaffold_constrains_the_depth_step_tool_name_to_real_tools(tmp_path):
 
     llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu")
     num = {"type": "integer"}
-    tools = [type("T", (), {"name": n, "parameters": p})()
-             for n, p in (("add", {"type": "dict", "properties": {"a": num, "b": num}, "required": ["a", "b"]}),
-                          ("multiply", {"properties": {"a": num}, "required": ["a"]}), ("ls", {}))]
+    tools = [
+        type("T", (), {"name": n, "parameters": p})()
+        for n, p in (
+            ("add", {"type": "dict", "properties": {"a": num, "b": num}, "required": ["a", "b"]}),
+            ("multiply", {"properties": {"a": num}, "required": ["a"]}),
+            ("ls", {}),
+        )
+    ]
     explorer = Explorer(llm, SamplingParams(temperature=1.0, max_new_tokens=48, seed=1), scaffold=True)
     batch = llm.decode_batch(explorer.params, keep_rows=True)
     convs = [[ChatMessage(role="user", content=f"explore {i}")] for i in range(4)]
     outs = explorer._generate(convs, [OPEN_NAME] * 4, 5, list(range(4)), batch, [tools] * 4)
     required = {"add": {"a", "b"}, "multiply": {"a"}, "ls": set()}
     for text in outs:  # a random tiny model, yet each reply is a call of a real tool with arguments it accepts
-        call = json.loads(text[len("<tool_call>"):])
+        call = json.loads(text[len("<tool_call>") :])
         assert call["name"] in required and required[call["name"]] <= set(call["arguments"]), text
         assert all(isinstance(v, int) for v in call["arguments"].values()), text
         assert parse_action(text + CLOSE).tool_calls[0].name == call["name"]
-
-
 
 
 def test_coevolve_forgetting_is_over_iterations_not_within_a_group():
@@ -507,8 +640,15 @@ def test_coevolve_reads_its_success_threshold():
 def test_coevolve_config_reaches_the_tracker_and_regenerator():
     from evolvekit.config import load_config
 
-    cfg = load_config(None, ["questioning.enabled=true", "coevolve.enabled=true", "coevolve.success_threshold=0.8",
-                             "coevolve.max_contexts=7"])
+    cfg = load_config(
+        None,
+        [
+            "questioning.enabled=true",
+            "coevolve.enabled=true",
+            "coevolve.success_threshold=0.8",
+            "coevolve.max_contexts=7",
+        ],
+    )
     assert cfg.coevolve.success_threshold == 0.8 and cfg.coevolve.max_contexts == 7
     import inspect
 

@@ -44,9 +44,18 @@ def test_workers_match_local_rollouts_and_sync_weights(local_ray, tmp_path, monk
     monkeypatch.syspath_prepend(PLUGINS)
     base = make_tiny_model(tmp_path / "seed0", seed=0)
     other = LocalLLM(str(make_tiny_model(tmp_path / "seed1", seed=1)), device="cpu")
-    cfg = load_config(None, ["env.name=coin", "env.plugins=[coin_env]", f"models.policy.model={base}",
-                             "rollout.backend=ray", "rollout.ray_workers=2", "rollout.ray_worker_cpus=0.5",
-                             "rollout.max_steps=1"])
+    cfg = load_config(
+        None,
+        [
+            "env.name=coin",
+            "env.plugins=[coin_env]",
+            f"models.policy.model={base}",
+            "rollout.backend=ray",
+            "rollout.ray_workers=2",
+            "rollout.ray_worker_cpus=0.5",
+            "rollout.max_steps=1",
+        ],
+    )
     tasks = env_tasks(cfg.env, "train")
     jobs = [RolloutJob(task=t, group_id=f"g{i}") for i, t in enumerate(tasks[:5])]
     params = SamplingParams(temperature=0.0, max_new_tokens=6)

@@ -16,7 +16,6 @@ import yaml
 from evolvekit.config import load_config
 from evolvekit.llm.tiny import make_tiny_model
 from evolvekit.orchestrator.build import build_loop, open_run
-from evolvekit.store.sqlite import RunStore
 from evolvekit.types import Step, StepLabel, Trajectory
 
 PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
@@ -30,16 +29,35 @@ def run_dir(tmp_path_factory):
     sys.path.insert(0, PLUGINS)
     tmp = tmp_path_factory.mktemp("report")
     tiny = make_tiny_model(tmp / "tiny")
-    cfg = load_config(None, [f"run.out_dir={tmp}", "env.name=coin", "env.plugins=[coin_env]", f"models.policy.model={tiny}",
-                             "models.policy.max_new_tokens=8", "rollout.max_steps=1", "rollout.group_size=2",
-                             "train.iterations=2", "train.tasks_per_iteration=2", "train.eval_tasks=2", "train.eval_k=1",
-                             "train.eval_every=1", "train.autocast=off"])
+    cfg = load_config(
+        None,
+        [
+            f"run.out_dir={tmp}",
+            "env.name=coin",
+            "env.plugins=[coin_env]",
+            f"models.policy.model={tiny}",
+            "models.policy.max_new_tokens=8",
+            "rollout.max_steps=1",
+            "rollout.group_size=2",
+            "train.iterations=2",
+            "train.tasks_per_iteration=2",
+            "train.eval_tasks=2",
+            "train.eval_k=1",
+            "train.eval_every=1",
+            "train.autocast=off",
+        ],
+    )
     cfg, rd, store = open_run(cfg, None)
     build_loop(cfg, rd, store, show_progress=False).run()
     # one hand-made trajectory with attribution labels and hostile text, as a model could produce
-    traj = Trajectory(trajectory_id="traj-xss", task_id="coin-train-0", outcome_reward=1.0,
-                      steps=[Step(index=0, action_text=XSS, observation="<b>obs</b>"), Step(index=1, action_text="fine")],
-                      step_attributions=[StepLabel.GOOD, StepLabel.BAD], attribution_source="grounded")
+    traj = Trajectory(
+        trajectory_id="traj-xss",
+        task_id="coin-train-0",
+        outcome_reward=1.0,
+        steps=[Step(index=0, action_text=XSS, observation="<b>obs</b>"), Step(index=1, action_text="fine")],
+        step_attributions=[StepLabel.GOOD, StepLabel.BAD],
+        attribution_source="grounded",
+    )
     with store.transaction() as c:
         store.put_trajectories(c, [traj], 1, "train")
     store.close()
@@ -56,8 +74,9 @@ def test_report_writes_html_and_figures(run_dir):
     assert (page.parent / "learning.png").stat().st_size > 1000
     import sys
 
-    res = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "report", str(run_dir / "nope")],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "report", str(run_dir / "nope")], capture_output=True, text=True
+    )
     assert res.returncode == 2 and "not a run directory" in res.stderr
 
 
@@ -107,11 +126,14 @@ def test_report_on_a_folder_of_runs_groups_rows_over_seeds(run_dir, tmp_path):
     assert "../grpo_real/seed1/report/index.html" in text
     with pytest.raises(ConfigError, match="baseline row"):
         write_collection_report(root, baseline="nope")
-    res = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "report", str(tmp_path)], capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "report", str(tmp_path)], capture_output=True, text=True
+    )
     assert res.returncode == 0 and res.stdout.strip().endswith("index.html")
     (tmp_path / "empty").mkdir()
-    res = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "report", str(tmp_path / "empty")],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "report", str(tmp_path / "empty")], capture_output=True, text=True
+    )
     assert res.returncode == 2 and "holds no runs" in res.stderr
 
 
@@ -146,7 +168,9 @@ def _free_port():
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (scripts/setup.sh installs it when it can)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian chromium is not installed (scripts/setup.sh installs it when it can)"
+)
 def test_trajectory_view_renders_attribution_colours_in_chromium(run_dir, tmp_path):
     import uvicorn
     from matplotlib import image
@@ -166,8 +190,20 @@ def test_trajectory_view_renders_attribution_colours_in_chromium(run_dir, tmp_pa
             time.sleep(0.05)
     shot = tmp_path / "shot.png"
     try:
-        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--screenshot={shot}", "--window-size=1200,700", url], capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                f"--screenshot={shot}",
+                "--window-size=1200,700",
+                url,
+            ],
+            capture_output=True,
+            timeout=120,
+        )
     finally:
         server.should_exit = True
         thread.join(timeout=5)
@@ -175,7 +211,7 @@ def test_trajectory_view_renders_attribution_colours_in_chromium(run_dir, tmp_pa
     px = (image.imread(str(shot))[..., :3] * 255).round().astype(int).reshape(-1, 3)
 
     def present(hex_color):
-        rgb = [int(hex_color[i:i + 2], 16) for i in (1, 3, 5)]
+        rgb = [int(hex_color[i : i + 2], 16) for i in (1, 3, 5)]
         return int(((abs(px - rgb) <= 3).all(axis=1)).sum())
 
     assert present(GOOD_COLOR) > 500 and present(BAD_COLOR) > 500  # both rows rendered in their colours
@@ -186,10 +222,16 @@ def _ablation_base(tmp_path, monkeypatch, **train) -> Path:
     monkeypatch.syspath_prepend(PLUGINS)
     tiny = make_tiny_model(tmp_path / "tiny")
     base = tmp_path / "base.yaml"
-    base.write_text(yaml.safe_dump({"env": {"name": "coin", "plugins": ["coin_env"]},
-                                    "models": {"policy": {"model": str(tiny), "max_new_tokens": 6}},
-                                    "rollout": {"max_steps": 1, "group_size": 2},
-                                    "train": {"autocast": "off", "eval_tasks": 2, "eval_k": 1, **train}}))
+    base.write_text(
+        yaml.safe_dump(
+            {
+                "env": {"name": "coin", "plugins": ["coin_env"]},
+                "models": {"policy": {"model": str(tiny), "max_new_tokens": 6}},
+                "rollout": {"max_steps": 1, "group_size": 2},
+                "train": {"autocast": "off", "eval_tasks": 2, "eval_k": 1, **train},
+            }
+        )
+    )
     return base
 
 
@@ -199,10 +241,20 @@ def test_ablation_runner_table_and_resume(tmp_path, monkeypatch):
 
     base = _ablation_base(tmp_path, monkeypatch)
     spec = tmp_path / "ablation.yaml"
-    spec.write_text(yaml.safe_dump({"base": str(base), "out_dir": str(tmp_path / "abl"), "seeds": [0, 1],
-                                    "budget": ["train.iterations=1", "train.tasks_per_iteration=1"],
-                                    "rows": [{"name": "base_model", "overrides": ["train.iterations=0", "train.eval_after=false"]},
-                                             {"name": "grpo_real"}]}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "base": str(base),
+                "out_dir": str(tmp_path / "abl"),
+                "seeds": [0, 1],
+                "budget": ["train.iterations=1", "train.tasks_per_iteration=1"],
+                "rows": [
+                    {"name": "base_model", "overrides": ["train.iterations=0", "train.eval_after=false"]},
+                    {"name": "grpo_real"},
+                ],
+            }
+        )
+    )
     table = run_ablation(spec).read_text()
     assert "| base_model |" in table and "| grpo_real |" in table and "±" in table
     assert len(list((tmp_path / "abl").glob("*/seed*/summary.json"))) == 4
@@ -220,14 +272,19 @@ def test_ablation_validates_every_row_first_and_survives_a_dying_run(tmp_path, m
 
     base = _ablation_base(tmp_path, monkeypatch, eval_before=False, iterations=1, tasks_per_iteration=1)
     spec = tmp_path / "ablation.yaml"
-    rows = [{"name": "crash", "overrides": ["env.name=coin_crash"]}, {"name": "grpo_real"},
-            {"name": "typo", "overrides": ["train.iteratoins=3"]}]
+    rows = [
+        {"name": "crash", "overrides": ["env.name=coin_crash"]},
+        {"name": "grpo_real"},
+        {"name": "typo", "overrides": ["train.iteratoins=3"]},
+    ]
     spec.write_text(yaml.safe_dump({"base": str(base), "out_dir": str(tmp_path / "abl"), "seeds": [0], "rows": rows}))
     with pytest.raises(ConfigError, match="typo"):  # the last row's typo stops the table before any run starts
         run_ablation(spec)
     assert not (tmp_path / "abl").exists()
 
-    spec.write_text(yaml.safe_dump({"base": str(base), "out_dir": str(tmp_path / "abl"), "seeds": [0], "rows": rows[:2]}))
+    spec.write_text(
+        yaml.safe_dump({"base": str(base), "out_dir": str(tmp_path / "abl"), "seeds": [0], "rows": rows[:2]})
+    )
     table = run_ablation(spec).read_text()  # the first run's process dies; the second row still runs
     assert "| crash | 0/1 |" in table and "| grpo_real | 1/1 |" in table
     results = json.loads((tmp_path / "abl" / "results.json").read_text())
@@ -239,6 +296,8 @@ def test_ablation_validates_every_row_first_and_survives_a_dying_run(tmp_path, m
 def test_heldout_curve_of_a_run_evaluated_only_after_training():
     from evolvekit.report.figures import RunSummary
 
-    run = RunSummary(Path("."), {0: {"train/loss": 1.0}, 1: {"train/loss": 0.5}}, {"after": {"avg@2": 0.5, "best@2": 1.0}})
+    run = RunSummary(
+        Path("."), {0: {"train/loss": 1.0}, 1: {"train/loss": 0.5}}, {"after": {"avg@2": 0.5, "best@2": 1.0}}
+    )
     assert run.heldout_curve() == ([2.0], [0.5], "avg@2")
     assert RunSummary(Path("."), {}, {}).heldout_curve() == ([], [], "avg@k")

@@ -12,18 +12,29 @@ def _step(i, calls=None, parse_error=None, text="x"):
 
 
 def test_format_reward_partial_credit():
-    t = Trajectory(task_id="t", steps=[
-        _step(0, [{"name": "add", "ok": True, "unknown_tool": False}]),                       # 1
-        _step(1, [{"name": "add", "ok": False, "unknown_tool": False},                        # bad args 0.5
-                  {"name": "plus", "ok": False, "unknown_tool": True}]),                      # unknown 0 -> 0.25
-        _step(2, parse_error="bad json"),                                                     # 0
-        _step(3, text="The answer is 7.")])                                                   # not scored
+    t = Trajectory(
+        task_id="t",
+        steps=[
+            _step(0, [{"name": "add", "ok": True, "unknown_tool": False}]),  # 1
+            _step(
+                1,
+                [
+                    {"name": "add", "ok": False, "unknown_tool": False},  # bad args 0.5
+                    {"name": "plus", "ok": False, "unknown_tool": True},
+                ],
+            ),  # unknown 0 -> 0.25
+            _step(2, parse_error="bad json"),  # 0
+            _step(3, text="The answer is 7."),
+        ],
+    )  # not scored
     assert format_reward(t) == pytest.approx((1.0 + 0.25 + 0.0) / 3)
     assert format_reward(Trajectory(task_id="t", steps=[_step(0, text="hi")])) == 0.0
 
 
 def test_shape_rewards_mixes_and_keeps_parts():
-    a = Trajectory(task_id="t", outcome_reward=1.0, steps=[_step(0, [{"name": "add", "ok": True, "unknown_tool": False}])])
+    a = Trajectory(
+        task_id="t", outcome_reward=1.0, steps=[_step(0, [{"name": "add", "ok": True, "unknown_tool": False}])]
+    )
     b = Trajectory(task_id="t", outcome_reward=0.0, steps=[_step(0, parse_error="x")])
     assert shape_rewards([a, b], 1.0, 0.0) == {}  # paper-faithful default: untouched
     assert a.outcome_reward == 1.0
@@ -38,8 +49,12 @@ def test_evolver_format_reward_eq4_by_hand():
     from evolvekit.types import Step, ToolCall, Trajectory, TrajectoryFlags
 
     def step(i, names, ok=True):
-        return Step(index=i, action_text="x", tool_calls=[ToolCall(name=n) for n in names],
-                    info={"calls": [{"name": n, "ok": ok, "unknown_tool": False} for n in names]})
+        return Step(
+            index=i,
+            action_text="x",
+            tool_calls=[ToolCall(name=n) for n in names],
+            info={"calls": [{"name": n, "ok": ok, "unknown_tool": False} for n in names]},
+        )
 
     assert search_score(0, True) == 0.0 and search_score(1, False) == 0.2 and search_score(1, True) == 0.5
     assert abs(search_score(3, True) - 0.7) < 1e-9 and abs(search_score(9, True) - 1.0) < 1e-9  # bonus capped at 0.5

@@ -39,12 +39,22 @@ def _plugin_path(monkeypatch):
 
 
 def _config(tiny, out: Path, iterations=2, **train):
-    data = {"run": {"name": "smoke", "out_dir": str(out), "seed": 1},
-            "env": {"name": "coin", "plugins": ["coin_env"]},
-            "rollout": {"max_steps": 1, "group_size": 4, "concurrency": 8},
-            "train": {"iterations": iterations, "tasks_per_iteration": 2, "learning_rate": 1e-3, "kl_beta": 0.001,
-                      "eval_tasks": 2, "eval_k": 2, "autocast": "off", **train},
-            "models": {"policy": {"model": str(tiny), "max_new_tokens": 9}}}
+    data = {
+        "run": {"name": "smoke", "out_dir": str(out), "seed": 1},
+        "env": {"name": "coin", "plugins": ["coin_env"]},
+        "rollout": {"max_steps": 1, "group_size": 4, "concurrency": 8},
+        "train": {
+            "iterations": iterations,
+            "tasks_per_iteration": 2,
+            "learning_rate": 1e-3,
+            "kl_beta": 0.001,
+            "eval_tasks": 2,
+            "eval_k": 2,
+            "autocast": "off",
+            **train,
+        },
+        "models": {"policy": {"model": str(tiny), "max_new_tokens": 9}},
+    }
     path = out / "cfg.yaml"
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data))
@@ -94,8 +104,9 @@ class _CrashOnce:
 
 
 def test_resume_reuses_committed_rollouts(tiny, tmp_path):
-    cfg, run_dir, store = open_run(load_config(_config(tiny, tmp_path, iterations=3, eval_before=False,
-                                                       eval_after=False)), None)
+    cfg, run_dir, store = open_run(
+        load_config(_config(tiny, tmp_path, iterations=3, eval_before=False, eval_after=False)), None
+    )
     loop = build_loop(cfg, run_dir, store, show_progress=False)
     loop.stages.updater = _CrashOnce(loop.stages.updater, at=1)
     with pytest.raises(RuntimeError, match="simulated crash"):
@@ -126,10 +137,18 @@ def _cli(*args, env=None):
 
 def test_kill_9_mid_iteration_then_resume(tiny, tmp_path):
     cfg_path = _config(tiny, tmp_path, iterations=4, eval_before=False, eval_after=False)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([PLUGINS, os.environ.get("PYTHONPATH", "")]),
-           "COIN_ENV_SLEEP": "0.4"}
-    proc = subprocess.Popen(_cli("run", str(cfg_path), "--no-progress"), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([PLUGINS, os.environ.get("PYTHONPATH", "")]),
+        "COIN_ENV_SLEEP": "0.4",
+    }
+    proc = subprocess.Popen(
+        _cli("run", str(cfg_path), "--no-progress"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 240
         run_dir = None
@@ -162,8 +181,13 @@ def test_kill_9_mid_iteration_then_resume(tiny, tmp_path):
     store.close()
 
     env["COIN_ENV_SLEEP"] = "0"
-    res = subprocess.run(_cli("run", "--resume", str(run_dir), "--no-progress", "--json"), env=env,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        _cli("run", "--resume", str(run_dir), "--no-progress", "--json"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     store = RunStore(run_dir / "run.sqlite")
     assert store.completed_iterations() == [0, 1, 2, 3]
@@ -189,8 +213,9 @@ def test_training_refuses_a_served_policy_before_making_a_run_folder(tmp_path):
 def test_a_damaged_checkpoint_resumes_from_the_previous_one(tiny, tmp_path):
     """A truncated newest checkpoint is detected by its checksums; the run falls back to the one before it and
     re-runs the iteration after it, ending with every iteration done and the same number of rollouts."""
-    cfg, run_dir, store = open_run(load_config(_config(tiny, tmp_path, iterations=3, eval_before=False,
-                                                       eval_after=False)), None)
+    cfg, run_dir, store = open_run(
+        load_config(_config(tiny, tmp_path, iterations=3, eval_before=False, eval_after=False)), None
+    )
     build_loop(cfg, run_dir, store, show_progress=False).run()
     ckpts = store.checkpoints()
     assert [c.iteration for c in ckpts] == [0, 1, 2]  # the folder of 0 was pruned (keep_checkpoints=2)
@@ -223,16 +248,18 @@ def test_a_damaged_checkpoint_resumes_from_the_previous_one(tiny, tmp_path):
 
 
 def test_resume_cli_names_a_damaged_checkpoint_in_one_line(tiny, tmp_path):
-    cfg, run_dir, store = open_run(load_config(_config(tiny, tmp_path, iterations=1, eval_before=False,
-                                                       eval_after=False)), None)
+    cfg, run_dir, store = open_run(
+        load_config(_config(tiny, tmp_path, iterations=1, eval_before=False, eval_after=False)), None
+    )
     build_loop(cfg, run_dir, store, show_progress=False).run()
     (Path(store.latest_checkpoint().path) / "model.safetensors").write_bytes(b"\0" * 100)
     with store.transaction() as c:
         c.execute("DELETE FROM iterations WHERE iteration = 0")
     store.close()
     env = {**os.environ, "PYTHONPATH": PLUGINS + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run(_cli("run", "--resume", str(run_dir), "--no-progress"), capture_output=True, text=True,
-                         env=env, timeout=600)
+    out = subprocess.run(
+        _cli("run", "--resume", str(run_dir), "--no-progress"), capture_output=True, text=True, env=env, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "SafetensorError" not in out.stderr + out.stdout
     assert "resuming from the initial policy" in out.stderr + out.stdout
@@ -244,13 +271,17 @@ class _AlwaysGood:
     def chat(self, conversations, params):
         from evolvekit.llm.base import Completion
 
-        return [[Completion(text="Step 0 Analysis: ok\nStep 0 Judgment: GOOD", token_ids=[1], prompt_token_ids=[1])]
-                for _ in conversations]
+        return [
+            [Completion(text="Step 0 Analysis: ok\nStep 0 Judgment: GOOD", token_ids=[1], prompt_token_ids=[1])]
+            for _ in conversations
+        ]
 
 
 def test_attribution_stage_logs_metrics_and_stores_labels(tiny, tmp_path):
-    cfg = load_config(_config(tiny, tmp_path, iterations=1, eval_before=False, eval_after=False),
-                      ["attributing.enabled=true", "attributing.source=llm", "attributing.constrained=off"])
+    cfg = load_config(
+        _config(tiny, tmp_path, iterations=1, eval_before=False, eval_after=False),
+        ["attributing.enabled=true", "attributing.source=llm", "attributing.constrained=off"],
+    )
     cfg, run_dir, store = open_run(cfg, None)
     loop = build_loop(cfg, run_dir, store, show_progress=False)
     loop.stages.samples.attributor.llm = _AlwaysGood()  # the attributor role is a test double here
@@ -271,8 +302,9 @@ def test_embedded_attributor_defaults_to_grounded_credit(tiny, tmp_path):
     """attributing.source: auto with an in-process attributor is grounded: no attributor model is built, labels come
     from execution (the coin tasks have no reference: the generic fallback, errors BAD and the rest NEUTRAL), and
     the run records which source each helper role used."""
-    cfg = load_config(_config(tiny, tmp_path, iterations=1, eval_before=False, eval_after=False),
-                      ["attributing.enabled=true"])
+    cfg = load_config(
+        _config(tiny, tmp_path, iterations=1, eval_before=False, eval_after=False), ["attributing.enabled=true"]
+    )
     cfg, run_dir, store = open_run(cfg, None)
     loop = build_loop(cfg, run_dir, store, show_progress=False)
     assert loop.stages.samples.attributor is None
@@ -281,8 +313,11 @@ def test_embedded_attributor_defaults_to_grounded_credit(tiny, tmp_path):
     assert trajs and all(t.attribution_source == "grounded" and t.step_attributions is not None for t in trajs)
     for t in trajs:
         for step, label in zip(t.steps, t.step_attributions):
-            bad = step.parse_error is not None and not step.tool_calls or any(
-                not c["ok"] for c in step.info.get("calls", []))
+            bad = (
+                step.parse_error is not None
+                and not step.tool_calls
+                or any(not c["ok"] for c in step.info.get("calls", []))
+            )
             assert label == ("BAD" if bad else "NEUTRAL")
     assert "attribution/good_ratio" in store.metrics()[0]
     assert json.loads(store.get_meta("helper_sources"))["attributor"] == "grounded"

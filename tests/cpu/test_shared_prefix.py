@@ -52,12 +52,23 @@ def _group(prompt_len=48, seed=0, shared_first_turn=False):
             adv = float((-1) ** i) * (0.5 + 0.25 * i)
             extra = {}
             if gid == "g0" and i == 3:  # generated with 5 experience tokens after the prompt, trained without
-                extra = {"experience_guided": True, "behaviour_token_ids": prompt + rand(5) + ids[len(prompt):],
-                         "behaviour_positions": list(range(len(prompt))) + [len(prompt) + 5 + j
-                                                                            for j in range(len(ids) - len(prompt))]}
-            out.append(TrainingSample(trajectory_id=f"{gid}-{i}", group_id=gid, token_ids=ids, loss_mask=mask,
-                                      token_advantages=[adv if m else 0.0 for m in mask],
-                                      experience_mask=[0] * len(ids), **extra))
+                extra = {
+                    "experience_guided": True,
+                    "behaviour_token_ids": prompt + rand(5) + ids[len(prompt) :],
+                    "behaviour_positions": list(range(len(prompt)))
+                    + [len(prompt) + 5 + j for j in range(len(ids) - len(prompt))],
+                }
+            out.append(
+                TrainingSample(
+                    trajectory_id=f"{gid}-{i}",
+                    group_id=gid,
+                    token_ids=ids,
+                    loss_mask=mask,
+                    token_advantages=[adv if m else 0.0 for m in mask],
+                    experience_mask=[0] * len(ids),
+                    **extra,
+                )
+            )
     return out
 
 
@@ -65,8 +76,17 @@ def _update(path, samples, shared, lora=False, amp="off", micro=2, ppo_epochs=1,
     torch.manual_seed(0)
     llm = LocalLLM(str(path), device="cpu")
     ref = None if lora else copy.deepcopy(llm.model)
-    cfg = TrainConfig(shared_prefix=shared, micro_batch_size=micro, kl_beta=0.01, autocast=amp, learning_rate=0.0,
-                      max_grad_norm=1e9, lora=lora, ppo_epochs=ppo_epochs, mini_batch_size=mini)
+    cfg = TrainConfig(
+        shared_prefix=shared,
+        micro_batch_size=micro,
+        kl_beta=0.01,
+        autocast=amp,
+        learning_rate=0.0,
+        max_grad_norm=1e9,
+        lora=lora,
+        ppo_epochs=ppo_epochs,
+        mini_batch_size=mini,
+    )
     tr = GRPOTrainer(llm, cfg, eps_high_boost=0.6, reference_model=ref, entropy_coef=entropy)
     st = tr.update(samples)
     grads = {n: p.grad.detach().clone() for n, p in tr.model.named_parameters() if p.grad is not None}
@@ -101,22 +121,41 @@ def test_shared_equals_unshared_with_loss_tokens_inside_the_prefix(tiny_path):
 
 def test_shared_equals_unshared_with_lora(tiny_path):
     samples = _group()
-    _same(_update(tiny_path, samples, True, lora=True), _update(tiny_path, samples, False, lora=True),
-          atol=1e-6, rtol=1e-4)
+    _same(
+        _update(tiny_path, samples, True, lora=True),
+        _update(tiny_path, samples, False, lora=True),
+        atol=1e-6,
+        rtol=1e-4,
+    )
 
 
 def test_shared_equals_unshared_with_old_logprob_passes_and_bf16(tiny_path):
     samples = _group()
     # several optimizer steps: old log-probs come from a separate (shared) no-grad pass
-    _same(_update(tiny_path, samples, True, ppo_epochs=2, mini=4), _update(tiny_path, samples, False, ppo_epochs=2, mini=4),
-          atol=1e-6, rtol=1e-4)
-    _same(_update(tiny_path, samples, True, amp="bf16"), _update(tiny_path, samples, False, amp="bf16"),
-          atol=2e-3, rtol=5e-2)
+    _same(
+        _update(tiny_path, samples, True, ppo_epochs=2, mini=4),
+        _update(tiny_path, samples, False, ppo_epochs=2, mini=4),
+        atol=1e-6,
+        rtol=1e-4,
+    )
+    _same(
+        _update(tiny_path, samples, True, amp="bf16"),
+        _update(tiny_path, samples, False, amp="bf16"),
+        atol=2e-3,
+        rtol=5e-2,
+    )
 
 
 def test_evolving_rl_roles_share_within_their_groups(tiny_path):
-    samples = [s.model_copy(update={"loss_group": "solver" if s.group_id == "g0" else "extractor",
-                                    "loss_weight": 1.0 if s.group_id == "g0" else 0.2}) for s in _group()]
+    samples = [
+        s.model_copy(
+            update={
+                "loss_group": "solver" if s.group_id == "g0" else "extractor",
+                "loss_weight": 1.0 if s.group_id == "g0" else 0.2,
+            }
+        )
+        for s in _group()
+    ]
     _same(_update(tiny_path, samples, True), _update(tiny_path, samples, False), atol=1e-6, rtol=1e-4)
 
 
@@ -126,18 +165,33 @@ def test_shared_equals_unshared_on_smollm2(smollm2):
     tok = smollm2.tokenizer
     from evolvekit.types import ChatMessage
 
-    prompt = smollm2.apply_chat_template([ChatMessage(role="system", content="You call tools. " * 40),
-                                          ChatMessage(role="user", content="Add 3 and 4, then multiply by 2.")])
-    completions = ['<tool_call>{"name": "add", "arguments": {"a": 3, "b": 4}}</tool_call>', "The answer is 14.",
-                   '<tool_call>{"name": "multiply", "arguments": {"a": 7, "b": 2}}</tool_call>', "I do not know."]
+    prompt = smollm2.apply_chat_template(
+        [
+            ChatMessage(role="system", content="You call tools. " * 40),
+            ChatMessage(role="user", content="Add 3 and 4, then multiply by 2."),
+        ]
+    )
+    completions = [
+        '<tool_call>{"name": "add", "arguments": {"a": 3, "b": 4}}</tool_call>',
+        "The answer is 14.",
+        '<tool_call>{"name": "multiply", "arguments": {"a": 7, "b": 2}}</tool_call>',
+        "I do not know.",
+    ]
     samples = []
     for i, text in enumerate(completions):
         comp = smollm2.encode(text) + [tok.eos_token_id]
         ids = list(prompt) + comp
         mask = [0] * len(prompt) + [1] * len(comp)
-        samples.append(TrainingSample(trajectory_id=f"s{i}", group_id="g", token_ids=ids, loss_mask=mask,
-                                      token_advantages=[(1.0 if i % 2 == 0 else -1.0) if m else 0.0 for m in mask],
-                                      experience_mask=[0] * len(ids)))
+        samples.append(
+            TrainingSample(
+                trajectory_id=f"s{i}",
+                group_id="g",
+                token_ids=ids,
+                loss_mask=mask,
+                token_advantages=[(1.0 if i % 2 == 0 else -1.0) if m else 0.0 for m in mask],
+                experience_mask=[0] * len(ids),
+            )
+        )
 
     def run(shared):
         model = copy.deepcopy(smollm2.model)
@@ -145,8 +199,17 @@ def test_shared_equals_unshared_on_smollm2(smollm2):
 
         unpack_linears(model)
         llm = LocalLLM(tokenizer=tok, hf_model=model, device="cpu", packed_weights=False)
-        tr = GRPOTrainer(llm, TrainConfig(shared_prefix=shared, micro_batch_size=2, kl_beta=0.0, autocast="off",
-                                          learning_rate=0.0, max_grad_norm=1e9))
+        tr = GRPOTrainer(
+            llm,
+            TrainConfig(
+                shared_prefix=shared,
+                micro_batch_size=2,
+                kl_beta=0.0,
+                autocast="off",
+                learning_rate=0.0,
+                max_grad_norm=1e9,
+            ),
+        )
         st = tr.update(samples)
         return st, {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 

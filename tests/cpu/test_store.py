@@ -9,9 +9,13 @@ from evolvekit.types import Experience, Step, StepLabel, Task, Trajectory
 
 
 def _traj(task_id="t1", group="g"):
-    return Trajectory(task_id=task_id, group_id=group, outcome_reward=1.0,
-                      steps=[Step(index=0, action_text="a", observation="o"), Step(index=1, action_text="b")],
-                      step_attributions=[StepLabel.GOOD, StepLabel.BAD])
+    return Trajectory(
+        task_id=task_id,
+        group_id=group,
+        outcome_reward=1.0,
+        steps=[Step(index=0, action_text="a", observation="o"), Step(index=1, action_text="b")],
+        step_attributions=[StepLabel.GOOD, StepLabel.BAD],
+    )
 
 
 def test_wal_and_round_trip(tmp_path):

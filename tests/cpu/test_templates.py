@@ -3,8 +3,14 @@
 import pytest
 
 from evolvekit.agent.context import SnapshotRecorder
-from evolvekit.agent.templates import (EXP_OPEN, BasicContext, ReasoningContext, SelfManagingContext,
-                                       SlidingWindowContext, check_think_format)
+from evolvekit.agent.templates import (
+    EXP_OPEN,
+    BasicContext,
+    ReasoningContext,
+    SelfManagingContext,
+    SlidingWindowContext,
+    check_think_format,
+)
 from evolvekit.llm.local import LocalLLM
 from evolvekit.llm.tiny import make_tiny_model
 from evolvekit.train.samples import strip_spans
@@ -54,7 +60,10 @@ def test_basic_template_merges_into_one_sequence(llm):
 def test_reasoning_template_format_check(llm):
     ctx = ReasoningContext("You are an agent.", "Add 2 and 3.")
     assert "<think>" in ctx.messages[0].content
-    assert check_think_format("<think>add them</think> <tool_call>{}</tool_call>") == (True, "<tool_call>{}</tool_call>")
+    assert check_think_format("<think>add them</think> <tool_call>{}</tool_call>") == (
+        True,
+        "<tool_call>{}</tool_call>",
+    )
     assert check_think_format("no thinking") == (False, "no thinking")
     assert check_think_format("<think>a</think><think>b</think>x") == (False, "x")
     action, info = ctx.parse_text("<think>easy</think>The answer is 5.")
@@ -66,8 +75,9 @@ def test_reasoning_template_format_check(llm):
 def test_sliding_window_summarises_and_starts_a_new_sequence(llm):
     ctx = BasicContext("s", "u")
     limit = len(ctx.tokenize(llm)[0]) + 60
-    ctx = SlidingWindowContext("You are an agent.", "Do the task.", token_limit=limit,
-                               summarise=lambda msgs: f"{len(msgs)} old messages")
+    ctx = SlidingWindowContext(
+        "You are an agent.", "Do the task.", token_limit=limit, summarise=lambda msgs: f"{len(msgs)} old messages"
+    )
     seqs, comps = _episode(llm, ctx, ["first reply", "second reply", "third reply"])
     assert any(m.content.startswith("Memory of the earlier interaction") for m in ctx.messages)
     assert len(seqs) >= 2  # the rewritten history no longer extends the stored sequence
@@ -122,7 +132,7 @@ def test_experience_span_is_exact_and_stripped(llm):
     ctx.insert_experience("When listing, call ls first.")
     ids, spans = ctx.tokenize(llm)
     assert len(spans) == 1 and spans[0].kind == SpanKind.EXPERIENCE
-    inside = llm.decode(ids[spans[0].start: spans[0].end])
+    inside = llm.decode(ids[spans[0].start : spans[0].end])
     assert EXP_OPEN in inside and "call ls first." in inside and "You are an agent" not in inside
     seqs, comps = _episode(llm, ctx, ["ok", "done"])
     assert len(seqs) == 1
@@ -141,11 +151,10 @@ def test_set_system_keeps_the_experience_block(llm):
     ctx.set_system("tools: a, b")
     assert ctx.messages[0].content.startswith("tools: a, b") and "<think>" in ctx.messages[0].content
     seg = ctx.segments[0]
-    assert ctx.messages[0].content[seg.start: seg.end].strip().startswith(EXP_OPEN)
+    assert ctx.messages[0].content[seg.start : seg.end].strip().startswith(EXP_OPEN)
 
 
 def test_experience_guided_rollout_records_and_strips_the_span(llm, monkeypatch):
-    import sys
     from pathlib import Path
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
@@ -157,10 +166,18 @@ def test_experience_guided_rollout_records_and_strips_the_span(llm, monkeypatch)
 
     cfg = EnvConfig(name="coin", plugins=["coin_env"])
     task = env_tasks(cfg, "train")[0]
-    jobs = [RolloutJob(task=task, group_id="g", experience="Answer briefly.", experience_ids=("exp-1",)),
-            RolloutJob(task=task, group_id="g")]
-    trajs = run_rollouts(jobs, lambda: make_env(cfg), llm, RolloutConfig(max_steps=1, concurrency=2),
-                         SamplingParams(max_new_tokens=6, seed=0), show_progress=False)
+    jobs = [
+        RolloutJob(task=task, group_id="g", experience="Answer briefly.", experience_ids=("exp-1",)),
+        RolloutJob(task=task, group_id="g"),
+    ]
+    trajs = run_rollouts(
+        jobs,
+        lambda: make_env(cfg),
+        llm,
+        RolloutConfig(max_steps=1, concurrency=2),
+        SamplingParams(max_new_tokens=6, seed=0),
+        show_progress=False,
+    )
     guided, vanilla = trajs
     assert guided.flags.experience_guided and guided.experience_used == ["exp-1"]
     assert not vanilla.flags.experience_guided and not vanilla.steps[0].spans
@@ -206,8 +223,10 @@ def test_run_wires_the_summarizer_role_into_the_memory_templates(monkeypatch):
     monkeypatch.setattr("evolvekit.llm.factory.role_llm", lambda models, name: role if name == "summarizer" else None)
     for template in ("sliding_window", "self_managing"):
         settings = build.rollout_template(load_config(None, [f"rollout.template={template}"]))
-        assert settings.summarise([ChatMessage(role="user", content="Tool results:\nls -> a.txt")]) == \
-            "cd docs, then ls found a.txt"
+        assert (
+            settings.summarise([ChatMessage(role="user", content="Tool results:\nls -> a.txt")])
+            == "cd docs, then ls found a.txt"
+        )
     assert build.rollout_template(load_config(None, [])).summarise is None
     assert len(role.prompts) == 2
 
@@ -220,8 +239,11 @@ def test_reasoning_template_carries_its_reasoning_reward():
     ctx = ReasoningContext("sys", "task")
     _, info = ctx.parse_text("<think>add the two numbers then answer</think><tool_call>{}</tool_call>")
     assert info == {"format_ok": True, "think_words": 6}
-    steps = [Step(index=0, action_text="x", info=info), Step(index=1, action_text="y", info={"format_ok": True, "think_words": 1}),
-             Step(index=2, action_text="z", info={"format_ok": False, "think_words": 0})]
+    steps = [
+        Step(index=0, action_text="x", info=info),
+        Step(index=1, action_text="y", info={"format_ok": True, "think_words": 1}),
+        Step(index=2, action_text="z", info={"format_ok": False, "think_words": 0}),
+    ]
     traj = Trajectory(task_id="t", steps=steps, outcome_reward=1.0)
     assert reasoning_reward(traj) == (1.0 + 0.5 + 0.0) / 3
     assert load_config(None, ["rollout.template=reasoning"]).reward.w_reasoning == 0.1

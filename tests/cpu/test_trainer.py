@@ -24,9 +24,17 @@ def _samples(n=4):
         L = 10 + 3 * i
         mask = [0] * 6 + [1] * (L - 6)
         adv = [0.0] * 6 + [(1.0 if i % 2 else -1.0)] * (L - 6)
-        out.append(TrainingSample(trajectory_id=f"t{i}", group_id="g", token_ids=[(7 * i + j) % 500 + 1 for j in range(L)],
-                                  loss_mask=mask, token_advantages=adv, experience_mask=[0] * L,
-                                  experience_guided=bool(i % 2)))
+        out.append(
+            TrainingSample(
+                trajectory_id=f"t{i}",
+                group_id="g",
+                token_ids=[(7 * i + j) % 500 + 1 for j in range(L)],
+                loss_mask=mask,
+                token_advantages=adv,
+                experience_mask=[0] * L,
+                experience_guided=bool(i % 2),
+            )
+        )
     return out
 
 
@@ -41,8 +49,12 @@ def test_update_changes_parameters_and_reports(tiny_path, tmp_path):
     llm = LocalLLM(str(tiny_path), device="cpu")
     ref = copy.deepcopy(llm.model)
     before = {n: p.detach().clone() for n, p in llm.model.named_parameters()}
-    tr = GRPOTrainer(llm, TrainConfig(learning_rate=1e-3, micro_batch_size=2, autocast="off"), eps_high_boost=0.6,
-                     reference_model=ref)
+    tr = GRPOTrainer(
+        llm,
+        TrainConfig(learning_rate=1e-3, micro_batch_size=2, autocast="off"),
+        eps_high_boost=0.6,
+        reference_model=ref,
+    )
     st = tr.update(_samples())
     assert st.optimizer_steps == 1 and st.sequences == 4
     assert st.policy_tokens == sum(sum(s.loss_mask[1:]) for s in _samples())
@@ -106,8 +118,12 @@ def test_logits_to_keep_matches_the_full_projection(tiny_path):
 
 def test_several_optimizer_steps_per_batch(tiny_path):
     llm = LocalLLM(str(tiny_path), device="cpu")
-    tr = GRPOTrainer(llm, TrainConfig(mini_batch_size=2, micro_batch_size=1, ppo_epochs=2, learning_rate=1e-3,
-                                      kl_beta=0.0, autocast="off"))
+    tr = GRPOTrainer(
+        llm,
+        TrainConfig(
+            mini_batch_size=2, micro_batch_size=1, ppo_epochs=2, learning_rate=1e-3, kl_beta=0.0, autocast="off"
+        ),
+    )
     st = tr.update(_samples())
     assert st.optimizer_steps == 4  # 2 mini-batches x 2 epochs
     assert st.ratio != pytest.approx(1.0, abs=1e-9)  # later steps are off-policy against the recorded old log-probs
@@ -123,13 +139,25 @@ def _guided_pair(adv_sign=1.0, completion=40):
     n = len(ids)
     mask = [0] * len(prompt) + [1] * completion
     adv = [0.0] * len(prompt) + [adv_sign] * completion
-    guided = TrainingSample(trajectory_id="g", group_id="grp", token_ids=ids, loss_mask=mask, token_advantages=adv,
-                            experience_mask=[0] * n, experience_guided=True,
-                            behaviour_token_ids=prompt + experience + comp,
-                            behaviour_positions=list(range(len(prompt))) + [len(prompt) + len(experience) + j
-                                                                            for j in range(completion)])
-    vanilla = TrainingSample(trajectory_id="v", group_id="grp", token_ids=ids, loss_mask=mask,
-                             token_advantages=[-a for a in adv], experience_mask=[0] * n)
+    guided = TrainingSample(
+        trajectory_id="g",
+        group_id="grp",
+        token_ids=ids,
+        loss_mask=mask,
+        token_advantages=adv,
+        experience_mask=[0] * n,
+        experience_guided=True,
+        behaviour_token_ids=prompt + experience + comp,
+        behaviour_positions=list(range(len(prompt))) + [len(prompt) + len(experience) + j for j in range(completion)],
+    )
+    vanilla = TrainingSample(
+        trajectory_id="v",
+        group_id="grp",
+        token_ids=ids,
+        loss_mask=mask,
+        token_advantages=[-a for a in adv],
+        experience_mask=[0] * n,
+    )
     return [guided, vanilla]
 
 
@@ -158,8 +186,9 @@ def test_guided_sample_ratio_compares_with_the_behaviour_policy(tiny_path):
 
 def _grads_with_boost(path, boost):
     llm = _sharp(path)
-    tr = GRPOTrainer(llm, TrainConfig(kl_beta=0.0, autocast="off", learning_rate=0.0, eps_high=0.28),
-                     eps_high_boost=boost)
+    tr = GRPOTrainer(
+        llm, TrainConfig(kl_beta=0.0, autocast="off", learning_rate=0.0, eps_high=0.28), eps_high_boost=boost
+    )
     st = tr.update(_guided_pair(adv_sign=1.0))
     return {n: p.grad.clone() for n, p in llm.model.named_parameters() if p.grad is not None}, st
 
@@ -175,10 +204,17 @@ def test_build_samples_keeps_the_generated_sequence_of_a_stripped_trajectory():
     from evolvekit.train.samples import build_samples
     from evolvekit.types import SpanKind, Step, TokenSpan, Trajectory, TrajectoryFlags
 
-    step = Step(index=0, action_text="a", prompt_token_ids=[1, 2, 9, 9, 9, 3], completion_token_ids=[4, 5],
-                completion_logprobs=[-0.5, -0.25], spans=[TokenSpan(start=2, end=5, kind=SpanKind.EXPERIENCE)])
-    traj = Trajectory(task_id="t", group_id="g", steps=[step], outcome_reward=1.0,
-                      flags=TrajectoryFlags(experience_guided=True))
+    step = Step(
+        index=0,
+        action_text="a",
+        prompt_token_ids=[1, 2, 9, 9, 9, 3],
+        completion_token_ids=[4, 5],
+        completion_logprobs=[-0.5, -0.25],
+        spans=[TokenSpan(start=2, end=5, kind=SpanKind.EXPERIENCE)],
+    )
+    traj = Trajectory(
+        task_id="t", group_id="g", steps=[step], outcome_reward=1.0, flags=TrajectoryFlags(experience_guided=True)
+    )
     (stripped,), _ = build_samples([traj], [{0: 1.0}], strip_experience=True)
     assert stripped.token_ids == [1, 2, 3, 4, 5]
     assert stripped.behaviour_token_ids == [1, 2, 9, 9, 9, 3, 4, 5]
@@ -193,8 +229,15 @@ def test_group_scales_by_hand():
 
     def s(tokens, group):
         n = tokens + 1
-        return TrainingSample(trajectory_id="t", group_id="g", token_ids=list(range(1, n + 1)), loss_mask=[0] + [1] * tokens,
-                              token_advantages=[0.0] * n, experience_mask=[0] * n, loss_group=group)
+        return TrainingSample(
+            trajectory_id="t",
+            group_id="g",
+            token_ids=list(range(1, n + 1)),
+            loss_mask=[0] + [1] * tokens,
+            token_advantages=[0.0] * n,
+            experience_mask=[0] * n,
+            loss_group=group,
+        )
 
     batch = [s(2, "extractor"), s(6, "solver"), s(2, "solver")]
     # 10 loss tokens in all (the first token of each sample never carries loss)
@@ -211,8 +254,9 @@ def test_evolving_rl_joint_loss_is_lambda_weighted_sum_of_separate_means(tiny_pa
 
     def grads(samples, micro=2):
         llm = LocalLLM(str(tiny_path), device="cpu")
-        tr = GRPOTrainer(llm, TrainConfig(micro_batch_size=micro, kl_beta=0.0, autocast="off", learning_rate=0.0,
-                                          max_grad_norm=1e9))  # compare raw gradients, unclipped
+        tr = GRPOTrainer(
+            llm, TrainConfig(micro_batch_size=micro, kl_beta=0.0, autocast="off", learning_rate=0.0, max_grad_norm=1e9)
+        )  # compare raw gradients, unclipped
         tr.update(samples)
         return {n: p.grad.clone() for n, p in llm.model.named_parameters() if p.grad is not None}
 

@@ -1,7 +1,20 @@
 import pytest
 
-from evolvekit.types import (SCHEMA_VERSION, Difficulty, Experience, ExperienceProvenance, SpanKind, Step, StepLabel,
-                             Task, TaskSource, TokenSpan, ToolCall, TrainingSample, Trajectory)
+from evolvekit.types import (
+    SCHEMA_VERSION,
+    Difficulty,
+    Experience,
+    ExperienceProvenance,
+    SpanKind,
+    Step,
+    StepLabel,
+    Task,
+    TaskSource,
+    TokenSpan,
+    ToolCall,
+    TrainingSample,
+    Trajectory,
+)
 
 
 def _roundtrip(obj):
@@ -12,17 +25,41 @@ def _roundtrip(obj):
 
 def test_all_models_round_trip():
     call = ToolCall(name="add", arguments={"a": 1, "b": [2, 3]})
-    task = Task(env_name="bfcl", query=["turn one", "turn two"], initial_config={"MathAPI": {}},
-                reference_solution=[[call], []], source=TaskSource.SYNTHETIC,
-                difficulty=Difficulty(entities=2, attributes=3, operations=3), metadata={"k": "v"})
-    step = Step(index=0, action_text='{"name": "add"}', tool_calls=[call], observation="3",
-                prompt_token_ids=[1, 2], completion_token_ids=[3], completion_logprobs=[-0.1],
-                spans=[TokenSpan(start=0, end=2, kind=SpanKind.PROMPT)])
-    traj = Trajectory(task_id=task.task_id, steps=[step], outcome_reward=1.0, step_attributions=[StepLabel.GOOD],
-                      experience_used=["exp-1"])
+    task = Task(
+        env_name="bfcl",
+        query=["turn one", "turn two"],
+        initial_config={"MathAPI": {}},
+        reference_solution=[[call], []],
+        source=TaskSource.SYNTHETIC,
+        difficulty=Difficulty(entities=2, attributes=3, operations=3),
+        metadata={"k": "v"},
+    )
+    step = Step(
+        index=0,
+        action_text='{"name": "add"}',
+        tool_calls=[call],
+        observation="3",
+        prompt_token_ids=[1, 2],
+        completion_token_ids=[3],
+        completion_logprobs=[-0.1],
+        spans=[TokenSpan(start=0, end=2, kind=SpanKind.PROMPT)],
+    )
+    traj = Trajectory(
+        task_id=task.task_id,
+        steps=[step],
+        outcome_reward=1.0,
+        step_attributions=[StepLabel.GOOD],
+        experience_used=["exp-1"],
+    )
     exp = Experience(when_to_use="when adding", content="use add", provenance=ExperienceProvenance(kind="failure"))
-    sample = TrainingSample(trajectory_id=traj.trajectory_id, group_id="g", token_ids=[1, 2, 3], loss_mask=[0, 0, 1],
-                            token_advantages=[0, 0, 0.5], experience_mask=[0, 0, 0])
+    sample = TrainingSample(
+        trajectory_id=traj.trajectory_id,
+        group_id="g",
+        token_ids=[1, 2, 3],
+        loss_mask=[0, 0, 1],
+        token_advantages=[0, 0, 0.5],
+        experience_mask=[0, 0, 0],
+    )
     for obj in (call, task, step, traj, exp, sample):
         again = _roundtrip(obj)
         assert again.schema_version == SCHEMA_VERSION
@@ -37,8 +74,14 @@ def test_unknown_fields_rejected():
 
 def test_training_sample_lengths_checked():
     with pytest.raises(ValueError, match="loss_mask"):
-        TrainingSample(trajectory_id="t", group_id="g", token_ids=[1, 2], loss_mask=[1],
-                       token_advantages=[0, 0], experience_mask=[0, 0])
+        TrainingSample(
+            trajectory_id="t",
+            group_id="g",
+            token_ids=[1, 2],
+            loss_mask=[1],
+            token_advantages=[0, 0],
+            experience_mask=[0, 0],
+        )
 
 
 def test_experience_score_is_evolver_formula():

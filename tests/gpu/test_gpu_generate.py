@@ -10,5 +10,7 @@ def test_local_backend_on_cuda():
     from evolvekit.llm.local import LocalLLM
 
     llm = LocalLLM(device="cuda")
-    [[c]] = llm.chat([[ChatMessage(role="user", content="What is 2+2?")]], SamplingParams(temperature=0, max_new_tokens=16))
+    [[c]] = llm.chat(
+        [[ChatMessage(role="user", content="What is 2+2?")]], SamplingParams(temperature=0, max_new_tokens=16)
+    )
     assert c.token_ids and c.text

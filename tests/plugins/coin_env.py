@@ -54,8 +54,7 @@ def _make(cfg: EnvConfig) -> CoinEnv:
 
 @register_task_source("coin")
 def _tasks(cfg: EnvConfig, split: str) -> list[Task]:
-    return [Task(task_id=f"coin-{split}-{i}", env_name="coin", query=f"Say something ({split} {i}).")
-            for i in range(6)]
+    return [Task(task_id=f"coin-{split}-{i}", env_name="coin", query=f"Say something ({split} {i}).") for i in range(6)]
 
 
 class CrashingCoinEnv(CoinEnv):

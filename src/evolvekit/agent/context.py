@@ -74,6 +74,7 @@ class SnapshotRecorder:
             for span in snap.prompt_spans:
                 if span.end > n:
                     current.spans.append(TokenSpan(start=max(span.start, n), end=span.end, kind=span.kind))
-            current.step_spans[snap.step_index] = current._append(snap.completion_ids, 1, SpanKind.POLICY,
-                                                                  snap.completion_logprobs)
+            current.step_spans[snap.step_index] = current._append(
+                snap.completion_ids, 1, SpanKind.POLICY, snap.completion_logprobs
+            )
         return sequences

@@ -41,36 +41,64 @@ class EvalReport:
     per_task: list[dict] = field(default_factory=list)
 
     def summary(self) -> dict:
-        return {f"avg@{self.k}": round(self.avg_at_k, 4), f"best@{self.k}": round(self.best_at_k, 4),
-                "tasks": self.tasks, "k": self.k, "mean_score": round(self.mean_score, 4),
-                "failed_rollouts": self.failed_rollouts, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens}
+        return {
+            f"avg@{self.k}": round(self.avg_at_k, 4),
+            f"best@{self.k}": round(self.best_at_k, 4),
+            "tasks": self.tasks,
+            "k": self.k,
+            "mean_score": round(self.mean_score, 4),
+            "failed_rollouts": self.failed_rollouts,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
 
 
-def evaluate_policy(tasks: Sequence[Task], make_env: Callable[[], Environment], llm: LLM, cfg: RolloutConfig,
-                    params: SamplingParams, k: int, rendering: str = "compact",
-                    show_progress: bool = True, experience_for=None,
-                    template=None) -> tuple[EvalReport, list[Trajectory]]:
+def evaluate_policy(
+    tasks: Sequence[Task],
+    make_env: Callable[[], Environment],
+    llm: LLM,
+    cfg: RolloutConfig,
+    params: SamplingParams,
+    k: int,
+    rendering: str = "compact",
+    show_progress: bool = True,
+    experience_for=None,
+    template=None,
+) -> tuple[EvalReport, list[Trajectory]]:
     """avg@k / best@k over ``tasks``; ``experience_for(task) -> (text, ids)`` injects experience (test-time use)."""
     jobs = []
     for t in tasks:
         exp, ids = experience_for(t) if experience_for else (None, ())
-        jobs += [RolloutJob(task=t, group_id=f"eval-{t.task_id}", experience=exp, experience_ids=tuple(ids))
-                 for _ in range(k)]
+        jobs += [
+            RolloutJob(task=t, group_id=f"eval-{t.task_id}", experience=exp, experience_ids=tuple(ids))
+            for _ in range(k)
+        ]
     trajs = run_rollouts(jobs, make_env, llm, cfg, params, rendering, show_progress, template=template)
     by_task: dict[str, list[Trajectory]] = {}
     for tr in trajs:
         by_task.setdefault(tr.task_id, []).append(tr)
     scores = [[tr.outcome_reward or 0.0 for tr in by_task.get(t.task_id, [])] or [0.0] for t in tasks]
-    per_task = [{"task_id": t.task_id, "scores": s, "steps": [len(tr.steps) for tr in by_task.get(t.task_id, [])],
-                 "errors": [tr.error for tr in by_task.get(t.task_id, []) if tr.error]} for t, s in zip(tasks, scores)]
+    per_task = [
+        {
+            "task_id": t.task_id,
+            "scores": s,
+            "steps": [len(tr.steps) for tr in by_task.get(t.task_id, [])],
+            "errors": [tr.error for tr in by_task.get(t.task_id, []) if tr.error],
+        }
+        for t, s in zip(tasks, scores)
+    ]
     flat = [x for s in scores for x in s]
-    report = EvalReport(k=k, tasks=len(tasks), avg_at_k=avg_at_k(scores), best_at_k=best_at_k(scores),
-                        mean_score=sum(flat) / len(flat) if flat else 0.0,
-                        failed_rollouts=sum(1 for tr in trajs if tr.flags.failed),
-                        prompt_tokens=sum(tr.metadata.get("prompt_tokens", 0) for tr in trajs),
-                        completion_tokens=sum(tr.metadata.get("completion_tokens", 0) for tr in trajs),
-                        per_task=per_task)
+    report = EvalReport(
+        k=k,
+        tasks=len(tasks),
+        avg_at_k=avg_at_k(scores),
+        best_at_k=best_at_k(scores),
+        mean_score=sum(flat) / len(flat) if flat else 0.0,
+        failed_rollouts=sum(1 for tr in trajs if tr.flags.failed),
+        prompt_tokens=sum(tr.metadata.get("prompt_tokens", 0) for tr in trajs),
+        completion_tokens=sum(tr.metadata.get("completion_tokens", 0) for tr in trajs),
+        per_task=per_task,
+    )
     return report, trajs
 
 

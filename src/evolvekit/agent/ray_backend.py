@@ -25,7 +25,9 @@ def _ray():
     try:
         import ray
     except ImportError:
-        raise ConfigError("rollout.backend: ray needs the 'ray' extra (pip install -c constraints.txt 'evolvekit[ray]')") from None
+        raise ConfigError(
+            "rollout.backend: ray needs the 'ray' extra (pip install -c constraints.txt 'evolvekit[ray]')"
+        ) from None
     return ray
 
 
@@ -37,8 +39,14 @@ def init_ray(address: str | None = None, num_cpus: float | None = None, runtime_
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1", runtime_env=runtime_env,
-                 log_to_driver=False, configure_logging=False)
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            runtime_env=runtime_env,
+            log_to_driver=False,
+            configure_logging=False,
+        )
 
 
 class _EnvActorImpl:
@@ -114,11 +122,14 @@ class _WorkerImpl:
 
         cfg = self.cfg
         if self.env_actors:
+
             def make():
                 return RayEnv(cfg.env, cfg.rollout.ray_env_cpus)
         else:
+
             def make():
                 return make_env(cfg.env)
+
         return run_rollouts(jobs, make, self.llm, cfg.rollout, params, cfg.env.tool_rendering, show_progress=False)
 
 
@@ -128,7 +139,9 @@ class RayRolloutPool:
         init_ray(cfg.rollout.ray_address, runtime_env=runtime_env)
         self._ray = ray
         worker_cls = ray.remote(num_cpus=cfg.rollout.ray_worker_cpus)(_WorkerImpl)
-        self.workers = [worker_cls.remote(cfg.model_dump_json(), env_actors) for _ in range(max(1, cfg.rollout.ray_workers))]
+        self.workers = [
+            worker_cls.remote(cfg.model_dump_json(), env_actors) for _ in range(max(1, cfg.rollout.ray_workers))
+        ]
 
     def sync_weights(self, model) -> None:
         """Ship the driver's current policy weights to every worker (one object-store copy)."""

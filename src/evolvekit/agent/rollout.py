@@ -75,8 +75,9 @@ def initial_context(reset, rendering: str, template: TemplateSettings) -> BasicC
     return make_context(template, system_prompt(reset.tools, rendering), reset.observation, reset.examples)
 
 
-def _start(job: RolloutJob, make_env: Callable[[], Environment], rendering: str,
-           template: TemplateSettings) -> _Episode:
+def _start(
+    job: RolloutJob, make_env: Callable[[], Environment], rendering: str, template: TemplateSettings
+) -> _Episode:
     env = make_env()
     reset = env.reset(job.task)
     ctx = initial_context(reset, rendering, template)
@@ -104,16 +105,34 @@ def _advance(ep: _Episode, prompt_ids: list[int], comp: Completion, max_steps: i
     state_key = getattr(ep.env, "state_key", None)  # the anchor state of this step (GiGPO), where the env has one
     anchor = state_key() if callable(state_key) else None
     result = ep.env.step(action)
-    ep.trajectory.steps.append(Step(
-        index=index, action_text=text, tool_calls=action.tool_calls, parse_error=action.parse_error,
-        observation=result.observation, reward=result.reward, done=result.done, prompt_token_ids=prompt_ids,
-        completion_token_ids=comp.token_ids, completion_logprobs=comp.logprobs, spans=spans,
-        grounding=result.grounding,
-        info={"turn_index": result.turn_index, "new_turn": result.new_turn, "finish_reason": comp.finish_reason,
-              "calls": [{"name": r.name, "ok": r.ok, "unknown_tool": r.output.startswith("Error: unknown tool")}
-                        for r in result.call_results],
-              **template_info, **({"context_events": events} if events else {}),
-              **({"state_key": anchor} if anchor is not None else {})}))
+    ep.trajectory.steps.append(
+        Step(
+            index=index,
+            action_text=text,
+            tool_calls=action.tool_calls,
+            parse_error=action.parse_error,
+            observation=result.observation,
+            reward=result.reward,
+            done=result.done,
+            prompt_token_ids=prompt_ids,
+            completion_token_ids=comp.token_ids,
+            completion_logprobs=comp.logprobs,
+            spans=spans,
+            grounding=result.grounding,
+            info={
+                "turn_index": result.turn_index,
+                "new_turn": result.new_turn,
+                "finish_reason": comp.finish_reason,
+                "calls": [
+                    {"name": r.name, "ok": r.ok, "unknown_tool": r.output.startswith("Error: unknown tool")}
+                    for r in result.call_results
+                ],
+                **template_info,
+                **({"context_events": events} if events else {}),
+                **({"state_key": anchor} if anchor is not None else {}),
+            },
+        )
+    )
     ep.context.add_assistant(text)
     if result.done:
         ep.done = True
@@ -143,8 +162,11 @@ def _finish(ep: _Episode) -> Trajectory:
     searched = getattr(ep.env, "experience_ids_used", None)  # experience searched through a tool (EvolveR)
     if searched:
         traj.experience_used = list(dict.fromkeys([*traj.experience_used, *searched]))
-    traj.metadata.update(prompt_tokens=ep.prompt_tokens, completion_tokens=ep.completion_tokens,
-                         merged_sequences=len(ep.recorder.merge()))
+    traj.metadata.update(
+        prompt_tokens=ep.prompt_tokens,
+        completion_tokens=ep.completion_tokens,
+        merged_sequences=len(ep.recorder.merge()),
+    )
     return traj
 
 
@@ -164,9 +186,17 @@ def _failed_start(job: RolloutJob, err: Exception) -> Trajectory:
     return traj
 
 
-def _run_continuous(jobs: Sequence[RolloutJob], make_env: Callable[[], Environment], llm, cfg: RolloutConfig,
-                    params: SamplingParams, rendering: str, template: TemplateSettings,
-                    results: list[Trajectory | None], advance_bar: Callable[[], None]) -> None:
+def _run_continuous(
+    jobs: Sequence[RolloutJob],
+    make_env: Callable[[], Environment],
+    llm,
+    cfg: RolloutConfig,
+    params: SamplingParams,
+    rendering: str,
+    template: TemplateSettings,
+    results: list[Trajectory | None],
+    advance_bar: Callable[[], None],
+) -> None:
     """Continuous batching: episodes join the decode batch turn by turn; new ones start as others end."""
     queue = deque(enumerate(jobs))
     live: dict[int, _Episode] = {}
@@ -216,26 +246,40 @@ def _run_continuous(jobs: Sequence[RolloutJob], make_env: Callable[[], Environme
         refill(ready)
 
 
-def run_rollouts(jobs: Sequence[RolloutJob], make_env: Callable[[], Environment], llm: LLM, cfg: RolloutConfig,
-                 params: SamplingParams, rendering: str = "compact", show_progress: bool = True,
-                 template: TemplateSettings | None = None) -> list[Trajectory]:
+def run_rollouts(
+    jobs: Sequence[RolloutJob],
+    make_env: Callable[[], Environment],
+    llm: LLM,
+    cfg: RolloutConfig,
+    params: SamplingParams,
+    rendering: str = "compact",
+    show_progress: bool = True,
+    template: TemplateSettings | None = None,
+) -> list[Trajectory]:
     """Run every job to completion (``cfg.concurrency`` at a time); results are in job order."""
     template = template or TemplateSettings(template=cfg.template, token_limit=cfg.context_token_limit)
-    params = SamplingParams(n=1, temperature=params.temperature, top_p=params.top_p,
-                            max_new_tokens=params.max_new_tokens, stop=tuple(params.stop) + STOP, seed=params.seed,
-                            stop_on_balanced_json=True)
+    params = SamplingParams(
+        n=1,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        max_new_tokens=params.max_new_tokens,
+        stop=tuple(params.stop) + STOP,
+        seed=params.seed,
+        stop_on_balanced_json=True,
+    )
     results: list[Trajectory | None] = [None] * len(jobs)
     t0 = time.perf_counter()
     with Progress(transient=True, disable=not show_progress) as progress:
         bar = progress.add_task("rollouts", total=len(jobs))
         if hasattr(llm, "decode_batch") and hasattr(llm, "apply_chat_template"):
-            _run_continuous(jobs, make_env, llm, cfg, params, rendering, template, results,
-                            lambda: progress.advance(bar))
+            _run_continuous(
+                jobs, make_env, llm, cfg, params, rendering, template, results, lambda: progress.advance(bar)
+            )
             log.info("%d rollouts in %.1fs", len(jobs), time.perf_counter() - t0)
             return [r for r in results if r is not None]
         indexed = list(enumerate(jobs))
         for lo in range(0, len(jobs), cfg.concurrency):
-            chunk = indexed[lo: lo + cfg.concurrency]
+            chunk = indexed[lo : lo + cfg.concurrency]
             live: list[tuple[int, _Episode]] = []
             for i, job in chunk:
                 try:

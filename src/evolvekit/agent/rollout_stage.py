@@ -16,8 +16,15 @@ from evolvekit.types import Task, Trajectory
 class VanillaRollouts:
     """(B) baseline: ``group_size`` rollouts per task with the current policy; one GRPO group per task."""
 
-    def __init__(self, llm: LLM, make_env: Callable[[], Environment], cfg: Config, params: SamplingParams,
-                 show_progress: bool = True, template: TemplateSettings | None = None) -> None:
+    def __init__(
+        self,
+        llm: LLM,
+        make_env: Callable[[], Environment],
+        cfg: Config,
+        params: SamplingParams,
+        show_progress: bool = True,
+        template: TemplateSettings | None = None,
+    ) -> None:
         self.llm, self.make_env, self.cfg, self.params = llm, make_env, cfg, params
         self.show_progress = show_progress
         self.template = template  # the context template with its summariser (None: cfg.rollout's, no summariser)
@@ -33,15 +40,31 @@ class VanillaRollouts:
         for i, task in enumerate(tasks):
             group = f"it{ctx.iteration:04d}-g{i:03d}-{task.task_id}"
             jobs += [RolloutJob(task=task, group_id=group) for _ in range(self.cfg.rollout.group_size)]
-        params = SamplingParams(n=1, temperature=self.params.temperature, top_p=self.params.top_p,
-                                max_new_tokens=self.params.max_new_tokens, stop=self.params.stop, seed=ctx.seed)
+        params = SamplingParams(
+            n=1,
+            temperature=self.params.temperature,
+            top_p=self.params.top_p,
+            max_new_tokens=self.params.max_new_tokens,
+            stop=self.params.stop,
+            seed=ctx.seed,
+        )
         return self.run_jobs(jobs, params)
 
     def run_jobs(self, jobs: Sequence[RolloutJob], params: SamplingParams) -> list[Trajectory]:
-        """Run rollout jobs where ``rollout.backend`` says: on the Ray workers (synced to the current policy), or here."""
+        """Run rollout jobs where ``rollout.backend`` says: on the Ray workers (synced to the current policy), or
+        here."""
         if self.pool is not None:
-            if getattr(self.llm, "model", None) is not None:
-                self.pool.sync_weights(self.llm.model)  # workers roll out the policy being trained
+            model = getattr(self.llm, "model", None)
+            if model is not None:
+                self.pool.sync_weights(model)  # workers roll out the policy being trained
             return self.pool.run(jobs, params)
-        return run_rollouts(jobs, self.make_env, self.llm, self.cfg.rollout, params, self.cfg.env.tool_rendering,
-                            show_progress=self.show_progress, template=self.template)
+        return run_rollouts(
+            jobs,
+            self.make_env,
+            self.llm,
+            self.cfg.rollout,
+            params,
+            self.cfg.env.tool_rendering,
+            show_progress=self.show_progress,
+            template=self.template,
+        )

@@ -29,8 +29,10 @@ log = logging.getLogger(__name__)
 
 EXP_OPEN, EXP_CLOSE = "<EXP>", "</EXP>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-REASONING_INSTRUCTION = ("\nBefore every answer, think step by step inside <think>...</think>, then give the tool call "
-                         "or your final message after the closing </think>.")
+REASONING_INSTRUCTION = (
+    "\nBefore every answer, think step by step inside <think>...</think>, then give the tool call "
+    "or your final message after the closing </think>."
+)
 MEMORY_PREFIX = "Memory of the earlier interaction (summarised):\n"
 COMPRESS_CHARS = 200
 
@@ -57,8 +59,11 @@ class BasicContext:
     template = "basic"
 
     def __init__(self, system_prompt: str, first_user_message: str, examples: list[ChatMessage] | None = None) -> None:
-        self.messages: list[ChatMessage] = [ChatMessage(role="system", content=system_prompt), *(examples or []),
-                                            ChatMessage(role="user", content=first_user_message)]
+        self.messages: list[ChatMessage] = [
+            ChatMessage(role="system", content=system_prompt),
+            *(examples or []),
+            ChatMessage(role="user", content=first_user_message),
+        ]
         self.segments: list[Segment] = []
         self.events: list[ContextEvent] = []
         self.protected = len(self.messages)  # system, examples and the first request are never summarised away
@@ -77,7 +82,7 @@ class BasicContext:
     def set_system(self, text: str) -> None:
         """Replace the system prompt (e.g. a refreshed tool list), keeping its inserted segments after it."""
         old = self.messages[0].content
-        blocks = [(old[seg.start: seg.end], seg.kind) for seg in self.segments if seg.message == 0]
+        blocks = [(old[seg.start : seg.end], seg.kind) for seg in self.segments if seg.message == 0]
         self.segments = [seg for seg in self.segments if seg.message != 0]
         self.messages[0] = self.messages[0].model_copy(update={"content": self._system_text(text)})
         for block, kind in blocks:
@@ -110,7 +115,9 @@ class BasicContext:
         return tokenize_with_segments(llm, self.messages, self.segments)
 
 
-def tokenize_with_segments(llm, messages: Sequence[ChatMessage], segments: Sequence[Segment]) -> tuple[list[int], list[TokenSpan]]:
+def tokenize_with_segments(
+    llm, messages: Sequence[ChatMessage], segments: Sequence[Segment]
+) -> tuple[list[int], list[TokenSpan]]:
     """Prompt ids exactly as ``apply_chat_template`` gives them, plus the token span of every marked segment.
 
     Spans are found through the tokenizer's character offsets on the rendered chat template; a token that
@@ -120,8 +127,9 @@ def tokenize_with_segments(llm, messages: Sequence[ChatMessage], segments: Seque
     if not segments:
         return ids, []
     tok = llm.tokenizer
-    text = tok.apply_chat_template([m.model_dump(exclude_none=True) for m in messages], tokenize=False,
-                                   add_generation_prompt=True)
+    text = tok.apply_chat_template(
+        [m.model_dump(exclude_none=True) for m in messages], tokenize=False, add_generation_prompt=True
+    )
     enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
     if list(enc["input_ids"]) != list(ids):
         raise ValueError("the tokenizer does not reproduce the chat template's ids; cannot locate segments")
@@ -175,16 +183,22 @@ def _token_count(llm, messages: Sequence[ChatMessage]) -> int:
 
 def truncation_summary(messages: Sequence[ChatMessage], chars: int = 160) -> str:
     """Deterministic fallback summary: each message's role and first characters."""
-    return "\n".join(f"- {m.role}: {m.content[:chars].strip()}" + ("…" if len(m.content) > chars else "")
-                     for m in messages)
+    return "\n".join(
+        f"- {m.role}: {m.content[:chars].strip()}" + ("…" if len(m.content) > chars else "") for m in messages
+    )
 
 
 def llm_summariser(llm: LLM, params: SamplingParams) -> Callable[[Sequence[ChatMessage]], str]:
     def summarise(messages: Sequence[ChatMessage]) -> str:
         body = "\n".join(f"{m.role.upper()}: {m.content}" for m in messages)
-        conv = [ChatMessage(role="system", content="You compress an agent's interaction history."),
-                ChatMessage(role="user", content="Summarise this interaction in a few short lines. Keep every tool "
-                            f"result, value and file name that may matter later.\n\n{body}")]
+        conv = [
+            ChatMessage(role="system", content="You compress an agent's interaction history."),
+            ChatMessage(
+                role="user",
+                content="Summarise this interaction in a few short lines. Keep every tool "
+                f"result, value and file name that may matter later.\n\n{body}",
+            ),
+        ]
         text = llm.chat([conv], params)[0][0].text.strip()
         return text or truncation_summary(messages)
 
@@ -196,8 +210,14 @@ class SlidingWindowContext(BasicContext):
 
     template = "sliding_window"
 
-    def __init__(self, system_prompt: str, first_user_message: str, examples: list[ChatMessage] | None = None,
-                 token_limit: int = 4096, summarise: Callable[[Sequence[ChatMessage]], str] | None = None) -> None:
+    def __init__(
+        self,
+        system_prompt: str,
+        first_user_message: str,
+        examples: list[ChatMessage] | None = None,
+        token_limit: int = 4096,
+        summarise: Callable[[Sequence[ChatMessage]], str] | None = None,
+    ) -> None:
         super().__init__(system_prompt, first_user_message, examples)
         self.token_limit = token_limit
         self.summarise = summarise or truncation_summary
@@ -205,7 +225,7 @@ class SlidingWindowContext(BasicContext):
     def prepare(self, llm) -> None:
         if _token_count(llm, self.messages) <= self.token_limit:
             return
-        body = self.messages[self.protected:]
+        body = self.messages[self.protected :]
         if len(body) < 2:
             return
         cut = max(1, len(body) // 2)
@@ -216,7 +236,9 @@ class SlidingWindowContext(BasicContext):
         except Exception as err:  # the summariser is a helper: never lose the episode to it
             log.warning("summariser failed (%s); using truncation", err)
             summary = truncation_summary(old)
-        self.messages = self.messages[: self.protected] + [ChatMessage(role="user", content=MEMORY_PREFIX + summary)] + keep
+        self.messages = (
+            self.messages[: self.protected] + [ChatMessage(role="user", content=MEMORY_PREFIX + summary)] + keep
+        )
         self.segments = [s for s in self.segments if s.message < self.protected]
         self.events.append(ContextEvent("summarise", f"{len(old)} messages -> memory ({len(memory)} earlier memories)"))
 
@@ -229,23 +251,34 @@ class SelfManagingContext(BasicContext):
 
     template = "self_managing"
 
-    def __init__(self, system_prompt: str, first_user_message: str, examples: list[ChatMessage] | None = None,
-                 token_limit: int = 4096, params: SamplingParams | None = None,
-                 summarise: Callable[[Sequence[ChatMessage]], str] | None = None) -> None:
+    def __init__(
+        self,
+        system_prompt: str,
+        first_user_message: str,
+        examples: list[ChatMessage] | None = None,
+        token_limit: int = 4096,
+        params: SamplingParams | None = None,
+        summarise: Callable[[Sequence[ChatMessage]], str] | None = None,
+    ) -> None:
         super().__init__(system_prompt, first_user_message, examples)
         self.token_limit = token_limit
         self.params = params or SamplingParams(temperature=0.0, max_new_tokens=128)
         self.summarise = summarise or truncation_summary
 
     def management_prompt(self) -> list[ChatMessage]:
-        body = self.messages[self.protected:]
+        body = self.messages[self.protected :]
         listing = "\n".join(f"[{i}] {m.role}: {m.content[:COMPRESS_CHARS]}" for i, m in enumerate(body))
-        return [ChatMessage(role="system", content="Your context is too long. Decide for each numbered message: keep, "
-                            "remove, or compress. Answer one line per message like `3: remove`."),
-                ChatMessage(role="user", content=listing)]
+        return [
+            ChatMessage(
+                role="system",
+                content="Your context is too long. Decide for each numbered message: keep, "
+                "remove, or compress. Answer one line per message like `3: remove`.",
+            ),
+            ChatMessage(role="user", content=listing),
+        ]
 
     def apply_decisions(self, text: str) -> dict[int, str]:
-        body = self.messages[self.protected:]
+        body = self.messages[self.protected :]
         decisions = {int(m.group(1)): m.group(2).lower() for m in _DECISION.finditer(text or "")}
         new_body = []
         for i, m in enumerate(body):
@@ -275,7 +308,9 @@ class SelfManagingContext(BasicContext):
             log.warning("context management call failed (%s); keeping everything", err)
             text = ""
         decisions = self.apply_decisions(text)
-        self.events.append(ContextEvent("manage", ", ".join(f"{k}:{v}" for k, v in sorted(decisions.items())) or "none"))
+        self.events.append(
+            ContextEvent("manage", ", ".join(f"{k}:{v}" for k, v in sorted(decisions.items())) or "none")
+        )
 
 
 @dataclass
@@ -286,15 +321,19 @@ class TemplateSettings:
     extra: dict = field(default_factory=dict)
 
 
-def make_context(settings: TemplateSettings, system_prompt: str, first_user_message: str,
-                 examples: list[ChatMessage] | None = None) -> BasicContext:
+def make_context(
+    settings: TemplateSettings, system_prompt: str, first_user_message: str, examples: list[ChatMessage] | None = None
+) -> BasicContext:
     if settings.template == "basic":
         return BasicContext(system_prompt, first_user_message, examples)
     if settings.template == "reasoning":
         return ReasoningContext(system_prompt, first_user_message, examples)
     if settings.template == "sliding_window":
-        return SlidingWindowContext(system_prompt, first_user_message, examples, settings.token_limit, settings.summarise)
+        return SlidingWindowContext(
+            system_prompt, first_user_message, examples, settings.token_limit, settings.summarise
+        )
     if settings.template == "self_managing":
-        return SelfManagingContext(system_prompt, first_user_message, examples, settings.token_limit,
-                                   summarise=settings.summarise)
+        return SelfManagingContext(
+            system_prompt, first_user_message, examples, settings.token_limit, summarise=settings.summarise
+        )
     raise ValueError(f"unknown context template '{settings.template}'")

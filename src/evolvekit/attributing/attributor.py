@@ -37,21 +37,29 @@ class AttributionResult:
     def metrics(self, prefix: str = "attribution/") -> dict[str, float]:
         flat = [lab for labs in self.labels if labs for lab in labs]
         n = len(self.labels) or 1
-        return {prefix + "good_ratio": (sum(lab == StepLabel.GOOD for lab in flat) / len(flat)) if flat else 0.0,
-                prefix + "parse_failure_rate": self.failures / n, prefix + "neutralised": float(self.failures),
-                prefix + "calls": float(self.cost.calls), prefix + "retries": float(self.cost.retries),
-                prefix + "prompt_tokens": float(self.cost.prompt_tokens),
-                prefix + "completion_tokens": float(self.cost.completion_tokens), prefix + "seconds": self.cost.seconds}
+        return {
+            prefix + "good_ratio": (sum(lab == StepLabel.GOOD for lab in flat) / len(flat)) if flat else 0.0,
+            prefix + "parse_failure_rate": self.failures / n,
+            prefix + "neutralised": float(self.failures),
+            prefix + "calls": float(self.cost.calls),
+            prefix + "retries": float(self.cost.retries),
+            prefix + "prompt_tokens": float(self.cost.prompt_tokens),
+            prefix + "completion_tokens": float(self.cost.completion_tokens),
+            prefix + "seconds": self.cost.seconds,
+        }
 
 
 def _conversation(task: Task | None, traj: Trajectory) -> list[ChatMessage]:
-    return [ChatMessage(role="system", content=SYSTEM_PROMPT),
-            ChatMessage(role="user", content=user_prompt(task, traj, float(traj.outcome_reward or 0.0)))]
+    return [
+        ChatMessage(role="system", content=SYSTEM_PROMPT),
+        ChatMessage(role="user", content=user_prompt(task, traj, float(traj.outcome_reward or 0.0))),
+    ]
 
 
 class StepAttributor:
-    def __init__(self, llm: LLM, params: SamplingParams, max_retries: int = 2, concurrency: int = 4,
-                 constrained: bool = False) -> None:
+    def __init__(
+        self, llm: LLM, params: SamplingParams, max_retries: int = 2, concurrency: int = 4, constrained: bool = False
+    ) -> None:
         self.llm, self.params = llm, params
         self.max_retries, self.concurrency = max_retries, max(1, concurrency)
         self.labeler = None
@@ -61,6 +69,7 @@ class StepAttributor:
             self.labeler = ConstrainedLabeler(llm, params.temperature, params.seed or 0)
 
     def _attribute_constrained(self, trajectories: Sequence[Trajectory], tasks: dict[str, Task]) -> AttributionResult:
+        assert self.labeler is not None
         t0 = time.perf_counter()
         result = AttributionResult(labels=[None] * len(trajectories))
         for i, t in enumerate(trajectories):
@@ -91,7 +100,7 @@ class StepAttributor:
                 result.cost.retries += len(pending)
             still = []
             for lo in range(0, len(pending), self.concurrency):
-                chunk = pending[lo: lo + self.concurrency]
+                chunk = pending[lo : lo + self.concurrency]
                 convs = [_conversation(tasks.get(trajectories[i].task_id), trajectories[i]) for i in chunk]
                 try:
                     outs = self.llm.chat(convs, retry_params(self.params, attempt))

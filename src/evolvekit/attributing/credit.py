@@ -26,8 +26,9 @@ def _std(values: Sequence[float]) -> float:
     return statistics.stdev(values) if len(values) >= 2 else 0.0
 
 
-def standardize_attribution(rewards: Sequence[Sequence[float] | None], eps: float = 1e-8,
-                            degenerate_std: float = 1e-6) -> list[list[float]]:
+def standardize_attribution(
+    rewards: Sequence[Sequence[float] | None], eps: float = 1e-8, degenerate_std: float = 1e-6
+) -> list[list[float]]:
     """Eq. 18: r̂_t = (r_t − μ) / (σ + ε), μ and σ over the per-trajectory *average* attribution rewards.
 
     ``None`` marks a trajectory whose attribution failed (neutralised): it gets zeros and is left out of μ, σ.
@@ -61,8 +62,9 @@ def fuse(attr_hat: Sequence[float], out_hat: float, alpha: float, mode: Mode = "
     n = len(attr_hat)
     use_attr = mode in ("both", "attribution_only")
     use_out = mode in ("both", "outcome_only")
-    return [(alpha * a if use_attr else 0.0) + (out_hat if use_out and t == n - 1 else 0.0)
-            for t, a in enumerate(attr_hat)]
+    return [
+        (alpha * a if use_attr else 0.0) + (out_hat if use_out and t == n - 1 else 0.0) for t, a in enumerate(attr_hat)
+    ]
 
 
 def returns_to_go(rewards: Sequence[float]) -> list[float]:
@@ -74,16 +76,23 @@ def returns_to_go(rewards: Sequence[float]) -> list[float]:
     return out
 
 
-def group_step_advantages(labels: Sequence[Sequence[StepLabel] | None], outcomes: Sequence[float],
-                          num_steps: Sequence[int], alpha: float, mode: Mode = "both", eps: float = 1e-8,
-                          degenerate_std: float = 1e-6) -> list[list[float]]:
+def group_step_advantages(
+    labels: Sequence[Sequence[StepLabel] | None],
+    outcomes: Sequence[float],
+    num_steps: Sequence[int],
+    alpha: float,
+    mode: Mode = "both",
+    eps: float = 1e-8,
+    degenerate_std: float = 1e-6,
+) -> list[list[float]]:
     """Eq. 18-21 for one group: per trajectory, one advantage per step.
 
     ``labels[i]`` has one label per step of trajectory i, or is None when its attribution was neutralised (its
     attribution channel is then 0 for every step and the outcome channel still applies at the last step).
     """
-    attr = standardize_attribution([attribution_rewards(lab) if lab is not None else None for lab in labels],
-                                   eps, degenerate_std)
+    attr = standardize_attribution(
+        [attribution_rewards(lab) if lab is not None else None for lab in labels], eps, degenerate_std
+    )
     out = standardize_outcome(outcomes, eps, degenerate_std)
     result = []
     for a, o, n in zip(attr, out, num_steps):

@@ -45,9 +45,16 @@ def _normalised(values: Sequence[float], norm: Norm, eps: float, degenerate_std:
     return [(v - mu) / (sigma + eps) for v in values]
 
 
-def gigpo_advantages(outcomes: Sequence[float], state_keys: Sequence[Sequence[str | None]],
-                     step_rewards: Sequence[Sequence[float]] | None = None, gamma: float = 0.95, omega: float = 1.0,
-                     norm: Norm = "std", eps: float = 1e-6, degenerate_std: float = 1e-6) -> list[list[float]]:
+def gigpo_advantages(
+    outcomes: Sequence[float],
+    state_keys: Sequence[Sequence[str | None]],
+    step_rewards: Sequence[Sequence[float]] | None = None,
+    gamma: float = 0.95,
+    omega: float = 1.0,
+    norm: Norm = "std",
+    eps: float = 1e-6,
+    degenerate_std: float = 1e-6,
+) -> list[list[float]]:
     """One GRPO group: per trajectory, one advantage per step (A^E + ω·A^S). ``state_keys[i][t]`` is the anchor
     state of trajectory i's step t; ``step_rewards`` are the environment's per-step rewards (0 if None), to which
     the outcome is added at the last step."""

@@ -43,8 +43,9 @@ def _calls_ok(step: Step) -> list[bool]:
     return [True] * len(step.tool_calls)
 
 
-def grounded_labels(steps: Sequence[Step], reference: Sequence[Sequence[ToolCall]] | None,
-                    passed: bool) -> list[StepLabel]:
+def grounded_labels(
+    steps: Sequence[Step], reference: Sequence[Sequence[ToolCall]] | None, passed: bool
+) -> list[StepLabel]:
     """One label per step by the rules of this module's docstring. ``reference`` is the task's reference solution
     (per turn; None = the generic fallback), ``passed`` the environment's check of the whole episode."""
     labels: list[StepLabel] = []
@@ -60,8 +61,14 @@ def grounded_labels(steps: Sequence[Step], reference: Sequence[Sequence[ToolCall
     return labels
 
 
-def _label(step: Step, turn: int, reference: Sequence[Sequence[ToolCall]] | None,
-           remaining: list[list[Hashable]] | None, seen: set[Hashable], passed: bool) -> StepLabel:
+def _label(
+    step: Step,
+    turn: int,
+    reference: Sequence[Sequence[ToolCall]] | None,
+    remaining: list[list[Hashable]] | None,
+    seen: set[Hashable],
+    passed: bool,
+) -> StepLabel:
     if step.parse_error is not None and not step.tool_calls:
         return StepLabel.BAD  # rule 1: nothing executable
     if not all(_calls_ok(step)):

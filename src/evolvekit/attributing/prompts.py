@@ -21,13 +21,13 @@ YOUR TASK: Attribute the contribution of each step in the trajectory to the fina
   - GOOD: The step only if it actively corrected or mitigated an error.
   - BAD: The step introduced, propagated, or failed to fix an error.
 
-FOCUS: Evaluate strictly on the technical impact of each step's action. Ignore superficial elements like politeness. Reply in the required format only."""
+FOCUS: Evaluate strictly on the technical impact of each step's action. Ignore superficial elements like politeness. Reply in the required format only."""  # noqa: E501  (the paper's prompt, verbatim)
 
 MAX_FIELD_CHARS = 1500  # long observations are cut so one trajectory fits the attributor's context
 
 
 def _clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit // 2] + "\n[...]\n" + text[-limit // 2:]
+    return text if len(text) <= limit else text[: limit // 2] + "\n[...]\n" + text[-limit // 2 :]
 
 
 def user_prompt(task: Task | None, trajectory: Trajectory, score: float) -> str:
@@ -36,8 +36,12 @@ def user_prompt(task: Task | None, trajectory: Trajectory, score: float) -> str:
     n = len(trajectory.steps)
     parts = ["# TASK DESCRIPTION", query, "", f"# SOLUTION TRAJECTORY (total {n} steps)"]
     for i, step in enumerate(trajectory.steps):
-        parts += [f">>> EVAL-STEP {i} <<<", f"<ACTION> {_clip(step.action_text)} <END>",
-                  f"<OBSERVATION> {_clip(step.observation)} <END>", ""]
+        parts += [
+            f">>> EVAL-STEP {i} <<<",
+            f"<ACTION> {_clip(step.action_text)} <END>",
+            f"<OBSERVATION> {_clip(step.observation)} <END>",
+            "",
+        ]
     parts += [f"OVERALL PERFORMANCE SCORE {score:g}", "", "# REQUIRED OUTPUT FORMAT:"]
     for i in range(n):
         parts += [f"Step {i} Analysis: <your reasoning>", f"Step {i} Judgment: GOOD/BAD"]
@@ -45,8 +49,8 @@ def user_prompt(task: Task | None, trajectory: Trajectory, score: float) -> str:
 
 
 _JUDGMENT = re.compile(
-    r"step\W{0,3}(\d+)\W{0,3}(?:judg(?:e)?ment|label|verdict)?\s*[:：=\-]*\s*[*_`\"'\[(]*\s*(good|bad)\b",
-    re.IGNORECASE)
+    r"step\W{0,3}(\d+)\W{0,3}(?:judg(?:e)?ment|label|verdict)?\s*[:：=\-]*\s*[*_`\"'\[(]*\s*(good|bad)\b", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True)

@@ -40,13 +40,15 @@ def alpha_for(cfg: Config, iteration: int) -> float:
 class AttributedSamples(GRPOSamples):
     """Replaces ``GRPOSamples``' advantages with step-level ones from both channels; the rest of the build is shared."""
 
-    def __init__(self, cfg: Config, attributor: StepAttributor | None,
-                 advantage_scale: AdvantageScale | None = None) -> None:
+    def __init__(
+        self, cfg: Config, attributor: StepAttributor | None, advantage_scale: AdvantageScale | None = None
+    ) -> None:
         super().__init__(cfg, advantage_scale)
         self.attributor = attributor
 
-    def step_advantages(self, ctx: IterationContext, live: Sequence[Trajectory]
-                        ) -> tuple[list[dict[int, float]], dict[str, float]]:
+    def step_advantages(
+        self, ctx: IterationContext, live: Sequence[Trajectory]
+    ) -> tuple[list[dict[int, float]], dict[str, float]]:
         acfg = self.cfg.attributing
         source = attribution_source(self.cfg)
         if source == "gigpo":
@@ -63,14 +65,21 @@ class AttributedSamples(GRPOSamples):
         constant = 0  # groups whose attribution channel was degenerate (Eq. 18) and so contributed nothing
         mixed = mixed_live = 0  # groups with mixed outcomes, and those whose attribution channel was not constant
         for idx in groups.values():
-            degenerate = attribution_degenerate([attribution_rewards(labels[i]) if labels[i] is not None else None
-                                                 for i in idx])
+            degenerate = attribution_degenerate(
+                [attribution_rewards(labels[i]) if labels[i] is not None else None for i in idx]
+            )
             constant += degenerate
             if len({float(live[i].outcome_reward or 0.0) for i in idx}) > 1:
                 mixed += 1
                 mixed_live += not degenerate
-            advs = group_step_advantages([labels[i] for i in idx], [float(live[i].outcome_reward or 0.0) for i in idx],
-                                         [len(live[i].steps) for i in idx], alpha, acfg.mode, acfg.eps)
+            advs = group_step_advantages(
+                [labels[i] for i in idx],
+                [float(live[i].outcome_reward or 0.0) for i in idx],
+                [len(live[i].steps) for i in idx],
+                alpha,
+                acfg.mode,
+                acfg.eps,
+            )
             for i, a in zip(idx, advs):
                 step_adv[i] = {s.index: a[k] for k, s in enumerate(live[i].steps)}
         metrics["attribution/alpha"] = alpha
@@ -79,8 +88,9 @@ class AttributedSamples(GRPOSamples):
         metrics["attribution/mixed_groups_nondegenerate"] = float(mixed_live)
         return step_adv, metrics
 
-    def _labels(self, ctx: IterationContext, live: Sequence[Trajectory], source: str,
-                metrics: dict[str, float]) -> list[list[StepLabel] | None]:
+    def _labels(
+        self, ctx: IterationContext, live: Sequence[Trajectory], source: str, metrics: dict[str, float]
+    ) -> list[list[StepLabel] | None]:
         """Step labels from the configured source; the LLM's are also scored against grounded ones wherever the
         task has a reference (``attribution/agreement_with_grounded``: the attributor's measured accuracy)."""
         tasks = {t.task_id: t for t in ctx.store.tasks()}
@@ -90,8 +100,9 @@ class AttributedSamples(GRPOSamples):
             labels: list[list[StepLabel] | None] = list(grounded)
             flat = [lab for labs in grounded for lab in labs]
             metrics["attribution/good_ratio"] = sum(lab == StepLabel.GOOD for lab in flat) / len(flat) if flat else 0.0
-            metrics["attribution/neutral_ratio"] = (sum(lab == StepLabel.NEUTRAL for lab in flat) / len(flat)
-                                                    if flat else 0.0)
+            metrics["attribution/neutral_ratio"] = (
+                sum(lab == StepLabel.NEUTRAL for lab in flat) / len(flat) if flat else 0.0
+            )
         elif self.attributor is not None:
             result = self.attributor.attribute(live, tasks)
             labels = result.labels
@@ -122,9 +133,14 @@ class AttributedSamples(GRPOSamples):
         metrics = {"gigpo/step_groups": 0.0, "gigpo/grouped_steps": 0.0}
         for idx in groups.values():
             keys = [[s.info.get("state_key") for s in live[i].steps] for i in idx]
-            advs = gigpo_advantages([float(live[i].outcome_reward or 0.0) for i in idx], keys,
-                                    [[s.reward for s in live[i].steps] for i in idx], acfg.gigpo_gamma,
-                                    acfg.gigpo_weight, acfg.gigpo_norm)
+            advs = gigpo_advantages(
+                [float(live[i].outcome_reward or 0.0) for i in idx],
+                keys,
+                [[s.reward for s in live[i].steps] for i in idx],
+                acfg.gigpo_gamma,
+                acfg.gigpo_weight,
+                acfg.gigpo_norm,
+            )
             for k, v in step_groups_summary(keys).items():
                 metrics[k] += v
             for i, a in zip(idx, advs):

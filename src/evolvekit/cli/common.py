@@ -18,8 +18,12 @@ def setup_logging(level: str = "INFO") -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    logging.basicConfig(level=getattr(logging, level), format="%(message)s",
-                        handlers=[RichHandler(console=console, show_path=False)], force=True)
+    logging.basicConfig(
+        level=getattr(logging, level),
+        format="%(message)s",
+        handlers=[RichHandler(console=console, show_path=False)],
+        force=True,
+    )
     for noisy in ("httpx", "sentence_transformers", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:

@@ -29,11 +29,13 @@ def env_list(as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 @env_app.command("check")
-def env_check(env: str = typer.Option("bfcl", help="environment name"),
-              split: str = typer.Option("multi_turn_base", help="BFCL category (multi_turn_base, _miss_func, ...)"),
-              subset: str = typer.Option("all", help="all, or train/dev/test of the fixed base-task partition"),
-              limit: Optional[int] = typer.Option(None, help="check only the first N tasks"),
-              as_json: bool = typer.Option(False, "--json")) -> None:
+def env_check(
+    env: str = typer.Option("bfcl", help="environment name"),
+    split: str = typer.Option("multi_turn_base", help="BFCL category (multi_turn_base, _miss_func, ...)"),
+    subset: str = typer.Option("all", help="all, or train/dev/test of the fixed base-task partition"),
+    limit: Optional[int] = typer.Option(None, help="check only the first N tasks"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Replay every task's ground-truth calls through our environment and score them with the official checker."""
     from evolvekit.env.bfcl.data import load_tasks
     from evolvekit.env.registry import make_env
@@ -57,8 +59,16 @@ def env_check(env: str = typer.Option("bfcl", help="environment name"),
     passed = len(tasks) - len(failures)
     elapsed = time.perf_counter() - t0
     if as_json:
-        emit_json({"env": env, "split": split, "passed": passed, "total": len(tasks), "failures": failures,
-                   "seconds": round(elapsed, 2)})
+        emit_json(
+            {
+                "env": env,
+                "split": split,
+                "passed": passed,
+                "total": len(tasks),
+                "failures": failures,
+                "seconds": round(elapsed, 2),
+            }
+        )
     else:
         for f in failures:
             sys.stdout.write(f"FAIL {f['task_id']}: {f.get('error_type')} {f.get('error_message')}\n")
@@ -68,16 +78,20 @@ def env_check(env: str = typer.Option("bfcl", help="environment name"),
 
 
 @env_app.command("serve")
-def env_serve(env: str = typer.Option("bfcl", help="default environment"),
-              host: str = typer.Option("127.0.0.1", help="bind address (loopback by default)"),
-              port: int = typer.Option(8765),
-              token_env: str = typer.Option("EVOLVEKIT_ENV_TOKEN", help="env var holding the bearer token (unset = no auth)"),
-              step_timeout_s: float = typer.Option(10.0),
-              idle_ttl_s: float = typer.Option(600.0)) -> None:
+def env_serve(
+    env: str = typer.Option("bfcl", help="default environment"),
+    host: str = typer.Option("127.0.0.1", help="bind address (loopback by default)"),
+    port: int = typer.Option(8765),
+    token_env: str = typer.Option("EVOLVEKIT_ENV_TOKEN", help="env var holding the bearer token (unset = no auth)"),
+    step_timeout_s: float = typer.Option(10.0),
+    idle_ttl_s: float = typer.Option(600.0),
+) -> None:
     """Serve environment instances over HTTP (Gym-like API)."""
     from evolvekit.env.service.server import ServiceSettings, serve
 
     setup_logging("INFO")
     token = os.environ.get(token_env) or None
     console.print(f"environment service on http://{host}:{port} (auth: {'bearer token' if token else 'none'})")
-    serve(host, port, ServiceSettings(token=token, step_timeout_s=step_timeout_s, idle_ttl_s=idle_ttl_s, default_env=env))
+    serve(
+        host, port, ServiceSettings(token=token, step_timeout_s=step_timeout_s, idle_ttl_s=idle_ttl_s, default_env=env)
+    )

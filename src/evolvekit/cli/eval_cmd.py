@@ -28,14 +28,17 @@ def _experience_lookup(cfg, path: Path):
         hits = pool.retrieve("\n".join(task.turns), cfg.navigating.inject_count)
         if not hits:
             return None, ()
-        return ("\n\n".join(f"When to use: {e.when_to_use}\nContent: {e.content}" for e, _ in hits),
-                tuple(e.experience_id for e, _ in hits))
+        return (
+            "\n\n".join(f"When to use: {e.when_to_use}\nContent: {e.content}" for e, _ in hits),
+            tuple(e.experience_id for e, _ in hits),
+        )
 
     return lookup
 
 
-def _evaluate(cfg, category: str, subset: str, k: int, limit: Optional[int], out: Path,
-              experiences: Optional[Path] = None):
+def _evaluate(
+    cfg, category: str, subset: str, k: int, limit: Optional[int], out: Path, experiences: Optional[Path] = None
+):
     from evolvekit.agent.evaluate import evaluate_policy, write_results
     from evolvekit.env.bfcl.data import load_tasks
     from evolvekit.env.registry import env_tasks, make_env
@@ -55,24 +58,28 @@ def _evaluate(cfg, category: str, subset: str, k: int, limit: Optional[int], out
     llm = role_llm(cfg.models, "policy")
     params = sampling_for(cfg.models.policy, seed=cfg.run.seed)
     lookup = _experience_lookup(cfg, experiences) if experiences else None
-    report, trajs = evaluate_policy(tasks, lambda: make_env(cfg.env), llm, cfg.rollout, params, k, cfg.env.tool_rendering,
-                                    experience_for=lookup)
+    report, trajs = evaluate_policy(
+        tasks, lambda: make_env(cfg.env), llm, cfg.rollout, params, k, cfg.env.tool_rendering, experience_for=lookup
+    )
     write_results(out, report, trajs)
     return report
 
 
-def eval_command(env: str = typer.Option("bfcl", help="environment"),
-                 split: str = typer.Option("multi_turn_base", help="BFCL category"),
-                 subset: Optional[str] = typer.Option(None, help="train/dev/test/all (default: env.eval_split)"),
-                 k: int = typer.Option(8, help="samples per task (avg@k, best@k)"),
-                 limit: Optional[int] = typer.Option(None, help="only the first N tasks"),
-                 policy: Optional[str] = typer.Option(None, help="policy checkpoint folder (default: models.policy.model)"),
-                 config: Optional[Path] = typer.Option(None, "--config", "-c"),
-                 overrides: Optional[list[str]] = typer.Option(None, "--set"),
-                 out: Optional[Path] = typer.Option(None, help="per-task results JSONL (default under runs/eval-...)"),
-                 experiences: Optional[Path] = typer.Option(None, help="JSONL pool (evolvekit experiences export): "
-                                                            "inject the best match into every rollout"),
-                 as_json: bool = typer.Option(False, "--json")) -> None:
+def eval_command(
+    env: str = typer.Option("bfcl", help="environment"),
+    split: str = typer.Option("multi_turn_base", help="BFCL category"),
+    subset: Optional[str] = typer.Option(None, help="train/dev/test/all (default: env.eval_split)"),
+    k: int = typer.Option(8, help="samples per task (avg@k, best@k)"),
+    limit: Optional[int] = typer.Option(None, help="only the first N tasks"),
+    policy: Optional[str] = typer.Option(None, help="policy checkpoint folder (default: models.policy.model)"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c"),
+    overrides: Optional[list[str]] = typer.Option(None, "--set"),
+    out: Optional[Path] = typer.Option(None, help="per-task results JSONL (default under runs/eval-...)"),
+    experiences: Optional[Path] = typer.Option(
+        None, help="JSONL pool (evolvekit experiences export): inject the best match into every rollout"
+    ),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Evaluate the policy: avg@k and best@k with per-task results written to a file."""
     from evolvekit.config import load_config
 
@@ -83,9 +90,13 @@ def eval_command(env: str = typer.Option("bfcl", help="environment"),
     t0 = time.perf_counter()
     report = _evaluate(cfg, split, subset or cfg.env.eval_split, k, limit, out, experiences)
     # what was evaluated: a family's tasks (its split), another environment's tasks, or a BFCL category
-    what = ({"family": cfg.env.family, "split": subset or cfg.env.eval_split} if cfg.env.family else
-            {"env": cfg.env.name, "split": subset or cfg.env.eval_split} if cfg.env.name != "bfcl" else
-            {"category": split, "split": subset or cfg.env.eval_split})
+    what = (
+        {"family": cfg.env.family, "split": subset or cfg.env.eval_split}
+        if cfg.env.family
+        else {"env": cfg.env.name, "split": subset or cfg.env.eval_split}
+        if cfg.env.name != "bfcl"
+        else {"category": split, "split": subset or cfg.env.eval_split}
+    )
     summary = {**report.summary(), **what, "results": str(out), "seconds": round(time.perf_counter() - t0, 1)}
     if as_json:
         emit_json(summary)

@@ -48,19 +48,37 @@ def build(run: Path = RunOpt, as_json: bool = typer.Option(False, "--json")) -> 
     report = extractor.extract(store.trajectories(None, "train"), {t.task_id: t for t in store.tasks()})
     actions = [pool.add(e).action for e in report.experiences]
     _save(store, pool)
-    summary = {"pool_size": len(pool), "added": actions.count("added"), "merged": actions.count("merged"),
-               "calls": report.calls, "unparseable": report.unparseable, "rejected": report.rejected}
+    summary = {
+        "pool_size": len(pool),
+        "added": actions.count("added"),
+        "merged": actions.count("merged"),
+        "calls": report.calls,
+        "unparseable": report.unparseable,
+        "rejected": report.rejected,
+    }
     store.close()
     emit_json(summary) if as_json else console.print(summary)
 
 
 @experiences_app.command("query")
-def query(text: str = typer.Argument(..., help="a task description"), run: Path = RunOpt,
-          k: int = typer.Option(5, help="top-k"), as_json: bool = typer.Option(False, "--json")) -> None:
+def query(
+    text: str = typer.Argument(..., help="a task description"),
+    run: Path = RunOpt,
+    k: int = typer.Option(5, help="top-k"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Retrieve the top-k experiences for a task (Eq. 14, without the LLM refine step)."""
     _, store, pool = _open(run)
-    hits = [{"experience_id": e.experience_id, "similarity": round(s, 4), "score": round(e.score, 4),
-             "when_to_use": e.when_to_use, "content": e.content} for e, s in pool.retrieve(text, k)]
+    hits = [
+        {
+            "experience_id": e.experience_id,
+            "similarity": round(s, 4),
+            "score": round(e.score, 4),
+            "when_to_use": e.when_to_use,
+            "content": e.content,
+        }
+        for e, s in pool.retrieve(text, k)
+    ]
     store.close()
     if as_json:
         emit_json({"query": text, "results": hits})
@@ -93,8 +111,10 @@ def import_(path: Path = typer.Argument(..., help="JSONL written by `experiences
 
 
 @experiences_app.command("from-family")
-def from_family(family: str = typer.Argument(..., help="task family, e.g. arith"),
-                out: Path = typer.Option(..., "--out", help="JSONL file to write (for navigating.seed_file)")) -> None:
+def from_family(
+    family: str = typer.Argument(..., help="task family, e.g. arith"),
+    out: Path = typer.Option(..., "--out", help="JSONL file to write (for navigating.seed_file)"),
+) -> None:
     """Write a task family's worked examples as experiences (JSONL), to seed a pool (navigating.seed_file)."""
     from evolvekit.env.bfcl.families import get_family
     from evolvekit.navigating.seed import family_experiences

@@ -12,8 +12,12 @@ import typer
 from evolvekit.cli.common import console, emit_json, setup_logging
 from evolvekit.errors import EvolveKitError
 
-app = typer.Typer(help="evolvekit: LLM agents that train themselves.", no_args_is_help=True,
-                  pretty_exceptions_enable=False, add_completion=False)
+app = typer.Typer(
+    help="evolvekit: LLM agents that train themselves.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
 llm_app = typer.Typer(help="Talk to the configured LLMs.", no_args_is_help=True)
 config_app = typer.Typer(help="Inspect and validate configuration.", no_args_is_help=True)
 app.add_typer(llm_app, name="llm")
@@ -24,8 +28,8 @@ from evolvekit.cli.env_cmd import env_app  # noqa: E402
 app.add_typer(env_app, name="env")
 
 from evolvekit.cli.eval_cmd import eval_command  # noqa: E402
-from evolvekit.cli.run_cmd import run_command  # noqa: E402
 from evolvekit.cli.experiences_cmd import experiences_app  # noqa: E402
+from evolvekit.cli.run_cmd import run_command  # noqa: E402
 
 app.add_typer(experiences_app, name="experiences")
 from evolvekit.cli.tasks_cmd import tasks_app  # noqa: E402
@@ -44,21 +48,26 @@ SetOpt = typer.Option(None, "--set", help="override a config value: section.key=
 
 
 @config_app.command("show")
-def config_show(config: Optional[Path] = typer.Argument(None, help="YAML config (defaults if omitted)"),
-                overrides: Optional[list[str]] = SetOpt) -> None:
+def config_show(
+    config: Optional[Path] = typer.Argument(None, help="YAML config (defaults if omitted)"),
+    overrides: Optional[list[str]] = SetOpt,
+) -> None:
     """Print the full, validated config with every parameter's meaning and source equation."""
     from evolvekit.config import dump_commented_yaml, helper_sources, load_config
 
     cfg = load_config(config, overrides)
     sources = ", ".join(f"{role}: {src}" for role, src in helper_sources(cfg).items())
-    sys.stdout.write(f"# helper sources ('auto' resolved for these models): {sources}\n"
-                     + dump_commented_yaml(cfg) + "\n")
+    sys.stdout.write(
+        f"# helper sources ('auto' resolved for these models): {sources}\n" + dump_commented_yaml(cfg) + "\n"
+    )
 
 
 @config_app.command("validate")
-def config_validate(config: Path = typer.Argument(..., help="YAML config"),
-                    overrides: Optional[list[str]] = SetOpt,
-                    purpose: str = typer.Option("run", "--for", help="run (train: the default) or eval")) -> None:
+def config_validate(
+    config: Path = typer.Argument(..., help="YAML config"),
+    overrides: Optional[list[str]] = SetOpt,
+    purpose: str = typer.Option("run", "--for", help="run (train: the default) or eval"),
+) -> None:
     """Validate a config file; exit 2 with one line naming the problem. Accepts exactly what `run` accepts
     (with --for eval: what `eval` accepts, e.g. a served policy)."""
     from evolvekit.config import load_config, out_dir_problem, training_problem
@@ -74,15 +83,17 @@ def config_validate(config: Path = typer.Argument(..., help="YAML config"),
 
 
 @llm_app.command("chat")
-def llm_chat(prompt: str = typer.Argument(..., help="user message"),
-             role: str = typer.Option("policy", help="which LLM role to use"),
-             config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config"),
-             overrides: Optional[list[str]] = SetOpt,
-             system: Optional[str] = typer.Option(None, help="optional system message"),
-             temperature: float = typer.Option(0.0, help="0 = greedy"),
-             max_new_tokens: int = typer.Option(128),
-             seed: Optional[int] = typer.Option(None),
-             as_json: bool = typer.Option(False, "--json", help="print a JSON object as the last line")) -> None:
+def llm_chat(
+    prompt: str = typer.Argument(..., help="user message"),
+    role: str = typer.Option("policy", help="which LLM role to use"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config"),
+    overrides: Optional[list[str]] = SetOpt,
+    system: Optional[str] = typer.Option(None, help="optional system message"),
+    temperature: float = typer.Option(0.0, help="0 = greedy"),
+    max_new_tokens: int = typer.Option(128),
+    seed: Optional[int] = typer.Option(None),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON object as the last line"),
+) -> None:
     """Send one message to an LLM role (the embedded model by default) and print the answer."""
     from evolvekit.config import load_config
     from evolvekit.llm.base import SamplingParams
@@ -94,16 +105,27 @@ def llm_chat(prompt: str = typer.Argument(..., help="user message"),
     t0 = time.perf_counter()
     llm = role_llm(cfg.models, role)
     load_s = time.perf_counter() - t0
-    messages = ([ChatMessage(role="system", content=system)] if system else []) + [ChatMessage(role="user", content=prompt)]
+    messages = ([ChatMessage(role="system", content=system)] if system else []) + [
+        ChatMessage(role="user", content=prompt)
+    ]
     t1 = time.perf_counter()
     comp = llm.chat([messages], SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed))[0][0]
     gen_s = time.perf_counter() - t1
     n_tok = comp.num_completion_tokens
     if as_json:
-        emit_json({"text": comp.text, "model": llm.name, "role": role, "completion_tokens": n_tok,
-                   "prompt_tokens": comp.num_prompt_tokens, "finish_reason": comp.finish_reason,
-                   "load_s": round(load_s, 3), "generate_s": round(gen_s, 3),
-                   "tokens_per_s": round(n_tok / gen_s, 2) if gen_s > 0 else None})
+        emit_json(
+            {
+                "text": comp.text,
+                "model": llm.name,
+                "role": role,
+                "completion_tokens": n_tok,
+                "prompt_tokens": comp.num_prompt_tokens,
+                "finish_reason": comp.finish_reason,
+                "load_s": round(load_s, 3),
+                "generate_s": round(gen_s, 3),
+                "tokens_per_s": round(n_tok / gen_s, 2) if gen_s > 0 else None,
+            }
+        )
     else:
         sys.stdout.write(comp.text + "\n")
 

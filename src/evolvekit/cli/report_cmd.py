@@ -11,10 +11,13 @@ import typer
 from evolvekit.cli.common import console, setup_logging
 
 
-def report_command(run_dir: Path = typer.Argument(..., help="a run directory, or a folder of runs (an ablation)"),
-                   baseline: Optional[str] = typer.Option(
-                       None, help="for a run: a baseline run directory; for a folder: a row name (e.g. grpo_real)"),
-                   out: Optional[Path] = typer.Option(None, help="output folder (default RUN_DIR/report)")) -> None:
+def report_command(
+    run_dir: Path = typer.Argument(..., help="a run directory, or a folder of runs (an ablation)"),
+    baseline: Optional[str] = typer.Option(
+        None, help="for a run: a baseline run directory; for a folder: a row name (e.g. grpo_real)"
+    ),
+    out: Optional[Path] = typer.Option(None, help="output folder (default RUN_DIR/report)"),
+) -> None:
     """Write an HTML report (and its PNGs) of a run, or of every run in a folder with per-row curves over seeds."""
     from evolvekit.errors import ConfigError
     from evolvekit.report.collection import find_runs, is_run_dir
@@ -32,8 +35,10 @@ def report_command(run_dir: Path = typer.Argument(..., help="a run directory, or
     sys.stdout.write(f"{page}\n")
 
 
-def dashboard_command(run_dir: Path = typer.Argument(..., help="a run directory, or a folder of runs (an ablation)"),
-                      port: int = typer.Option(8770, help="port on 127.0.0.1")) -> None:
+def dashboard_command(
+    run_dir: Path = typer.Argument(..., help="a run directory, or a folder of runs (an ablation)"),
+    port: int = typer.Option(8770, help="port on 127.0.0.1"),
+) -> None:
     """Serve a read-only page to browse a run or a folder of runs (live while they run), on 127.0.0.1 only."""
     import uvicorn
 
@@ -51,8 +56,10 @@ def dashboard_command(run_dir: Path = typer.Argument(..., help="a run directory,
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
-def ablate_command(spec: Path = typer.Argument(..., help="ablation YAML, e.g. configs/ablation.yaml"),
-                   only: Optional[list[str]] = typer.Option(None, "--only", help="run only these rows")) -> None:
+def ablate_command(
+    spec: Path = typer.Argument(..., help="ablation YAML, e.g. configs/ablation.yaml"),
+    only: Optional[list[str]] = typer.Option(None, "--only", help="run only these rows"),
+) -> None:
     """Run ablation rows over seeds (resumable) and write a markdown table of held-out avg@k / best@k."""
     from evolvekit.report.ablate import run_ablation
 

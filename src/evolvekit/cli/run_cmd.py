@@ -12,11 +12,13 @@ import typer
 from evolvekit.cli.common import console, emit_json, setup_logging
 
 
-def run_command(config: Optional[Path] = typer.Argument(None, help="YAML config, e.g. configs/quickstart.yaml"),
-                overrides: Optional[list[str]] = typer.Option(None, "--set", help="override a config key: a.b=value"),
-                resume: Optional[Path] = typer.Option(None, "--resume", help="continue this run directory"),
-                no_progress: bool = typer.Option(False, "--no-progress", help="no progress bars"),
-                as_json: bool = typer.Option(False, "--json")) -> None:
+def run_command(
+    config: Optional[Path] = typer.Argument(None, help="YAML config, e.g. configs/quickstart.yaml"),
+    overrides: Optional[list[str]] = typer.Option(None, "--set", help="override a config key: a.b=value"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="continue this run directory"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="no progress bars"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Run the master loop: tasks → rollouts → experience → update, with held-out evaluation before and after."""
     from evolvekit.config import load_config
     from evolvekit.errors import EvolveKitError
@@ -39,12 +41,16 @@ def run_command(config: Optional[Path] = typer.Argument(None, help="YAML config,
         summary = loop.run()
     finally:
         store.close()
-    console.print(f"metrics: {summary['metrics']}\nlearning curve: {summary['learning_curve']}\n"
-                  f"tensorboard: tensorboard --logdir {summary['tensorboard']}\nrun store: {summary['store']}\n"
-                  f"policy checkpoint: {summary['checkpoint']} (evolvekit eval --policy PATH)")
+    console.print(
+        f"metrics: {summary['metrics']}\nlearning curve: {summary['learning_curve']}\n"
+        f"tensorboard: tensorboard --logdir {summary['tensorboard']}\nrun store: {summary['store']}\n"
+        f"policy checkpoint: {summary['checkpoint']} (evolvekit eval --policy PATH)"
+    )
     if as_json:
         emit_json(summary)
     else:
         before, after = summary.get("eval_before") or {}, summary.get("eval_after") or {}
         keys = [k for k in before if "@" in k] or [k for k in after if "@" in k]
-        sys.stdout.write(" ".join([f"run_dir={run_dir}"] + [f"{k}: {before.get(k)} -> {after.get(k)}" for k in keys]) + "\n")
+        sys.stdout.write(
+            " ".join([f"run_dir={run_dir}"] + [f"{k}: {before.get(k)} -> {after.get(k)}" for k in keys]) + "\n"
+        )

@@ -16,12 +16,15 @@ tasks_app = typer.Typer(help="Self-questioning: make tasks by exploring an envir
 
 
 @tasks_app.command("synthesize")
-def synthesize(env: str = typer.Option("bfcl", help="environment"), n: int = typer.Option(20, help="tasks to keep"),
-               out: Path = typer.Option(Path("tasks.jsonl"), help="JSONL file of the kept tasks"),
-               config: Optional[Path] = typer.Option(None, "--config", "-c"),
-               overrides: Optional[list[str]] = typer.Option(None, "--set"),
-               max_rounds: int = typer.Option(5, help="exploration rounds at most"),
-               as_json: bool = typer.Option(False, "--json")) -> None:
+def synthesize(
+    env: str = typer.Option("bfcl", help="environment"),
+    n: int = typer.Option(20, help="tasks to keep"),
+    out: Path = typer.Option(Path("tasks.jsonl"), help="JSONL file of the kept tasks"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c"),
+    overrides: Optional[list[str]] = typer.Option(None, "--set"),
+    max_rounds: int = typer.Option(5, help="exploration rounds at most"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Exploration → synthesis → curation; prints the funnel (explored, synthesized, deduplicated, infeasible, kept)."""
     from evolvekit.config import load_config
     from evolvekit.env.registry import make_env
@@ -36,6 +39,7 @@ def synthesize(env: str = typer.Option("bfcl", help="environment"), n: int = typ
     # each round's kept tasks (at most n in all) and every exploration trajectory are appended as the round ends,
     # so an interrupted synthesis keeps what it finished
     with open(out, "w") as task_fh, open(explorations, "w") as trace_fh:
+
         def on_round(funnel, traces, kept) -> None:
             for t in traces:
                 trace_fh.write(json.dumps(dataclasses.asdict(t), default=lambda o: o.model_dump()) + "\n")
@@ -46,17 +50,28 @@ def synthesize(env: str = typer.Option("bfcl", help="environment"), n: int = typ
             console.print(f"funnel: {funnel.as_dict()}")
 
         _, funnel, _ = synthesize_tasks(
-            cfg, n, role_llm(cfg.models, "explorer"), sampling_for(cfg.models.explorer),
-            role_llm(cfg.models, "synthesizer"), sampling_for(cfg.models.synthesizer), lambda: make_env(cfg.env),
-            embedder.embed, max_rounds=max_rounds, on_round=on_round)
+            cfg,
+            n,
+            role_llm(cfg.models, "explorer"),
+            sampling_for(cfg.models.explorer),
+            role_llm(cfg.models, "synthesizer"),
+            sampling_for(cfg.models.synthesizer),
+            lambda: make_env(cfg.env),
+            embedder.embed,
+            max_rounds=max_rounds,
+            on_round=on_round,
+        )
     summary = {**funnel.as_dict(), "out": str(out), "explorations": str(explorations)}
     emit_json(summary) if as_json else sys.stdout.write(" ".join(f"{k}={v}" for k, v in summary.items()) + "\n")
 
 
 @tasks_app.command("check")
-def check(path: Path = typer.Argument(..., help="JSONL of tasks"), config: Optional[Path] = typer.Option(None, "--config", "-c"),
-          overrides: Optional[list[str]] = typer.Option(None, "--set"),
-          as_json: bool = typer.Option(False, "--json")) -> None:
+def check(
+    path: Path = typer.Argument(..., help="JSONL of tasks"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c"),
+    overrides: Optional[list[str]] = typer.Option(None, "--set"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Replay every task's reference solution in a fresh environment and report feasibility."""
     from evolvekit.config import load_config
     from evolvekit.env.registry import make_env
@@ -69,8 +84,11 @@ def check(path: Path = typer.Argument(..., help="JSONL of tasks"), config: Optio
     rows = []
     for task in read_jsonl(path, Task, "a task"):
         env_cfg = cfg.env.model_copy(update={"name": task.env_name})
-        ok, reason = replay_feasible(task, lambda: make_env(env_cfg))
+        ok, reason = replay_feasible(task, lambda: make_env(env_cfg))  # noqa: B023  (called before the next task)
         rows.append({"task_id": task.task_id, "feasible": ok, "reason": reason})
-    summary = {"tasks": len(rows), "feasible": sum(r["feasible"] for r in rows),
-               "infeasible": [r for r in rows if not r["feasible"]][:20]}
+    summary = {
+        "tasks": len(rows),
+        "feasible": sum(bool(r["feasible"]) for r in rows),
+        "infeasible": [r for r in rows if not r["feasible"]][:20],
+    }
     emit_json(summary) if as_json else sys.stdout.write(f"{summary['feasible']}/{summary['tasks']} feasible\n")

@@ -24,6 +24,7 @@ def register_env(name: str, description: str = ""):
 
 def register_task_source(name: str):
     """Register ``fn(env_cfg, split) -> list[Task]``: the real tasks of an environment's train/eval splits."""
+
     def deco(fn: Callable[[EnvConfig, str], list[Task]]):
         _TASKS[name] = fn
         return fn
@@ -45,8 +46,10 @@ def env_tasks(cfg: EnvConfig, split: str) -> list[Task]:
     _load_builtins()
     load_plugins(cfg.plugins)
     if cfg.name not in _TASKS:
-        raise EnvError(f"environment '{cfg.name}' registers no task source; use self-questioning or register one "
-                       "with evolvekit.env.registry.register_task_source")
+        raise EnvError(
+            f"environment '{cfg.name}' registers no task source; use self-questioning or register one "
+            "with evolvekit.env.registry.register_task_source"
+        )
     tasks = _TASKS[cfg.name](cfg, split)
     if not tasks:
         raise EnvError(f"environment '{cfg.name}' has no tasks in split '{split}' for this config")

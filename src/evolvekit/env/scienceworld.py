@@ -42,8 +42,13 @@ class ScienceWorldEnv:
 
     def profile(self) -> list[EnvProfile]:
         names = self._env.get_task_names()
-        return [EnvProfile(env_name=self.name, name="ScienceWorld",
-                           description="Text-based science experiments; task types: " + ", ".join(names))]
+        return [
+            EnvProfile(
+                env_name=self.name,
+                name="ScienceWorld",
+                description="Text-based science experiments; task types: " + ", ".join(names),
+            )
+        ]
 
     def reset(self, task: Task | None = None, sandbox_config: dict[str, Any] | None = None) -> ResetResult:
         meta = (task.metadata if task else sandbox_config) or {}
@@ -64,8 +69,9 @@ class ScienceWorldEnv:
         return EvalResult(score=self.score, passed=self.score >= 1.0, details={"steps": self.steps})
 
     def info(self) -> EnvInfo:
-        return EnvInfo(env_name=self.name, task_id=self.task.task_id if self.task else None, steps=self.steps,
-                       done=self.done)
+        return EnvInfo(
+            env_name=self.name, task_id=self.task.task_id if self.task else None, steps=self.steps, done=self.done
+        )
 
     def close(self) -> None:
         pass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from evolvekit.types import ChatMessage
 
@@ -93,3 +93,20 @@ class TokenLLM(LLM, Protocol):
     def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]: ...
 
     def decode(self, token_ids: Sequence[int]) -> str: ...
+
+
+@runtime_checkable
+class InProcessLLM(TokenLLM, Protocol):
+    """An in-process model (``llm/local.py``): its weights and tokenizer are at hand, so helpers can force an
+    answer's structure and read log-probabilities (``llm/choice.py``), and the trainer can update it."""
+
+    model: Any
+    device: Any
+    tokenizer: Any
+    eos_ids: Any
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode_batch(self, params: SamplingParams, keep_rows: bool = False) -> Any: ...
+
+    def invalidate_cache(self) -> None: ...

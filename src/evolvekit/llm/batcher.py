@@ -24,7 +24,7 @@ import torch
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.llm.constrain import TokenTrie, mask_logits
 from evolvekit.llm.ragged import KVSlots, RowCopy, ragged_forward
-from evolvekit.llm.sampling import common_prefix_len, cut_at_stops, sample_next
+from evolvekit.llm.sampling import Generators, common_prefix_len, cut_at_stops, sample_next
 
 if TYPE_CHECKING:
     from evolvekit.llm.local import LocalLLM
@@ -92,8 +92,9 @@ def row_seed(seed: int, key: Hashable) -> int:
 class DecodeBatch:
     """Live rows of one sampling configuration, each with its own KV (see the module docstring)."""
 
-    def __init__(self, llm: LocalLLM, params: SamplingParams, generator: torch.Generator | None = None,
-                 keep_rows: bool = False) -> None:
+    def __init__(
+        self, llm: LocalLLM, params: SamplingParams, generator: torch.Generator | None = None, keep_rows: bool = False
+    ) -> None:
         self.llm, self.params = llm, params
         # keep_rows: a finished row's KV (prompt + completion) is kept under its key, so when the same key comes
         # back with a longer prompt (the next turn of an episode) only the new tokens are prefilled; forget(key).
@@ -113,8 +114,12 @@ class DecodeBatch:
         return len(self.rows)
 
     # -- joining ------------------------------------------------------------------------------------------
-    def add(self, items: Sequence[tuple[Hashable, Sequence[int]]], text_prefixes: Sequence[str] | None = None,
-            constraints: Sequence[TokenTrie | None] | None = None) -> None:
+    def add(
+        self,
+        items: Sequence[tuple[Hashable, Sequence[int]]],
+        text_prefixes: Sequence[str] | None = None,
+        constraints: Sequence[TokenTrie | None] | None = None,
+    ) -> None:
         """Add ``(key, prompt ids)`` rows; their prompts are prefilled by the next ``step()``, in the same forward
         as the other rows' decoding.
 
@@ -137,19 +142,18 @@ class DecodeBatch:
         for (key, _), p, x, c in zip(items, prompts, prefixes, tries):
             kept = self.kept.pop(key, None)
             own = min(common_prefix_len([kept[0], p]), len(p) - 1) if kept is not None else 0
-            if own > shared:
+            if kept is not None and own > shared:
                 n = own
                 self.slots.append_copy(kept[1], n)  # the kept positions past the common prefix are not copied
             else:
                 n = shared
-                if n and (len(items) > 1 or self.rows):
+                if n and entry is not None and (len(items) > 1 or self.rows):
                     self.slots.append_shared(entry, n)  # read once per step for all its rows (cascade attention)
                 else:
                     self.slots.append(entry, n)  # a row alone reads it as fast from its own copy
             self.prefilled_tokens += len(p) - n
             if self.params.seed is not None and key not in self._row_generators:
-                self._row_generators[key] = torch.Generator(device="cpu").manual_seed(
-                    row_seed(self.params.seed, key))
+                self._row_generators[key] = torch.Generator(device="cpu").manual_seed(row_seed(self.params.seed, key))
             self.rows.append(_Row(key=key, prompt=p, pending=p[n:], text_prefix=x, trie=c))
 
     def forget(self, key: Hashable) -> None:
@@ -167,16 +171,16 @@ class DecodeBatch:
         logits = ragged_forward(llm.model, self.slots, [r.pending for r in self.rows])
         self.forward_calls += 1
         allowed = [r.trie.allowed() if r.trie is not None else None for r in self.rows]
-        gens = self.generator
+        gens: Generators = self.generator
         if gens is None and p.seed is not None:
             gens = [self._row_generators[r.key] for r in self.rows]
         tok = sample_next(mask_logits(logits, allowed), p.temperature, p.top_p, gens)
         lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, tok.unsqueeze(-1)).squeeze(-1)
         finished: list[int] = []
         done: list[tuple[Hashable, Completion]] = []
-        for j, (row, t, l) in enumerate(zip(self.rows, tok.tolist(), lp.tolist())):
+        for j, (row, t, logp) in enumerate(zip(self.rows, tok.tolist(), lp.tolist())):
             row.tokens.append(t)
-            row.logprobs.append(l)
+            row.logprobs.append(logp)
             row.pending = [t]
             if row.trie is not None:
                 row.trie = row.trie.advance(t)
@@ -185,7 +189,8 @@ class DecodeBatch:
             elif p.stop and llm.stop_hit(row.tokens, p.stop) is not None:
                 row.finish, row.stopped_on_string = "stop", True
             elif p.stop_on_balanced_json and balanced_json_end(
-                    row.text_prefix + llm.tokenizer.decode(row.tokens, skip_special_tokens=True)):
+                row.text_prefix + llm.tokenizer.decode(row.tokens, skip_special_tokens=True)
+            ):
                 row.finish, row.stopped_on_json = "stop", True
             elif len(row.tokens) < p.max_new_tokens:
                 continue
@@ -212,8 +217,13 @@ class DecodeBatch:
             end = json_end_index(row.text_prefix + text)
             if end is not None:
                 text = text[: max(end - len(row.text_prefix), 0)]
-        return Completion(text=text, token_ids=list(toks), logprobs=list(row.logprobs), prompt_token_ids=row.prompt,
-                          finish_reason=row.finish)
+        return Completion(
+            text=text,
+            token_ids=list(toks),
+            logprobs=list(row.logprobs),
+            prompt_token_ids=row.prompt,
+            finish_reason=row.finish,
+        )
 
     def run(self) -> dict[Hashable, Completion]:
         """Decode until every row has finished."""

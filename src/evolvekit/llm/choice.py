@@ -61,8 +61,14 @@ class ChoiceScorer:
         lp = self.feed(cache, prompt_ids)[-1]
         return self.score(cache, lp, options)
 
-    def pick(self, prompt_ids: Sequence[int], options: Sequence[Sequence[int]], temperature: float,
-             rng: random.Random, prior: Sequence[float] | None = None) -> tuple[int, list[float]]:
+    def pick(
+        self,
+        prompt_ids: Sequence[int],
+        options: Sequence[Sequence[int]],
+        temperature: float,
+        rng: random.Random,
+        prior: Sequence[float] | None = None,
+    ) -> tuple[int, list[float]]:
         """One choice after ``prompt_ids``: (chosen index, every option's score). With ``prior`` (the options'
         log-probabilities after a content-free prompt, ``calibrated``) the scores are log p − prior."""
         scores = self.option_logprobs(prompt_ids, options)

@@ -34,8 +34,9 @@ class TokenTrie:
     then: Callable[[], Any] | None = None  # at an end node: makes the constraint that follows the completed string
 
     @classmethod
-    def build(cls, sequences: Iterable[Sequence[int]],
-              thens: Sequence[Callable[[], Any] | None] | None = None) -> "TokenTrie":
+    def build(
+        cls, sequences: Iterable[Sequence[int]], thens: Sequence[Callable[[], Any] | None] | None = None
+    ) -> "TokenTrie":
         """A trie of the allowed token sequences; ``thens[i]`` (optional) makes the constraint that follows
         sequence i once it is complete."""
         root = cls()
@@ -68,8 +69,15 @@ class TokenTrie:
 
 
 # tool-schema type names that are not JSON Schema (BFCL writes dict, float, tuple) and their JSON Schema names
-_TYPE_ALIASES = {"dict": "object", "float": "number", "tuple": "array", "int": "integer", "str": "string",
-                 "bool": "boolean", "list": "array"}
+_TYPE_ALIASES = {
+    "dict": "object",
+    "float": "number",
+    "tuple": "array",
+    "int": "integer",
+    "str": "string",
+    "bool": "boolean",
+    "list": "array",
+}
 
 
 def json_schema(schema: dict, max_string_length: int | None = None) -> dict:
@@ -122,8 +130,9 @@ class SchemaVocabulary:
         self.unsafe = {i for i, t, _ in regular if "\ufffd" in t or any(ord(ch) < 0x20 for ch in t)}
         self.eos = sorted(set(eos_ids))
         self.start = zero  # a one-token "prompt" the enforcer's states are keyed after
-        self.data = TokenEnforcerTokenizerData(regular, lambda ids: tokenizer.decode(ids).rstrip("\ufffd"),
-                                               self.eos, False, len(tokenizer))
+        self.data = TokenEnforcerTokenizerData(
+            regular, lambda ids: tokenizer.decode(ids).rstrip("\ufffd"), self.eos, False, len(tokenizer)
+        )
 
 
 class SchemaConstraint:
@@ -132,14 +141,22 @@ class SchemaConstraint:
     If the parser reaches a state with no allowed token (it should not), the constraint ends and the row decodes
     freely, logged at debug level."""
 
-    def __init__(self, vocab: SchemaVocabulary, schema: dict, then: Callable[[], Any] | None = None,
-                 max_string_length: int | None = 64, max_array_length: int = 8, max_number_length: int = 12) -> None:
+    def __init__(
+        self,
+        vocab: SchemaVocabulary,
+        schema: dict,
+        then: Callable[[], Any] | None = None,
+        max_string_length: int | None = 64,
+        max_array_length: int = 8,
+        max_number_length: int = 12,
+    ) -> None:
         from lmformatenforcer import JsonSchemaParser, TokenEnforcer
         from lmformatenforcer.characterlevelparser import CharacterLevelParserConfig
 
         config = CharacterLevelParserConfig(max_consecutive_whitespaces=1, max_json_array_length=max_array_length)
-        self.enforcer = TokenEnforcer(vocab.data, JsonSchemaParser(json_schema(schema, max_string_length),
-                                                                    config=config))
+        self.enforcer = TokenEnforcer(
+            vocab.data, JsonSchemaParser(json_schema(schema, max_string_length), config=config)
+        )
         self.vocab, self.then, self.max_number_length = vocab, then, max_number_length
         self.seq = [vocab.start]
         self.number_run = 0  # number characters at the end of the text so far (outside strings)
@@ -154,14 +171,15 @@ class SchemaConstraint:
         # no whitespace-only tokens: JSON needs none, and a sampled one can be a run of newlines and tabs; no
         # pieces of a multi-byte character, no control characters (see SchemaVocabulary.unsafe)
         v = self.vocab
-        out = [t for t in self._allowed if t not in v.eos and t not in v.blank and t not in v.unsafe] or \
-            [t for t in self._allowed if t not in v.eos]
+        out = [t for t in self._allowed if t not in v.eos and t not in v.blank and t not in v.unsafe] or [
+            t for t in self._allowed if t not in v.eos
+        ]
         if self.after_comma and not self.in_string:  # no trailing comma (the parser lets "6 , }" through)
             out = [t for t in out if v.text.get(t, "").lstrip()[:1] not in ("}", "]")] or out
         if self.number_run and not self.in_string:
             # inside a number: no exponent (lm-format-enforcer lets an integer take one, and 806001E07175 is inf),
             # and once it is long enough it ends here (JSON allows any length)
-            plain = [t for t in out if not self.vocab.text.get(t, "")[:1] in ("e", "E")]
+            plain = [t for t in out if self.vocab.text.get(t, "")[:1] not in ("e", "E")]
             if self.number_run >= self.max_number_length:
                 plain = [t for t in plain if t not in self.vocab.numeric]
             return plain or out

@@ -61,7 +61,7 @@ def smollm2_folder() -> Path:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # A GGUF-loaded model refuses save_pretrained while it still looks quantised; its weights are plain fp32 now.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # transformers types it as the quantizer
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -94,5 +94,7 @@ def resolve_model_path(name: str) -> str:
     if name == "embedded:all-minilm-l6-v2":
         return str(minilm_folder())
     if name.startswith("embedded:"):
-        raise LLMError(f"unknown embedded model '{name}' (known: embedded:smollm2-135m-instruct, embedded:all-minilm-l6-v2)")
+        raise LLMError(
+            f"unknown embedded model '{name}' (known: embedded:smollm2-135m-instruct, embedded:all-minilm-l6-v2)"
+        )
     return name

@@ -26,13 +26,21 @@ class SentenceTransformerEmbedder:
 
         self.model = SentenceTransformer(resolve_model_path(model), device=device)
         self.batch_size = batch_size
-        self.dim = int(getattr(self.model, "get_embedding_dimension", self.model.get_sentence_embedding_dimension)())
+        dim = getattr(self.model, "get_embedding_dimension", self.model.get_sentence_embedding_dimension)()
+        if dim is None:
+            raise ValueError(f"{model}: the embedding model does not report its dimension")
+        self.dim = int(dim)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vecs = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                                 convert_to_numpy=True, show_progress_bar=False)
+        vecs = self.model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
         return vecs.astype(np.float32)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from evolvekit.config import EmbeddingConfig, ModelConfig, ModelsConfig
 from evolvekit.llm.base import LLM, SamplingParams
 
@@ -12,15 +14,21 @@ def build_llm(cfg: ModelConfig, role: str = "policy") -> LLM:
     if cfg.backend == "openai":
         from evolvekit.llm.openai_compat import OpenAICompatLLM
 
-        return OpenAICompatLLM(cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
-                               timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, role=role,
-                               return_token_ids=cfg.return_token_ids, concurrency=cfg.concurrency)
+        return OpenAICompatLLM(
+            cfg.model,
+            base_url=cfg.base_url,
+            api_key_env=cfg.api_key_env,
+            timeout_s=cfg.timeout_s,
+            max_retries=cfg.max_retries,
+            role=role,
+            return_token_ids=cfg.return_token_ids,
+            concurrency=cfg.concurrency,
+        )
     key = (cfg.model, cfg.device, cfg.dtype, cfg.packed_weights)
     if key not in _LOCAL_CACHE:
         from evolvekit.llm.local import LocalLLM
 
-        _LOCAL_CACHE[key] = LocalLLM(cfg.model, device=cfg.device, dtype=cfg.dtype,
-                                       packed_weights=cfg.packed_weights)
+        _LOCAL_CACHE[key] = LocalLLM(cfg.model, device=cfg.device, dtype=cfg.dtype, packed_weights=cfg.packed_weights)
     return _LOCAL_CACHE[key]
 
 
@@ -33,7 +41,7 @@ def role_llm(models: ModelsConfig, role: str) -> LLM:
 
 def sampling_for(cfg: ModelConfig, **overrides) -> SamplingParams:
     """Default sampling params of a role, with per-call overrides."""
-    base = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
+    base: dict[str, Any] = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
     base.update(overrides)
     return SamplingParams(**base)
 

@@ -18,8 +18,7 @@ from evolvekit.errors import LLMError
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.llm.embedded import resolve_model_path
 from evolvekit.llm.packed import pack_linears
-from evolvekit.llm.sampling import common_prefix_len
-from evolvekit.llm.sampling import inverse_cdf_sample, sample_next  # noqa: F401  (re-exported: their old home)
+from evolvekit.llm.sampling import common_prefix_len, inverse_cdf_sample, sample_next  # noqa: F401  (re-exported: their old home)
 from evolvekit.types import ChatMessage
 
 log = logging.getLogger(__name__)
@@ -40,8 +39,15 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
 class LocalLLM:
     """A causal LM served in-process. ``model`` may be 'embedded:...', a local folder, or an already built model."""
 
-    def __init__(self, model: str = "embedded:smollm2-135m-instruct", device: str = "auto", dtype: str = "auto",
-                 tokenizer=None, hf_model=None, packed_weights: bool = True) -> None:
+    def __init__(
+        self,
+        model: str = "embedded:smollm2-135m-instruct",
+        device: str = "auto",
+        dtype: str = "auto",
+        tokenizer=None,
+        hf_model=None,
+        packed_weights: bool = True,
+    ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.name = model if isinstance(model, str) else "custom"
@@ -56,7 +62,11 @@ class LocalLLM:
         else:
             path = resolve_model_path(model)
             folder = Path(path)
-            if folder.is_dir() and not (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
+            if (
+                folder.is_dir()
+                and not (folder / "config.json").is_file()
+                and not (folder / "adapter_config.json").is_file()
+            ):
                 raise LLMError(f"'{model}' is not a model folder (no config.json or adapter_config.json)")
             if not folder.exists() and (path.startswith((".", "/", "~")) or path.count("/") != 1):
                 raise LLMError(f"no such model folder: '{model}'")
@@ -67,10 +77,16 @@ class LocalLLM:
                     from peft import AutoPeftModelForCausalLM
 
                     self.model = AutoPeftModelForCausalLM.from_pretrained(
-                        path, dtype=pick_dtype(dtype, self.device), is_trainable=True)
+                        path, dtype=pick_dtype(dtype, self.device), is_trainable=True
+                    )
                 else:
                     self.model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, self.device))
-            except (OSError, ValueError, KeyError, TypeError) as err:  # transformers' many ways of saying "no model here"
+            except (
+                OSError,
+                ValueError,
+                KeyError,
+                TypeError,
+            ) as err:  # transformers' many ways of saying "no model here"
                 first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
                 raise LLMError(f"cannot load local model '{model}' (models.*.model): {first[:200]}") from None
             log.info("loaded %s in %.1fs", model, time.perf_counter() - t0)
@@ -94,7 +110,9 @@ class LocalLLM:
     def apply_chat_template(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
         enc = self.tokenizer.apply_chat_template(
             [m.model_dump(exclude_none=True) for m in messages],
-            add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=True,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=True,
+            return_dict=True,
         )
         return list(enc["input_ids"])
 
@@ -143,8 +161,11 @@ class LocalLLM:
         self._last_row = tuple(rows[-1])
         if self._kv_entry is not None:  # the kept prefix wins unless several rows share much more than it
             n = len(self._kv_entry[0])
-            if n <= own and (len(rows) == 1 or common < n + self.prefix_cache_min_tokens) and \
-                    all(tuple(r[:n]) == self._kv_entry[0] for r in rows):
+            if (
+                n <= own
+                and (len(rows) == 1 or common < n + self.prefix_cache_min_tokens)
+                and all(tuple(r[:n]) == self._kv_entry[0] for r in rows)
+            ):
                 return n
         return common if common >= self.prefix_cache_min_tokens else 0
 
@@ -176,4 +197,3 @@ class LocalLLM:
             if s in tail:
                 return 1
         return None
-

@@ -24,9 +24,18 @@ RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
 class OpenAICompatLLM:
-    def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 timeout_s: float = 60.0, max_retries: int = 4, backoff_s: float = 0.5, concurrency: int = 8,
-                 role: str = "policy", return_token_ids: bool = False) -> None:
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_s: float = 60.0,
+        max_retries: int = 4,
+        backoff_s: float = 0.5,
+        concurrency: int = 8,
+        role: str = "policy",
+        return_token_ids: bool = False,
+    ) -> None:
         base_url = base_url or os.environ.get("EVOLVEKIT_OPENAI_BASE_URL")
         if not base_url:
             raise LLMError(f"models.{role}.base_url is not set (nor EVOLVEKIT_OPENAI_BASE_URL) for the openai backend")
@@ -83,11 +92,15 @@ class OpenAICompatLLM:
                 if resp.status_code == 200:
                     return self._parse(resp.json())
                 if resp.status_code in (401, 403):
-                    raise LLMError(f"{self.base_url} refused the credentials (HTTP {resp.status_code}); "
-                                   f"check the API key in ${self.api_key_env} (models.{self.role}.api_key_env)")
+                    raise LLMError(
+                        f"{self.base_url} refused the credentials (HTTP {resp.status_code}); "
+                        f"check the API key in ${self.api_key_env} (models.{self.role}.api_key_env)"
+                    )
                 if resp.status_code == 404:
-                    raise LLMError(f"{self.base_url}/chat/completions: model '{self.name}' or endpoint not found "
-                                   f"(HTTP 404); check models.{self.role}.model and models.{self.role}.base_url")
+                    raise LLMError(
+                        f"{self.base_url}/chat/completions: model '{self.name}' or endpoint not found "
+                        f"(HTTP 404); check models.{self.role}.model and models.{self.role}.base_url"
+                    )
                 if resp.status_code not in RETRY_STATUS:
                     raise LLMError(f"{self.base_url} answered HTTP {resp.status_code}: {resp.text[:200]}")
                 last = f"HTTP {resp.status_code}"
@@ -95,15 +108,18 @@ class OpenAICompatLLM:
                 log.warning("openai backend: %s, retrying in %.1fs (%d/%d)", last, delay, attempt + 1, self.max_retries)
                 time.sleep(delay)
                 delay *= 2
-        hint = (f"; a slow server may need a longer models.{self.role}.timeout_s (now {self.timeout_s:g} s)"
-                if "Timeout" in last else "")
+        hint = (
+            f"; a slow server may need a longer models.{self.role}.timeout_s (now {self.timeout_s:g} s)"
+            if "Timeout" in last
+            else ""
+        )
         raise LLMError(f"{self.base_url}: gave up after {self.max_retries + 1} attempts ({last}){hint}")
 
     @staticmethod
     def _parse(data: dict[str, Any]) -> list[Completion]:
         out = []
         prompt_ids = list(data.get("prompt_token_ids") or [])  # vLLM with return_token_ids
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
         choices = data.get("choices", [])
 
         def count(key: str, share: int = 1) -> int:
@@ -117,10 +133,18 @@ class OpenAICompatLLM:
             logprobs = [float(t.get("logprob", 0.0)) for t in content]
             token_ids = choice.get("token_ids") or []  # vLLM extension; absent on most servers
             reason = "length" if choice.get("finish_reason") == "length" else "stop"
-            out.append(Completion(text=text, token_ids=list(token_ids), logprobs=logprobs, finish_reason=reason,
-                                  prompt_token_ids=prompt_ids, usage_prompt_tokens=count("prompt_tokens"),
-                                  # usage counts all n choices' completions together: an even share each
-                                  usage_completion_tokens=count("completion_tokens", len(choices))))
+            out.append(
+                Completion(
+                    text=text,
+                    token_ids=list(token_ids),
+                    logprobs=logprobs,
+                    finish_reason=reason,
+                    prompt_token_ids=prompt_ids,
+                    usage_prompt_tokens=count("prompt_tokens"),
+                    # usage counts all n choices' completions together: an even share each
+                    usage_completion_tokens=count("completion_tokens", len(choices)),
+                )
+            )
         if not out:
             raise LLMError("openai backend: response had no choices")
         return out

@@ -14,12 +14,11 @@ rebuilt when the weight tensor is replaced or changed in place (its version coun
 
 from __future__ import annotations
 
+import functools
 import types
 
 import torch
 import torch.nn.functional as F
-
-import functools
 
 PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
 
@@ -67,8 +66,15 @@ def packed_linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tenso
     """
     w = self.weight
     cache: _PackedWeight = self.__dict__["_packed_weight"]
-    if torch.is_grad_enabled() or torch.is_autocast_enabled("cpu") or x.device.type != "cpu" \
-            or x.dtype != w.dtype or x.dim() == 0 or torch.is_inference(w) or not can_pack(w.dtype):
+    if (
+        torch.is_grad_enabled()
+        or torch.is_autocast_enabled("cpu")
+        or x.device.type != "cpu"
+        or x.dtype != w.dtype
+        or x.dim() == 0
+        or torch.is_inference(w)
+        or not can_pack(w.dtype)
+    ):
         return F.linear(x, w, self.bias)
     src = _source(w)
     if cache.source != src:
@@ -82,8 +88,14 @@ def packed_linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tenso
 def packing_supported(model: torch.nn.Module) -> bool:
     """oneDNN is built in and the model's weights are on CPU in a packable dtype."""
     p = next(model.parameters(), None)
-    return (p is not None and p.device.type == "cpu" and p.dtype in PACKABLE_DTYPES and can_pack(p.dtype)
-            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    return (
+        p is not None
+        and p.device.type == "cpu"
+        and p.dtype in PACKABLE_DTYPES
+        and can_pack(p.dtype)
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
 
 
 def pack_linears(model: torch.nn.Module) -> int:
@@ -97,7 +109,7 @@ def pack_linears(model: torch.nn.Module) -> int:
     for module in model.modules():
         if type(module) is torch.nn.Linear and "_packed_weight" not in module.__dict__:
             module.__dict__["_packed_weight"] = _PackedWeight()
-            module.forward = types.MethodType(packed_linear_forward, module)
+            module.forward = types.MethodType(packed_linear_forward, module)  # type: ignore[method-assign]  # per instance
             n += 1
     return n
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -52,9 +52,13 @@ class RowCopy:
         """The first ``n`` positions as plain per-layer tensors (copies the prefix part when there is one)."""
         if self.prefix is None:
             return [(k[:, :, :n], v[:, :, :n]) for k, v in self.own]
-        return [(torch.cat([pk[:, :, :self.start], k], dim=2)[:, :, :n],
-                 torch.cat([pv[:, :, :self.start], v], dim=2)[:, :, :n])
-                for (pk, pv), (k, v) in zip(self.prefix, self.own)]
+        return [
+            (
+                torch.cat([pk[:, :, : self.start], k], dim=2)[:, :, :n],
+                torch.cat([pv[:, :, : self.start], v], dim=2)[:, :, :n],
+            )
+            for (pk, pv), (k, v) in zip(self.prefix, self.own)
+        ]
 
 
 class KVSlots:
@@ -110,12 +114,13 @@ class KVSlots:
     def _add(self, layers: Layers | None, cols: int, start: int) -> int:
         slot = len(self.lengths)
         if cols:
+            assert layers is not None  # columns to copy come from some layers
             if not self.keys:
                 self._allocate_like(layers[0][0], slot + 1, cols, layers=len(layers))
             self.reserve(slot + 1, cols)
         self.lengths.append(start + cols)
         self.starts.append(start)
-        if cols:
+        if cols and layers is not None:
             for li, (k, v) in enumerate(layers):
                 self.keys[li][slot, :, :cols] = k[0, :, :cols]
                 self.values[li][slot, :, :cols] = v[0, :, :cols]
@@ -136,8 +141,10 @@ class KVSlots:
     def extract(self, slot: int) -> RowCopy:
         """A copy of row ``slot``'s own positions (the shared prefix is referenced, not copied)."""
         n, start = self.columns(slot), self.starts[slot]
-        own = [(k[slot:slot + 1, :, :n].clone(), v[slot:slot + 1, :, :n].clone())
-               for k, v in zip(self.keys, self.values)]
+        own = [
+            (k[slot : slot + 1, :, :n].clone(), v[slot : slot + 1, :, :n].clone())
+            for k, v in zip(self.keys, self.values)
+        ]
         return RowCopy(prefix=self.prefix if start else None, own=own, start=start)
 
     # -- buffers ------------------------------------------------------------------------------------------
@@ -167,8 +174,8 @@ class KVSlots:
     def write(self, layer: int, slot: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Put ``(1, kv_heads, n, dim)`` new keys/values after row ``slot``'s current positions."""
         c = self.columns(slot)
-        self.keys[layer][slot, :, c:c + k.shape[2]] = k[0]
-        self.values[layer][slot, :, c:c + v.shape[2]] = v[0]
+        self.keys[layer][slot, :, c : c + k.shape[2]] = k[0]
+        self.values[layer][slot, :, c : c + v.shape[2]] = v[0]
 
 
 class RaggedCache:
@@ -190,9 +197,11 @@ class RaggedCache:
             self.rows_idx = torch.arange(rows, device=device)
             self.cols_idx = torch.tensor(self.cols, device=device)
         shared = [i for i in range(rows) if slots.starts[i]]
-        self.shared = None if not shared else \
-            (slice(None) if len(shared) == rows else torch.tensor(shared, device=device))
-        self._device, self._mask = device, None
+        self.shared = (
+            None if not shared else (slice(None) if len(shared) == rows else torch.tensor(shared, device=device))
+        )
+        self._device = device
+        self._mask: torch.Tensor | None = None
         self._causal: dict[int, torch.Tensor] = {}
         # a pool with buffers gets its room now; a fresh one allocates in update() (shapes come with the first keys)
         slots.reserve(rows, self.width)
@@ -201,8 +210,8 @@ class RaggedCache:
         """Additive mask of the own columns each row's last query may see (None: all rows see the full width)."""
         if self._mask is None and min(self.own) < self.width:
             seen = torch.arange(self.width, device=self._device) < torch.tensor(self.own, device=self._device)[:, None]
-            self._mask = torch.zeros(seen.shape, dtype=dtype, device=self._device).masked_fill_(~seen, float("-inf"))
-            self._mask = self._mask[:, None, None]
+            mask = torch.zeros(seen.shape, dtype=dtype, device=self._device).masked_fill_(~seen, float("-inf"))
+            self._mask = mask[:, None, None]
         return self._mask
 
     def causal(self, row: int, groups: int, dtype: torch.dtype) -> torch.Tensor:
@@ -224,7 +233,7 @@ class RaggedCache:
             s.values[layer_idx][self.rows_idx, :, self.cols_idx] = value_states[0].transpose(0, 1)
         else:
             for slot, (o, n) in enumerate(zip(self.offsets, self.counts)):
-                s.write(layer_idx, slot, key_states[:, :, o:o + n], value_states[:, :, o:o + n])
+                s.write(layer_idx, slot, key_states[:, :, o : o + n], value_states[:, :, o : o + n])
         return key_states, value_states
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
@@ -241,9 +250,17 @@ def _merge(out: torch.Tensor, lse: torch.Tensor, out2: torch.Tensor, lse2: torch
     return ((out.float() * w + out2.float() * w2) / (w + w2)).to(out.dtype)
 
 
-def ragged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                     attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
-                     ragged_cache: RaggedCache | None = None, **kwargs):
+def ragged_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    ragged_cache: RaggedCache | None = None,
+    **kwargs,
+):
     """Attention of a ragged forward (``query``: ``(1, heads, sum n_i, dim)``); returns ``(1, sum n_i, heads, dim)``.
 
     Row ``i``'s query ``j`` (of ``n_i``) sees the shared prefix (if the row has it) and its own keys up to its
@@ -254,9 +271,10 @@ def ragged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     """
     if ragged_cache is None:
         raise RuntimeError("ragged_attention needs ragged_cache (use ragged_forward)")
-    c, layer = ragged_cache, module.layer_idx
+    c, layer = ragged_cache, int(module.layer_idx)  # type: ignore[arg-type]  # an int attribute of HF attention
+    prefix = c.slots.prefix
     rows, heads, dim = len(c.counts), query.shape[1], query.shape[3]
-    keys, values = c.slots.keys[layer][:rows, :, :c.width], c.slots.values[layer][:rows, :, :c.width]
+    keys, values = c.slots.keys[layer][:rows, :, : c.width], c.slots.values[layer][:rows, :, : c.width]
     kv_heads = keys.shape[1]
     g = heads // kv_heads
     q_last = query[0].index_select(1, c.last).transpose(0, 1).reshape(rows, kv_heads, g, dim)
@@ -265,7 +283,8 @@ def ragged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
         last = F.scaled_dot_product_attention(q_last, keys, values, attn_mask=mask, scale=scaling)
     else:
         last, lse = _flash(q_last, keys, values, attn_mask=mask, scale=scaling)
-        pk, pv = c.slots.prefix[layer]
+        assert prefix is not None  # rows on the shared prefix exist only with a prefix
+        pk, pv = prefix[layer]
         qs = q_last[c.shared]
         n_sh = qs.shape[0]
         po, plse = _flash(qs.transpose(0, 1).reshape(1, kv_heads, n_sh * g, dim), pk, pv, scale=scaling)
@@ -285,17 +304,18 @@ def ragged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
         if n == 1:
             continue
         # queries o..o+n-2, packed as (1, kv_heads, g * (n-1), dim): group-major, position-minor
-        q = query[:, :, o:o + n - 1].reshape(1, kv_heads, g * (n - 1), dim)
+        q = query[:, :, o : o + n - 1].reshape(1, kv_heads, g * (n - 1), dim)
         own, add = c.own[i], c.causal(i, g, query.dtype)
-        k, v = keys[i:i + 1, :, :own], values[i:i + 1, :, :own]
+        k, v = keys[i : i + 1, :, :own], values[i : i + 1, :, :own]
         if c.slots.starts[i]:
             y, lse = _flash(q, k, v, attn_mask=add, scale=scaling)
-            pk, pv = c.slots.prefix[layer]
+            assert prefix is not None
+            pk, pv = prefix[layer]
             y2, lse2 = _flash(q, pk, pv, scale=scaling)
             y = _merge(y, lse, y2, lse2)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=add, scale=scaling)
-        out[:, :, o:o + n - 1] = y.reshape(1, heads, n - 1, dim)
+        out[:, :, o : o + n - 1] = y.reshape(1, heads, n - 1, dim)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -304,7 +324,7 @@ AttentionInterface.register(RAGGED, ragged_attention)
 
 @contextmanager
 def _attention(model: torch.nn.Module, name: str) -> Iterator[None]:
-    config = model.config
+    config: Any = model.config
     before = config._attn_implementation
     config._attn_implementation = name
     try:
@@ -322,12 +342,20 @@ def ragged_forward(model: torch.nn.Module, slots: KVSlots, new_tokens: Sequence[
         raise ValueError("every row of the pool needs at least one new token")
     dev = next(model.parameters()).device
     ids = torch.tensor([[t for toks in new_tokens for t in toks]], dtype=torch.long, device=dev)
-    pos = torch.tensor([[length + j for length, n in zip(slots.lengths, counts) for j in range(n)]],
-                       dtype=torch.long, device=dev)
+    pos = torch.tensor(
+        [[length + j for length, n in zip(slots.lengths, counts) for j in range(n)]], dtype=torch.long, device=dev
+    )
     cache = RaggedCache(slots, counts, dev)
     mask = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=dev)  # a 4D mask is passed through untouched
     with _attention(model, RAGGED):
-        out = model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True,
-                    logits_to_keep=cache.last, ragged_cache=cache)
+        out = model(
+            input_ids=ids,
+            position_ids=pos,
+            attention_mask=mask,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=cache.last,
+            ragged_cache=cache,
+        )
     cache.commit()
     return out.logits[0]

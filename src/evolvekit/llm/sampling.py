@@ -35,7 +35,7 @@ def inverse_cdf_sample(weights: torch.Tensor, generator: Generators) -> torch.Te
     stream for all rows, or a sequence with one per row (2-D ``weights``).
     """
     cum = weights.double().cumsum(dim=-1)
-    if isinstance(generator, (list, tuple)):
+    if generator is not None and not isinstance(generator, torch.Generator):
         u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generator]).to(weights.device)
         u = u.unsqueeze(-1)
     else:

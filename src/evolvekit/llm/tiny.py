@@ -9,8 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def make_tiny_model(folder: Path | str, hidden: int = 64, layers: int = 2, heads: int = 4, seed: int = 0,
-                    tokenizer_from: str = "embedded:smollm2-135m-instruct") -> Path:
+def make_tiny_model(
+    folder: Path | str,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    seed: int = 0,
+    tokenizer_from: str = "embedded:smollm2-135m-instruct",
+) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -20,10 +26,19 @@ def make_tiny_model(folder: Path | str, hidden: int = 64, layers: int = 2, heads
     if (folder / "config.json").is_file():
         return folder
     tok = AutoTokenizer.from_pretrained(resolve_model_path(tokenizer_from))
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=8192,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=8192,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg)
     folder.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,9 @@ def skill_rewards(r: Sequence[Sequence[float]]) -> list[float]:
     return [sum(row) / len(row) if row else 0.0 for row in r]
 
 
-def extractor_advantages(r: Sequence[Sequence[float]], valid: Sequence[bool] | None = None, eps: float = 1e-6) -> list[float]:
+def extractor_advantages(
+    r: Sequence[Sequence[float]], valid: Sequence[bool] | None = None, eps: float = 1e-6
+) -> list[float]:
     """GRPO advantages of the N skills of one source (invalid skills get reward 0 before normalising)."""
     rewards = skill_rewards(r)
     if valid is not None:
@@ -87,8 +89,10 @@ def group_reliability(r: Sequence[Sequence[float]], reward_range: float = 1.0) -
     k = len(r[0]) if r else 0
     pairs = [rewards[i] - rewards[i + 1] for i in range(len(rewards) - 1)]
     bounds = [ordering_lower_bound(d, k, reward_range) for d in pairs] if k else []
-    return {"spread": (rewards[0] - rewards[-1]) if rewards else 0.0,
-            "ordering_bound": sum(bounds) / len(bounds) if bounds else 0.0}
+    return {
+        "spread": (rewards[0] - rewards[-1]) if rewards else 0.0,
+        "ordering_bound": sum(bounds) / len(bounds) if bounds else 0.0,
+    }
 
 
 def joint_weights(mode: str, lambda_e: float, lambda_s: float) -> tuple[float, float]:

@@ -16,28 +16,55 @@ from typing import Callable, Sequence
 from evolvekit.agent.rollout import RolloutJob, run_rollouts
 from evolvekit.config import Config
 from evolvekit.llm.base import SamplingParams
-from evolvekit.navigating.evolving_rl import (abnormal_skill, extractor_advantages, group_reliability, joint_weights,
-                                              solver_advantages)
+from evolvekit.navigating.evolving_rl import (
+    abnormal_skill,
+    extractor_advantages,
+    group_reliability,
+    joint_weights,
+    solver_advantages,
+)
 from evolvekit.navigating.extract import render_trajectory
 from evolvekit.navigating.utility import related_tasks
 from evolvekit.protocols import IterationContext
 from evolvekit.train.samples import build_samples
-from evolvekit.types import (ChatMessage, Experience, ExperienceProvenance, Step, Task, TrainingSample, Trajectory,
-                             new_id)
+from evolvekit.types import (
+    ChatMessage,
+    Experience,
+    ExperienceProvenance,
+    Step,
+    Task,
+    TrainingSample,
+    Trajectory,
+    new_id,
+)
 
-EXTRACTOR_SYSTEM = ("You turn an agent's attempt at a task into a reusable skill for similar tasks. A skill has two "
-                    "lines:\nWhen to use: <the situation>\nContent: <concrete procedure and details that make it work>")
+EXTRACTOR_SYSTEM = (
+    "You turn an agent's attempt at a task into a reusable skill for similar tasks. A skill has two "
+    "lines:\nWhen to use: <the situation>\nContent: <concrete procedure and details that make it work>"
+)
 
 
 def extractor_messages(task: Task, traj: Trajectory) -> list[ChatMessage]:
-    return [ChatMessage(role="system", content=EXTRACTOR_SYSTEM),
-            ChatMessage(role="user", content=f"Task:\n{chr(10).join(task.turns)}\n\nAttempt:\n{render_trajectory(traj)}\n\n"
-                        "Write one skill.")]
+    return [
+        ChatMessage(role="system", content=EXTRACTOR_SYSTEM),
+        ChatMessage(
+            role="user",
+            content=f"Task:\n{chr(10).join(task.turns)}\n\nAttempt:\n{render_trajectory(traj)}\n\nWrite one skill.",
+        ),
+    ]
 
 
 class EvolvingRLStage:
-    def __init__(self, cfg: Config, llm, make_env: Callable, params: SamplingParams, candidates: Sequence[Task],
-                 embed, template=None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        llm,
+        make_env: Callable,
+        params: SamplingParams,
+        candidates: Sequence[Task],
+        embed,
+        template=None,
+    ) -> None:
         self.cfg, self.llm, self.make_env, self.params = cfg, llm, make_env, params
         self.template = template  # the context template with its summariser
         self.candidates, self.embed = list(candidates), embed
@@ -45,39 +72,79 @@ class EvolvingRLStage:
         self.last_metrics: dict[str, float] = {}
 
     def _params(self, seed: int) -> SamplingParams:
-        return SamplingParams(n=1, temperature=self.params.temperature, top_p=self.params.top_p,
-                              max_new_tokens=self.params.max_new_tokens, stop=self.params.stop, seed=seed)
+        return SamplingParams(
+            n=1,
+            temperature=self.params.temperature,
+            top_p=self.params.top_p,
+            max_new_tokens=self.params.max_new_tokens,
+            stop=self.params.stop,
+            seed=seed,
+        )
 
     # -- (B) ---------------------------------------------------------------------------------------------------------
     def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
         e = self.cfg.evolving_rl
         rc = self.cfg.rollout
-        sources = run_rollouts([RolloutJob(task=t, group_id=f"it{ctx.iteration:04d}-src-{i}") for i, t in enumerate(tasks)],
-                               self.make_env, self.llm, rc, self._params(ctx.seed), self.cfg.env.tool_rendering, False,
-                               template=self.template)
+        sources = run_rollouts(
+            [RolloutJob(task=t, group_id=f"it{ctx.iteration:04d}-src-{i}") for i, t in enumerate(tasks)],
+            self.make_env,
+            self.llm,
+            rc,
+            self._params(ctx.seed),
+            self.cfg.env.tool_rendering,
+            False,
+            template=self.template,
+        )
         out: list[Trajectory] = []
         for i, (task, src) in enumerate(zip(tasks, sources)):
             src.metadata.update(role="source", source=i)
             out.append(src)
             prompt = self.llm.apply_chat_template(extractor_messages(task, src))
-            comps = self.llm.generate_ids([prompt], SamplingParams(n=e.n_candidates, temperature=1.0,
-                                                                   max_new_tokens=e.skill_max_tokens,
-                                                                   seed=ctx.seed + 1000 + i))[0]
+            comps = self.llm.generate_ids(
+                [prompt],
+                SamplingParams(
+                    n=e.n_candidates, temperature=1.0, max_new_tokens=e.skill_max_tokens, seed=ctx.seed + 1000 + i
+                ),
+            )[0]
             related = related_tasks(task, self.candidates, self.embed, e.k_tasks)
             jobs = []
             ext_trajs = []
             for s, comp in enumerate(comps):
-                ext = Trajectory(task_id=task.task_id, group_id=f"it{ctx.iteration:04d}-ext-{i}",
-                                 steps=[Step(index=0, action_text=comp.text, prompt_token_ids=prompt,
-                                             completion_token_ids=comp.token_ids, completion_logprobs=comp.logprobs)],
-                                 metadata={"role": "extractor", "source": i, "skill": s,
-                                           "abnormal": abnormal_skill(comp.text),
-                                           "related": [t.task_id for t in related]})
+                ext = Trajectory(
+                    task_id=task.task_id,
+                    group_id=f"it{ctx.iteration:04d}-ext-{i}",
+                    steps=[
+                        Step(
+                            index=0,
+                            action_text=comp.text,
+                            prompt_token_ids=prompt,
+                            completion_token_ids=comp.token_ids,
+                            completion_logprobs=comp.logprobs,
+                        )
+                    ],
+                    metadata={
+                        "role": "extractor",
+                        "source": i,
+                        "skill": s,
+                        "abnormal": abnormal_skill(comp.text),
+                        "related": [t.task_id for t in related],
+                    },
+                )
                 ext_trajs.append(ext)
-                jobs += [RolloutJob(task=t, group_id=f"it{ctx.iteration:04d}-sol-{i}-{j}", experience=comp.text)
-                         for j, t in enumerate(related)]
-            solved = run_rollouts(jobs, self.make_env, self.llm, rc, self._params(ctx.seed + 2000 + i),
-                                  self.cfg.env.tool_rendering, False, template=self.template)
+                jobs += [
+                    RolloutJob(task=t, group_id=f"it{ctx.iteration:04d}-sol-{i}-{j}", experience=comp.text)
+                    for j, t in enumerate(related)
+                ]
+            solved = run_rollouts(
+                jobs,
+                self.make_env,
+                self.llm,
+                rc,
+                self._params(ctx.seed + 2000 + i),
+                self.cfg.env.tool_rendering,
+                False,
+                template=self.template,
+            )
             for n, traj in enumerate(solved):
                 s, j = divmod(n, len(related))
                 traj.metadata.update(role="solver", source=i, skill=s, task_index=j)
@@ -92,35 +159,53 @@ class EvolvingRLStage:
         """The best valid skill of each source joins the experience pool with its measured utility."""
         self.skills = []
         for src in {t.metadata.get("source") for t in trajectories if t.metadata.get("role") == "extractor"}:
-            exts = [t for t in trajectories if t.metadata.get("role") == "extractor" and t.metadata.get("source") == src
-                    and not t.metadata.get("abnormal")]
+            exts = [
+                t
+                for t in trajectories
+                if t.metadata.get("role") == "extractor"
+                and t.metadata.get("source") == src
+                and not t.metadata.get("abnormal")
+            ]
             if not exts:
                 continue
             best = max(exts, key=lambda t: float(t.outcome_reward or 0.0))
             text = best.steps[0].action_text.strip()
             when, _, content = text.partition("Content:")
-            self.skills.append(Experience(
-                experience_id=new_id("skill"), when_to_use=when.replace("When to use:", "").strip() or text[:200],
-                content=content.strip() or text, utility=float(best.outcome_reward or 0.0),
-                provenance=ExperienceProvenance(kind="skill", trajectory_ids=[best.trajectory_id],
-                                                task_ids=[best.task_id], iteration=ctx.iteration)))
+            self.skills.append(
+                Experience(
+                    experience_id=new_id("skill"),
+                    when_to_use=when.replace("When to use:", "").strip() or text[:200],
+                    content=content.strip() or text,
+                    utility=float(best.outcome_reward or 0.0),
+                    provenance=ExperienceProvenance(
+                        kind="skill",
+                        trajectory_ids=[best.trajectory_id],
+                        task_ids=[best.task_id],
+                        iteration=ctx.iteration,
+                    ),
+                )
+            )
         return {"evolving/skills_kept": float(len(self.skills))}
 
     def commit(self, c, store, iteration: int) -> None:
         store.put_experiences(c, self.skills, iteration)
 
     # -- (D) ---------------------------------------------------------------------------------------------------------
-    def build(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> tuple[list[TrainingSample], dict[str, float]]:
+    def build(
+        self, ctx: IterationContext, trajectories: Sequence[Trajectory]
+    ) -> tuple[list[TrainingSample], dict[str, float]]:
         e = self.cfg.evolving_rl
         w_e, w_s = joint_weights(e.mode, e.lambda_e, e.lambda_s)
         samples: list[TrainingSample] = []
         spreads, bounds, abnormal = [], [], 0
         ext_rewards = [float(t.outcome_reward or 0.0) for t in trajectories if t.metadata.get("role") == "extractor"]
         sol_rewards = [float(t.outcome_reward or 0.0) for t in trajectories if t.metadata.get("role") == "solver"]
-        sources = sorted({t.metadata.get("source") for t in trajectories if t.metadata.get("role") == "extractor"})
+        sources = sorted({str(t.metadata.get("source")) for t in trajectories if t.metadata.get("role") == "extractor"})
         for src in sources:
-            exts = sorted([t for t in trajectories if t.metadata.get("role") == "extractor" and t.metadata.get("source") == src],
-                          key=lambda t: t.metadata["skill"])
+            exts = sorted(
+                [t for t in trajectories if t.metadata.get("role") == "extractor" and t.metadata.get("source") == src],
+                key=lambda t: t.metadata["skill"],
+            )
             sols = [t for t in trajectories if t.metadata.get("role") == "solver" and t.metadata.get("source") == src]
             k = max((t.metadata["task_index"] for t in sols), default=-1) + 1
             r = [[0.0] * k for _ in exts]
@@ -133,19 +218,32 @@ class EvolvingRLStage:
             bounds.append(rel["ordering_bound"])
             if w_e > 0:
                 adv_e = extractor_advantages(r, valid, self.cfg.train.eps_norm)
-                built, _ = build_samples(exts, [{0: a} for a in adv_e], strip_experience=False,
-                                         max_tokens=self.cfg.train.max_sequence_tokens)
-                samples += [s.model_copy(update={"loss_weight": w_e, "entropy_coef": e.entropy_coef,
-                                                 "loss_group": "extractor"}) for s in built]
+                built, _ = build_samples(
+                    exts, [{0: a} for a in adv_e], strip_experience=False, max_tokens=self.cfg.train.max_sequence_tokens
+                )
+                samples += [
+                    s.model_copy(update={"loss_weight": w_e, "entropy_coef": e.entropy_coef, "loss_group": "extractor"})
+                    for s in built
+                ]
             if w_s > 0 and sols:
                 adv_s = solver_advantages(r, self.cfg.train.eps_norm)
-                step_adv = [{st.index: adv_s[t.metadata["skill"]][t.metadata["task_index"]] for st in t.steps} for t in sols]
-                built, _ = build_samples(sols, step_adv, strip_experience=False, max_tokens=self.cfg.train.max_sequence_tokens)
-                samples += [s.model_copy(update={"loss_weight": w_s, "experience_guided": False, "loss_group": "solver"})
-                            for s in built]
+                step_adv = [
+                    {st.index: adv_s[t.metadata["skill"]][t.metadata["task_index"]] for st in t.steps} for t in sols
+                ]
+                built, _ = build_samples(
+                    sols, step_adv, strip_experience=False, max_tokens=self.cfg.train.max_sequence_tokens
+                )
+                samples += [
+                    s.model_copy(update={"loss_weight": w_s, "experience_guided": False, "loss_group": "solver"})
+                    for s in built
+                ]
         n = len(sources) or 1
-        return samples, {"evolving/extractor_reward": sum(ext_rewards) / max(1, len(ext_rewards)),
-                         "evolving/solver_reward": sum(sol_rewards) / max(1, len(sol_rewards)),
-                         "evolving/sources": float(len(sources)), "evolving/skill_reward_spread": sum(spreads) / n,
-                         "evolving/ordering_bound": sum(bounds) / n, "evolving/abnormal_skills": float(abnormal),
-                         "evolving/samples": float(len(samples))}
+        return samples, {
+            "evolving/extractor_reward": sum(ext_rewards) / max(1, len(ext_rewards)),
+            "evolving/solver_reward": sum(sol_rewards) / max(1, len(sol_rewards)),
+            "evolving/sources": float(len(sources)),
+            "evolving/skill_reward_spread": sum(spreads) / n,
+            "evolving/ordering_bound": sum(bounds) / n,
+            "evolving/abnormal_skills": float(abnormal),
+            "evolving/samples": float(len(samples)),
+        }

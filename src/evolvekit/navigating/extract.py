@@ -17,10 +17,10 @@ import json
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Sequence, cast
 
 from evolvekit.agent.calls import call_key
-from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams
 from evolvekit.llm.choice import ChoiceScorer, calibrated
 from evolvekit.types import ChatMessage, Experience, ExperienceProvenance, Task, ToolCall, Trajectory
 
@@ -55,16 +55,23 @@ def render_trajectory(traj: Trajectory, max_chars: int = 600) -> str:
 def extraction_prompt(kind: str, task: Task | None, trajs: Sequence[Trajectory]) -> list[ChatMessage]:
     query = "\n".join(task.turns) if task else "(unknown task)"
     if kind == "comparison":
-        body = (f"Task:\n{query}\n\nA SUCCESSFUL attempt:\n{render_trajectory(trajs[0])}\n\n"
-                f"A FAILED attempt:\n{render_trajectory(trajs[1])}\n\nWhat made the difference?")
+        body = (
+            f"Task:\n{query}\n\nA SUCCESSFUL attempt:\n{render_trajectory(trajs[0])}\n\n"
+            f"A FAILED attempt:\n{render_trajectory(trajs[1])}\n\nWhat made the difference?"
+        )
     else:
         label = "SUCCESSFUL" if kind == "success" else "FAILED"
         body = f"Task:\n{query}\n\nA {label} attempt:\n{render_trajectory(trajs[0])}"
-    return [ChatMessage(role="system", content=EXTRACT_SYSTEM), ChatMessage(role="user", content=f"{body}\n\n{EXTRACT_FORMAT}")]
+    return [
+        ChatMessage(role="system", content=EXTRACT_SYSTEM),
+        ChatMessage(role="user", content=f"{body}\n\n{EXTRACT_FORMAT}"),
+    ]
 
 
-_PAIR = re.compile(r"when\s*to\s*use\s*[:：]\s*(.+?)\s*(?:\n|\s)\s*content\s*[:：]\s*(.+?)(?=\n\s*(?:\d+[.)]\s*)?\**\s*when\s*to\s*use|\Z)",
-                   re.IGNORECASE | re.DOTALL)
+_PAIR = re.compile(
+    r"when\s*to\s*use\s*[:：]\s*(.+?)\s*(?:\n|\s)\s*content\s*[:：]\s*(.+?)(?=\n\s*(?:\d+[.)]\s*)?\**\s*when\s*to\s*use|\Z)",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 def parse_experiences(text: str, max_items: int = 3) -> list[tuple[str, str]]:
@@ -156,13 +163,15 @@ def grounded_experience(task: Task | None, success: Trajectory, failure: Traject
     key_of = [call_key(c) for c in calls]
     tools = ", ".join(dict.fromkeys(c.name for c in calls))
     head = query.strip().splitlines()[0][:200] if query.strip() else "a task"
-    when = f"A request like \"{head}\" that the tools {tools} can answer."
+    when = f'A request like "{head}" that the tools {tools} can answer.'
     missing = [c for c, key in zip(calls, key_of) if key not in fail_keys]
     did = _describe(calls, query, observations)
-    content = (f"Call {did}; then answer with the result. "
-               f"The successful attempt made {len(missing) or 'the same'} call(s) the failed one did not"
-               f"{': ' + ', '.join(c.name for c in missing) if missing else ''}. "
-               f"Avoid {_failure_note(failure, set(key_of))}.")
+    content = (
+        f"Call {did}; then answer with the result. "
+        f"The successful attempt made {len(missing) or 'the same'} call(s) the failed one did not"
+        f"{': ' + ', '.join(c.name for c in missing) if missing else ''}. "
+        f"Avoid {_failure_note(failure, set(key_of))}."
+    )
     return when, content[:1200]
 
 
@@ -170,7 +179,8 @@ def grounded_valid(when: str, content: str, trajectories: Sequence[Trajectory]) 
     """Validation grounded in the job's own execution (``navigating.extraction: grounded``): the experience names a
     tool its trajectories called (it is about this environment and actionable) and its content is not degenerate
     (at least half of its words distinct). Chosen over the LLM yes/no check at the embedded scale, where the 135M
-    validator rejected sound experiences and accepted garbage (docs/training.md, benchmarks/results/helper_health.md)."""
+    validator rejected sound experiences and accepted garbage (docs/training.md,
+    benchmarks/results/helper_health.md)."""
     tools = {c.name for t in trajectories for s in t.steps for c in s.tool_calls}
     text = f"{when} {content}"
     if not any(re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", text) for n in tools):
@@ -199,16 +209,27 @@ class ExperienceExtractor:
     forced yes/no (in-process model); ``grounded``: comparison jobs are written from execution, without the
     summarizer, and every candidate is validated against its job's execution (``grounded_valid``)."""
 
-    def __init__(self, llm: LLM, params: SamplingParams, validate: bool = True, success_threshold: float = 0.5,
-                 batch: int = 8, constrained: bool = False, grounded: bool = False, field_tokens: int = 64) -> None:
+    def __init__(
+        self,
+        llm: LLM,
+        params: SamplingParams,
+        validate: bool = True,
+        success_threshold: float = 0.5,
+        batch: int = 8,
+        constrained: bool = False,
+        grounded: bool = False,
+        field_tokens: int = 64,
+    ) -> None:
         self.llm, self.params, self.validate = llm, params, validate
         self.success_threshold, self.batch = success_threshold, batch
         self.constrained, self.grounded, self.field_tokens = constrained, grounded, field_tokens
         self.scorer = ChoiceScorer(llm) if constrained else None
+        self.local = cast(InProcessLLM, llm)  # used only when constrained (an in-process model)
         self.rng = random.Random(params.seed or 0)
 
     def jobs(self, trajectories: Sequence[Trajectory]) -> list[tuple[JobKind, list[Trajectory]]]:
-        """(1) preprocessing: valid trajectories split by score; one success, one failure and one comparison per task."""
+        """(1) preprocessing: valid trajectories split by score; one success, one failure and one comparison per
+        task."""
         by_task: dict[str, list[Trajectory]] = {}
         for t in trajectories:
             if not t.flags.failed and t.steps:
@@ -225,31 +246,54 @@ class ExperienceExtractor:
                 jobs.append(("failure", [losses[0]]))
         return jobs
 
-    def _write(self, chunk: Sequence[tuple[JobKind, list[Trajectory]]], tasks: dict[str, Task]) -> list[list[tuple[str, str]]]:
+    def _write(
+        self, chunk: Sequence[tuple[JobKind, list[Trajectory]]], tasks: dict[str, Task]
+    ) -> list[list[tuple[str, str]]]:
         """(2) one summarizer answer per job, parsed into (when_to_use, content) pairs."""
         convs = [extraction_prompt(k, tasks.get(ts[0].task_id), ts) for k, ts in chunk]
         if not self.constrained:
             return [parse_experiences(out[0].text) for out in self.llm.chat(convs, self.params)]
         # forced structure: the reply is "When to use: <line>\nContent: <line>"; the model writes the two lines
-        line = SamplingParams(temperature=self.params.temperature, top_p=self.params.top_p,
-                              max_new_tokens=self.field_tokens, stop=("\n",), seed=self.params.seed)
-        bases = [self.llm.apply_chat_template(c) for c in convs]
-        whens = [o[0].text.split("\n")[0].strip() for o in self.llm.generate_ids(
-            [b + self.llm.encode("When to use:") for b in bases], line)]
-        contents = [o[0].text.split("\n")[0].strip() for o in self.llm.generate_ids(
-            [b + self.llm.encode(f"When to use: {w}\nContent:") for b, w in zip(bases, whens)], line)]
+        line = SamplingParams(
+            temperature=self.params.temperature,
+            top_p=self.params.top_p,
+            max_new_tokens=self.field_tokens,
+            stop=("\n",),
+            seed=self.params.seed,
+        )
+        bases = [self.local.apply_chat_template(c) for c in convs]
+        whens = [
+            o[0].text.split("\n")[0].strip()
+            for o in self.local.generate_ids([b + self.local.encode("When to use:") for b in bases], line)
+        ]
+        contents = [
+            o[0].text.split("\n")[0].strip()
+            for o in self.local.generate_ids(
+                [b + self.local.encode(f"When to use: {w}\nContent:") for b, w in zip(bases, whens)], line
+            )
+        ]
         return [parse_experiences(f"When to use: {w}\nContent: {c}", 1) for w, c in zip(whens, contents)]
 
     def _approve(self, chunk: Sequence[Experience]) -> list[bool]:
         """(3) the yes/no validation (forced choice between " yes" and " no" when constrained)."""
-        convs = [[ChatMessage(role="system", content=VALIDATE_SYSTEM),
-                  ChatMessage(role="user", content=f"When to use: {e.when_to_use}\nContent: {e.content}\n\n"
-                              "Is this experience correct, general and actionable? Answer yes or no.")] for e in chunk]
+        convs = [
+            [
+                ChatMessage(role="system", content=VALIDATE_SYSTEM),
+                ChatMessage(
+                    role="user",
+                    content=f"When to use: {e.when_to_use}\nContent: {e.content}\n\n"
+                    "Is this experience correct, general and actionable? Answer yes or no.",
+                ),
+            ]
+            for e in chunk
+        ]
         if self.scorer is None:
             return [bool(parse_yes_no(out[0].text)) for out in self.llm.chat(convs, self.params)]
         return [forced_yes(self.scorer, self.llm, c, self.params.temperature, self.rng) for c in convs]
 
-    def extract(self, trajectories: Sequence[Trajectory], tasks: dict[str, Task], iteration: int | None = None) -> ExtractionReport:
+    def extract(
+        self, trajectories: Sequence[Trajectory], tasks: dict[str, Task], iteration: int | None = None
+    ) -> ExtractionReport:
         report = ExtractionReport()
         jobs = self.jobs(trajectories)
         report.jobs = len(jobs)
@@ -259,9 +303,21 @@ class ExperienceExtractor:
             if not pairs:
                 report.unparseable += 1
             for w, c in pairs:
-                candidates.append((j, Experience(when_to_use=w, content=c, provenance=ExperienceProvenance(
-                    kind=kind, trajectory_ids=[t.trajectory_id for t in ts], task_ids=[ts[0].task_id],
-                    iteration=iteration))))
+                candidates.append(
+                    (
+                        j,
+                        Experience(
+                            when_to_use=w,
+                            content=c,
+                            provenance=ExperienceProvenance(
+                                kind=kind,
+                                trajectory_ids=[t.trajectory_id for t in ts],
+                                task_ids=[ts[0].task_id],
+                                iteration=iteration,
+                            ),
+                        ),
+                    )
+                )
 
         llm_jobs = []
         for j, (kind, ts) in enumerate(jobs):
@@ -273,14 +329,14 @@ class ExperienceExtractor:
             else:
                 llm_jobs.append(j)
         for lo in range(0, len(llm_jobs), self.batch):
-            chunk = llm_jobs[lo: lo + self.batch]
+            chunk = llm_jobs[lo : lo + self.batch]
             written = self._write([jobs[j] for j in chunk], tasks)
             report.calls += len(chunk)
             for j, pairs in zip(chunk, written):
                 add(j, jobs[j][0], jobs[j][1], pairs)
         approved_jobs: set[int] = set()
         for lo in range(0, len(candidates), self.batch):
-            batch = candidates[lo: lo + self.batch]
+            batch = candidates[lo : lo + self.batch]
             if not self.validate:
                 ok = [True] * len(batch)
             elif self.grounded:
@@ -305,10 +361,15 @@ def llm_equivalence(llm: LLM, params: SamplingParams, constrained: bool = False)
     rng = random.Random(params.seed or 0)
 
     def check(new: Experience, old: Experience) -> bool:
-        conv = [ChatMessage(role="system", content="You compare two pieces of advice for an AI agent."),
-                ChatMessage(role="user", content=f"A) When to use: {old.when_to_use}\nContent: {old.content}\n\n"
-                            f"B) When to use: {new.when_to_use}\nContent: {new.content}\n\n"
-                            "Do A and B give the same advice? Answer yes or no.")]
+        conv = [
+            ChatMessage(role="system", content="You compare two pieces of advice for an AI agent."),
+            ChatMessage(
+                role="user",
+                content=f"A) When to use: {old.when_to_use}\nContent: {old.content}\n\n"
+                f"B) When to use: {new.when_to_use}\nContent: {new.content}\n\n"
+                "Do A and B give the same advice? Answer yes or no.",
+            ),
+        ]
         if scorer is not None:
             return forced_yes(scorer, llm, conv, params.temperature, rng)
         return bool(parse_yes_no(llm.chat([conv], params)[0][0].text))
@@ -316,22 +377,37 @@ def llm_equivalence(llm: LLM, params: SamplingParams, constrained: bool = False)
     return check
 
 
-def forced_yes(scorer: ChoiceScorer, llm: Any, conv: list[ChatMessage], temperature: float,
-               rng: random.Random, calibrate: bool = True) -> bool:
+def forced_yes(
+    scorer: ChoiceScorer,
+    llm: Any,
+    conv: list[ChatMessage],
+    temperature: float,
+    rng: random.Random,
+    calibrate: bool = True,
+) -> bool:
     """The reply forced to ``Answer:``, then " yes" or " no" by log-probability, calibrated against the same
     question about content-free text (every "When to use"/"Content"/"A)"/"B)" value replaced by N/A)."""
     options = [llm.encode(" yes"), llm.encode(" no")]
     lead = llm.encode("Answer:")
     prior = None
     if calibrate:
-        blank = [m.model_copy(update={"content": re.sub(r"(:)\s*[^\n]*", r"\1 N/A", m.content)})
-                 if m.role == "user" else m for m in conv]
+        blank = [
+            m.model_copy(update={"content": re.sub(r"(:)\s*[^\n]*", r"\1 N/A", m.content)}) if m.role == "user" else m
+            for m in conv
+        ]
         prior = calibrated(scorer, llm.apply_chat_template(blank) + lead, options)
     return scorer.pick(llm.apply_chat_template(conv) + lead, options, temperature, rng, prior)[0] == 0
 
 
-def refine(llm: LLM | None, params: SamplingParams, query: str, retrieved: Sequence[Experience], rerank: bool,
-           rewrite: bool, keep: int = 1) -> list[tuple[Experience, str]]:
+def refine(
+    llm: LLM | None,
+    params: SamplingParams,
+    query: str,
+    retrieved: Sequence[Experience],
+    rerank: bool,
+    rewrite: bool,
+    keep: int = 1,
+) -> list[tuple[Experience, str]]:
     """Ω_refine (Eq. 14): optional LLM re-ranking, then optional re-writing for the task.
 
     Returns the ``keep`` experiences that go into the prompt, in their final order, each with the text injected
@@ -339,8 +415,10 @@ def refine(llm: LLM | None, params: SamplingParams, query: str, retrieved: Seque
     items = list(retrieved)
     if llm is not None and rerank and len(items) > 1:
         listing = "\n".join(f"[{i}] When to use: {e.when_to_use} | Content: {e.content}" for i, e in enumerate(items))
-        conv = [ChatMessage(role="system", content=RERANK_SYSTEM),
-                ChatMessage(role="user", content=f"Task: {query}\n\n{listing}\n\nList the numbers, most useful first.")]
+        conv = [
+            ChatMessage(role="system", content=RERANK_SYSTEM),
+            ChatMessage(role="user", content=f"Task: {query}\n\n{listing}\n\nList the numbers, most useful first."),
+        ]
         order = [int(x) for x in re.findall(r"\d+", llm.chat([conv], params)[0][0].text)]
         seen: list[int] = []
         for i in order:
@@ -351,9 +429,17 @@ def refine(llm: LLM | None, params: SamplingParams, query: str, retrieved: Seque
     items = items[:keep]
     texts = [f"When to use: {e.when_to_use}\nContent: {e.content}" for e in items]
     if llm is not None and rewrite and texts:
-        convs = [[ChatMessage(role="system", content=REWRITE_SYSTEM),
-                  ChatMessage(role="user", content=f"Task: {query}\n\nExperience:\n{t}\n\nRewrite the experience "
-                              "so it directly helps with this task. Keep it short.")] for t in texts]
+        convs = [
+            [
+                ChatMessage(role="system", content=REWRITE_SYSTEM),
+                ChatMessage(
+                    role="user",
+                    content=f"Task: {query}\n\nExperience:\n{t}\n\nRewrite the experience "
+                    "so it directly helps with this task. Keep it short.",
+                ),
+            ]
+            for t in texts
+        ]
         outs = llm.chat(convs, params)
         texts = [o[0].text.strip() or t for o, t in zip(outs, texts)]
     return list(zip(items, texts))

@@ -33,8 +33,12 @@ def should_prune(exp: Experience, theta_prune: float, min_uses: int = 0) -> bool
 
 
 class ExperiencePool:
-    def __init__(self, embed: Callable[[Sequence[str]], np.ndarray], theta_sim: float = 0.85,
-                 equivalent: EquivalenceCheck | None = None) -> None:
+    def __init__(
+        self,
+        embed: Callable[[Sequence[str]], np.ndarray],
+        theta_sim: float = 0.85,
+        equivalent: EquivalenceCheck | None = None,
+    ) -> None:
         self.embed = embed
         self.theta_sim = theta_sim
         self.equivalent = equivalent or (lambda new, old: True)
@@ -87,11 +91,14 @@ class ExperiencePool:
             best = float(sims[j])
             if best >= self.theta_sim and self.equivalent(exp, self.items[j]):
                 old = self.items[j]
-                prov = old.provenance.model_copy(update={
-                    "trajectory_ids": old.provenance.trajectory_ids + [t for t in exp.provenance.trajectory_ids
-                                                                        if t not in old.provenance.trajectory_ids],
-                    "task_ids": old.provenance.task_ids + [t for t in exp.provenance.task_ids
-                                                           if t not in old.provenance.task_ids]})
+                prov = old.provenance.model_copy(
+                    update={
+                        "trajectory_ids": old.provenance.trajectory_ids
+                        + [t for t in exp.provenance.trajectory_ids if t not in old.provenance.trajectory_ids],
+                        "task_ids": old.provenance.task_ids
+                        + [t for t in exp.provenance.task_ids if t not in old.provenance.task_ids],
+                    }
+                )
                 self.items[j] = old.model_copy(update={"provenance": prov})
                 return AddResult("merged", old.experience_id, best)
             self._append(exp, vec)
@@ -117,8 +124,9 @@ class ExperiencePool:
             except KeyError:
                 continue  # pruned meanwhile
             e = self.items[i]
-            self.items[i] = e.model_copy(update={"use_count": e.use_count + 1,
-                                                 "success_count": e.success_count + int(success)})
+            self.items[i] = e.model_copy(
+                update={"use_count": e.use_count + 1, "success_count": e.success_count + int(success)}
+            )
 
     def prune(self, theta_prune: float, min_uses: int = 0) -> list[str]:
         keep = [i for i, e in enumerate(self.items) if not should_prune(e, theta_prune, min_uses)]
@@ -148,5 +156,8 @@ class ExperiencePool:
     def load(self, experiences: Sequence[Experience]) -> None:
         """Restore a stored pool as is (no merging), re-embedding in one batch."""
         self.items = list(experiences)
-        self.vectors = (self.embed([e.when_to_use for e in self.items]).astype(np.float32) if self.items
-                        else np.zeros((0, 0), dtype=np.float32))
+        self.vectors = (
+            self.embed([e.when_to_use for e in self.items]).astype(np.float32)
+            if self.items
+            else np.zeros((0, 0), dtype=np.float32)
+        )

@@ -20,16 +20,24 @@ def family_experiences(family: TaskFamily) -> list[Experience]:
     for i, d in enumerate(family.demonstrations):
         if not d.then:
             args = ", ".join(f"{k}={json.dumps(v)}" for k, v in d.call.arguments.items())
-            content = (f"Answer with exactly one tool call and nothing else: {format_call(d.call)} "
-                       f"(tool {d.call.name}, arguments {args}). After the tool answers ({d.result}), "
-                       f"reply in one sentence, e.g. \"{d.final}\"")
+            content = (
+                f"Answer with exactly one tool call and nothing else: {format_call(d.call)} "
+                f"(tool {d.call.name}, arguments {args}). After the tool answers ({d.result}), "
+                f'reply in one sentence, e.g. "{d.final}"'
+            )
         else:  # a multi-step example: one call per message, each after the previous call's answer
             chain = " Then, after the tool answers ".join(f"call {format_call(c)} ({r})" for c, r in d.steps)
-            content = (f"Make one tool call per message, in order: {chain}. Only after the last answer, reply in one "
-                       f"sentence, e.g. \"{d.final}\"")
+            content = (
+                f"Make one tool call per message, in order: {chain}. Only after the last answer, reply in one "
+                f'sentence, e.g. "{d.final}"'
+            )
         names = ", then ".join(c.name for c, _ in d.steps)
-        out.append(Experience(
-            experience_id=f"exp-{family.name}-example-{i}",
-            when_to_use=f"A request that needs {names}, like: {d.request}", content=content,
-            provenance=ExperienceProvenance(kind="imported", task_ids=[f"{family.name}-example-{i}"])))
+        out.append(
+            Experience(
+                experience_id=f"exp-{family.name}-example-{i}",
+                when_to_use=f"A request that needs {names}, like: {d.request}",
+                content=content,
+                provenance=ExperienceProvenance(kind="imported", task_ids=[f"{family.name}-example-{i}"]),
+            )
+        )
     return out

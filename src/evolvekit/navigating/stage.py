@@ -14,17 +14,20 @@ from __future__ import annotations
 import math
 import random
 import sqlite3
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from evolvekit.agent.rollout import RolloutJob
+from evolvekit.agent.rollout_stage import VanillaRollouts
 from evolvekit.config import Config
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.navigating.extract import ExperienceExtractor, refine
 from evolvekit.navigating.pool import ExperiencePool
-from evolvekit.agent.rollout_stage import VanillaRollouts
 from evolvekit.protocols import IterationContext
 from evolvekit.store.sqlite import RunStore
 from evolvekit.types import Task, Trajectory
+
+if TYPE_CHECKING:
+    from evolvekit.navigating.utility import UtilityTester
 
 
 def guided_count(group_size: int, eta: float) -> int:
@@ -33,9 +36,19 @@ def guided_count(group_size: int, eta: float) -> int:
 
 
 class ExperienceMixedRollouts(VanillaRollouts):
-    def __init__(self, llm: LLM, make_env, cfg: Config, params: SamplingParams, pool: ExperiencePool,
-                 refiner: LLM | None, refine_params: SamplingParams, show_progress: bool = True,
-                 training_set: Sequence[Task] = (), template=None) -> None:
+    def __init__(
+        self,
+        llm: LLM,
+        make_env,
+        cfg: Config,
+        params: SamplingParams,
+        pool: ExperiencePool,
+        refiner: LLM | None,
+        refine_params: SamplingParams,
+        show_progress: bool = True,
+        training_set: Sequence[Task] = (),
+        template=None,
+    ) -> None:
         super().__init__(llm, make_env, cfg, params, show_progress, template)
         self.experiences, self.refiner, self.refine_params = pool, refiner, refine_params
         self.training_set = list(training_set)  # p_train, which the cold-start pool samples (Eq. 13)
@@ -49,8 +62,15 @@ class ExperienceMixedRollouts(VanillaRollouts):
         hits = self.experiences.retrieve(query, ncfg.top_k)
         if not hits:
             return None, ()
-        chosen = refine(self.refiner, self.refine_params, query, [e for e, _ in hits], ncfg.rerank, ncfg.rewrite,
-                        keep=ncfg.inject_count)
+        chosen = refine(
+            self.refiner,
+            self.refine_params,
+            query,
+            [e for e, _ in hits],
+            ncfg.rerank,
+            ncfg.rewrite,
+            keep=ncfg.inject_count,
+        )
         # credit what was injected (after re-ranking), not the top cosine hits
         return "\n\n".join(text for _, text in chosen), tuple(e.experience_id for e, _ in chosen)
 
@@ -69,16 +89,26 @@ class ExperienceMixedRollouts(VanillaRollouts):
         if len(self.experiences) or not n_pc or self.summariser is None:
             return 0
         chosen = self.cold_start_tasks(self.cfg.run.seed * 7919 + 13, tasks)
-        jobs = [RolloutJob(task=t, group_id=f"coldstart-{i}-{t.task_id}") for i, t in enumerate(chosen) for _ in range(n_pc)]
-        params = SamplingParams(n=1, temperature=self.params.temperature, top_p=self.params.top_p,
-                                max_new_tokens=self.params.max_new_tokens, stop=self.params.stop, seed=ctx.seed + 7)
+        jobs = [
+            RolloutJob(task=t, group_id=f"coldstart-{i}-{t.task_id}") for i, t in enumerate(chosen) for _ in range(n_pc)
+        ]
+        params = SamplingParams(
+            n=1,
+            temperature=self.params.temperature,
+            top_p=self.params.top_p,
+            max_new_tokens=self.params.max_new_tokens,
+            stop=self.params.stop,
+            seed=ctx.seed + 7,
+        )
         trajs = self.run_jobs(jobs, params)
         report = self.summariser.extractor.extract(trajs, {t.task_id: t for t in chosen}, ctx.iteration)
         for exp in report.experiences:
             self.experiences.add(exp)
-        self.cold_metrics = {"navigating/cold_start_extraction_jobs": float(report.jobs),
-                             "navigating/cold_start_validated_share": report.validated_share,
-                             "navigating/cold_start_experiences": float(len(report.experiences))}
+        self.cold_metrics = {
+            "navigating/cold_start_extraction_jobs": float(report.jobs),
+            "navigating/cold_start_validated_share": report.validated_share,
+            "navigating/cold_start_experiences": float(len(report.experiences)),
+        }
         return len(trajs)
 
     def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
@@ -91,13 +121,29 @@ class ExperienceMixedRollouts(VanillaRollouts):
             group = f"it{ctx.iteration:04d}-g{i:03d}-{task.task_id}"
             exp, ids = self._experience_for(task) if n_e else (None, ())
             retrievals += bool(exp)
-            jobs += [RolloutJob(task=task, group_id=group, experience=exp if j < n_e else None,
-                                experience_ids=ids if j < n_e else ()) for j in range(n)]
-        params = SamplingParams(n=1, temperature=self.params.temperature, top_p=self.params.top_p,
-                                max_new_tokens=self.params.max_new_tokens, stop=self.params.stop, seed=ctx.seed)
+            jobs += [
+                RolloutJob(
+                    task=task,
+                    group_id=group,
+                    experience=exp if j < n_e else None,
+                    experience_ids=ids if j < n_e else (),
+                )
+                for j in range(n)
+            ]
+        params = SamplingParams(
+            n=1,
+            temperature=self.params.temperature,
+            top_p=self.params.top_p,
+            max_new_tokens=self.params.max_new_tokens,
+            stop=self.params.stop,
+            seed=ctx.seed,
+        )
         trajs = self.run_jobs(jobs, params)  # rollout.backend honoured (Ray workers or here)
-        self.last_metrics = {"navigating/retrievals": float(retrievals), "navigating/cold_start_rollouts": float(cold),
-                             **self.cold_metrics}
+        self.last_metrics = {
+            "navigating/retrievals": float(retrievals),
+            "navigating/cold_start_rollouts": float(cold),
+            **self.cold_metrics,
+        }
         return trajs
 
 
@@ -115,11 +161,16 @@ def guided_vs_vanilla(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 class ExperienceSummarisation:
     """(C): count uses/successes, extract + validate + add/merge, prune; committed with the iteration."""
 
-    def __init__(self, cfg: Config, pool: ExperiencePool, extractor: ExperienceExtractor,
-                 rollouts: ExperienceMixedRollouts | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        pool: ExperiencePool,
+        extractor: ExperienceExtractor,
+        rollouts: ExperienceMixedRollouts | None = None,
+    ) -> None:
         self.cfg, self.pool, self.extractor, self.rollouts = cfg, pool, extractor, rollouts
         self._pruned: list[str] = []
-        self.utility = None  # an Evolving-RL UtilityTester when navigating.utility_test
+        self.utility: UtilityTester | None = None  # Evolving-RL's utility test when navigating.utility_test
 
     def process(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         ncfg = self.cfg.navigating
@@ -143,14 +194,21 @@ class ExperienceSummarisation:
         self._pruned = []
         if ncfg.prune_every and (ctx.iteration + 1) % ncfg.prune_every == 0:
             self._pruned = self.pool.prune(ncfg.theta_prune, ncfg.min_uses_before_prune)
-        metrics.update({"navigating/pool_size": float(len(self.pool)), "navigating/added": float(added),
-                        "navigating/merged": float(merged), "navigating/pruned": float(len(self._pruned)),
-                        "navigating/extraction_calls": float(report.calls),
-                        "navigating/unparseable": float(report.unparseable),
-                        "navigating/extraction_jobs": float(report.jobs),
-                        "navigating/validated_share": report.validated_share,
-                        "navigating/grounded_experiences": float(report.grounded),
-                        "navigating/rejected": float(report.rejected), "navigating/utility_dropped": float(dropped)})
+        metrics.update(
+            {
+                "navigating/pool_size": float(len(self.pool)),
+                "navigating/added": float(added),
+                "navigating/merged": float(merged),
+                "navigating/pruned": float(len(self._pruned)),
+                "navigating/extraction_calls": float(report.calls),
+                "navigating/unparseable": float(report.unparseable),
+                "navigating/extraction_jobs": float(report.jobs),
+                "navigating/validated_share": report.validated_share,
+                "navigating/grounded_experiences": float(report.grounded),
+                "navigating/rejected": float(report.rejected),
+                "navigating/utility_dropped": float(dropped),
+            }
+        )
         return metrics
 
     def commit(self, c: sqlite3.Connection, store: RunStore, iteration: int) -> None:

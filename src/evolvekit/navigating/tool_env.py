@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from evolvekit.env.base import Action, CallResult, Environment, ResetResult, StepResult, ToolSchema
 from evolvekit.navigating.pool import ExperiencePool
-
 from evolvekit.train.rewards import SEARCH_TOOL
 
 TOOL_NAME = SEARCH_TOOL
-TOOL = ToolSchema(name=TOOL_NAME, description="Search past experience for principles that help with a situation.",
-                  parameters={"type": "dict", "properties": {"query": {"type": "string", "description":
-                              "the situation or sub-goal to get advice for"}}, "required": ["query"]})
+TOOL = ToolSchema(
+    name=TOOL_NAME,
+    description="Search past experience for principles that help with a situation.",
+    parameters={
+        "type": "dict",
+        "properties": {"query": {"type": "string", "description": "the situation or sub-goal to get advice for"}},
+        "required": ["query"],
+    },
+)
 
 
 def search_answer(pool: ExperiencePool, query: str, k: int) -> tuple[str, list[str]]:
@@ -24,7 +29,9 @@ def search_answer(pool: ExperiencePool, query: str, k: int) -> tuple[str, list[s
     hits = pool.retrieve(query, k)
     if not hits:
         return "No stored experience matches.", []
-    return "\n".join(f"- When to use: {e.when_to_use} | {e.content}" for e, _ in hits), [e.experience_id for e, _ in hits]
+    return "\n".join(f"- When to use: {e.when_to_use} | {e.content}" for e, _ in hits), [
+        e.experience_id for e, _ in hits
+    ]
 
 
 class ExperienceToolEnv:

@@ -15,7 +15,9 @@ from evolvekit.agent.rollout import RolloutJob, run_rollouts
 from evolvekit.types import Experience, Task, Trajectory
 
 
-def related_tasks(source: Task, candidates: Sequence[Task], embed: Callable[[Sequence[str]], np.ndarray], k: int) -> list[Task]:
+def related_tasks(
+    source: Task, candidates: Sequence[Task], embed: Callable[[Sequence[str]], np.ndarray], k: int
+) -> list[Task]:
     """The source task plus the K − 1 candidates whose descriptions are most similar to it."""
     others = [t for t in candidates if t.task_id != source.task_id]
     if k <= 1 or not others:
@@ -36,13 +38,19 @@ class UtilityTester:
         self.llm, self.make_env, self.rollout_cfg, self.params = llm, make_env, rollout_cfg, params
         self.rendering, self.embed, self.k = rendering, embed, k
 
-    def test(self, experiences: Sequence[Experience], tasks: dict[str, Task], candidates: Sequence[Task],
-             vanilla: Sequence[Trajectory]) -> list[tuple[Experience, float, bool]]:
+    def test(
+        self,
+        experiences: Sequence[Experience],
+        tasks: dict[str, Task],
+        candidates: Sequence[Task],
+        vanilla: Sequence[Trajectory],
+    ) -> list[tuple[Experience, float, bool]]:
         base: dict[str, list[float]] = {}
         for t in vanilla:
             if not t.flags.experience_guided and not t.flags.failed:
                 base.setdefault(t.task_id, []).append(float(t.outcome_reward or 0.0))
-        plans, jobs = [], []
+        plans: list = []
+        jobs: list = []
         for e in experiences:
             src = tasks.get(e.provenance.task_ids[0]) if e.provenance.task_ids else None
             if src is None:
@@ -50,16 +58,35 @@ class UtilityTester:
                 continue
             rel = related_tasks(src, candidates, self.embed, self.k)
             plans.append((e, rel))
-            jobs += [RolloutJob(task=t, group_id=f"utility-{e.experience_id}", experience=experience_text(e),
-                                experience_ids=(e.experience_id,)) for t in rel]
-        trajs = run_rollouts(jobs, self.make_env, self.llm, self.rollout_cfg, self.params, self.rendering,
-                             show_progress=False, template=self.template) if jobs else []
+            jobs += [
+                RolloutJob(
+                    task=t,
+                    group_id=f"utility-{e.experience_id}",
+                    experience=experience_text(e),
+                    experience_ids=(e.experience_id,),
+                )
+                for t in rel
+            ]
+        trajs = (
+            run_rollouts(
+                jobs,
+                self.make_env,
+                self.llm,
+                self.rollout_cfg,
+                self.params,
+                self.rendering,
+                show_progress=False,
+                template=self.template,
+            )
+            if jobs
+            else []
+        )
         out, pos = [], 0
         for e, rel in plans:
             if not rel:
                 out.append((e, 0.0, False))
                 continue
-            rewards = [float(t.outcome_reward or 0.0) for t in trajs[pos: pos + len(rel)]]
+            rewards = [float(t.outcome_reward or 0.0) for t in trajs[pos : pos + len(rel)]]
             pos += len(rel)
             utility = sum(rewards) / len(rewards)
             known = [sum(base[t.task_id]) / len(base[t.task_id]) for t in rel if t.task_id in base]

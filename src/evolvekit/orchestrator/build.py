@@ -7,12 +7,24 @@ import logging
 import os
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 from rich.console import Console
 
-from evolvekit.config import (Config, attribution_source, attributor_constrained, config_from_dict, extraction_constrained,
-                              extraction_mode, helper_sources, judge_mode, migrate_stored, training_problem)
+from evolvekit.config import (
+    Config,
+    attribution_source,
+    attributor_constrained,
+    config_from_dict,
+    extraction_constrained,
+    extraction_mode,
+    helper_sources,
+    judge_mode,
+    migrate_stored,
+    training_problem,
+)
 from evolvekit.errors import ConfigError
+from evolvekit.llm.base import InProcessLLM
 from evolvekit.orchestrator.loop import MasterLoop, Stages
 from evolvekit.orchestrator.stages import FixedTaskSupply, GRPOSamples, NoExperience, TrainerUpdate, VanillaRollouts
 from evolvekit.store.sqlite import RunStore
@@ -39,8 +51,9 @@ def open_run(cfg: Config | None, resume: Path | None, fixed_dir: Path | None = N
         if not (resume / CONFIG_FILE).is_file() or not (resume / STORE_FILE).is_file():
             raise ConfigError(f"{resume} is not a run directory (no {CONFIG_FILE} / {STORE_FILE})")
         try:
-            stored = config_from_dict(migrate_stored(json.loads((resume / CONFIG_FILE).read_text())),
-                                      str(resume / CONFIG_FILE))
+            stored = config_from_dict(
+                migrate_stored(json.loads((resume / CONFIG_FILE).read_text())), str(resume / CONFIG_FILE)
+            )
         except (ValueError, OSError) as err:
             raise ConfigError(f"{resume / CONFIG_FILE}: unreadable ({type(err).__name__})") from None
         return stored, resume, RunStore(resume / STORE_FILE)
@@ -94,12 +107,14 @@ def rollout_template(cfg: Config):
         from evolvekit.llm.factory import role_llm, sampling_for
 
         summarise = llm_summariser(role_llm(cfg.models, "summarizer"), sampling_for(cfg.models.summarizer))
-    return TemplateSettings(template=cfg.rollout.template, token_limit=cfg.rollout.context_token_limit,
-                            summarise=summarise)
+    return TemplateSettings(
+        template=cfg.rollout.template, token_limit=cfg.rollout.context_token_limit, summarise=summarise
+    )
 
 
-def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | None = None,
-               show_progress: bool = True) -> MasterLoop:
+def build_loop(
+    cfg: Config, run_dir: Path, store: RunStore, console: Console | None = None, show_progress: bool = True
+) -> MasterLoop:
     from evolvekit.agent.evaluate import evaluate_policy
     from evolvekit.env.registry import env_tasks, make_env
     from evolvekit.llm.factory import build_llm, sampling_for
@@ -115,7 +130,9 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
     policy = LocalLLM(source, device=pol.device, dtype=pol.dtype, packed_weights=pol.packed_weights)
     reference = None
     if cfg.train.kl_beta > 0 and not cfg.train.lora:
-        reference = build_llm(pol, "reference").model  # the initial policy, shared with frozen roles
+        reference = cast(
+            InProcessLLM, build_llm(pol, "reference")
+        ).model  # the initial policy, shared with frozen roles
     boost = cfg.navigating.eps_high_boost if cfg.navigating.enabled else None
     trainer = GRPOTrainer(policy, cfg.train, eps_high_boost=boost, reference_model=reference)
     if ckpt and not trainer.load_optimizer(Path(ckpt.path)):
@@ -128,16 +145,18 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
     params = sampling_for(pol)
     supply = _task_supply(cfg, store, train_tasks, policy, env_factory)
     template = rollout_template(cfg)
-    rollouts, experience = _navigation(cfg, store, policy, env_factory, params, show_progress, supply.training_set(),
-                                       template)
+    rollouts, experience = _navigation(
+        cfg, store, policy, env_factory, params, show_progress, supply.training_set(), template
+    )
     samples = _sample_stage(cfg)
     if cfg.evolving_rl.enabled:  # Evolving-RL replaces stages B, C and D(samples) with its own structure
         from evolvekit.llm.factory import build_embedder
         from evolvekit.navigating.evolving_stage import EvolvingRLStage
 
         candidates = list(train_tasks) + list(getattr(supply, "synthetic", []))
-        rollouts = experience = samples = EvolvingRLStage(cfg, policy, env_factory, params, candidates,
-                                                          build_embedder(cfg.embedding).embed, template=template)
+        rollouts = experience = samples = EvolvingRLStage(
+            cfg, policy, env_factory, params, candidates, build_embedder(cfg.embedding).embed, template=template
+        )
     if cfg.questioning.enabled:
         from evolvekit.llm.factory import role_llm, sampling_for
         from evolvekit.questioning.judge import ConstrainedJudge, LLMJudge
@@ -146,12 +165,15 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
         judge: LLMJudge | ConstrainedJudge | None = None
         if cfg.questioning.reward != "state":
             jllm, jparams = role_llm(cfg.models, "judge"), sampling_for(cfg.models.judge)
-            judge = (ConstrainedJudge(jllm, jparams) if judge_mode(cfg) == "constrained"
-                     else LLMJudge(jllm, jparams, cfg.questioning.judge_retries))
+            judge = (
+                ConstrainedJudge(jllm, jparams)
+                if judge_mode(cfg) == "constrained"
+                else LLMJudge(jllm, jparams, cfg.questioning.judge_retries)
+            )
         rollouts = SyntheticRewardRollouts(rollouts, cfg, judge)
-    stages = Stages(supply=supply,
-                    rollouts=rollouts, experience=experience, samples=samples,
-                    updater=TrainerUpdate(trainer))
+    stages = Stages(
+        supply=supply, rollouts=rollouts, experience=experience, samples=samples, updater=TrainerUpdate(trainer)
+    )
 
     evaluator = None
     if cfg.train.eval_before or cfg.train.eval_after or cfg.train.eval_every:
@@ -164,12 +186,30 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
 
         def evaluator(seed: int):
             eval_params = sampling_for(pol, seed=seed)
-            report, trajs = evaluate_policy(eval_tasks, env_factory, policy, cfg.rollout, eval_params, k,
-                                            cfg.env.tool_rendering, show_progress, template=template)
+            report, trajs = evaluate_policy(
+                eval_tasks,
+                env_factory,
+                policy,
+                cfg.rollout,
+                eval_params,
+                k,
+                cfg.env.tool_rendering,
+                show_progress,
+                template=template,
+            )
             summary = {**report.summary(), "split": cfg.env.eval_split}
             if heldout_synthetic:  # held-out synthetic tasks, scored by the environment's own check
-                syn, syn_trajs = evaluate_policy(heldout_synthetic, env_factory, policy, cfg.rollout, eval_params, k,
-                                                 cfg.env.tool_rendering, show_progress, template=template)
+                syn, syn_trajs = evaluate_policy(
+                    heldout_synthetic,
+                    env_factory,
+                    policy,
+                    cfg.rollout,
+                    eval_params,
+                    k,
+                    cfg.env.tool_rendering,
+                    show_progress,
+                    template=template,
+                )
                 summary.update({f"synthetic/{key}": v for key, v in syn.summary().items() if "@" in key})
                 trajs = list(trajs) + list(syn_trajs)
             return summary, trajs
@@ -183,6 +223,7 @@ def build_loop(cfg: Config, run_dir: Path, store: RunStore, console: Console | N
 
         def search(query: str) -> str:
             return search_answer(pool, query, cfg.navigating.top_k)[0]
+
     warmup = _cold_start(cfg, store, trainer, reference, env_factory, search) if cfg.cold_start.enabled else None
     return MasterLoop(cfg, run_dir, store, stages, evaluator, console, warmup=warmup)
 
@@ -207,11 +248,19 @@ def _cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory, s
         held_ids, held_queries = {t.task_id for t in held}, {str(t.query) for t in held}
         tasks = [t for t in tasks if t.task_id not in held_ids and str(t.query) not in held_queries]
         template = TemplateSettings(template=cfg.rollout.template, token_limit=cfg.rollout.context_token_limit)
-        teach = cfg.cold_start.teach_search == "on" or (cfg.cold_start.teach_search == "auto" and
-                                                        cfg.navigating.enabled and cfg.navigating.as_tool)
-        pairs = reference_pairs(tasks, env_factory, trainer.llm, cfg.env.tool_rendering, template,
-                                cfg.cold_start.max_examples, cfg.cold_start.closing,
-                                search=search_answer if teach else None)
+        teach = cfg.cold_start.teach_search == "on" or (
+            cfg.cold_start.teach_search == "auto" and cfg.navigating.enabled and cfg.navigating.as_tool
+        )
+        pairs = reference_pairs(
+            tasks,
+            env_factory,
+            trainer.llm,
+            cfg.env.tool_rendering,
+            template,
+            cfg.cold_start.max_examples,
+            cfg.cold_start.closing,
+            search=search_answer if teach else None,
+        )
         if not pairs:
             raise ConfigError("cold start: no verified tasks with a reference solution to warm up on")
         stats = sft_warmup(trainer, pairs, cfg.cold_start, cfg.run.seed)
@@ -249,13 +298,19 @@ def _sample_stage(cfg: Config):
     # grounded and gigpo credit need no helper model
     if cfg.attributing.mode != "outcome_only" and attribution_source(cfg) == "llm":
         llm = role_llm(cfg.models, "attributor")
-        attributor = StepAttributor(llm, sampling_for(cfg.models.attributor), cfg.attributing.max_retries,
-                                    cfg.attributing.concurrency, constrained=attributor_constrained(cfg))
+        attributor = StepAttributor(
+            llm,
+            sampling_for(cfg.models.attributor),
+            cfg.attributing.max_retries,
+            cfg.attributing.concurrency,
+            constrained=attributor_constrained(cfg),
+        )
     return AttributedSamples(cfg, attributor, scale)
 
 
-def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_progress: bool, training_set=(),
-                template=None):
+def _navigation(
+    cfg: Config, store: RunStore, policy, env_factory, params, show_progress: bool, training_set=(), template=None
+):
     """Vanilla rollouts and no experience, or the self-navigating pair (§4) when ``navigating.enabled``."""
     if not cfg.navigating.enabled:
         return VanillaRollouts(policy, env_factory, cfg, params, show_progress, template), NoExperience()
@@ -294,18 +349,42 @@ def _navigation(cfg: Config, store: RunStore, policy, env_factory, params, show_
 
         def env_factory():
             return ExperienceToolEnv(inner_factory(), pool, cfg.navigating.top_k)
-    rollouts = ExperienceMixedRollouts(policy, env_factory, cfg, params, pool, refiner, sparams, show_progress,
-                                       training_set=training_set, template=template)
-    extractor = ExperienceExtractor(summarizer, sparams, cfg.navigating.validate_experiences,
-                                    cfg.navigating.success_threshold, grounded=extraction == "grounded",
-                                    constrained=constrained)
+
+    rollouts = ExperienceMixedRollouts(
+        policy,
+        env_factory,
+        cfg,
+        params,
+        pool,
+        refiner,
+        sparams,
+        show_progress,
+        training_set=training_set,
+        template=template,
+    )
+    extractor = ExperienceExtractor(
+        summarizer,
+        sparams,
+        cfg.navigating.validate_experiences,
+        cfg.navigating.success_threshold,
+        grounded=extraction == "grounded",
+        constrained=constrained,
+    )
     summarisation = ExperienceSummarisation(cfg, pool, extractor, rollouts)
     rollouts.summariser = summarisation
     if cfg.navigating.utility_test:
         from evolvekit.navigating.utility import UtilityTester
 
-        summarisation.utility = UtilityTester(policy, env_factory, cfg.rollout, params, cfg.env.tool_rendering,
-                                              embedder.embed, cfg.navigating.utility_k, template)
+        summarisation.utility = UtilityTester(
+            policy,
+            env_factory,
+            cfg.rollout,
+            params,
+            cfg.env.tool_rendering,
+            embedder.embed,
+            cfg.navigating.utility_k,
+            template,
+        )
     return rollouts, summarisation
 
 
@@ -316,10 +395,14 @@ def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory)
         from evolvekit.env.bfcl.families import get_family
         from evolvekit.orchestrator.curriculum import CurriculumTaskSupply
 
-        return CurriculumTaskSupply(cfg.env.curriculum,
-                                    [get_family(f).tasks(cfg.env.train_split, cfg.env.family_tasks) for f in cfg.env.curriculum],
-                                    cfg.train.tasks_per_iteration, cfg.run.seed, cfg.env.curriculum_threshold,
-                                    cfg.env.curriculum_window)
+        return CurriculumTaskSupply(
+            cfg.env.curriculum,
+            [get_family(f).tasks(cfg.env.train_split, cfg.env.family_tasks) for f in cfg.env.curriculum],
+            cfg.train.tasks_per_iteration,
+            cfg.run.seed,
+            cfg.env.curriculum_threshold,
+            cfg.env.curriculum_window,
+        )
     if not cfg.questioning.enabled:
         return FixedTaskSupply(train_tasks, cfg.train.tasks_per_iteration, cfg.run.seed)
     from evolvekit.questioning.supply import HybridTaskSupply
@@ -328,8 +411,9 @@ def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory)
     synthetic = [t for t in store.tasks() if t.source == TaskSource.SYNTHETIC and t.metadata.get("curation")]
     if store.get_meta(SYNTHESIS_DONE) is None:  # not synthesized yet, or interrupted: go on from the stored rounds
         synthetic = _synthesize(cfg, store, train_tasks, policy, env_factory, synthetic)
-    supply = HybridTaskSupply(synthetic, train_tasks, cfg.train.tasks_per_iteration, cfg.questioning.hybrid_lambda,
-                              cfg.run.seed)
+    supply = HybridTaskSupply(
+        synthetic, train_tasks, cfg.train.tasks_per_iteration, cfg.questioning.hybrid_lambda, cfg.run.seed
+    )
     if cfg.coevolve.enabled:
         supply.coevolve = _coevolve_hook(cfg, store, policy, env_factory, train_tasks + synthetic)
     return supply
@@ -352,8 +436,11 @@ def _synthesize(cfg: Config, store: RunStore, train_tasks, policy, env_factory, 
     partial = store.get_meta(SYNTHESIS_PARTIAL)
     funnel = Funnel(**json.loads(partial)) if partial else Funnel()
     if stored:
-        log.info("resuming self-questioning with %d stored synthetic tasks (funnel so far: %s)", len(stored),
-                 funnel.as_dict())
+        log.info(
+            "resuming self-questioning with %d stored synthetic tasks (funnel so far: %s)",
+            len(stored),
+            funnel.as_dict(),
+        )
 
     def keep_round(funnel, new_traces, new_kept) -> None:
         with store.transaction() as c:
@@ -362,11 +449,19 @@ def _synthesize(cfg: Config, store: RunStore, train_tasks, policy, env_factory, 
             store.put_meta(c, SYNTHESIS_PARTIAL, json.dumps(funnel.as_dict()))
 
     tasks, funnel, _ = synthesize_tasks(
-        cfg, cfg.questioning.synthetic_tasks, explorer, sampling_for(cfg.models.explorer),
-        role_llm(cfg.models, "synthesizer"), sampling_for(cfg.models.synthesizer), env_factory,
+        cfg,
+        cfg.questioning.synthetic_tasks,
+        explorer,
+        sampling_for(cfg.models.explorer),
+        role_llm(cfg.models, "synthesizer"),
+        sampling_for(cfg.models.synthesizer),
+        env_factory,
         build_embedder(cfg.embedding).embed,
         existing=list(train_tasks) + (load_task_file(cfg.train.eval_synthetic) if cfg.train.eval_synthetic else []),
-        on_round=keep_round, resume=stored, funnel=funnel)
+        on_round=keep_round,
+        resume=stored,
+        funnel=funnel,
+    )
     store.set_meta(SYNTHESIS_DONE, json.dumps(funnel.as_dict()))
     log.info("self-questioning funnel: %s", funnel.as_dict())
     return tasks
@@ -388,8 +483,17 @@ def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory, existing):
     explorer = role_llm(cfg.models, "explorer")
     if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
         explorer = policy  # the current policy re-explores
-    run = goal_explorer(cfg, explorer, sampling_for(cfg.models.explorer), role_llm(cfg.models, "synthesizer"),
-                        sampling_for(cfg.models.synthesizer), env_factory, dedup, Funnel())
-    regen = CoEvolveRegenerator(role_llm(cfg.models, "synthesizer"), sampling_for(cfg.models.synthesizer), run,
-                                max_contexts=co.max_contexts)
+    run = goal_explorer(
+        cfg,
+        explorer,
+        sampling_for(cfg.models.explorer),
+        role_llm(cfg.models, "synthesizer"),
+        sampling_for(cfg.models.synthesizer),
+        env_factory,
+        dedup,
+        Funnel(),
+    )
+    regen = CoEvolveRegenerator(
+        role_llm(cfg.models, "synthesizer"), sampling_for(cfg.models.synthesizer), run, max_contexts=co.max_contexts
+    )
     return CoEvolveHook(tracker, regen, co.every_iterations)

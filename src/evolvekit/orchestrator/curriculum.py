@@ -28,8 +28,15 @@ def curriculum_levels(success: Sequence[float], threshold: float, window: int, n
 class CurriculumTaskSupply:
     """(A) with a widening family: one ``FixedTaskSupply`` per family, chosen by the level of the iteration."""
 
-    def __init__(self, families: Sequence[str], tasks_per_family: Sequence[Sequence[Task]], per_iteration: int,
-                 seed: int, threshold: float, window: int) -> None:
+    def __init__(
+        self,
+        families: Sequence[str],
+        tasks_per_family: Sequence[Sequence[Task]],
+        per_iteration: int,
+        seed: int,
+        threshold: float,
+        window: int,
+    ) -> None:
         self.families = list(families)
         self.supplies = [FixedTaskSupply(t, per_iteration, seed) for t in tasks_per_family]
         self.threshold, self.window = threshold, max(1, window)

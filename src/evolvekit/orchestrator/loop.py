@@ -20,8 +20,14 @@ from rich.console import Console
 
 from evolvekit.config import Config
 from evolvekit.orchestrator.metrics import MetricsSink, rollout_metrics
-from evolvekit.orchestrator.stages import (ExperienceStage, IterationContext, RolloutStage, SampleStage, TaskSupply,
-                                           UpdateStage)
+from evolvekit.orchestrator.stages import (
+    ExperienceStage,
+    IterationContext,
+    RolloutStage,
+    SampleStage,
+    TaskSupply,
+    UpdateStage,
+)
 from evolvekit.store.sqlite import IterationStatus, RunStore
 from evolvekit.train.rewards import shape_rewards
 from evolvekit.types import Trajectory
@@ -45,8 +51,16 @@ def iteration_seed(seed: int, iteration: int) -> int:
 
 
 class MasterLoop:
-    def __init__(self, cfg: Config, run_dir: Path, store: RunStore, stages: Stages, evaluator: Evaluator | None = None,
-                 console: Console | None = None, warmup: Callable[[], dict] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: Path,
+        store: RunStore,
+        stages: Stages,
+        evaluator: Evaluator | None = None,
+        console: Console | None = None,
+        warmup: Callable[[], dict] | None = None,
+    ) -> None:
         self.cfg, self.run_dir, self.store, self.stages = cfg, Path(run_dir), store, stages
         self.evaluator = evaluator
         self.warmup = warmup  # cold start (EvolveR): supervised warm-up before iteration 0
@@ -64,8 +78,10 @@ class MasterLoop:
             self.store.put_trajectories(c, trajs, iteration, f"eval_{phase}")
             if phase in ("before", "after", "cold_start"):
                 self.store.put_evaluation(c, phase, summary)
-        self.console.print(f"[bold]held-out evaluation ({phase})[/bold]: " +
-                           " ".join(f"{k}={v}" for k, v in summary.items() if "@" in k))
+        self.console.print(
+            f"[bold]held-out evaluation ({phase})[/bold]: "
+            + " ".join(f"{k}={v}" for k, v in summary.items() if "@" in k)
+        )
         return summary
 
     # -- the loop -----------------------------------------------------------------------------------------------
@@ -89,17 +105,24 @@ class MasterLoop:
         evaluations = {p: e for p in ("before", "after") if (e := store.evaluation(p))}
         curve = sink.plot(store.metrics(), evaluations)
         cold = store.get_meta("cold_start")
-        summary = {"run_dir": str(self.run_dir), "iterations": len(store.completed_iterations()),
-                   "eval_before": evaluations.get("before"), "eval_after": evaluations.get("after"),
-                   **({"cold_start": json.loads(cold), "eval_cold_start": store.evaluation("cold_start")} if cold else {}),
-                   "metrics": str(self.run_dir / "metrics.jsonl"), "tensorboard": str(self.run_dir / "tensorboard"),
-                   "learning_curve": str(curve), "store": str(store.path),
-                   "checkpoint": (store.latest_checkpoint().path if store.latest_checkpoint() else None)}
+        summary = {
+            "run_dir": str(self.run_dir),
+            "iterations": len(store.completed_iterations()),
+            "eval_before": evaluations.get("before"),
+            "eval_after": evaluations.get("after"),
+            **({"cold_start": json.loads(cold), "eval_cold_start": store.evaluation("cold_start")} if cold else {}),
+            "metrics": str(self.run_dir / "metrics.jsonl"),
+            "tensorboard": str(self.run_dir / "tensorboard"),
+            "learning_curve": str(curve),
+            "store": str(store.path),
+            "checkpoint": (latest.path if (latest := store.latest_checkpoint()) else None),
+        }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
 
     def _cold_start(self) -> None:
         """Warm up, checkpoint the warmed-up policy (iteration -1, so a resumed run starts from it), evaluate."""
+        assert self.warmup is not None
         metrics = self.warmup()
         ckpt = self.stages.updater.save(self.run_dir / "checkpoints" / "cold-start")
         with self.store.transaction() as c:
@@ -120,8 +143,9 @@ class MasterLoop:
         else:
             tasks = st.supply.tasks(ctx)
             trajectories = st.rollouts.rollout(ctx, tasks)
-            shape_rewards(trajectories, cfg.reward.w_outcome, cfg.reward.w_format, cfg.reward.format,
-                          cfg.reward.w_reasoning)  # EvolveR §3.3; the reasoning template's reward (§6.2.1)
+            shape_rewards(
+                trajectories, cfg.reward.w_outcome, cfg.reward.w_format, cfg.reward.format, cfg.reward.w_reasoning
+            )  # EvolveR §3.3; the reasoning template's reward (§6.2.1)
             with store.transaction() as c:
                 store.delete_iteration_trajectories(c, it, "train")
                 store.put_tasks(c, tasks, it)
@@ -132,8 +156,9 @@ class MasterLoop:
         fmt = [t.outcome_details["format"] for t in trajectories if "format" in t.outcome_details]
         if fmt:  # recomputed from the stored trajectories, so a resumed iteration reports it too
             metrics["reward/format"] = sum(fmt) / len(fmt)
-            metrics["reward/outcome"] = sum(t.outcome_details["outcome"] for t in trajectories
-                                            if "outcome" in t.outcome_details) / len(fmt)
+            metrics["reward/outcome"] = sum(
+                t.outcome_details["outcome"] for t in trajectories if "outcome" in t.outcome_details
+            ) / len(fmt)
         metrics.update(st.rollouts.last_metrics)  # e.g. judge cost, retrievals
         metrics.update(st.supply.observe(ctx, trajectories))
         t1 = time.perf_counter()
@@ -163,8 +188,10 @@ class MasterLoop:
         sink.write(it, metrics, store.metrics(), evaluations)
         self.console.print(
             f"iteration {it + 1}/{cfg.train.iterations}: reward {metrics.get('rollout/reward_mean', 0):.3f} "
-            f"success {metrics.get('rollout/success_rate', 0):.3f} parse-errors {metrics.get('rollout/parse_error_rate', 0):.2f} "
-            f"loss {metrics.get('train/loss', 0):+.4f} ({times['time/iteration_s']:.0f}s)")
+            f"success {metrics.get('rollout/success_rate', 0):.3f} "
+            f"parse-errors {metrics.get('rollout/parse_error_rate', 0):.2f} "
+            f"loss {metrics.get('train/loss', 0):+.4f} ({times['time/iteration_s']:.0f}s)"
+        )
 
     def _prune_checkpoints(self) -> None:
         """Keep the newest ``keep_checkpoints`` folders; only the newest keeps its optimizer state."""

@@ -29,7 +29,10 @@ def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str = "rollout/"
         by_task.setdefault(t.task_id, []).append(r)
     return {
         prefix + "reward_mean": sum(rewards) / n,
-        prefix + "success_rate": sum(float(t.outcome_details.get("outcome", r)) >= 1.0 for t, r in zip(trajectories, rewards)) / n,
+        prefix + "success_rate": sum(
+            float(t.outcome_details.get("outcome", r)) >= 1.0 for t, r in zip(trajectories, rewards)
+        )
+        / n,
         prefix + "best_of_group": best_at_k(list(by_task.values())),
         prefix + "avg_of_group": avg_at_k(list(by_task.values())),
         prefix + "steps_mean": len(steps) / n,
@@ -54,8 +57,13 @@ class MetricsSink:
             except ImportError:  # pragma: no cover - tensorboard is a core dependency
                 log.warning("tensorboard is not installed; no event files are written")
 
-    def write(self, iteration: int, metrics: dict[str, float], all_metrics: dict[int, dict[str, float]],
-              evaluations: dict[str, dict]) -> None:
+    def write(
+        self,
+        iteration: int,
+        metrics: dict[str, float],
+        all_metrics: dict[int, dict[str, float]],
+        evaluations: dict[str, dict],
+    ) -> None:
         if self.writer is not None:
             for k, v in metrics.items():
                 self.writer.add_scalar(k, v, iteration)
@@ -73,8 +81,16 @@ class MetricsSink:
 
         its = sorted(all_metrics)
         fig, ax = plt.subplots(figsize=(7, 4))
-        ax.plot(its, [all_metrics[i].get("rollout/success_rate", 0.0) for i in its], "o-", label="train rollouts: success")
-        ax.plot(its, [all_metrics[i].get("rollout/reward_mean", 0.0) for i in its], ".--", alpha=0.6, label="train rollouts: reward")
+        ax.plot(
+            its, [all_metrics[i].get("rollout/success_rate", 0.0) for i in its], "o-", label="train rollouts: success"
+        )
+        ax.plot(
+            its,
+            [all_metrics[i].get("rollout/reward_mean", 0.0) for i in its],
+            ".--",
+            alpha=0.6,
+            label="train rollouts: reward",
+        )
         eval_its = [i for i in its if any(k.startswith("eval/avg@") for k in all_metrics[i])]
         if eval_its:
             key = next(k for k in all_metrics[eval_its[0]] if k.startswith("eval/avg@"))
@@ -82,9 +98,9 @@ class MetricsSink:
         for phase, marker, x in (("before", "^", -0.5), ("after", "v", (its[-1] + 0.5) if its else 0.5)):
             ev = evaluations.get(phase)
             if ev:
-                key = next((k for k in ev if k.startswith("avg@")), None)
-                if key:
-                    ax.plot([x], [ev[key]], marker, markersize=10, label=f"held-out {key} {phase}")
+                avg = next((k for k in ev if k.startswith("avg@")), None)
+                if avg:
+                    ax.plot([x], [ev[avg]], marker, markersize=10, label=f"held-out {avg} {phase}")
         ax.set_xlabel("iteration")
         ax.set_ylabel("rate")
         ax.set_ylim(-0.05, 1.05)

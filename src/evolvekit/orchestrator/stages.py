@@ -13,14 +13,24 @@ from pathlib import Path
 from typing import Sequence
 
 from evolvekit.agent.rollout_stage import VanillaRollouts
-from evolvekit.protocols import (ExperienceStage, IterationContext, RolloutStage, SampleStage, TaskSupply,
-                                 UpdateStage)
+from evolvekit.protocols import ExperienceStage, IterationContext, RolloutStage, SampleStage, TaskSupply, UpdateStage
 from evolvekit.store.sqlite import RunStore
 from evolvekit.train.sample_stage import GRPOSamples
 from evolvekit.types import Task, TrainingSample, Trajectory
 
-__all__ = ["ExperienceStage", "FixedTaskSupply", "GRPOSamples", "IterationContext", "NoExperience", "RolloutStage",
-           "SampleStage", "TaskSupply", "TrainerUpdate", "UpdateStage", "VanillaRollouts"]
+__all__ = [
+    "ExperienceStage",
+    "FixedTaskSupply",
+    "GRPOSamples",
+    "IterationContext",
+    "NoExperience",
+    "RolloutStage",
+    "SampleStage",
+    "TaskSupply",
+    "TrainerUpdate",
+    "UpdateStage",
+    "VanillaRollouts",
+]
 
 
 # -- baselines -------------------------------------------------------------------------------------------------

@@ -57,8 +57,9 @@ class Signal:
 class SignalTracker:
     """Signals over time: ``observe`` is called once per iteration with that iteration's trajectories."""
 
-    def __init__(self, window: int = 5, theta_percent: float = 5.0, n_min: int = 50,
-                 threshold: float = THRESHOLD) -> None:
+    def __init__(
+        self, window: int = 5, theta_percent: float = 5.0, n_min: int = 50, threshold: float = THRESHOLD
+    ) -> None:
         self.window, self.theta, self.n_min, self.threshold = window, theta_percent, n_min, threshold
         self.history: dict[str, deque] = {}  # task -> best score of each earlier iteration that trained it
         self.patterns: Counter = Counter()
@@ -89,20 +90,26 @@ class SignalTracker:
 
 
 GOALS = {
-    "forgetting": ("Exploration Goal: Reinforce Forgotten Skills\nThe agent previously succeeded but now FAILS on this "
-                   "type of task.\nYour exploration should:\n1. Practice the exact operations from the context below\n"
-                   "2. Create variations with different parameters\n3. Connect this skill to related operations\n"
-                   "4. Build up from simple to complex usage\nContext of forgetting:\n{context}\n"
-                   "Focus on thorough practice of these specific operations."),
-    "rare": ("Exploration Goal: Explore Rare Scenarios\nThe agent encountered a RARE scenario that needs more exposure.\n"
-             "Your exploration should:\n1. Explore variations of the scenario below\n2. Try different parameter "
-             "combinations\n3. Test edge cases and boundary conditions\n4. Collect diverse examples of this rare "
-             "pattern\nContext of rare event:\n{context}\nTry to discover and document various forms of this scenario."),
-    "boundary": ("Exploration Goal: Explore Boundary Cases\nThe agent's performance is BORDERLINE (near success/failure "
-                 "threshold).\nYour exploration should:\n1. Explore boundary conditions for these operations\n2. Try "
-                 "similar tasks with slight parameter variations\n3. Focus on distinguishing factors between success "
-                 "and failure\n4. Collect examples at various difficulty levels\nContext of boundary case:\n{context}\n"
-                 "Focus on understanding what makes the difference between success and failure."),
+    "forgetting": (
+        "Exploration Goal: Reinforce Forgotten Skills\nThe agent previously succeeded but now FAILS on this "
+        "type of task.\nYour exploration should:\n1. Practice the exact operations from the context below\n"
+        "2. Create variations with different parameters\n3. Connect this skill to related operations\n"
+        "4. Build up from simple to complex usage\nContext of forgetting:\n{context}\n"
+        "Focus on thorough practice of these specific operations."
+    ),
+    "rare": (
+        "Exploration Goal: Explore Rare Scenarios\nThe agent encountered a RARE scenario that needs more exposure.\n"
+        "Your exploration should:\n1. Explore variations of the scenario below\n2. Try different parameter "
+        "combinations\n3. Test edge cases and boundary conditions\n4. Collect diverse examples of this rare "
+        "pattern\nContext of rare event:\n{context}\nTry to discover and document various forms of this scenario."
+    ),
+    "boundary": (
+        "Exploration Goal: Explore Boundary Cases\nThe agent's performance is BORDERLINE (near success/failure "
+        "threshold).\nYour exploration should:\n1. Explore boundary conditions for these operations\n2. Try "
+        "similar tasks with slight parameter variations\n3. Focus on distinguishing factors between success "
+        "and failure\n4. Collect examples at various difficulty levels\nContext of boundary case:\n{context}\n"
+        "Focus on understanding what makes the difference between success and failure."
+    ),
 }
 
 REFLECT_SYSTEM = "You are an expert at analyzing trajectory-level failure and behavioral instability for an LLM agent."
@@ -111,21 +118,33 @@ REFLECT_SYSTEM = "You are an expert at analyzing trajectory-level failure and be
 def reflection_prompt(kind: str, task: Task | None, traj: Trajectory) -> list[ChatMessage]:
     steps = "\n".join(f"Action: {s.action_text[:300]}\nFeedback: {s.observation[:300]}" for s in traj.steps)
     query = "\n".join(task.turns) if task else traj.task_id
-    return [ChatMessage(role="system", content=REFLECT_SYSTEM),
-            ChatMessage(role="user", content=f"Analyze the following feedback signal and trajectory evidence:\n"
-                        f"Signal: {kind}\nTask: {query}\nScore: {traj.outcome_reward or 0.0:g}\n{steps}\n\n"
-                        "Summarize in two or three sentences where and how the agent fails or behaves unstably, as a "
-                        "context for exploring the environment further.")]
+    return [
+        ChatMessage(role="system", content=REFLECT_SYSTEM),
+        ChatMessage(
+            role="user",
+            content=f"Analyze the following feedback signal and trajectory evidence:\n"
+            f"Signal: {kind}\nTask: {query}\nScore: {traj.outcome_reward or 0.0:g}\n{steps}\n\n"
+            "Summarize in two or three sentences where and how the agent fails or behaves unstably, as a "
+            "context for exploring the environment further.",
+        ),
+    ]
 
 
 class CoEvolveRegenerator:
     """Turns signal-annotated trajectories into new curated tasks (signal → reflect → re-explore → synthesize)."""
 
-    def __init__(self, reflect_llm: LLM, params: SamplingParams, explore_fn: Callable[[str, str], list[Task]],
-                 max_contexts: int = 4) -> None:
+    def __init__(
+        self,
+        reflect_llm: LLM,
+        params: SamplingParams,
+        explore_fn: Callable[[str, str], list[Task]],
+        max_contexts: int = 4,
+    ) -> None:
         self.llm, self.params, self.explore_fn, self.max_contexts = reflect_llm, params, explore_fn, max_contexts
 
-    def regenerate(self, signals: Sequence[Signal], trajectories: dict[str, Trajectory], tasks: dict[str, Task]) -> list[Task]:
+    def regenerate(
+        self, signals: Sequence[Signal], trajectories: dict[str, Trajectory], tasks: dict[str, Task]
+    ) -> list[Task]:
         chosen: list[Signal] = []
         seen_tasks: set[tuple[str, str]] = set()
         for kind in ("forgetting", "boundary", "rare"):  # one context per (signal kind, task), forgetting first
@@ -136,8 +155,10 @@ class CoEvolveRegenerator:
         chosen = chosen[: self.max_contexts]
         if not chosen:
             return []
-        outs = self.llm.chat([reflection_prompt(s.kind, tasks.get(s.task_id), trajectories[s.trajectory_id])
-                              for s in chosen], self.params)
+        outs = self.llm.chat(
+            [reflection_prompt(s.kind, tasks.get(s.task_id), trajectories[s.trajectory_id]) for s in chosen],
+            self.params,
+        )
         new: list[Task] = []
         for s, out in zip(chosen, outs):
             context = out[0].text.strip() or trajectories[s.trajectory_id].task_id

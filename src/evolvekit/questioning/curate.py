@@ -46,8 +46,12 @@ class DedupResult:
 class Deduplicator:
     """Real-time dedup against every task seen so far (existing tasks are added with ``seed``)."""
 
-    def __init__(self, embed: Callable[[Sequence[str]], np.ndarray] | None, lexical_threshold: float = 0.8,
-                 semantic_threshold: float = 0.9) -> None:
+    def __init__(
+        self,
+        embed: Callable[[Sequence[str]], np.ndarray] | None,
+        lexical_threshold: float = 0.8,
+        semantic_threshold: float = 0.9,
+    ) -> None:
         self.embed, self.lexical_threshold, self.semantic_threshold = embed, lexical_threshold, semantic_threshold
         self.texts: list[str] = []
         self.vectors: list[np.ndarray] = []
@@ -123,9 +127,10 @@ def grounding(task: Task) -> float:
     """
     text = " ".join(" ".join(task.turns).lower().split())
     numbers = {float(x) for x in _NUMBER.findall(text)}
-    values = [v for turn in task.reference_solution for call in turn for v in argument_values(call.arguments)]
+    values = [v for turn in task.reference_solution or [] for call in turn for v in argument_values(call.arguments)]
     if not values:
         return 1.0
-    stated = sum((float(v) in numbers) if isinstance(v, (int, float)) else (" ".join(v.lower().split()) in text)
-                 for v in values)
+    stated = sum(
+        (float(v) in numbers) if isinstance(v, (int, float)) else (" ".join(v.lower().split()) in text) for v in values
+    )
     return stated / len(values)

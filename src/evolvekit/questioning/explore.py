@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from functools import partial
+from typing import Any, Callable, Sequence, cast
 
 import torch
 
 from evolvekit.agent.parser import CLOSE, format_call, parse_action
 from evolvekit.agent.prompts import system_prompt
-from evolvekit.env.base import EnvProfile, Environment
-from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.env.base import Environment, EnvProfile
+from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams
 from evolvekit.llm.constrain import SchemaConstraint, SchemaVocabulary, TokenTrie
 from evolvekit.types import ChatMessage, ToolCall, new_id
 
@@ -54,7 +55,9 @@ def phase(step_index: int, n_breadth: int) -> str:
     return "breadth" if step_index < n_breadth else "depth"
 
 
-def context_window(steps: Sequence[ExplorationStep], step_index: int, n_breadth: int, n_depth: int) -> list[ExplorationStep]:
+def context_window(
+    steps: Sequence[ExplorationStep], step_index: int, n_breadth: int, n_depth: int
+) -> list[ExplorationStep]:
     """The steps the explorer sees before step ``step_index``: all of them while breadth-first, the last N_d after."""
     if phase(step_index, n_breadth) == "breadth":
         return list(steps)
@@ -90,9 +93,18 @@ def step_hint(tools, steps: Sequence[ExplorationStep], step_index: int, n_breadt
     return BREADTH_HINT + (" Try `" + breadth_tool(untried, step_index, n_breadth, run) + "`." if untried else "")
 
 
-def explorer_messages(tools, profiles: Sequence[EnvProfile], steps: Sequence[ExplorationStep], step_index: int,
-                      n_breadth: int, n_depth: int, rendering: str = "compact",
-                      examples: Sequence[ChatMessage] = (), goal: str | None = None, run: int = 0) -> list[ChatMessage]:
+def explorer_messages(
+    tools,
+    profiles: Sequence[EnvProfile],
+    steps: Sequence[ExplorationStep],
+    step_index: int,
+    n_breadth: int,
+    n_depth: int,
+    rendering: str = "compact",
+    examples: Sequence[ChatMessage] = (),
+    goal: str | None = None,
+    run: int = 0,
+) -> list[ChatMessage]:
     """The explorer's context before step ``step_index``.
 
     Every message is rendered as it was first shown (each hint is the one of the step it preceded), so while the
@@ -102,14 +114,24 @@ def explorer_messages(tools, profiles: Sequence[EnvProfile], steps: Sequence[Exp
     steps = list(steps)[:step_index]
     visible = context_window(steps, step_index, n_breadth, n_depth)
     first = step_index - len(visible)  # index of the first visible step
-    msgs = [ChatMessage(role="system", content=system_prompt(tools, rendering) + "\n\n" + profile_text(profiles)),
-            *examples,
-            ChatMessage(role="user", content="You are exploring this environment to learn what it can do. "
-                        + (goal + "\n" if goal else "") + step_hint(tools, steps, first, n_breadth, run))]
+    msgs = [
+        ChatMessage(role="system", content=system_prompt(tools, rendering) + "\n\n" + profile_text(profiles)),
+        *examples,
+        ChatMessage(
+            role="user",
+            content="You are exploring this environment to learn what it can do. "
+            + (goal + "\n" if goal else "")
+            + step_hint(tools, steps, first, n_breadth, run),
+        ),
+    ]
     for j, s in enumerate(visible, start=first):
         msgs.append(ChatMessage(role="assistant", content=s.action_text))
-        msgs.append(ChatMessage(role="user", content=f"Tool results:\n{s.observation}\n\n"
-                                + step_hint(tools, steps, j + 1, n_breadth, run)))
+        msgs.append(
+            ChatMessage(
+                role="user",
+                content=f"Tool results:\n{s.observation}\n\n" + step_hint(tools, steps, j + 1, n_breadth, run),
+            )
+        )
     return msgs
 
 
@@ -123,8 +145,9 @@ def call_prefix(tools, steps: Sequence[ExplorationStep], step_index: int, n_brea
     if phase(step_index, n_breadth) == "breadth":
         untried = untried_tools(tools, steps)
         if untried:
-            return OPEN_NAME + opened_call(next(t for t in tools if t.name == breadth_tool(untried, step_index,
-                                                                                           n_breadth, run)))
+            return OPEN_NAME + opened_call(
+                next(t for t in tools if t.name == breadth_tool(untried, step_index, n_breadth, run))
+            )
     return OPEN_NAME
 
 
@@ -134,24 +157,38 @@ def opened_call(tool) -> str:
 
 
 class Explorer:
-    def __init__(self, llm: LLM, params: SamplingParams, n_breadth: int = 3, n_depth: int = 27,
-                 rendering: str = "compact", scaffold: bool = False) -> None:
+    def __init__(
+        self,
+        llm: LLM,
+        params: SamplingParams,
+        n_breadth: int = 3,
+        n_depth: int = 27,
+        rendering: str = "compact",
+        scaffold: bool = False,
+    ) -> None:
         self.llm, self.n_breadth, self.n_depth, self.rendering = llm, n_breadth, n_depth, rendering
         # the call-prefix scaffold needs a backend that continues a given reply start (the local one)
         self.scaffold = scaffold and hasattr(llm, "decode_batch")
+        self.local = cast(InProcessLLM, llm)  # used only when scaffolding (an in-process model)
         self._tries: dict[tuple[str, ...], TokenTrie] = {}  # per tool set: its opened calls as a trie
         self._vocab: SchemaVocabulary | None = None  # built on first use (about a second for a 49k vocabulary)
         self._close: TokenTrie | None = None
-        self.params = SamplingParams(n=1, temperature=params.temperature, top_p=params.top_p,
-                                     max_new_tokens=params.max_new_tokens, stop=tuple(params.stop) + (CLOSE,),
-                                     seed=params.seed, stop_on_balanced_json=True)
+        self.params = SamplingParams(
+            n=1,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_new_tokens=params.max_new_tokens,
+            stop=tuple(params.stop) + (CLOSE,),
+            seed=params.seed,
+            stop_on_balanced_json=True,
+        )
 
     def _arguments(self, tool):
         """Scaffold: the tool's arguments object decoded under its parameter schema (argument names, required
         ones, value types), then the call's closing brace. None (free decoding) if the schema cannot be used."""
         if self._vocab is None:
-            self._vocab = SchemaVocabulary(self.llm.tokenizer, self.llm.eos_ids)
-            self._close = TokenTrie.build([self.llm.encode("}")])  # the call's own closing brace
+            self._vocab = SchemaVocabulary(self.local.tokenizer, self.local.eos_ids)
+            self._close = TokenTrie.build([self.local.encode("}")])  # the call's own closing brace
         close = self._close
         params = dict(getattr(tool, "parameters", None) or {})
         params.setdefault("type", "object")  # a tool's parameters are always an object, with only its arguments
@@ -171,8 +208,8 @@ class Explorer:
         key = tuple(sorted(t.name for t in tools))
         if key not in self._tries:
             ordered = sorted(tools, key=lambda t: t.name)
-            self._tries[key] = TokenTrie.build([self.llm.encode(opened_call(t)) for t in ordered],
-                                               thens=[(lambda t=t: self._arguments(t)) for t in ordered])
+            thens: list[Callable[[], Any] | None] = [partial(self._arguments, t) for t in ordered]
+            self._tries[key] = TokenTrie.build([self.local.encode(opened_call(t)) for t in ordered], thens=thens)
         return self._tries[key]
 
     def _constraint(self, prefix: str, tools):
@@ -182,12 +219,13 @@ class Explorer:
             return None
         if prefix == OPEN_NAME:
             return self._call_trie(tools)
-        name = prefix[len(OPEN_NAME):-len(OPEN_ARGS)]
+        name = prefix[len(OPEN_NAME) : -len(OPEN_ARGS)]
         tool = next((t for t in tools if t.name == name), None)
         return self._arguments(tool) if tool is not None else None
 
-    def _generate(self, convs: list[list[ChatMessage]], prefixes: list[str], step: int, keys: list[int],
-                  batch=None, tools=None) -> list[str]:
+    def _generate(
+        self, convs: list[list[ChatMessage]], prefixes: list[str], step: int, keys: list[int], batch=None, tools=None
+    ) -> list[str]:
         params = replace(self.params, seed=None if self.params.seed is None else self.params.seed + step)
         if not self.scaffold:
             return [o[0].text for o in self.llm.chat(convs, params)]
@@ -196,15 +234,22 @@ class Explorer:
         if params.seed is not None:
             batch.generator = torch.Generator(device="cpu").manual_seed(params.seed)
         constraints = [self._constraint(x, ts) for x, ts in zip(prefixes, tools or [None] * len(keys))]
-        batch.add([(k, self.llm.apply_chat_template(c) + self.llm.encode(x)) for k, c, x in zip(keys, convs, prefixes)],
-                  text_prefixes=prefixes, constraints=constraints)
+        batch.add(
+            [(k, self.local.apply_chat_template(c) + self.local.encode(x)) for k, c, x in zip(keys, convs, prefixes)],
+            text_prefixes=prefixes,
+            constraints=constraints,
+        )
         done = batch.run()
         return [x + done[k].text for k, x in zip(keys, prefixes)]
 
-    def explore(self, make_env: Callable[[], Environment], sandbox: dict, runs: int, max_steps: int,
-                goal: str | None = None) -> list[ExplorationTrace]:
+    def explore(
+        self, make_env: Callable[[], Environment], sandbox: dict, runs: int, max_steps: int, goal: str | None = None
+    ) -> list[ExplorationTrace]:
         """``runs`` exploration runs of ``max_steps`` steps (``goal``: a CoEvolve signal-conditioned context)."""
-        envs, traces, tools, examples = [], [], [], []
+        envs: list[Environment | None] = []
+        traces: list[ExplorationTrace] = []
+        tools: list[list] = []
+        examples: list[list] = []
         for _ in range(runs):
             env = make_env()
             trace = ExplorationTrace(exploration_id=new_id("explore"), sandbox=dict(sandbox))
@@ -224,12 +269,25 @@ class Explorer:
         classes = set(sandbox.get("classes") or [])
         profiles = [p for p in profiles if not classes or p.name in classes]
         live = [i for i, e in enumerate(envs) if e is not None]
-        batch = self.llm.decode_batch(self.params, keep_rows=True) if self.scaffold else None
+        batch = self.local.decode_batch(self.params, keep_rows=True) if self.scaffold else None
         for step in range(max_steps):
             if not live:
                 break
-            convs = [explorer_messages(tools[i], profiles, traces[i].steps, step, self.n_breadth, self.n_depth,
-                                       self.rendering, examples[i], goal, run=i) for i in live]
+            convs = [
+                explorer_messages(
+                    tools[i],
+                    profiles,
+                    traces[i].steps,
+                    step,
+                    self.n_breadth,
+                    self.n_depth,
+                    self.rendering,
+                    examples[i],
+                    goal,
+                    run=i,
+                )
+                for i in live
+            ]
             prefixes = [call_prefix(tools[i], traces[i].steps, step, self.n_breadth, run=i) for i in live]
             outs = self._generate(convs, prefixes, step, live, batch, [tools[i] for i in live])
             still = []
@@ -239,17 +297,24 @@ class Explorer:
                 action = parse_action(text)
                 if not action.tool_calls:
                     # exploration is about calling tools: a message without a call is recorded and the run goes on
-                    traces[i].steps.append(ExplorationStep(step, text, [], action.parse_error or "(no tool call)", False))
+                    traces[i].steps.append(
+                        ExplorationStep(step, text, [], action.parse_error or "(no tool call)", False)
+                    )
                     still.append(i)
                     continue
+                live_env = envs[i]
+                assert live_env is not None  # only live runs step
                 try:
-                    res = envs[i].step(action)
+                    res = live_env.step(action)
                 except Exception as err:
                     traces[i].error = f"step: {err}"
                     continue
                 ok = bool(res.call_results) and all(r.ok for r in res.call_results)
-                traces[i].steps.append(ExplorationStep(step, "".join(format_call(c) for c in action.tool_calls),
-                                                       action.tool_calls, res.observation, ok))
+                traces[i].steps.append(
+                    ExplorationStep(
+                        step, "".join(format_call(c) for c in action.tool_calls), action.tool_calls, res.observation, ok
+                    )
+                )
                 if not res.done:
                     still.append(i)
             live = still

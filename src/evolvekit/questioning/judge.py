@@ -37,10 +37,17 @@ End your answer with a line: Score: <number between 0 and 1>"""
 
 def judge_prompt(task: Task, traj: Trajectory) -> list[ChatMessage]:
     ref = "\n".join(format_call(c) for turn in (task.reference_solution or []) for c in turn) or "(none)"
-    steps = "\n".join(f"Step {i}: {s.action_text[:400]}\nResult: {s.observation[:400]}" for i, s in enumerate(traj.steps))
-    return [ChatMessage(role="system", content=JUDGE_SYSTEM),
-            ChatMessage(role="user", content=f"TASK:\n{chr(10).join(task.turns)}\n\nREFERENCE SOLUTION:\n{ref}\n\n"
-                        f"AGENT TRAJECTORY:\n{steps or '(no steps)'}")]
+    steps = "\n".join(
+        f"Step {i}: {s.action_text[:400]}\nResult: {s.observation[:400]}" for i, s in enumerate(traj.steps)
+    )
+    return [
+        ChatMessage(role="system", content=JUDGE_SYSTEM),
+        ChatMessage(
+            role="user",
+            content=f"TASK:\n{chr(10).join(task.turns)}\n\nREFERENCE SOLUTION:\n{ref}\n\n"
+            f"AGENT TRAJECTORY:\n{steps or '(no steps)'}",
+        ),
+    ]
 
 
 _SCORE = re.compile(r"score\s*[:=]\s*\**\s*([01](?:\.\d+)?|\.\d+)", re.IGNORECASE)
@@ -84,7 +91,7 @@ class LLMJudge:
             still = []
             params = retry_params(self.params, attempt)
             for lo in range(0, len(pending), self.batch):
-                chunk = pending[lo: lo + self.batch]
+                chunk = pending[lo : lo + self.batch]
                 outs = self.llm.chat([judge_prompt(*pairs[i]) for i in chunk], params)
                 report.calls += len(chunk)
                 for i, out in zip(chunk, outs):
@@ -105,8 +112,9 @@ SCORE_LEVELS = (0.0, 0.1, 0.2, 0.3, 0.7, 0.8, 0.9, 1.0)
 class ConstrainedJudge:
     """The §3.4 judge for an in-process model: the reply is forced to ``Score:`` and the model picks the level."""
 
-    def __init__(self, llm, params: SamplingParams, levels: Sequence[float] = SCORE_LEVELS,
-                 calibrate: bool = True) -> None:
+    def __init__(
+        self, llm, params: SamplingParams, levels: Sequence[float] = SCORE_LEVELS, calibrate: bool = True
+    ) -> None:
         self.llm, self.params, self.levels = llm, params, tuple(levels)
         self.scorer = ChoiceScorer(llm)
         self.rng = random.Random(params.seed or 0)
@@ -115,8 +123,11 @@ class ConstrainedJudge:
         self.prior: list[float] | None = None
         if calibrate:  # contextual calibration against a content-free task and trajectory (llm/choice.py)
             blank = Task(task_id="n/a", env_name="n/a", query="N/A")
-            self.prior = calibrated(self.scorer, llm.apply_chat_template(judge_prompt(blank, Trajectory(task_id="n/a")))
-                                    + self.lead, self.options)
+            self.prior = calibrated(
+                self.scorer,
+                llm.apply_chat_template(judge_prompt(blank, Trajectory(task_id="n/a"))) + self.lead,
+                self.options,
+            )
 
     def score(self, pairs: Sequence[tuple[Task, Trajectory]]) -> JudgeReport:
         report = JudgeReport(scores=[None] * len(pairs))
@@ -128,8 +139,9 @@ class ConstrainedJudge:
         return report
 
 
-def agreement_with_state(judged: Sequence[float | None], states: Sequence[float | None],
-                         threshold: float = 0.5) -> float | None:
+def agreement_with_state(
+    judged: Sequence[float | None], states: Sequence[float | None], threshold: float = 0.5
+) -> float | None:
     """Share of trajectories where the judge and the state check agree on pass/fail (both at or above
     ``threshold``, or both below); None when no trajectory has both."""
     pairs = [(j, s) for j, s in zip(judged, states) if j is not None and s is not None]

@@ -10,7 +10,7 @@ from evolvekit.config import Config
 from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.questioning.curate import Deduplicator, grounding, replay_feasible
-from evolvekit.questioning.explore import Explorer, ExplorationTrace
+from evolvekit.questioning.explore import ExplorationTrace, Explorer
 from evolvekit.questioning.synthesize import TaskSynthesizer, shots_from_examples
 from evolvekit.types import Task
 
@@ -67,12 +67,23 @@ def scaffold_on(cfg: Config, llm: LLM) -> bool:
     return mode == "on" or (mode == "auto" and hasattr(llm, "decode_batch"))
 
 
-def explorer_and_synthesizer(cfg: Config, explorer_llm: LLM, explorer_params: SamplingParams, synth_llm: LLM,
-                             synth_params: SamplingParams, make_env: Callable[[], Environment]
-                             ) -> tuple[Explorer, TaskSynthesizer]:
+def explorer_and_synthesizer(
+    cfg: Config,
+    explorer_llm: LLM,
+    explorer_params: SamplingParams,
+    synth_llm: LLM,
+    synth_params: SamplingParams,
+    make_env: Callable[[], Environment],
+) -> tuple[Explorer, TaskSynthesizer]:
     q = cfg.questioning
-    explorer = Explorer(explorer_llm, explorer_params, q.n_breadth, q.n_depth, cfg.env.tool_rendering,
-                        scaffold=scaffold_on(cfg, explorer_llm))
+    explorer = Explorer(
+        explorer_llm,
+        explorer_params,
+        q.n_breadth,
+        q.n_depth,
+        cfg.env.tool_rendering,
+        scaffold=scaffold_on(cfg, explorer_llm),
+    )
     targeted, shots = scaffold_on(cfg, synth_llm), []
     if targeted:  # the environment's worked examples become (calls -> request) examples for the synthesizer
         env = make_env()
@@ -80,16 +91,26 @@ def explorer_and_synthesizer(cfg: Config, explorer_llm: LLM, explorer_params: Sa
             shots = shots_from_examples(env.reset(None, sandbox_for(cfg)).examples)
         finally:
             env.close()
-    return explorer, TaskSynthesizer(synth_llm, synth_params, q.difficulty, q.style_rubrics, targeted=targeted,
-                                     shots=shots)
+    return explorer, TaskSynthesizer(
+        synth_llm, synth_params, q.difficulty, q.style_rubrics, targeted=targeted, shots=shots
+    )
 
 
-def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: SamplingParams, synth_llm: LLM,
-                     synth_params: SamplingParams, make_env: Callable[[], Environment],
-                     embed=None, existing: Sequence[Task] = (), max_rounds: int = 5,
-                     on_round: Callable[[Funnel, list[ExplorationTrace], list[Task]], None] | None = None,
-                     resume: Sequence[Task] = (), funnel: Funnel | None = None
-                     ) -> tuple[list[Task], Funnel, list[ExplorationTrace]]:
+def synthesize_tasks(
+    cfg: Config,
+    n: int,
+    explorer_llm: LLM,
+    explorer_params: SamplingParams,
+    synth_llm: LLM,
+    synth_params: SamplingParams,
+    make_env: Callable[[], Environment],
+    embed=None,
+    existing: Sequence[Task] = (),
+    max_rounds: int = 5,
+    on_round: Callable[[Funnel, list[ExplorationTrace], list[Task]], None] | None = None,
+    resume: Sequence[Task] = (),
+    funnel: Funnel | None = None,
+) -> tuple[list[Task], Funnel, list[ExplorationTrace]]:
     """Rounds of exploration → synthesis → curation until ``n`` tasks are kept or ``max_rounds`` ran.
 
     ``on_round(funnel, new_traces, new_kept)`` is called after every round, so a caller can persist each round's
@@ -107,7 +128,7 @@ def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: Sa
     funnel = funnel if funnel is not None else Funnel()
     kept, traces = list(resume)[:n], []
     meta = synthetic_metadata(sandbox)
-    for round_ in range(max_rounds):
+    for _ in range(max_rounds):
         if len(kept) >= n:
             break
         new = explorer.explore(make_env, sandbox, q.explore_runs, q.explore_steps)
@@ -127,8 +148,13 @@ def synthesize_tasks(cfg: Config, n: int, explorer_llm: LLM, explorer_params: Sa
     return kept, funnel, traces
 
 
-def curate_new(tasks: Sequence[Task], dedup: Deduplicator, make_env: Callable[[], Environment], funnel: Funnel,
-               min_grounding: float = 0.0) -> list[Task]:
+def curate_new(
+    tasks: Sequence[Task],
+    dedup: Deduplicator,
+    make_env: Callable[[], Environment],
+    funnel: Funnel,
+    min_grounding: float = 0.0,
+) -> list[Task]:
     """The grounding filter (off at 0), dedup against everything seen, then the feasibility replay; returns the
     kept tasks. Grounding comes first, so a dropped request does not block a later, better one as its duplicate."""
     scores = {id(t): grounding(t) for t in tasks} if min_grounding > 0 else {}
@@ -151,9 +177,16 @@ def curate_new(tasks: Sequence[Task], dedup: Deduplicator, make_env: Callable[[]
     return kept
 
 
-def goal_explorer(cfg: Config, explorer_llm: LLM, explorer_params: SamplingParams, synth_llm: LLM,
-                  synth_params: SamplingParams, make_env: Callable[[], Environment], dedup: Deduplicator,
-                  funnel: Funnel) -> Callable[[str, str], list[Task]]:
+def goal_explorer(
+    cfg: Config,
+    explorer_llm: LLM,
+    explorer_params: SamplingParams,
+    synth_llm: LLM,
+    synth_params: SamplingParams,
+    make_env: Callable[[], Environment],
+    dedup: Deduplicator,
+    funnel: Funnel,
+) -> Callable[[str, str], list[Task]]:
     """CoEvolve §3.2: re-explore from a signal context (``reexplore_rounds`` runs × ``reexplore_steps`` steps),
     then synthesize and curate like any exploration."""
     co = cfg.coevolve
@@ -161,15 +194,30 @@ def goal_explorer(cfg: Config, explorer_llm: LLM, explorer_params: SamplingParam
     explorer, synth = explorer_and_synthesizer(cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env)
     meta = synthetic_metadata(sandbox)
 
-    def run(kind: str, goal: str) -> list[Task]:
-        traces = explorer.explore(make_env, sandbox, co.reexplore_rounds, co.reexplore_steps, goal=goal)
-        run.traces += traces  # kept for the run store
-        funnel.explored += len(traces)
-        rep = synth.synthesize(traces, cfg.env.name, meta)
-        funnel.synthesized += len(rep.tasks)
+    return _Reexplore(
+        lambda goal: explorer.explore(make_env, sandbox, co.reexplore_rounds, co.reexplore_steps, goal=goal),
+        lambda tasks: curate_new(tasks, dedup, make_env, funnel, cfg.questioning.grounding_threshold),
+        synth,
+        cfg.env.name,
+        meta,
+        funnel,
+    )
+
+
+class _Reexplore:
+    """The CoEvolve re-exploration callable (``kind, goal -> tasks``); keeps its traces for the run store."""
+
+    def __init__(self, explore, curate, synth, env_name: str, meta: dict, funnel: Funnel) -> None:
+        self.explore, self.curate, self.synth = explore, curate, synth
+        self.env_name, self.meta, self.funnel = env_name, meta, funnel
+        self.traces: list = []
+
+    def __call__(self, kind: str, goal: str) -> list[Task]:
+        traces = self.explore(goal)
+        self.traces += traces
+        self.funnel.explored += len(traces)
+        rep = self.synth.synthesize(traces, self.env_name, self.meta)
+        self.funnel.synthesized += len(rep.tasks)
         for t in rep.tasks:
             t.metadata["bfcl_id"] = t.task_id
-        return curate_new(rep.tasks, dedup, make_env, funnel, cfg.questioning.grounding_threshold)
-
-    run.traces = []
-    return run
+        return self.curate(rep.tasks)

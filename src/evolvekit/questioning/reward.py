@@ -25,24 +25,35 @@ class SyntheticRewardRollouts:
         trajs = self.inner.rollout(ctx, tasks)
         self.last_metrics = dict(self.inner.last_metrics)
         by_id = {t.task_id: t for t in tasks}
-        synthetic = [(by_id[t.task_id], t) for t in trajs
-                     if t.task_id in by_id and by_id[t.task_id].source == TaskSource.SYNTHETIC and not t.flags.failed
-                     and t.metadata.get("role") != "extractor"]  # an extractor's reward is its skill's utility
+        synthetic = [
+            (by_id[t.task_id], t)
+            for t in trajs
+            if t.task_id in by_id
+            and by_id[t.task_id].source == TaskSource.SYNTHETIC
+            and not t.flags.failed
+            and t.metadata.get("role") != "extractor"
+        ]  # an extractor's reward is its skill's utility
         q = self.cfg.questioning
         judged: list[float | None] = [None] * len(synthetic)
         if synthetic and q.reward in ("judge", "mix") and self.judge is not None:
             report = self.judge.score(synthetic)
             judged = report.scores
-            self.last_metrics.update({"judge/calls": float(report.calls), "judge/fallbacks": float(report.fallbacks),
-                                      "judge/fallback_rate": report.fallbacks / len(synthetic)})
+            self.last_metrics.update(
+                {
+                    "judge/calls": float(report.calls),
+                    "judge/fallbacks": float(report.fallbacks),
+                    "judge/fallback_rate": report.fallbacks / len(synthetic),
+                }
+            )
             agree = agreement_with_state(judged, [t.outcome_reward for _, t in synthetic])
             if agree is not None:
                 self.last_metrics["judge/agreement_with_state"] = agree
-        for (task, traj), j in zip(synthetic, judged):
+        for (_, traj), j in zip(synthetic, judged):
             state = traj.outcome_reward
             traj.outcome_details = {**traj.outcome_details, "state_score": state, "judge_score": j}
             traj.outcome_reward = mix_reward(q.reward, state, j, q.judge_weight)
         if synthetic:
-            self.last_metrics["rollout/synthetic_state_score"] = sum(float(t.outcome_details["state_score"] or 0.0)
-                                                                     for _, t in synthetic) / len(synthetic)
+            self.last_metrics["rollout/synthetic_state_score"] = sum(
+                float(t.outcome_details["state_score"] or 0.0) for _, t in synthetic
+            ) / len(synthetic)
         return trajs

@@ -19,14 +19,18 @@ def hybrid_counts(batch: int, lam: float) -> tuple[int, int]:
 class HybridTaskSupply:
     """Draws ``per_iteration`` tasks per iteration: λ synthetic, 1 − λ real, each pool reshuffled per epoch."""
 
-    def __init__(self, synthetic: Sequence[Task], real: Sequence[Task], per_iteration: int, lam: float, seed: int) -> None:
+    def __init__(
+        self, synthetic: Sequence[Task], real: Sequence[Task], per_iteration: int, lam: float, seed: int
+    ) -> None:
         self.synthetic, self.real = list(synthetic), list(real)
         self.per_iteration, self.lam, self.seed = per_iteration, lam, seed
         self.coevolve = None  # a CoEvolveHook adds signal-guided tasks during training
         n_syn, n_real = hybrid_counts(per_iteration, lam)
         if n_syn and not self.synthetic:
-            raise EvolveKitError("self-questioning produced no synthetic tasks (see the synthesis funnel in the log); "
-                                 "a stronger explorer/synthesizer role or more exploration rounds may help")
+            raise EvolveKitError(
+                "self-questioning produced no synthetic tasks (see the synthesis funnel in the log); "
+                "a stronger explorer/synthesizer role or more exploration rounds may help"
+            )
         if n_real and not self.real:
             raise EvolveKitError("λ < 1 needs real training tasks, and there are none")
 
@@ -62,6 +66,7 @@ class HybridTaskSupply:
 def hybrid_advantage_scale(decay: float):
     """The sample builder's advantage scale under hybrid training (λ < 1): proxy (synthetic) tasks' trajectories
     are down-weighted by ``decay`` (§7.1.3), looked up among the run's stored tasks each iteration."""
+
     def per_iteration(ctx: IterationContext):
         return synthetic_advantage_scale({t.task_id: t for t in ctx.store.tasks()}, decay)
 
@@ -70,6 +75,7 @@ def hybrid_advantage_scale(decay: float):
 
 def synthetic_advantage_scale(tasks_by_id: dict[str, Task], decay: float):
     """§7.1.3: in hybrid training, advantages of proxy-task trajectories are multiplied by ``decay`` (0.5)."""
+
     def scale(traj: Trajectory) -> float:
         task = tasks_by_id.get(traj.task_id)
         return decay if task is not None and task.source == TaskSource.SYNTHETIC else 1.0
@@ -86,11 +92,15 @@ class CoEvolveHook:
         self.pending: list = []
         self.trajectories: dict[str, Trajectory] = {}
 
-    def observe(self, ctx: IterationContext, trajectories: Sequence[Trajectory], supply: HybridTaskSupply) -> dict[str, float]:
+    def observe(
+        self, ctx: IterationContext, trajectories: Sequence[Trajectory], supply: HybridTaskSupply
+    ) -> dict[str, float]:
         signals = self.tracker.observe(trajectories)
         self.pending += signals
         self.trajectories.update({t.trajectory_id: t for t in trajectories})
-        metrics = {f"coevolve/{k}": float(sum(s.kind == k for s in signals)) for k in ("forgetting", "boundary", "rare")}
+        metrics = {
+            f"coevolve/{k}": float(sum(s.kind == k for s in signals)) for k in ("forgetting", "boundary", "rare")
+        }
         new: list[Task] = []
         if self.every and (ctx.iteration + 1) % self.every == 0 and self.pending:
             tasks = {t.task_id: t for t in ctx.store.tasks()} if ctx.store is not None else {}

@@ -29,17 +29,24 @@ def distill(trace: ExplorationTrace, max_chars: int = 300) -> list[tuple[ToolCal
     return [(call, obs[:max_chars]) for _, call, obs in trace.successful_calls()]
 
 
-def synthesis_prompt(calls: Sequence[tuple[ToolCall, str]], difficulty: DifficultyConfig, rubrics: Sequence[str],
-                     n_tasks: int) -> list[ChatMessage]:
+def synthesis_prompt(
+    calls: Sequence[tuple[ToolCall, str]], difficulty: DifficultyConfig, rubrics: Sequence[str], n_tasks: int
+) -> list[ChatMessage]:
     listing = "\n".join(f"[{i}] {format_call(c)} -> {obs}" for i, (c, obs) in enumerate(calls))
-    prefs = (f"Each request should involve about {difficulty.entities} entities, {difficulty.attributes} attributes "
-             f"and {difficulty.operations} operations (fewer if the calls do not allow it).")
+    prefs = (
+        f"Each request should involve about {difficulty.entities} entities, {difficulty.attributes} attributes "
+        f"and {difficulty.operations} operations (fewer if the calls do not allow it)."
+    )
     if rubrics:
         prefs += "\nStyle: " + "; ".join(rubrics)
-    fmt = ("Write {n} requests, each exactly as:\nTask: <the user's request, self-contained, with every value it needs>\n"
-           "Solution: <the numbers of the calls that solve it, in order, e.g. 0, 2>").format(n=n_tasks)
-    return [ChatMessage(role="system", content=SYNTH_SYSTEM),
-            ChatMessage(role="user", content=f"Executed calls:\n{listing}\n\n{prefs}\n\n{fmt}")]
+    fmt = (
+        "Write {n} requests, each exactly as:\nTask: <the user's request, self-contained, with every value it needs>\n"
+        "Solution: <the numbers of the calls that solve it, in order, e.g. 0, 2>"
+    ).format(n=n_tasks)
+    return [
+        ChatMessage(role="system", content=SYNTH_SYSTEM),
+        ChatMessage(role="user", content=f"Executed calls:\n{listing}\n\n{prefs}\n\n{fmt}"),
+    ]
 
 
 _TASK = re.compile(r"task\s*[:：]\s*(.+?)\s*\n\s*solution\s*[:：]\s*([\d,\s\[\]and]+)", re.IGNORECASE)
@@ -56,7 +63,9 @@ def parse_synthesis(text: str, n_calls: int) -> list[tuple[str, list[int]]]:
     return out
 
 
-TARGETED_ASK = "Write the user's request that exactly these calls solve: one sentence, self-contained, with every value it needs."
+TARGETED_ASK = (
+    "Write the user's request that exactly these calls solve: one sentence, self-contained, with every value it needs."
+)
 
 
 def targeted_prompt(calls: Sequence[tuple[ToolCall, str]], shots: Sequence[tuple[str, str]] = ()) -> list[ChatMessage]:
@@ -64,8 +73,10 @@ def targeted_prompt(calls: Sequence[tuple[ToolCall, str]], shots: Sequence[tuple
     the request they solve. ``shots`` are (call listing, request) worked examples given as chat turns."""
     msgs = [ChatMessage(role="system", content=SYNTH_SYSTEM)]
     for listing, request in shots:
-        msgs += [ChatMessage(role="user", content=f"Executed calls:\n{listing}\n\n{TARGETED_ASK}"),
-                 ChatMessage(role="assistant", content=request)]
+        msgs += [
+            ChatMessage(role="user", content=f"Executed calls:\n{listing}\n\n{TARGETED_ASK}"),
+            ChatMessage(role="assistant", content=request),
+        ]
     listing = "\n".join(f"[{i}] {format_call(c)} -> {obs}" for i, (c, obs) in enumerate(calls))
     return msgs + [ChatMessage(role="user", content=f"Executed calls:\n{listing}\n\n{TARGETED_ASK}")]
 
@@ -73,7 +84,9 @@ def targeted_prompt(calls: Sequence[tuple[ToolCall, str]], shots: Sequence[tuple
 def parse_request(text: str) -> str | None:
     """The request of a targeted-synthesis answer: its first line, without a 'Task:' label or quotes."""
     line = next((ln.strip() for ln in (text or "").splitlines() if ln.strip()), "")
-    line = re.sub(r"^(task|request|user)\s*[:：]\s*", "", re.sub(r"[*_#`]", "", line), flags=re.IGNORECASE).strip(' "\'')
+    line = re.sub(r"^(task|request|user)\s*[:：]\s*", "", re.sub(r"[*_#`]", "", line), flags=re.IGNORECASE).strip(
+        " \"'"
+    )
     if len(line) < 8 or len(line) > 400 or "<tool" in line or line.startswith("{"):
         return None
     return line
@@ -98,7 +111,9 @@ def shots_from_examples(examples: Sequence[ChatMessage]) -> list[tuple[str, str]
         calls = parse_action(call.content or "").tool_calls
         if calls:
             obs = (result.content or "").replace("Tool results:\n", "").strip()[:300]
-            shots.append(("\n".join(f"[{j}] {format_call(c)} -> {obs}" for j, c in enumerate(calls)), user.content or ""))
+            shots.append(
+                ("\n".join(f"[{j}] {format_call(c)} -> {obs}" for j, c in enumerate(calls)), user.content or "")
+            )
     return shots
 
 
@@ -110,8 +125,16 @@ class SynthesisReport:
 
 
 class TaskSynthesizer:
-    def __init__(self, llm: LLM, params: SamplingParams, difficulty: DifficultyConfig, rubrics: Sequence[str] = (),
-                 tasks_per_trace: int = 3, targeted: bool = False, shots: Sequence[tuple[str, str]] = ()) -> None:
+    def __init__(
+        self,
+        llm: LLM,
+        params: SamplingParams,
+        difficulty: DifficultyConfig,
+        rubrics: Sequence[str] = (),
+        tasks_per_trace: int = 3,
+        targeted: bool = False,
+        shots: Sequence[tuple[str, str]] = (),
+    ) -> None:
         self.llm, self.params, self.difficulty = llm, params, difficulty
         self.rubrics, self.tasks_per_trace = list(rubrics), tasks_per_trace
         self.targeted, self.shots = targeted, list(shots)
@@ -119,14 +142,21 @@ class TaskSynthesizer:
     def _items(self, usable) -> tuple[list[list[tuple[str, list[int]]]], int]:
         """Per usable trace, its (request, call indices) items; and how many answers gave none."""
         if not self.targeted:
-            outs = self.llm.chat([synthesis_prompt(calls, self.difficulty, self.rubrics, self.tasks_per_trace)
-                                  for _, calls in usable], self.params)
-            items = [parse_synthesis(out[0].text, len(calls)) for (_, calls), out in zip(usable, outs)]
-            return items, sum(1 for it in items if not it)
-        asks = [(k, w) for k, (_, calls) in enumerate(usable)
-                for w in windows(len(calls), self.difficulty.operations, self.tasks_per_trace)]
-        outs = self.llm.chat([targeted_prompt([usable[k][1][i] for i in w], self.shots) for k, w in asks],
-                             replace(self.params, stop=tuple(self.params.stop) + ("\n",)))
+            outs = self.llm.chat(
+                [synthesis_prompt(calls, self.difficulty, self.rubrics, self.tasks_per_trace) for _, calls in usable],
+                self.params,
+            )
+            parsed = [parse_synthesis(out[0].text, len(calls)) for (_, calls), out in zip(usable, outs)]
+            return parsed, sum(1 for it in parsed if not it)
+        asks = [
+            (k, w)
+            for k, (_, calls) in enumerate(usable)
+            for w in windows(len(calls), self.difficulty.operations, self.tasks_per_trace)
+        ]
+        outs = self.llm.chat(
+            [targeted_prompt([usable[k][1][i] for i in w], self.shots) for k, w in asks],
+            replace(self.params, stop=tuple(self.params.stop) + ("\n",)),
+        )
         items: list[list[tuple[str, list[int]]]] = [[] for _ in usable]
         bad = 0
         for (k, w), out in zip(asks, outs):
@@ -137,7 +167,9 @@ class TaskSynthesizer:
                 items[k].append((request, w))
         return items, bad
 
-    def synthesize(self, traces: Sequence[ExplorationTrace], env_name: str, metadata: dict | None = None) -> SynthesisReport:
+    def synthesize(
+        self, traces: Sequence[ExplorationTrace], env_name: str, metadata: dict | None = None
+    ) -> SynthesisReport:
         report = SynthesisReport()
         usable = [(t, distill(t)) for t in traces]
         usable = [(t, calls) for t, calls in usable if calls]
@@ -152,10 +184,18 @@ class TaskSynthesizer:
                 n_attrs = len({k for c in ref for k in c.arguments})
                 meta = dict(metadata or {})
                 meta.update({"exploration_id": trace.exploration_id, "explored_steps": idx})
-                report.tasks.append(Task(
-                    task_id=new_id("syn"), env_name=env_name, query=query,
-                    initial_config=dict(trace.sandbox.get("initial_config") or {}), reference_solution=[ref],
-                    source=TaskSource.SYNTHETIC, difficulty=Difficulty(entities=len({c.name for c in ref}),
-                                                                       attributes=n_attrs, operations=n_ops),
-                    metadata=meta))
+                report.tasks.append(
+                    Task(
+                        task_id=new_id("syn"),
+                        env_name=env_name,
+                        query=query,
+                        initial_config=dict(trace.sandbox.get("initial_config") or {}),
+                        reference_solution=[ref],
+                        source=TaskSource.SYNTHETIC,
+                        difficulty=Difficulty(
+                            entities=len({c.name for c in ref}), attributes=n_attrs, operations=n_ops
+                        ),
+                        metadata=meta,
+                    )
+                )
         return report

@@ -63,13 +63,16 @@ def run_ablation(spec_path: Path, only: list[str] | None = None) -> Path:
     out = Path(spec.out_dir)
     rows = [row for row in spec.rows if not only or row.name in only]
     if only and (unknown := sorted(set(only) - {row.name for row in spec.rows})):
-        raise ConfigError(f"{spec_path}: no row named {', '.join(unknown)} (rows: {', '.join(r.name for r in spec.rows)})")
+        raise ConfigError(
+            f"{spec_path}: no row named {', '.join(unknown)} (rows: {', '.join(r.name for r in spec.rows)})"
+        )
     configs = {}
     for row in rows:  # validate every row before the first (long) run starts
         for seed in spec.seeds:
             try:
                 configs[row.name, seed] = load_config(
-                    base, [*spec.budget, *row.overrides, f"run.seed={seed}", f"run.name={row.name}"])
+                    base, [*spec.budget, *row.overrides, f"run.seed={seed}", f"run.name={row.name}"]
+                )
             except ConfigError as err:
                 raise ConfigError(f"{spec_path}: row {row.name!r}: {err}") from None
     results: dict[str, dict] = {}
@@ -80,8 +83,11 @@ def run_ablation(spec_path: Path, only: list[str] | None = None) -> Path:
             run_dir = out / row.name / f"seed{seed}"
             summary_file = run_dir / "summary.json"
             if not summary_file.is_file():
-                error = _run_isolated(configs[row.name, seed], run_dir) if spec.isolate else _run_one(
-                    configs[row.name, seed].model_dump_json(), str(run_dir))
+                error = (
+                    _run_isolated(configs[row.name, seed], run_dir)
+                    if spec.isolate
+                    else _run_one(configs[row.name, seed].model_dump_json(), str(run_dir))
+                )
                 if error:
                     log.error("ablation run %s failed: %s (the other runs go on; re-run to resume it)", run_dir, error)
                     failed[f"{row.name}/seed{seed}"] = error
@@ -122,8 +128,9 @@ def _run_isolated(cfg, run_dir: Path) -> str | None:
     """``_run_one`` in a spawned process; a crash or kill (non-zero exit) is returned as an error."""
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         try:
-            return pool.submit(_run_one, cfg.model_dump_json(), str(run_dir),
-                               logging.getLogger().getEffectiveLevel()).result()
+            return pool.submit(
+                _run_one, cfg.model_dump_json(), str(run_dir), logging.getLogger().getEffectiveLevel()
+            ).result()
         except Exception as err:  # noqa: BLE001 - the child died (BrokenProcessPool) or could not be started
             return f"{type(err).__name__}: {err}"
 
@@ -143,8 +150,14 @@ def markdown_table(results: dict[str, dict], spec: AblationSpec) -> str:
     keys = sorted({k for r in results.values() for k in r if k.startswith("eval_after/")})
     keys = keys or sorted({k for r in results.values() for k in r if k.startswith("eval_before/")})
     head = "| row | seeds | " + " | ".join(k.split("/", 1)[1] for k in keys) + " |"
-    lines = [f"# Ablation ({len(spec.seeds)} seeds: {spec.seeds})", "", "budget: " + (", ".join(spec.budget) or "base config"),
-             "", head, "|" + "---|" * (len(keys) + 2)]
+    lines = [
+        f"# Ablation ({len(spec.seeds)} seeds: {spec.seeds})",
+        "",
+        "budget: " + (", ".join(spec.budget) or "base config"),
+        "",
+        head,
+        "|" + "---|" * (len(keys) + 2),
+    ]
     for name, r in results.items():
         cells = []
         for k in keys:

@@ -21,7 +21,8 @@ GOOD_COLOR, BAD_COLOR = "#c8f7c5", "#f7c5c5"
 CSS = f"""body{{font-family:system-ui,sans-serif;margin:1.5em;max-width:80em}}nav a{{margin-right:1em}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.25em .5em;vertical-align:top}}
 pre{{white-space:pre-wrap;margin:0}}.GOOD{{background:{GOOD_COLOR}}}.BAD{{background:{BAD_COLOR}}}
-.NEUTRAL{{background:#eeeeee}}td.src-grounded{{border-left:6px solid #2b7a2b}}td.src-llm{{border-left:6px dashed #5a4fcf}}
+.NEUTRAL{{background:#eeeeee}}td.src-grounded{{border-left:6px solid #2b7a2b}}
+td.src-llm{{border-left:6px dashed #5a4fcf}}
 .exp{{background:#fff3c4;border-left:4px solid #e0b000;padding:.4em;margin:.5em 0}}"""
 
 e = html.escape
@@ -29,12 +30,20 @@ e = html.escape
 
 def _page(title: str, body: str, base: str = "", up: str | None = None, run_nav: bool = True) -> HTMLResponse:
     back = f"<a href='{e(up)}'>all runs</a>" if up else ""
-    links = (f"<a href='{base}/'>overview</a><a href='{base}/tasks'>tasks</a>"
-             f"<a href='{base}/trajectories'>trajectories</a><a href='{base}/experiences'>experiences</a>") if run_nav else ""
+    links = (
+        (
+            f"<a href='{base}/'>overview</a><a href='{base}/tasks'>tasks</a>"
+            f"<a href='{base}/trajectories'>trajectories</a><a href='{base}/experiences'>experiences</a>"
+        )
+        if run_nav
+        else ""
+    )
     nav = f"<nav>{back}{links}</nav>"
-    return HTMLResponse(f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
-                        f"<meta http-equiv='refresh' content='60'><style>{CSS}</style></head><body>{nav}"
-                        f"<h1>{e(title)}</h1>{body}</body></html>")
+    return HTMLResponse(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
+        f"<meta http-equiv='refresh' content='60'><style>{CSS}</style></head><body>{nav}"
+        f"<h1>{e(title)}</h1>{body}</body></html>"
+    )
 
 
 def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> FastAPI:
@@ -50,15 +59,22 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
     def overview():
         run = load_summary(run_dir)
         figs = write_figures(run, fig_dir)
-        evals = "".join(f"<tr><td>{e(p)}</td><td>{e(json.dumps({k: v for k, v in ev.items() if '@' in k}))}</td></tr>"
-                        for p, ev in sorted(run.evaluations.items()))
+        evals = "".join(
+            f"<tr><td>{e(p)}</td><td>{e(json.dumps({k: v for k, v in ev.items() if '@' in k}))}</td></tr>"
+            for p, ev in sorted(run.evaluations.items())
+        )
         last = run.metrics[max(run.metrics)] if run.metrics else {}
         rows = "".join(f"<tr><td>{e(k)}</td><td>{v:.4g}</td></tr>" for k, v in sorted(last.items()))
         imgs = "".join(f"<h3>{e(n)}</h3><img src='{base}/figures/{e(p.name)}' alt='{e(n)}'>" for n, p in figs.items())
         helpers = "".join(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>" for k, v in run.helper_sources.items())
-        return _page(f"run {run_dir.name}", f"<p>{len(run.metrics)} iterations done</p>"
-                     f"<h2>Helper sources</h2><table>{helpers}</table><h2>Held-out evaluation</h2>"
-                     f"<table>{evals}</table>{imgs}<h2>Latest iteration</h2><table>{rows}</table>", base, up)
+        return _page(
+            f"run {run_dir.name}",
+            f"<p>{len(run.metrics)} iterations done</p>"
+            f"<h2>Helper sources</h2><table>{helpers}</table><h2>Held-out evaluation</h2>"
+            f"<table>{evals}</table>{imgs}<h2>Latest iteration</h2><table>{rows}</table>",
+            base,
+            up,
+        )
 
     @app.get("/figures/{name}")
     def figure(name: str):
@@ -75,27 +91,45 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
             t = json.loads(j)
             meta = t.get("metadata") or {}
             prov = {k: meta[k] for k in ("exploration_id", "signal", "curation", "family", "category") if k in meta}
-            ref = "\n".join(f"{c['name']}({json.dumps(c.get('arguments', {}))})" for turn in (t.get("reference_solution") or [])
-                            for c in turn)
+            ref = "\n".join(
+                f"{c['name']}({json.dumps(c.get('arguments', {}))})"
+                for turn in (t.get("reference_solution") or [])
+                for c in turn
+            )
             query = t["query"] if isinstance(t["query"], str) else "\n".join(t["query"])
-            rows.append(f"<tr><td>{e(t['task_id'])}</td><td>{e(t.get('source', ''))}</td><td><pre>{e(query)}</pre></td>"
-                        f"<td><pre>{e(ref)}</pre></td><td><pre>{e(json.dumps(prov))}</pre></td></tr>")
+            rows.append(
+                f"<tr><td>{e(t['task_id'])}</td><td>{e(t.get('source', ''))}</td><td><pre>{e(query)}</pre></td>"
+                f"<td><pre>{e(ref)}</pre></td><td><pre>{e(json.dumps(prov))}</pre></td></tr>"
+            )
         con.close()
-        return _page("tasks", "<table><tr><th>task</th><th>source</th><th>query</th><th>reference solution</th>"
-                     f"<th>provenance</th></tr>{''.join(rows)}</table>", base, up)
+        return _page(
+            "tasks",
+            "<table><tr><th>task</th><th>source</th><th>query</th><th>reference solution</th>"
+            f"<th>provenance</th></tr>{''.join(rows)}</table>",
+            base,
+            up,
+        )
 
     @app.get("/trajectories", response_class=HTMLResponse)
     def trajectories():
         con = connect_ro(run_dir)
         rows = "".join(
-            f"<tr><td><a href='{base}/trajectories/{e(tid)}'>{e(tid)}</a></td><td>{it}</td><td>{e(phase)}</td><td>{e(task)}</td>"
+            f"<tr><td><a href='{base}/trajectories/{e(tid)}'>{e(tid)}</a></td><td>{it}</td><td>{e(phase)}</td>"
+            f"<td>{e(task)}</td>"
             f"<td>{'' if r is None else f'{r:.2f}'}</td><td>{'yes' if g else ''}</td></tr>"
             for tid, it, phase, task, r, g in con.execute(
                 "SELECT trajectory_id, iteration, phase, task_id, outcome_reward, experience_guided FROM trajectories "
-                "ORDER BY rowid DESC LIMIT 500"))
+                "ORDER BY rowid DESC LIMIT 500"
+            )
+        )
         con.close()
-        return _page("trajectories", "<table><tr><th>trajectory</th><th>iteration</th><th>phase</th><th>task</th>"
-                     f"<th>reward</th><th>guided</th></tr>{rows}</table>", base, up)
+        return _page(
+            "trajectories",
+            "<table><tr><th>trajectory</th><th>iteration</th><th>phase</th><th>task</th>"
+            f"<th>reward</th><th>guided</th></tr>{rows}</table>",
+            base,
+            up,
+        )
 
     @app.get("/trajectories/{trajectory_id}", response_class=HTMLResponse)
     def trajectory(trajectory_id: str):
@@ -107,19 +141,25 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
         t = json.loads(row[0])
         labels = t.get("step_attributions") or []
         source = t.get("attribution_source") or ""
-        parts = [f"<p>task {e(t['task_id'])} · reward {e(str(t.get('outcome_reward')))} · "
-                 f"{'experience-guided' if t['flags'].get('experience_guided') else 'vanilla'}</p>"]
+        parts = [
+            f"<p>task {e(t['task_id'])} · reward {e(str(t.get('outcome_reward')))} · "
+            f"{'experience-guided' if t['flags'].get('experience_guided') else 'vanilla'}</p>"
+        ]
         if t.get("experience_used"):
             parts.append(f"<p>experiences used: {e(', '.join(t['experience_used']))}</p>")
-        parts.append("<table><tr><th>step</th><th>label</th><th>action</th><th>tool calls</th><th>observation</th></tr>")
+        parts.append(
+            "<table><tr><th>step</th><th>label</th><th>action</th><th>tool calls</th><th>observation</th></tr>"
+        )
         for i, s in enumerate(t.get("steps", [])):
             label = labels[i] if i < len(labels) else ""
             calls = "\n".join(f"{c['name']}({json.dumps(c.get('arguments', {}))})" for c in s.get("tool_calls", []))
             tag = f" ({source})" if label and source else ""
-            parts.append(f"<tr class='{e(label)}' data-label='{e(label)}' data-source='{e(source)}'><td>{s['index']}</td>"
-                         f"<td class='src-{e(source)}'>{e(label)}{e(tag)}</td>"
-                         f"<td><pre>{e(s['action_text'])}</pre></td><td><pre>{e(calls)}</pre></td>"
-                         f"<td><pre>{e(s.get('observation', ''))}</pre></td></tr>")
+            parts.append(
+                f"<tr class='{e(label)}' data-label='{e(label)}' data-source='{e(source)}'><td>{s['index']}</td>"
+                f"<td class='src-{e(source)}'>{e(label)}{e(tag)}</td>"
+                f"<td><pre>{e(s['action_text'])}</pre></td><td><pre>{e(calls)}</pre></td>"
+                f"<td><pre>{e(s.get('observation', ''))}</pre></td></tr>"
+            )
         parts.append("</table>")
         return _page(f"trajectory {trajectory_id}", "".join(parts), base, up)
 
@@ -130,12 +170,19 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
         for (j,) in con.execute("SELECT json FROM experiences ORDER BY rowid"):
             x = json.loads(j)
             score = (x.get("success_count", 0) + 1) / (x.get("use_count", 0) + 2)
-            rows.append(f"<tr><td>{e(x['experience_id'])}</td><td class='exp'>{e(x['when_to_use'])}</td>"
-                        f"<td><pre>{e(x['content'])}</pre></td><td>{x.get('use_count', 0)}</td>"
-                        f"<td>{score:.2f}</td><td>{e(str(x.get('utility')))}</td></tr>")
+            rows.append(
+                f"<tr><td>{e(x['experience_id'])}</td><td class='exp'>{e(x['when_to_use'])}</td>"
+                f"<td><pre>{e(x['content'])}</pre></td><td>{x.get('use_count', 0)}</td>"
+                f"<td>{score:.2f}</td><td>{e(str(x.get('utility')))}</td></tr>"
+            )
         con.close()
-        return _page("experience pool", "<table><tr><th>id</th><th>when to use</th><th>content</th><th>uses</th>"
-                     f"<th>score</th><th>utility</th></tr>{''.join(rows)}</table>", base, up)
+        return _page(
+            "experience pool",
+            "<table><tr><th>id</th><th>when to use</th><th>content</th><th>uses</th>"
+            f"<th>score</th><th>utility</th></tr>{''.join(rows)}</table>",
+            base,
+            up,
+        )
 
     return app
 
@@ -166,12 +213,19 @@ def create_collection_dashboard(root: Path) -> FastAPI:
             for r in g.runs:
                 prefix = "/runs/" + quote(r.run_dir.relative_to(root).as_posix())
                 after = r.evaluations.get("after") or r.evaluations.get("before") or {}
-                res = ", ".join(f"{k}={v:.3f}" for k, v in sorted(after.items())
-                                if "@" in k and isinstance(v, (int, float)))
-                rows.append(f"<tr><td>{e(g.name)}</td><td><a href='{e(prefix)}/'>{e(r.run_dir.name)}</a></td>"
-                            f"<td>{len(r.metrics)}</td><td>{e(res or 'running')}</td></tr>")
-        return _page(f"runs in {root.name}", "<table><tr><th>row</th><th>run</th><th>iterations</th>"
-                     f"<th>held-out after training</th></tr>{''.join(rows)}</table>", run_nav=False)
+                res = ", ".join(
+                    f"{k}={v:.3f}" for k, v in sorted(after.items()) if "@" in k and isinstance(v, (int, float))
+                )
+                rows.append(
+                    f"<tr><td>{e(g.name)}</td><td><a href='{e(prefix)}/'>{e(r.run_dir.name)}</a></td>"
+                    f"<td>{len(r.metrics)}</td><td>{e(res or 'running')}</td></tr>"
+                )
+        return _page(
+            f"runs in {root.name}",
+            "<table><tr><th>row</th><th>run</th><th>iterations</th>"
+            f"<th>held-out after training</th></tr>{''.join(rows)}</table>",
+            run_nav=False,
+        )
 
     mount_new()
     return app

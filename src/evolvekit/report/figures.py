@@ -100,8 +100,13 @@ def efficiency(run: RunSummary, baseline: RunSummary | None) -> dict[str, float 
         bx, by, _ = baseline.heldout_curve()
         if by:
             target = 0.9 * max(by)
-            out.update({"baseline_auc": area_under_curve(bx, by), "steps@0.9": steps_to_fraction(xs, ys, target),
-                        "baseline_steps@0.9": steps_to_fraction(bx, by, target)})
+            out.update(
+                {
+                    "baseline_auc": area_under_curve(bx, by),
+                    "steps@0.9": steps_to_fraction(xs, ys, target),
+                    "baseline_steps@0.9": steps_to_fraction(bx, by, target),
+                }
+            )
     return out
 
 
@@ -144,19 +149,37 @@ def write_figures(run: RunSummary, out: Path, baseline: RunSummary | None = None
         bx, by, _ = baseline.heldout_curve()
         curves.append((f"baseline held-out {key}", bx, by))
     figs["learning"] = _plot(out / "learning.png", "Learning curve", curves, "rate")
-    figs["guided"] = _plot(out / "guided_vs_vanilla.png", "Reward: experience-guided vs vanilla rollouts",
-                           [("guided", *series(m, "navigating/guided_reward")),
-                            ("vanilla", *series(m, "navigating/vanilla_reward"))], "reward")
-    figs["pool"] = _plot(out / "experience_pool.png", "Experience pool",
-                         [("size", *series(m, "navigating/pool_size")), ("merged", *series(m, "navigating/merged")),
-                          ("pruned", *series(m, "navigating/pruned"))])
-    figs["attribution"] = _plot(out / "attribution.png", "Attribution GOOD ratio",
-                                [("GOOD ratio", *series(m, "attribution/good_ratio")),
-                                 ("parse failures", *series(m, "attribution/parse_failure_rate"))], "rate")
-    figs["tasks"] = _plot(out / "task_growth.png", "Task set growth",
-                          [("synthetic pool", *series(m, "tasks/synthetic_pool"))] +
-                          [(f"{k} signals", *series(m, f"coevolve/{k}")) for k in ("forgetting", "boundary", "rare")] +
-                          [("CoEvolve new tasks", *series(m, "coevolve/new_tasks"))])
+    figs["guided"] = _plot(
+        out / "guided_vs_vanilla.png",
+        "Reward: experience-guided vs vanilla rollouts",
+        [("guided", *series(m, "navigating/guided_reward")), ("vanilla", *series(m, "navigating/vanilla_reward"))],
+        "reward",
+    )
+    figs["pool"] = _plot(
+        out / "experience_pool.png",
+        "Experience pool",
+        [
+            ("size", *series(m, "navigating/pool_size")),
+            ("merged", *series(m, "navigating/merged")),
+            ("pruned", *series(m, "navigating/pruned")),
+        ],
+    )
+    figs["attribution"] = _plot(
+        out / "attribution.png",
+        "Attribution GOOD ratio",
+        [
+            ("GOOD ratio", *series(m, "attribution/good_ratio")),
+            ("parse failures", *series(m, "attribution/parse_failure_rate")),
+        ],
+        "rate",
+    )
+    figs["tasks"] = _plot(
+        out / "task_growth.png",
+        "Task set growth",
+        [("synthetic pool", *series(m, "tasks/synthetic_pool"))]
+        + [(f"{k} signals", *series(m, f"coevolve/{k}")) for k in ("forgetting", "boundary", "rare")]
+        + [("CoEvolve new tasks", *series(m, "coevolve/new_tasks"))],
+    )
     return {k: v for k, v in figs.items() if v is not None}
 
 
@@ -178,8 +201,14 @@ def plot_groups(groups, out: Path) -> dict[str, Path]:
         width = 0.8 / len(keys)
         for j, k in enumerate(keys):
             xs = [i + (j - (len(keys) - 1) / 2) * width for i in range(len(groups))]
-            ax.bar(xs, [f.get(k, (0, 0, 0))[0] for f in finals], width, yerr=[f.get(k, (0, 0, 0))[1] for f in finals],
-                   capsize=3, label=k)
+            ax.bar(
+                xs,
+                [f.get(k, (0, 0, 0))[0] for f in finals],
+                width,
+                yerr=[f.get(k, (0, 0, 0))[1] for f in finals],
+                capsize=3,
+                label=k,
+            )
         ax.set_xticks(range(len(groups)), [g.name for g in groups], rotation=25, ha="right", fontsize=8)
         ax.set_ylabel("held-out success")
         ax.set_title("Held-out after training (mean ± std over seeds)")

@@ -34,24 +34,50 @@ def write_report(run_dir: Path, out: Path | None = None, baseline: Path | None =
     out = Path(out or Path(run_dir) / "report")
     figs = write_figures(run, out, base)
     eff = efficiency(run, base)
-    key_metrics = ["rollout/success_rate", "rollout/reward_mean", "navigating/guided_reward", "navigating/vanilla_reward",
-                   "navigating/pool_size", "navigating/validated_share", "attribution/good_ratio",
-                   "attribution/agreement_with_grounded", "attribution/constant_channel_groups", "judge/fallback_rate",
-                   "judge/agreement_with_state", "train/loss", "time/iteration_s"]
-    rows = [{"iteration": it, **{k: m.get(k) for k in key_metrics if any(k in mm for mm in run.metrics.values())}}
-            for it, m in sorted(run.metrics.items())]
-    evals = [{"phase": p, **{k: v for k, v in e.items() if "@" in k or k in ("tasks", "split")}}
-             for p, e in sorted(run.evaluations.items())]
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(run_dir.name)}</title>"
-             f"<style>{CSS}</style></head><body>",
-             f"<h1>Run report: {html.escape(Path(run_dir).name)}</h1>",
-             "<h2>Held-out evaluation</h2>", _table(evals),
-             "<h2>Learning efficiency</h2>",
-             _table([{k: v for k, v in eff.items()}]) +
-             (f"<p>baseline: {html.escape(str(baseline))}</p>" if baseline else "<p>no baseline run given (--baseline)</p>"),
-             "<h2>Helper sources</h2>", _table([{"role": k, "source": v} for k, v in run.helper_sources.items()]),
-             "<h2>Task set</h2>", _table([{"source": k, "tasks": v} for k, v in run.task_sources.items()] +
-                                          [{"source": f"CoEvolve {k}", "tasks": v} for k, v in run.signal_tasks.items()])]
+    key_metrics = [
+        "rollout/success_rate",
+        "rollout/reward_mean",
+        "navigating/guided_reward",
+        "navigating/vanilla_reward",
+        "navigating/pool_size",
+        "navigating/validated_share",
+        "attribution/good_ratio",
+        "attribution/agreement_with_grounded",
+        "attribution/constant_channel_groups",
+        "judge/fallback_rate",
+        "judge/agreement_with_state",
+        "train/loss",
+        "time/iteration_s",
+    ]
+    rows = [
+        {"iteration": it, **{k: m.get(k) for k in key_metrics if any(k in mm for mm in run.metrics.values())}}
+        for it, m in sorted(run.metrics.items())
+    ]
+    evals = [
+        {"phase": p, **{k: v for k, v in e.items() if "@" in k or k in ("tasks", "split")}}
+        for p, e in sorted(run.evaluations.items())
+    ]
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(run_dir.name)}</title>"
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>Run report: {html.escape(Path(run_dir).name)}</h1>",
+        "<h2>Held-out evaluation</h2>",
+        _table(evals),
+        "<h2>Learning efficiency</h2>",
+        _table([{k: v for k, v in eff.items()}])
+        + (
+            f"<p>baseline: {html.escape(str(baseline))}</p>"
+            if baseline
+            else "<p>no baseline run given (--baseline)</p>"
+        ),
+        "<h2>Helper sources</h2>",
+        _table([{"role": k, "source": v} for k, v in run.helper_sources.items()]),
+        "<h2>Task set</h2>",
+        _table(
+            [{"source": k, "tasks": v} for k, v in run.task_sources.items()]
+            + [{"source": f"CoEvolve {k}", "tasks": v} for k, v in run.signal_tasks.items()]
+        ),
+    ]
     for name, path in figs.items():
         parts.append(f"<h2>{html.escape(name)}</h2><img src='{html.escape(path.name)}' alt='{html.escape(name)}'>")
     parts += ["<h2>Per iteration</h2>", _table(rows), "</body></html>"]
@@ -92,7 +118,9 @@ def write_collection_report(root: Path, out: Path | None = None, baseline: str |
         row["auc"] = area_under_curve(xs, ys) if len(ys) > 1 else None
         if target is not None:
             row["steps@0.9"] = steps_to_fraction(xs, ys, target)
-        rows.append({c: row.get(c) for c in ["row", "seeds", *keys, "auc", *(["steps@0.9"] if target is not None else [])]})
+        rows.append(
+            {c: row.get(c) for c in ["row", "seeds", *keys, "auc", *(["steps@0.9"] if target is not None else [])]}
+        )
     figs = plot_groups(groups, out)
     links = []
     for g in groups:
@@ -100,11 +128,16 @@ def write_collection_report(root: Path, out: Path | None = None, baseline: str |
             page = write_report(r.run_dir)
             href = os.path.relpath(page.resolve(), out.resolve())
             links.append(f"<li><a href='{html.escape(href)}'>{html.escape(str(r.run_dir.relative_to(root)))}</a></li>")
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(root.name)}</title>"
-             f"<style>{CSS}</style></head><body>", f"<h1>Runs in {html.escape(root.name)}</h1>",
-             "<h2>Held-out evaluation after training (mean ± std over seeds)</h2>", _table(rows),
-             f"<p>baseline row for Steps@0.9: {html.escape(baseline)}</p>" if baseline else
-             "<p>no baseline row given (--baseline ROW)</p>"]
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(root.name)}</title>"
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>Runs in {html.escape(root.name)}</h1>",
+        "<h2>Held-out evaluation after training (mean ± std over seeds)</h2>",
+        _table(rows),
+        f"<p>baseline row for Steps@0.9: {html.escape(baseline)}</p>"
+        if baseline
+        else "<p>no baseline row given (--baseline ROW)</p>",
+    ]
     for name, path in figs.items():
         parts.append(f"<h2>{html.escape(name)}</h2><img src='{html.escape(path.name)}' alt='{html.escape(name)}'>")
     parts += ["<h2>Per-run reports</h2><ul>", *links, "</ul></body></html>"]

@@ -111,50 +111,84 @@ class RunStore:
     # -- writes (pass the connection of an open transaction) ---------------------------------------------------
     @staticmethod
     def put_tasks(c: sqlite3.Connection, tasks: Sequence[Task], iteration: int | None) -> None:
-        c.executemany("INSERT OR IGNORE INTO tasks VALUES (?, ?, ?, ?)",
-                      [(t.task_id, t.source.value, iteration, t.model_dump_json()) for t in tasks])
+        c.executemany(
+            "INSERT OR IGNORE INTO tasks VALUES (?, ?, ?, ?)",
+            [(t.task_id, t.source.value, iteration, t.model_dump_json()) for t in tasks],
+        )
 
     @staticmethod
     def put_trajectories(c: sqlite3.Connection, trajectories: Sequence[Trajectory], iteration: int, phase: str) -> None:
         for t in trajectories:
-            c.execute("INSERT INTO trajectories VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                      (t.trajectory_id, iteration, phase, t.task_id, t.group_id, t.outcome_reward,
-                       int(t.flags.experience_guided), int(t.flags.failed), t.model_dump_json()))
+            c.execute(
+                "INSERT INTO trajectories VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    t.trajectory_id,
+                    iteration,
+                    phase,
+                    t.task_id,
+                    t.group_id,
+                    t.outcome_reward,
+                    int(t.flags.experience_guided),
+                    int(t.flags.failed),
+                    t.model_dump_json(),
+                ),
+            )
             labels = t.step_attributions or []
-            c.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?)",
-                          [(t.trajectory_id, s.index, s.action_text, s.observation, s.reward, s.parse_error,
-                            labels[i].value if i < len(labels) else None) for i, s in enumerate(t.steps)])
+            c.executemany(
+                "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        t.trajectory_id,
+                        s.index,
+                        s.action_text,
+                        s.observation,
+                        s.reward,
+                        s.parse_error,
+                        labels[i].value if i < len(labels) else None,
+                    )
+                    for i, s in enumerate(t.steps)
+                ],
+            )
 
     @staticmethod
     def update_trajectories(c: sqlite3.Connection, trajectories: Sequence[Trajectory]) -> None:
         """Rewrite trajectories annotated by later stages (step labels, flags) and their step labels."""
         for t in trajectories:
-            c.execute("UPDATE trajectories SET json = ? WHERE trajectory_id = ?", (t.model_dump_json(), t.trajectory_id))
+            c.execute(
+                "UPDATE trajectories SET json = ? WHERE trajectory_id = ?", (t.model_dump_json(), t.trajectory_id)
+            )
             labels = t.step_attributions or []
-            c.executemany("UPDATE steps SET label = ? WHERE trajectory_id = ? AND step_index = ?",
-                          [(labels[i].value if i < len(labels) else None, t.trajectory_id, s.index)
-                           for i, s in enumerate(t.steps)])
+            c.executemany(
+                "UPDATE steps SET label = ? WHERE trajectory_id = ? AND step_index = ?",
+                [
+                    (labels[i].value if i < len(labels) else None, t.trajectory_id, s.index)
+                    for i, s in enumerate(t.steps)
+                ],
+            )
 
     @staticmethod
     def set_iteration(c: sqlite3.Connection, iteration: int, status: str) -> None:
         now = time.time()
-        c.execute("INSERT INTO iterations (iteration, status, started) VALUES (?, ?, ?) "
-                  "ON CONFLICT (iteration) DO UPDATE SET status = excluded.status", (iteration, status, now))
+        c.execute(
+            "INSERT INTO iterations (iteration, status, started) VALUES (?, ?, ?) "
+            "ON CONFLICT (iteration) DO UPDATE SET status = excluded.status",
+            (iteration, status, now),
+        )
         if status == IterationStatus.DONE:
             c.execute("UPDATE iterations SET finished = ? WHERE iteration = ?", (now, iteration))
 
     @staticmethod
     def put_metrics(c: sqlite3.Connection, iteration: int, metrics: dict[str, float]) -> None:
-        c.executemany("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?)",
-                      [(iteration, k, float(v)) for k, v in metrics.items()])
+        c.executemany(
+            "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?)", [(iteration, k, float(v)) for k, v in metrics.items()]
+        )
 
     @staticmethod
     def put_checkpoint(c: sqlite3.Connection, iteration: int, path: str) -> None:
         c.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?)", (iteration, path, time.time()))
 
     @staticmethod
-    def put_experiences(c: sqlite3.Connection, experiences: Sequence[Experience], iteration: int,
-                        vectors=None) -> None:
+    def put_experiences(c: sqlite3.Connection, experiences: Sequence[Experience], iteration: int, vectors=None) -> None:
         """Upsert experiences, with their float32 ``when_to_use`` embeddings (the pool's vector index) if given."""
         rows = []
         for i, e in enumerate(experiences):
@@ -171,8 +205,10 @@ class RunStore:
         """Self-questioning exploration trajectories (dataclasses; stored as JSON)."""
         import dataclasses
 
-        c.executemany("INSERT OR REPLACE INTO explorations VALUES (?, ?, ?)",
-                      [(t.exploration_id, iteration, json.dumps(dataclasses.asdict(t), default=_jsonable)) for t in traces])
+        c.executemany(
+            "INSERT OR REPLACE INTO explorations VALUES (?, ?, ?)",
+            [(t.exploration_id, iteration, json.dumps(dataclasses.asdict(t), default=_jsonable)) for t in traces],
+        )
 
     @staticmethod
     def put_evaluation(c: sqlite3.Connection, phase: str, summary: dict) -> None:
@@ -203,8 +239,9 @@ class RunStore:
         return row[0] if row else None
 
     def completed_iterations(self) -> list[int]:
-        rows = self._conn.execute("SELECT iteration FROM iterations WHERE status = ? ORDER BY iteration",
-                                  (IterationStatus.DONE,)).fetchall()
+        rows = self._conn.execute(
+            "SELECT iteration FROM iterations WHERE status = ? ORDER BY iteration", (IterationStatus.DONE,)
+        ).fetchall()
         return [r[0] for r in rows]
 
     def next_iteration(self) -> int:
@@ -218,13 +255,22 @@ class RunStore:
         if iteration is None:
             rows = self._conn.execute("SELECT json FROM trajectories WHERE phase = ? ORDER BY rowid", (phase,))
         else:
-            rows = self._conn.execute("SELECT json FROM trajectories WHERE phase = ? AND iteration = ? ORDER BY rowid",
-                                      (phase, iteration))
+            rows = self._conn.execute(
+                "SELECT json FROM trajectories WHERE phase = ? AND iteration = ? ORDER BY rowid", (phase, iteration)
+            )
         return [Trajectory.model_validate_json(r[0]) for r in rows]
 
     def count(self, table: str) -> int:
-        if table not in {"tasks", "trajectories", "steps", "experiences", "metrics", "checkpoints", "iterations",
-                         "explorations"}:
+        if table not in {
+            "tasks",
+            "trajectories",
+            "steps",
+            "experiences",
+            "metrics",
+            "checkpoints",
+            "iterations",
+            "explorations",
+        }:
             raise ValueError(f"unknown table {table}")
         return self._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
 
@@ -250,5 +296,7 @@ class RunStore:
         return {i: v for i, v in self._conn.execute("SELECT experience_id, vector FROM experiences") if v is not None}
 
     def experiences(self) -> list[Experience]:
-        return [Experience.model_validate_json(r[0])
-                for r in self._conn.execute("SELECT json FROM experiences ORDER BY rowid")]
+        return [
+            Experience.model_validate_json(r[0])
+            for r in self._conn.execute("SELECT json FROM experiences ORDER BY rowid")
+        ]

@@ -27,8 +27,11 @@ def _sha256(path: Path) -> str:
 def write_checksums(folder: Path) -> None:
     """Record the SHA-256 of every file in ``folder`` (call before the folder is renamed into place)."""
     folder = Path(folder)
-    sums = {p.relative_to(folder).as_posix(): _sha256(p) for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name != CHECKSUMS}
+    sums = {
+        p.relative_to(folder).as_posix(): _sha256(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != CHECKSUMS
+    }
     (folder / CHECKSUMS).write_text(json.dumps(sums, indent=1))
 
 
@@ -41,7 +44,11 @@ def checkpoint_problem(folder: Path) -> str | None:
         return "folder missing"
     listing = folder / CHECKSUMS
     if not listing.is_file():
-        return None if (folder / "config.json").is_file() or (folder / "adapter_config.json").is_file() else "no model files"
+        return (
+            None
+            if (folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()
+            else "no model files"
+        )
     try:
         sums = json.loads(listing.read_text())
         assert isinstance(sums, dict)

@@ -11,8 +11,9 @@ from typing import Sequence
 import torch
 
 
-def group_advantages(rewards: Sequence[float], group_ids: Sequence[str], eps_norm: float = 1e-6,
-                     degenerate_std: float = 1e-6) -> list[float]:
+def group_advantages(
+    rewards: Sequence[float], group_ids: Sequence[str], eps_norm: float = 1e-6, degenerate_std: float = 1e-6
+) -> list[float]:
     """Group-normalised advantages, AgentEvolver Eq. 16: Â_i = (R_i − mean(R_group)) / (std(R_group) + ε_norm).
 
     ``std`` is the unbiased sample standard deviation (as in veRL's GRPO). A group whose standard deviation is
@@ -38,8 +39,9 @@ def group_advantages(rewards: Sequence[float], group_ids: Sequence[str], eps_nor
     return out
 
 
-def broadcast_to_tokens(step_advantages: dict[int, float], step_spans: dict[int, tuple[int, int]], length: int,
-                        default: float = 0.0) -> list[float]:
+def broadcast_to_tokens(
+    step_advantages: dict[int, float], step_spans: dict[int, tuple[int, int]], length: int, default: float = 0.0
+) -> list[float]:
     """Give every token of step t's span the step's advantage (§5.4); tokens outside any step span get ``default``.
 
     For plain GRPO the same trajectory advantage is passed for every step.
@@ -58,8 +60,9 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return torch.exp(diff) - diff - 1.0
 
 
-def per_token_eps_high(advantages: torch.Tensor, guided: torch.Tensor, eps_high: float,
-                       eps_high_boost: float | None) -> torch.Tensor:
+def per_token_eps_high(
+    advantages: torch.Tensor, guided: torch.Tensor, eps_high: float, eps_high_boost: float | None
+) -> torch.Tensor:
     """Upper clip bound per token, Eq. 17: ε̂_high on tokens of experience-guided samples with positive advantage.
 
     ``guided`` is a ``[B]`` bool tensor; ``advantages`` is ``[B, T]``. Without a boost (None) every token gets
@@ -72,8 +75,13 @@ def per_token_eps_high(advantages: torch.Tensor, guided: torch.Tensor, eps_high:
     return torch.where(boost, torch.full_like(advantages, eps_high_boost), base)
 
 
-def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                      eps_low: float, eps_high: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_surrogate(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: float,
+    eps_high: torch.Tensor | float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token clipped objective loss, Eq. 17: −min(ρ·A, clip(ρ, 1−ε_low, 1+ε_high)·A), ρ = exp(logp − old).
 
     ``eps_high`` may be a tensor (per-token bounds from :func:`per_token_eps_high`). Returns the per-token loss
@@ -102,11 +110,23 @@ def token_mean(values: torch.Tensor, mask: torch.Tensor, denominator: float | No
     return (values * mask).sum() / denom
 
 
-def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                guided: torch.Tensor, *, eps_low: float, eps_high: float, eps_high_boost: float | None = None,
-                ref_logprobs: torch.Tensor | None = None, kl_beta: float = 0.0, entropy: torch.Tensor | None = None,
-                entropy_coef: float | torch.Tensor = 0.0, denominator: float | None = None,
-                weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    guided: torch.Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    eps_high_boost: float | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_beta: float = 0.0,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float | torch.Tensor = 0.0,
+    denominator: float | None = None,
+    weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The full token-level loss: clipped surrogate (Eq. 17) + β·KL_k3 − c_H·entropy, token-mean over ``mask``.
 
     A negative ``entropy_coef`` (Evolving-RL Eq. 3) penalises entropy; it may be a per-sample ``[B]`` tensor.
@@ -134,9 +154,17 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     return loss, stats
 
 
-def ratio_diagnostics(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                      mask: torch.Tensor, guided: torch.Tensor, *, eps_low: float, eps_high: float,
-                      eps_high_boost: float | None) -> dict[str, float]:
+def ratio_diagnostics(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    guided: torch.Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    eps_high_boost: float | None,
+) -> dict[str, float]:
     """Sums over masked tokens, split by guided / vanilla samples, for Eq. 17's logged diagnostics.
 
     ``<g>_tokens``, ``<g>_clipped`` (tokens where the clipped branch was taken), ``<g>_ratio_dev`` (Σ|ρ − 1|) for

@@ -75,8 +75,9 @@ def reasoning_reward(traj: Trajectory) -> float:
     return sum(scores) / len(scores) if scores else 0.0
 
 
-def shape_rewards(trajectories: Sequence[Trajectory], w_outcome: float, w_format: float,
-                  kind: str = "calls", w_reasoning: float = 0.0) -> dict[str, float]:
+def shape_rewards(
+    trajectories: Sequence[Trajectory], w_outcome: float, w_format: float, kind: str = "calls", w_reasoning: float = 0.0
+) -> dict[str, float]:
     """Apply R = w_o·R_out + w_f·R_format (+ w_r·R_reasoning) in place (outcome kept in ``outcome_details``).
 
     ``kind``: ``calls`` (execution-checked call credit) or ``evolver`` (EvolveR Eq. 4 with the search action).

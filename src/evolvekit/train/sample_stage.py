@@ -25,22 +25,36 @@ class GRPOSamples:
         self.cfg = cfg
         self.advantage_scale = advantage_scale
 
-    def step_advantages(self, ctx: IterationContext, live: Sequence[Trajectory]
-                        ) -> tuple[list[dict[int, float]], dict[str, float]]:
+    def step_advantages(
+        self, ctx: IterationContext, live: Sequence[Trajectory]
+    ) -> tuple[list[dict[int, float]], dict[str, float]]:
         """Advantage of every step of every live trajectory (here: Eq. 16, the same for all steps)."""
         return grpo_step_advantages(live, self.cfg.train.eps_norm), {}
 
-    def build(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> tuple[list[TrainingSample], dict[str, float]]:
+    def build(
+        self, ctx: IterationContext, trajectories: Sequence[Trajectory]
+    ) -> tuple[list[TrainingSample], dict[str, float]]:
         live = [t for t in trajectories if not t.flags.failed]
         adv, metrics = self.step_advantages(ctx, live)
         scale = self.advantage_scale(ctx) if self.advantage_scale is not None else None
-        samples, st = build_samples(live, adv, strip_experience=self.cfg.navigating.strip_experience,
-                                    max_tokens=self.cfg.train.max_sequence_tokens, advantage_scale=scale)
+        samples, st = build_samples(
+            live,
+            adv,
+            strip_experience=self.cfg.navigating.strip_experience,
+            max_tokens=self.cfg.train.max_sequence_tokens,
+            advantage_scale=scale,
+        )
         groups: dict[str, list[float]] = {}
         for t in live:
             groups.setdefault(t.group_id or t.trajectory_id, []).append(float(t.outcome_reward or 0.0))
         degenerate = sum(1 for r in groups.values() if len(set(r)) < 2)
-        metrics.update({"samples/count": st.samples, "samples/skipped_too_long": st.skipped_too_long,
-                        "samples/skipped_failed": len(trajectories) - len(live),
-                        "samples/groups": len(groups), "samples/degenerate_groups": degenerate})
+        metrics.update(
+            {
+                "samples/count": st.samples,
+                "samples/skipped_too_long": st.skipped_too_long,
+                "samples/skipped_failed": len(trajectories) - len(live),
+                "samples/groups": len(groups),
+                "samples/degenerate_groups": degenerate,
+            }
+        )
         return samples, metrics

@@ -23,8 +23,9 @@ def merge_trajectory(traj: Trajectory) -> list[MergedSequence]:
     rec = SnapshotRecorder()
     for step in traj.steps:
         if step.completion_token_ids:
-            rec.record(step.index, step.prompt_token_ids, step.completion_token_ids, step.completion_logprobs,
-                       spans=step.spans)
+            rec.record(
+                step.index, step.prompt_token_ids, step.completion_token_ids, step.completion_logprobs, spans=step.spans
+            )
     return rec.merge()
 
 
@@ -43,12 +44,18 @@ def strip_spans(seq: MergedSequence, kinds: frozenset[SpanKind] = frozenset({Spa
         n += 0 if d else 1
     new_index.append(n)
     keep = [i for i, d in enumerate(drop) if not d]
-    out = MergedSequence(token_ids=[seq.token_ids[i] for i in keep], loss_mask=[seq.loss_mask[i] for i in keep],
-                         logprobs=[seq.logprobs[i] for i in keep])
+    out = MergedSequence(
+        token_ids=[seq.token_ids[i] for i in keep],
+        loss_mask=[seq.loss_mask[i] for i in keep],
+        logprobs=[seq.logprobs[i] for i in keep],
+    )
     out.unstripped_ids, out.kept_positions = list(seq.token_ids), keep
     out.step_spans = {k: (new_index[a], new_index[b]) for k, (a, b) in seq.step_spans.items()}
-    out.spans = [s.model_copy(update={"start": new_index[s.start], "end": new_index[s.end]})
-                 for s in seq.spans if s.kind not in kinds and new_index[s.end] > new_index[s.start]]
+    out.spans = [
+        s.model_copy(update={"start": new_index[s.start], "end": new_index[s.end]})
+        for s in seq.spans
+        if s.kind not in kinds and new_index[s.end] > new_index[s.start]
+    ]
     return out
 
 
@@ -76,17 +83,25 @@ def trajectory_reward(traj: Trajectory) -> float:
     return float(traj.outcome_reward or 0.0)
 
 
-def grpo_step_advantages(trajectories: Sequence[Trajectory], eps_norm: float = 1e-6,
-                         reward_fn: Callable[[Trajectory], float] = trajectory_reward) -> list[dict[int, float]]:
+def grpo_step_advantages(
+    trajectories: Sequence[Trajectory],
+    eps_norm: float = 1e-6,
+    reward_fn: Callable[[Trajectory], float] = trajectory_reward,
+) -> list[dict[int, float]]:
     """Plain GRPO: one Eq. 16 advantage per trajectory, the same for all its steps."""
-    adv = group_advantages([reward_fn(t) for t in trajectories], [t.group_id or t.trajectory_id for t in trajectories],
-                           eps_norm)
+    adv = group_advantages(
+        [reward_fn(t) for t in trajectories], [t.group_id or t.trajectory_id for t in trajectories], eps_norm
+    )
     return [{s.index: a for s in t.steps} for t, a in zip(trajectories, adv)]
 
 
-def build_samples(trajectories: Sequence[Trajectory], step_advantages: Sequence[dict[int, float]],
-                  strip_experience: bool = True, max_tokens: int | None = None,
-                  advantage_scale: Callable[[Trajectory], float] | None = None) -> tuple[list[TrainingSample], SampleStats]:
+def build_samples(
+    trajectories: Sequence[Trajectory],
+    step_advantages: Sequence[dict[int, float]],
+    strip_experience: bool = True,
+    max_tokens: int | None = None,
+    advantage_scale: Callable[[Trajectory], float] | None = None,
+) -> tuple[list[TrainingSample], SampleStats]:
     """Turn trajectories with per-step advantages into training samples (token advantages broadcast per step)."""
     stats = SampleStats(trajectories=len(trajectories))
     samples: list[TrainingSample] = []
@@ -105,14 +120,22 @@ def build_samples(trajectories: Sequence[Trajectory], step_advantages: Sequence[
                 continue
             tok_adv = broadcast_to_tokens({k: v * scale for k, v in adv.items()}, seq.step_spans, len(seq.token_ids))
             stripped = seq.unstripped_ids is not None
-            samples.append(TrainingSample(
-                trajectory_id=traj.trajectory_id, group_id=traj.group_id or traj.trajectory_id,
-                token_ids=seq.token_ids, loss_mask=seq.loss_mask, token_advantages=tok_adv,
-                experience_mask=exp_mask, old_logprobs=None, experience_guided=traj.flags.experience_guided,
-                # §4.3: trained without the experience, but generated with it: the behaviour policy of Eq. 17's
-                # ratio is π_old(τ | q, exp), so the trainer takes the old log-probs from the sequence as generated
-                behaviour_token_ids=seq.unstripped_ids if stripped else None,
-                behaviour_positions=seq.kept_positions if stripped else None,
-                rollout_logprobs=list(seq.logprobs) if stripped else None))
+            samples.append(
+                TrainingSample(
+                    trajectory_id=traj.trajectory_id,
+                    group_id=traj.group_id or traj.trajectory_id,
+                    token_ids=seq.token_ids,
+                    loss_mask=seq.loss_mask,
+                    token_advantages=tok_adv,
+                    experience_mask=exp_mask,
+                    old_logprobs=None,
+                    experience_guided=traj.flags.experience_guided,
+                    # §4.3: trained without the experience, but generated with it: the behaviour policy of Eq. 17's
+                    # ratio is π_old(τ | q, exp), so the trainer takes the old log-probs from the sequence as generated
+                    behaviour_token_ids=seq.unstripped_ids if stripped else None,
+                    behaviour_positions=seq.kept_positions if stripped else None,
+                    rollout_logprobs=list(seq.logprobs) if stripped else None,
+                )
+            )
     stats.samples = len(samples)
     return samples, stats

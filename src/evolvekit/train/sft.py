@@ -25,8 +25,8 @@ from evolvekit.agent.rollout import initial_context
 from evolvekit.agent.templates import TemplateSettings
 from evolvekit.config import ColdStartConfig
 from evolvekit.env.base import Action, Environment
-from evolvekit.train.trainer import first_loss_position, sequence_logprobs
 from evolvekit.train.rewards import SEARCH_TOOL
+from evolvekit.train.trainer import first_loss_position, sequence_logprobs
 from evolvekit.types import Task, ToolCall, TrainingSample
 
 log = logging.getLogger(__name__)
@@ -41,16 +41,26 @@ class SFTStats:
     seconds: float = 0.0
 
     def as_metrics(self) -> dict[str, float]:
-        out = {"cold_start/examples": float(self.examples), "cold_start/steps": float(self.steps),
-               "cold_start/seconds": self.seconds}
+        out = {
+            "cold_start/examples": float(self.examples),
+            "cold_start/steps": float(self.steps),
+            "cold_start/seconds": self.seconds,
+        }
         if self.losses:
             out.update({"cold_start/loss_first": self.losses[0], "cold_start/loss_last": self.losses[-1]})
         return out
 
 
-def reference_pairs(tasks: Sequence[Task], make_env: Callable[[], Environment], llm, rendering: str,
-                    template: TemplateSettings, limit: int, closing: str = "Done.",
-                    search: Callable[[str], str] | None = None) -> list[TrainingSample]:
+def reference_pairs(
+    tasks: Sequence[Task],
+    make_env: Callable[[], Environment],
+    llm,
+    rendering: str,
+    template: TemplateSettings,
+    limit: int,
+    closing: str = "Done.",
+    search: Callable[[str], str] | None = None,
+) -> list[TrainingSample]:
     """One sample per task with a reference solution: its first turn as the rollout would see it.
 
     Tokens: rollout prompt (mask 0) + reference calls and end of turn (mask 1) + the replayed tool result (mask 0)
@@ -84,20 +94,30 @@ def reference_pairs(tasks: Sequence[Task], make_env: Callable[[], Environment], 
         if closing:
             built = _episode_tokens(ctx, llm, ids, mask, actions, closing)
             if built is None:
-                log.warning("cold start: the chat template does not reproduce the call tokens of %s; calls only",
-                            task.task_id)
+                log.warning(
+                    "cold start: the chat template does not reproduce the call tokens of %s; calls only", task.task_id
+                )
             else:
                 ids, mask = built
         if len(ids) == len(prompt):  # calls only: the first action's tokens, without its end of turn
             first = llm.encode(actions[0][0])
             ids, mask = ids + first, mask + [1] * len(first)
-        out.append(TrainingSample(trajectory_id=task.task_id, group_id=task.task_id, token_ids=ids, loss_mask=mask,
-                                  token_advantages=[0.0] * len(ids), experience_mask=[0] * len(ids)))
+        out.append(
+            TrainingSample(
+                trajectory_id=task.task_id,
+                group_id=task.task_id,
+                token_ids=ids,
+                loss_mask=mask,
+                token_advantages=[0.0] * len(ids),
+                experience_mask=[0] * len(ids),
+            )
+        )
     return out
 
 
-def _episode_tokens(ctx, llm, ids: list[int], mask: list[int], actions: Sequence[tuple[str, str]],
-                    closing: str) -> tuple[list[int], list[int]] | None:
+def _episode_tokens(
+    ctx, llm, ids: list[int], mask: list[int], actions: Sequence[tuple[str, str]], closing: str
+) -> tuple[list[int], list[int]] | None:
     """Prompt + each (assistant action, observation) + ``closing``: actions and their end-of-turn tokens are targets
     (mask 1), observations are not. None where the chat template does not reproduce an action's tokens verbatim."""
     end = None
@@ -142,16 +162,17 @@ def sft_warmup(trainer, samples: Sequence[TrainingSample], cfg: ColdStartConfig,
     for epoch in range(cfg.epochs):
         rng.shuffle(order)
         for b in range(per_epoch):
-            idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
+            idx = order[b * cfg.batch_size : (b + 1) * cfg.batch_size]
             for g in opt.param_groups:
                 g["lr"] = cfg.learning_rate * lr_factor(stats.steps, total, cfg.warmup_ratio)
             opt.zero_grad(set_to_none=True)
             n_tokens = sum(sum(samples[i].loss_mask) for i in idx)
             step_loss = 0.0
             for m in range(0, len(idx), micro):
-                batch = trainer._collate([samples[i] for i in idx[m:m + micro]])
-                lp, _ = sequence_logprobs(model, batch["ids"], batch["attn"], trainer.amp,
-                                          start=first_loss_position(batch["mask"]))
+                batch = trainer._collate([samples[i] for i in idx[m : m + micro]])
+                lp, _ = sequence_logprobs(
+                    model, batch["ids"], batch["attn"], trainer.amp, start=first_loss_position(batch["mask"])
+                )
                 loss = -(lp * batch["mask"]).sum() / n_tokens  # token mean over the whole optimizer batch
                 loss.backward()
                 step_loss += float(loss.detach())

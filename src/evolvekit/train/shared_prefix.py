@@ -37,8 +37,9 @@ __all__ = ["common_prefix_len", "share_groups", "SharedPrefixStep", "prefix_forw
 MIN_SHARED = 32  # shorter common prefixes are not worth a separate pass
 
 
-def share_groups(token_ids: Sequence[Sequence[int]], keys: Sequence[str], min_shared: int = MIN_SHARED
-                 ) -> list[tuple[list[int], int]]:
+def share_groups(
+    token_ids: Sequence[Sequence[int]], keys: Sequence[str], min_shared: int = MIN_SHARED
+) -> list[tuple[list[int], int]]:
     """Partition sample indices into (members, shared prefix length) by ``keys`` (e.g. group ids), in first-seen
     order. The prefix leaves every member at least one token of its own; a group of one, or with a common prefix
     shorter than ``min_shared``, is returned with prefix 0 (the plain path)."""
@@ -87,8 +88,15 @@ def _detached(pre: PrefixPass) -> PrefixPass:
     return PrefixPass(kv=kv, logits=logits, keep_from=pre.keep_from, length=pre.length)
 
 
-def suffix_logprobs(model, pre: PrefixPass, ids: torch.Tensor, lengths: Sequence[int], start: int,
-                    amp: torch.dtype | None, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def suffix_logprobs(
+    model,
+    pre: PrefixPass,
+    ids: torch.Tensor,
+    lengths: Sequence[int],
+    start: int,
+    amp: torch.dtype | None,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of full sequences ``ids`` ([b, W], right-padded, each row starting with the prefix) from the
     prefix pass and one forward over their suffixes; shaped like ``sequence_logprobs`` (0 before ``start``)."""
     from transformers import DynamicCache
@@ -103,8 +111,9 @@ def suffix_logprobs(model, pre: PrefixPass, ids: torch.Tensor, lengths: Sequence
     first_sfx = max(0, start - 1 - p)  # first suffix position whose logits predict a scored token
     keep = L - first_sfx
     with _autocast(ids.device, amp):
-        out = model(input_ids=ids[:, p:], attention_mask=attn, past_key_values=cache, use_cache=True,
-                    logits_to_keep=keep)
+        out = model(
+            input_ids=ids[:, p:], attention_mask=attn, past_key_values=cache, use_cache=True, logits_to_keep=keep
+        )
     sfx = out.logits[:, -keep:][:, :-1]  # suffix positions first_sfx+p .. W-2 (the last predicts past the end)
     parts = ([pre.logits.expand(b, -1, -1)] if pre.logits is not None else []) + [sfx]
     logits = torch.cat([x.float() for x in parts], dim=1)  # positions s0-1 .. W-2, s0 = first scored target
@@ -120,8 +129,9 @@ def suffix_logprobs(model, pre: PrefixPass, ids: torch.Tensor, lengths: Sequence
 
 
 @torch.no_grad()
-def shared_logprobs_no_grad(model, prefix: torch.Tensor, ids: torch.Tensor, lengths: Sequence[int], start: int,
-                            amp: torch.dtype | None) -> torch.Tensor:
+def shared_logprobs_no_grad(
+    model, prefix: torch.Tensor, ids: torch.Tensor, lengths: Sequence[int], start: int, amp: torch.dtype | None
+) -> torch.Tensor:
     """Steps 1–2 without gradients (old and reference log-probs)."""
     pre = prefix_forward(model, prefix, start, amp)
     return suffix_logprobs(model, pre, ids, lengths, start, amp)[0]
@@ -137,8 +147,12 @@ class SharedPrefixStep:
         self.graph = prefix_forward(model, prefix, start, amp)
         self.leaves = _detached(self.graph)
 
-    def run(self, micro_batches: Sequence[tuple[torch.Tensor, Sequence[int]]], with_entropy: bool,
-            loss_fn: Callable[[int, torch.Tensor, torch.Tensor | None], torch.Tensor]) -> None:
+    def run(
+        self,
+        micro_batches: Sequence[tuple[torch.Tensor, Sequence[int]]],
+        with_entropy: bool,
+        loss_fn: Callable[[int, torch.Tensor, torch.Tensor | None], torch.Tensor],
+    ) -> None:
         for m, (ids, lengths) in enumerate(micro_batches):
             logp, ent = suffix_logprobs(self.model, self.leaves, ids, lengths, self.start, self.amp, with_entropy)
             loss_fn(m, logp, ent).backward()
@@ -148,7 +162,7 @@ class SharedPrefixStep:
                 if leaf.grad is not None and t.requires_grad:
                     outputs.append(t)
                     grads.append(leaf.grad)
-        if self.graph.logits is not None and self.leaves.logits.grad is not None:
+        if self.graph.logits is not None and self.leaves.logits is not None and self.leaves.logits.grad is not None:
             outputs.append(self.graph.logits)
             grads.append(self.leaves.logits.grad)
         if outputs:

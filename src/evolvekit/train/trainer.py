@@ -72,8 +72,14 @@ def autocast_dtype(setting: str, device: torch.device) -> torch.dtype | None:
         return None
 
 
-def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, amp: torch.dtype | None,
-                      with_entropy: bool = False, start: int = 1) -> tuple[torch.Tensor, torch.Tensor | None]:
+def sequence_logprobs(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    amp: torch.dtype | None,
+    with_entropy: bool = False,
+    start: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(token_t | tokens_<t) for positions t ≥ ``start`` (earlier positions get 0), shape [B, T].
 
     Only the logits from position ``start − 1`` on are computed (``logits_to_keep``): the prompt before the first
@@ -128,8 +134,14 @@ def _batches(samples: Sequence[TrainingSample], size: int) -> list[list[int]]:
 class GRPOTrainer:
     """One config, one trainer (TRL style): ``update(samples)`` performs the policy-gradient update of Eq. 17."""
 
-    def __init__(self, llm, cfg: TrainConfig, eps_high_boost: float | None = None, reference_model=None,
-                 entropy_coef: float = 0.0) -> None:
+    def __init__(
+        self,
+        llm,
+        cfg: TrainConfig,
+        eps_high_boost: float | None = None,
+        reference_model=None,
+        entropy_coef: float = 0.0,
+    ) -> None:
         self.llm = llm
         self.cfg = cfg
         self.eps_high_boost = eps_high_boost
@@ -155,8 +167,13 @@ class GRPOTrainer:
 
         if isinstance(self.llm.model, PeftModel):  # resumed from a LoRA checkpoint
             return
-        lcfg = LoraConfig(r=self.cfg.lora_rank, lora_alpha=2 * self.cfg.lora_rank, lora_dropout=0.0,
-                          target_modules="all-linear", task_type="CAUSAL_LM")
+        lcfg = LoraConfig(
+            r=self.cfg.lora_rank,
+            lora_alpha=2 * self.cfg.lora_rank,
+            lora_dropout=0.0,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
         self.llm.model = get_peft_model(self.llm.model, lcfg)
 
     # -- batching ------------------------------------------------------------------------------------------------
@@ -171,16 +188,24 @@ class GRPOTrainer:
             n = len(s.token_ids)
             ids[i, :n] = torch.tensor(s.token_ids)
             attn[i, :n] = 1
-            m = torch.tensor(s.loss_mask, dtype=torch.float32) * (1 - torch.tensor(s.experience_mask, dtype=torch.float32))
+            m = torch.tensor(s.loss_mask, dtype=torch.float32) * (
+                1 - torch.tensor(s.experience_mask, dtype=torch.float32)
+            )
             m[0] = 0.0  # the first token has no prediction
             mask[i, :n] = m
             adv[i, :n] = torch.tensor(s.token_advantages)
         guided = torch.tensor([s.experience_guided for s in samples], dtype=torch.bool)
         weights = torch.tensor([s.loss_weight for s in samples], dtype=torch.float32)
         ent = torch.tensor([s.entropy_coef + self.entropy_coef for s in samples], dtype=torch.float32)
-        return {"ids": ids.to(self.device), "attn": attn.to(self.device), "mask": mask.to(self.device),
-                "adv": adv.to(self.device), "guided": guided.to(self.device), "weights": weights.to(self.device),
-                "entropy_coef": ent.to(self.device)}
+        return {
+            "ids": ids.to(self.device),
+            "attn": attn.to(self.device),
+            "mask": mask.to(self.device),
+            "adv": adv.to(self.device),
+            "guided": guided.to(self.device),
+            "weights": weights.to(self.device),
+            "entropy_coef": ent.to(self.device),
+        }
 
     @torch.no_grad()
     def _share_groups(self, samples: Sequence[TrainingSample], idx: Sequence[int]) -> list[tuple[list[int], int]]:
@@ -195,7 +220,7 @@ class GRPOTrainer:
         out: list[torch.Tensor | None] = [None] * len(samples)
         size = max(1, self.cfg.micro_batch_size)
         for members, p in self._share_groups(samples, range(len(samples))):
-            micros = [members[k:k + size] for k in range(0, len(members), size)]
+            micros = [members[k : k + size] for k in range(0, len(members), size)]
             batches = [self._collate([samples[i] for i in micro]) for micro in micros]
             pre = None
             if p:
@@ -205,11 +230,13 @@ class GRPOTrainer:
             for micro, batch in zip(micros, batches):
                 with torch.no_grad():
                     if pre is None:
-                        lp, _ = sequence_logprobs(model, batch["ids"], batch["attn"], self.amp,
-                                                  start=first_loss_position(batch["mask"]))
+                        lp, _ = sequence_logprobs(
+                            model, batch["ids"], batch["attn"], self.amp, start=first_loss_position(batch["mask"])
+                        )
                     else:
-                        lp, _ = suffix_logprobs(model, pre, batch["ids"], [len(samples[i].token_ids) for i in micro],
-                                                start, self.amp)
+                        lp, _ = suffix_logprobs(
+                            model, pre, batch["ids"], [len(samples[i].token_ids) for i in micro], start, self.amp
+                        )
                 for j, i in enumerate(micro):
                     out[i] = lp[j, : len(samples[i].token_ids)].detach()
         assert all(x is not None for x in out), "every sample belongs to exactly one share group"
@@ -230,14 +257,22 @@ class GRPOTrainer:
         proxies = []
         for i in idx:
             s = samples[i]
+            assert s.behaviour_token_ids is not None and s.behaviour_positions is not None  # set together
             n = len(s.behaviour_token_ids)
             mask = [0] * n
             for t, pos in enumerate(s.behaviour_positions):
                 if s.loss_mask[t]:
                     mask[pos] = 1
-            proxies.append(TrainingSample(trajectory_id=s.trajectory_id, group_id=s.group_id,
-                                          token_ids=s.behaviour_token_ids, loss_mask=mask, token_advantages=[0.0] * n,
-                                          experience_mask=[0] * n))
+            proxies.append(
+                TrainingSample(
+                    trajectory_id=s.trajectory_id,
+                    group_id=s.group_id,
+                    token_ids=s.behaviour_token_ids,
+                    loss_mask=mask,
+                    token_advantages=[0.0] * n,
+                    experience_mask=[0] * n,
+                )
+            )
         full = self._logprobs_no_grad(self.model, proxies)
         return {i: lp[torch.tensor(samples[i].behaviour_positions, device=lp.device)] for i, lp in zip(idx, full)}
 
@@ -252,7 +287,9 @@ class GRPOTrainer:
         return None
 
     @staticmethod
-    def _behaviour_gap(samples: Sequence[TrainingSample], behaviour: dict[int, torch.Tensor], stats: UpdateStats) -> None:
+    def _behaviour_gap(
+        samples: Sequence[TrainingSample], behaviour: dict[int, torch.Tensor], stats: UpdateStats
+    ) -> None:
         total, n = 0.0, 0
         for i, lp in behaviour.items():
             s = samples[i]
@@ -276,7 +313,9 @@ class GRPOTrainer:
         self.model.eval()
         # One optimizer step over the whole batch is on-policy: the old log-probs are the current ones, taken from
         # the same forward pass (detached) instead of a separate one. Otherwise they are computed up front.
-        single_step = self.cfg.ppo_epochs == 1 and (not self.cfg.mini_batch_size or self.cfg.mini_batch_size >= len(samples))
+        single_step = self.cfg.ppo_epochs == 1 and (
+            not self.cfg.mini_batch_size or self.cfg.mini_batch_size >= len(samples)
+        )
         old = None if single_step else self._logprobs_no_grad(self.model, samples)
         behaviour = self._behaviour_logprobs(samples)  # guided samples: π_old(τ | q, exp), always a separate pass
         if old is not None:
@@ -297,7 +336,9 @@ class GRPOTrainer:
                 weighted = any(s.loss_weight != 1.0 or s.loss_group for s in samples)
                 where = {i: pos for pos, i in enumerate(mini)}
 
-                def micro_loss(micro: list[int], batch: dict, logp: torch.Tensor, ent: torch.Tensor | None) -> torch.Tensor:
+                def micro_loss(
+                    micro: list[int], batch: dict, logp: torch.Tensor, ent: torch.Tensor | None
+                ) -> torch.Tensor:
                     nonlocal weight_total
                     width = batch["ids"].shape[1]
                     old_lp = torch.zeros_like(batch["adv"])
@@ -306,24 +347,45 @@ class GRPOTrainer:
                         n = len(samples[i].token_ids)
                         if old is not None:
                             old_lp[j, :n] = old[i]
-                        if ref_lp is not None:
+                        if ref_lp is not None and ref is not None:
                             ref_lp[j, :n] = ref[i]
                     if old is None:
                         old_lp = logp.detach().clone()
                         for j, i in enumerate(micro):
                             if i in behaviour:
                                 old_lp[j, : len(samples[i].token_ids)] = behaviour[i]
-                    for k, v in ratio_diagnostics(logp[:, :width].detach(), old_lp, batch["adv"], batch["mask"],
-                                                  batch["guided"], eps_low=self.cfg.eps_low, eps_high=self.cfg.eps_high,
-                                                  eps_high_boost=self.eps_high_boost).items():
+                    for k, v in ratio_diagnostics(
+                        logp[:, :width].detach(),
+                        old_lp,
+                        batch["adv"],
+                        batch["mask"],
+                        batch["guided"],
+                        eps_low=self.cfg.eps_low,
+                        eps_high=self.cfg.eps_high,
+                        eps_high_boost=self.eps_high_boost,
+                    ).items():
                         diag[k] = diag.get(k, 0.0) + v
-                    weights = (batch["weights"] * torch.tensor([scale[where[i]] for i in micro], device=self.device)
-                               if weighted else None)
-                    loss, st = policy_loss(logp[:, :width], old_lp, batch["adv"], batch["mask"], batch["guided"],
-                                           eps_low=self.cfg.eps_low, eps_high=self.cfg.eps_high,
-                                           eps_high_boost=self.eps_high_boost, ref_logprobs=ref_lp,
-                                           kl_beta=self.cfg.kl_beta, entropy=ent, entropy_coef=batch["entropy_coef"],
-                                           denominator=mini_tokens, weights=weights)
+                    weights = (
+                        batch["weights"] * torch.tensor([scale[where[i]] for i in micro], device=self.device)
+                        if weighted
+                        else None
+                    )
+                    loss, st = policy_loss(
+                        logp[:, :width],
+                        old_lp,
+                        batch["adv"],
+                        batch["mask"],
+                        batch["guided"],
+                        eps_low=self.cfg.eps_low,
+                        eps_high=self.cfg.eps_high,
+                        eps_high_boost=self.eps_high_boost,
+                        ref_logprobs=ref_lp,
+                        kl_beta=self.cfg.kl_beta,
+                        entropy=ent,
+                        entropy_coef=batch["entropy_coef"],
+                        denominator=mini_tokens,
+                        weights=weights,
+                    )
                     w = float(batch["mask"].sum())
                     weight_total += w
                     for k, v in st.items():
@@ -332,24 +394,36 @@ class GRPOTrainer:
                     return loss
 
                 for members, p in self._share_groups(samples, mini):
-                    micros = [members[k:k + max(1, self.cfg.micro_batch_size)]
-                              for k in range(0, len(members), max(1, self.cfg.micro_batch_size))]
+                    micros = [
+                        members[k : k + max(1, self.cfg.micro_batch_size)]
+                        for k in range(0, len(members), max(1, self.cfg.micro_batch_size))
+                    ]
                     batches = [self._collate([samples[i] for i in micro]) for micro in micros]
                     if p == 0:  # the plain path: each micro-batch forward and backward over whole sequences
                         for micro, batch in zip(micros, batches):
-                            logp, ent = sequence_logprobs(self.model, batch["ids"], batch["attn"], self.amp,
-                                                          with_entropy, start=first_loss_position(batch["mask"]))
+                            logp, ent = sequence_logprobs(
+                                self.model,
+                                batch["ids"],
+                                batch["attn"],
+                                self.amp,
+                                with_entropy,
+                                start=first_loss_position(batch["mask"]),
+                            )
                             micro_loss(micro, batch, logp, ent).backward()
                             stats.tokens += int(batch["attn"].sum())
                         continue
                     start = min(first_loss_position(b["mask"]) for b in batches)
                     step = SharedPrefixStep(self.model, batches[0]["ids"][0, :p], start, self.amp)
-                    step.run([(b["ids"], [len(samples[i].token_ids) for i in micro]) for micro, b in zip(micros, batches)],
-                             with_entropy, lambda m, logp, ent: micro_loss(micros[m], batches[m], logp, ent))
+                    step.run(
+                        [(b["ids"], [len(samples[i].token_ids) for i in micro]) for micro, b in zip(micros, batches)],
+                        with_entropy,
+                        lambda m, logp, ent: micro_loss(micros[m], batches[m], logp, ent),
+                    )
                     stats.tokens += p + sum(int(b["attn"].sum()) - p * b["ids"].shape[0] for b in batches)
                     stats.shared_prefix_tokens += p * (len(members) - 1)
-                grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
-                                                           self.cfg.max_grad_norm)
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    [p for p in self.model.parameters() if p.requires_grad], self.cfg.max_grad_norm
+                )
                 if not math.isfinite(float(grad_norm)):
                     log.warning("non-finite gradient norm; skipping this optimizer step")
                     self.optimizer.zero_grad(set_to_none=True)

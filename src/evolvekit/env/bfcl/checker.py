@@ -77,8 +77,9 @@ def live_instance_count() -> int:
     return sum(1 for n in vars(multi_turn_utils) if n.endswith("_instance"))
 
 
-def check(model_calls: list[list[str]], ground_truth: list[list[str]], test_entry: dict[str, Any],
-          category: str) -> dict[str, Any]:
+def check(
+    model_calls: list[list[str]], ground_truth: list[list[str]], test_entry: dict[str, Any], category: str
+) -> dict[str, Any]:
     """Run ``multi_turn_checker``; ``model_calls`` is one list of call strings per turn.
 
     Each call is passed as its own step, so every call is executed exactly once in order. The executor's cache
@@ -95,6 +96,10 @@ def check(model_calls: list[list[str]], ground_truth: list[list[str]], test_entr
     try:
         return multi_turn_checker(turns, ground_truth, test_entry, category, model_name)
     except Exception as err:  # the checker asserts on malformed input; report it as a failed check
-        return {"valid": False, "error_type": "evolvekit:checker_exception", "error_message": f"{type(err).__name__}: {err}"}
+        return {
+            "valid": False,
+            "error_type": "evolvekit:checker_exception",
+            "error_message": f"{type(err).__name__}: {err}",
+        }
     finally:
         _free_instances(model_name)

@@ -24,8 +24,16 @@ from evolvekit.errors import EnvError
 from evolvekit.types import Task, TaskSource, ToolCall
 
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
-BACKEND_CLASSES = ("GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI", "TicketAPI", "TradingBot",
-                   "TravelAPI", "VehicleControlAPI")
+BACKEND_CLASSES = (
+    "GorillaFileSystem",
+    "MathAPI",
+    "MessageAPI",
+    "TwitterAPI",
+    "TicketAPI",
+    "TradingBot",
+    "TravelAPI",
+    "VehicleControlAPI",
+)
 ADDITIONAL_FUNCTION_PROMPT = "I have updated some more functions you can choose from. What about now?"
 SPLIT_SEED = 20251122
 SPLIT_FRACTIONS = (0.6, 0.2, 0.2)  # train / dev / test of the 200 base tasks
@@ -42,7 +50,9 @@ def data_dir() -> Path:
     try:
         import bfcl_eval
     except ImportError:
-        raise EnvError("bfcl-eval is not installed; run scripts/setup.sh (pip install --no-deps bfcl-eval==2026.3.23 mpmath)") from None
+        raise EnvError(
+            "bfcl-eval is not installed; run scripts/setup.sh (pip install --no-deps bfcl-eval==2026.3.23 mpmath)"
+        ) from None
     return Path(bfcl_eval.__file__).parent / "data"
 
 
@@ -136,6 +146,8 @@ def parse_call_string(call: str, classes: list[str]) -> ToolCall:
     for i, arg in enumerate(node.args):
         args[params[i]] = ast.literal_eval(arg)
     for kw in node.keywords:
+        if kw.arg is None:  # **kwargs: not a plain keyword call
+            raise ValueError("a call with ** arguments")
         args[kw.arg] = ast.literal_eval(kw.value)
     return ToolCall(name=name, arguments=args)
 
@@ -152,10 +164,22 @@ def entry_to_task(entry: dict, category: str, ground_truth: list[list[str]] | No
     reference = None
     if ground_truth is not None:
         reference = [[parse_call_string(c, classes) for c in turn] for turn in ground_truth]
-    meta = BfclTaskMeta(category=category, bfcl_id=entry["id"], involved_classes=classes, missed_function=missed,
-                        excluded_function=list(entry.get("excluded_function") or []))
-    return Task(task_id=entry["id"], env_name="bfcl", query=turns, initial_config=entry.get("initial_config", {}),
-                reference_solution=reference, source=TaskSource.REAL, metadata=meta.model_dump())
+    meta = BfclTaskMeta(
+        category=category,
+        bfcl_id=entry["id"],
+        involved_classes=classes,
+        missed_function=missed,
+        excluded_function=list(entry.get("excluded_function") or []),
+    )
+    return Task(
+        task_id=entry["id"],
+        env_name="bfcl",
+        query=turns,
+        initial_config=entry.get("initial_config", {}),
+        reference_solution=reference,
+        source=TaskSource.REAL,
+        metadata=meta.model_dump(),
+    )
 
 
 def load_tasks(category: str, split: str | None = None, backends: list[str] | None = None) -> list[Task]:
@@ -195,8 +219,11 @@ def compute_splits() -> dict[str, list[str]]:
     rng.shuffle(ids)
     n_train, n_dev = int(len(ids) * SPLIT_FRACTIONS[0]), int(len(ids) * SPLIT_FRACTIONS[1])
     key = lambda s: int(s.rsplit("_", 1)[1])  # noqa: E731
-    return {"train": sorted(ids[:n_train], key=key), "dev": sorted(ids[n_train:n_train + n_dev], key=key),
-            "test": sorted(ids[n_train + n_dev:], key=key)}
+    return {
+        "train": sorted(ids[:n_train], key=key),
+        "dev": sorted(ids[n_train : n_train + n_dev], key=key),
+        "test": sorted(ids[n_train + n_dev :], key=key),
+    }
 
 
 def split_ids(split: str) -> tuple[str, ...]:

@@ -16,8 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evolvekit.config import EnvConfig
-from evolvekit.env.base import (Action, CallResult, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult,
-                                ToolSchema)
+from evolvekit.env.base import Action, CallResult, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult, ToolSchema
 from evolvekit.env.bfcl import data
 from evolvekit.env.bfcl.checker import check, checker_entry_id
 from evolvekit.env.bfcl.tools import bound_call, call_string, doc_to_schema, stringify_result, validate_call
@@ -112,8 +111,9 @@ class BfclEnv:
             from evolvekit.env.bfcl.families import get_family
 
             examples = [m for demo in get_family(self.meta.family).demonstrations for m in demo.messages(format_call)]
-        return ResetResult(observation=self.turns[0], tools=self.tools(), turn_index=0, num_turns=len(self.turns),
-                           examples=examples)
+        return ResetResult(
+            observation=self.turns[0], tools=self.tools(), turn_index=0, num_turns=len(self.turns), examples=examples
+        )
 
     def _reset_sandbox(self, raw: dict[str, Any]) -> ResetResult:
         """Sandbox mode: the backends of ``config.classes`` (or the env's default backends) with no task."""
@@ -136,8 +136,13 @@ class BfclEnv:
             from evolvekit.env.bfcl.families import get_family
 
             examples = [m for d in get_family(config.family).demonstrations for m in d.messages(format_call)]
-        return ResetResult(observation=f"Sandbox of {desc}: explore freely with the tools.", tools=self.tools(),
-                           turn_index=0, num_turns=1, examples=examples)
+        return ResetResult(
+            observation=f"Sandbox of {desc}: explore freely with the tools.",
+            tools=self.tools(),
+            turn_index=0,
+            num_turns=1,
+            examples=examples,
+        )
 
     def _restrict(self, tools: list[str], classes: list[str]) -> None:
         unknown = set(tools) - set(self.visible)
@@ -161,8 +166,10 @@ class BfclEnv:
             try:
                 inst._load_scenario(copy.deepcopy(scenario), long_context=long_context)
             except Exception as err:  # BFCL's loaders index into the config without checking its shape
-                raise EnvError(f"initial_config.{cls_name}: not a valid {cls_name} scenario "
-                               f"({type(err).__name__}: {str(err)[:120]})") from None
+                raise EnvError(
+                    f"initial_config.{cls_name}: not a valid {cls_name} scenario "
+                    f"({type(err).__name__}: {str(err)[:120]})"
+                ) from None
         return inst
 
     def _build_instances(self, classes: list[str], initial_config: dict, long_context: bool, hidden: set[str]) -> None:
@@ -187,8 +194,9 @@ class BfclEnv:
             self.visible[name] = doc_to_schema(doc)
         return bool(names)
 
-    def _replay_reference(self, reference: list[list[ToolCall]], initial_config: dict, long_context: bool
-                          ) -> list[dict[str, Any]] | None:
+    def _replay_reference(
+        self, reference: list[list[ToolCall]], initial_config: dict, long_context: bool
+    ) -> list[dict[str, Any]] | None:
         """The state the reference solution reaches by the end of each turn (stateful backends' leaves), replayed on
         a private copy of the backends; None when every backend is stateless (there is no state to approach)."""
         if all(data.is_stateless(c) for c in self.instances):
@@ -208,28 +216,35 @@ class BfclEnv:
         after = _state_leaves(self.instances)
         ends = self.reference_ends
         end = ends[min(turn, len(ends) - 1)] if ends else None
-        return StepGrounding(state_changed=after != before,
-                             distance_before=None if end is None else _distance(before, end),
-                             distance_after=None if end is None else _distance(after, end))
+        return StepGrounding(
+            state_changed=after != before,
+            distance_before=None if end is None else _distance(before, end),
+            distance_after=None if end is None else _distance(after, end),
+        )
 
     def tools(self) -> list[ToolSchema]:
         return list(self.visible.values())
 
     def step(self, action: Action) -> StepResult:
         if self.done:
-            return StepResult(observation="Error: the episode is over.", done=True, turn_index=self.turn_index,
-                              error="episode_done")
+            return StepResult(
+                observation="Error: the episode is over.", done=True, turn_index=self.turn_index, error="episode_done"
+            )
         self.steps += 1
         if action.parse_error is not None and not action.tool_calls:
-            return StepResult(observation=NO_CALL_ERROR.format(err=action.parse_error), turn_index=self.turn_index,
-                              error="parse_error")
+            return StepResult(
+                observation=NO_CALL_ERROR.format(err=action.parse_error),
+                turn_index=self.turn_index,
+                error="parse_error",
+            )
         turn, before = self.turn_index, _state_leaves(self.instances)
         if not action.tool_calls:
             return self._end_turn().model_copy(update={"grounding": self._grounding(before, turn)})
         results = [self._execute(call) for call in action.tool_calls]
         obs = "\n".join(f"[{r.name}] " + "".join(f"Warning: {w}. " for w in r.warnings) + r.output for r in results)
-        return StepResult(observation=obs, turn_index=self.turn_index, call_results=results,
-                          grounding=self._grounding(before, turn))
+        return StepResult(
+            observation=obs, turn_index=self.turn_index, call_results=results, grounding=self._grounding(before, turn)
+        )
 
     def _end_turn(self) -> StepResult:
         if self.sandbox or self.turn_index + 1 >= len(self.turns):
@@ -238,14 +253,21 @@ class BfclEnv:
         self.turn_index += 1
         self.executed.append([])
         changed = self._reveal(self.turn_index)
-        return StepResult(observation=self.turns[self.turn_index], turn_index=self.turn_index, new_turn=True,
-                          tools=self.tools() if changed else None)
+        return StepResult(
+            observation=self.turns[self.turn_index],
+            turn_index=self.turn_index,
+            new_turn=True,
+            tools=self.tools() if changed else None,
+        )
 
     def _execute(self, call: ToolCall) -> CallResult:
         schema = self.callable.get(call.name)
         if schema is None:
-            return CallResult(name=call.name, ok=False,
-                              output=f"Error: unknown tool '{call.name}'. Available tools: {', '.join(self.visible)}")
+            return CallResult(
+                name=call.name,
+                ok=False,
+                output=f"Error: unknown tool '{call.name}'. Available tools: {', '.join(self.visible)}",
+            )
         problem, warnings = validate_call(call, schema)
         problem = problem or bound_call(call)
         if problem is not None:
@@ -274,15 +296,25 @@ class BfclEnv:
         ground_truth = self._reference_strings(self.task.reference_solution)
         completed = len(self.executed) if self.done else len(self.executed) - 1
         if completed < len(ground_truth):
-            return EvalResult(score=0.0, passed=False, details={
-                "error_type": "multi_turn:force_terminated",
-                "error_message": f"episode ended after {completed} of {len(ground_truth)} turns"})
+            return EvalResult(
+                score=0.0,
+                passed=False,
+                details={
+                    "error_type": "multi_turn:force_terminated",
+                    "error_message": f"episode ended after {completed} of {len(ground_truth)} turns",
+                },
+            )
         # the id that BFCL's checker turns into code is generated, never the task's (see checker.py)
-        entry = {"id": checker_entry_id(self._long_context(self.meta.category)),
-                 "initial_config": self.task.initial_config, "involved_classes": self.meta.involved_classes}
+        entry = {
+            "id": checker_entry_id(self._long_context(self.meta.category)),
+            "initial_config": self.task.initial_config,
+            "involved_classes": self.meta.involved_classes,
+        }
         result = check(self.executed[: len(ground_truth)], ground_truth, entry, self.meta.category)
         passed = bool(result.get("valid"))
-        details = {"error_type": result.get("error_type"), "error_message": result.get("error_message")} if not passed else {}
+        details = (
+            {"error_type": result.get("error_type"), "error_message": result.get("error_message")} if not passed else {}
+        )
         return EvalResult(score=1.0 if passed else 0.0, passed=passed, details=details)
 
     def _reference_strings(self, reference: list[list[ToolCall]]) -> list[list[str]]:
@@ -306,9 +338,16 @@ class BfclEnv:
         return out
 
     def info(self) -> EnvInfo:
-        return EnvInfo(env_name=self.name, instance_id=self.instance_id,
-                       task_id=self.task.task_id if self.task else None, sandbox=self.sandbox,
-                       turn_index=self.turn_index, num_turns=len(self.turns), steps=self.steps, done=self.done)
+        return EnvInfo(
+            env_name=self.name,
+            instance_id=self.instance_id,
+            task_id=self.task.task_id if self.task else None,
+            sandbox=self.sandbox,
+            turn_index=self.turn_index,
+            num_turns=len(self.turns),
+            steps=self.steps,
+            done=self.done,
+        )
 
     def state_key(self) -> str:
         """The environment state, for GiGPO's anchor-state step groups: the turn index and a hash of every backend
@@ -344,8 +383,10 @@ def _plain(obj: Any, seen: frozenset[int] = frozenset(), depth: int = 0) -> Any:
         items = [_plain(v, seen, depth + 1) for v in obj]
         return sorted(items, key=str) if isinstance(obj, (set, frozenset)) else items
     if hasattr(obj, "__dict__"):
-        return {"__class__": type(obj).__name__,
-                **{k: _plain(v, seen, depth + 1) for k, v in vars(obj).items() if k != "parent" and not callable(v)}}
+        return {
+            "__class__": type(obj).__name__,
+            **{k: _plain(v, seen, depth + 1) for k, v in vars(obj).items() if k != "parent" and not callable(v)},
+        }
     return type(obj).__name__
 
 
@@ -388,7 +429,11 @@ def _check_initial_config(config: Any, where: str) -> None:
 def _task_meta(task: Task) -> data.BfclTaskMeta:
     if "involved_classes" not in task.metadata:
         # A synthetic task: its classes come from the initial config or the reference solution's tools.
-        raw: dict[str, Any] = {"category": "synthetic", "bfcl_id": task.task_id, "involved_classes": list(task.initial_config)}
+        raw: dict[str, Any] = {
+            "category": "synthetic",
+            "bfcl_id": task.task_id,
+            "involved_classes": list(task.initial_config),
+        }
     else:
         raw = task.metadata
     try:
@@ -397,8 +442,10 @@ def _task_meta(task: Task) -> data.BfclTaskMeta:
         raise _field_error("task.metadata", err) from None
     unknown = [c for c in meta.involved_classes if c not in data.BACKEND_CLASSES]
     if unknown or not meta.involved_classes:
-        raise EnvError(f"task.metadata.involved_classes: must name BFCL backend classes ({', '.join(data.BACKEND_CLASSES)})"
-                       + (f"; unknown {unknown[0][:60]!r}" if unknown else ""))
+        raise EnvError(
+            f"task.metadata.involved_classes: must name BFCL backend classes ({', '.join(data.BACKEND_CLASSES)})"
+            + (f"; unknown {unknown[0][:60]!r}" if unknown else "")
+        )
     return meta
 
 

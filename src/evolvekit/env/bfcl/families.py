@@ -38,8 +38,10 @@ class Demonstration:
     def messages(self, call_format: Callable[[ToolCall], str]) -> list[ChatMessage]:
         out = [ChatMessage(role="user", content=self.request)]
         for call, result in self.steps:
-            out += [ChatMessage(role="assistant", content=call_format(call)),
-                    ChatMessage(role="user", content=f"Tool results:\n[{call.name}] {result}")]
+            out += [
+                ChatMessage(role="assistant", content=call_format(call)),
+                ChatMessage(role="user", content=f"Tool results:\n[{call.name}] {result}"),
+            ]
         return out + [ChatMessage(role="assistant", content=self.final)]
 
 
@@ -69,11 +71,23 @@ class TaskFamily:
                 others.update(q for q, _, _ in self._draw(seed, count))
         out = []
         for i, (query, calls, config) in enumerate(self._draw(self.split_seeds[split], count, exclude=others)):
-            out.append(Task(task_id=f"{self.name}-{split}-{i:04d}", env_name="bfcl", query=query,
-                            initial_config=config, reference_solution=[calls], source=TaskSource.REAL,
-                            metadata={"category": "family", "bfcl_id": f"{self.name}-{split}-{i:04d}",
-                                      "involved_classes": list(self.classes), "family": self.name,
-                                      "allowed_tools": list(self.tools)}))
+            out.append(
+                Task(
+                    task_id=f"{self.name}-{split}-{i:04d}",
+                    env_name="bfcl",
+                    query=query,
+                    initial_config=config,
+                    reference_solution=[calls],
+                    source=TaskSource.REAL,
+                    metadata={
+                        "category": "family",
+                        "bfcl_id": f"{self.name}-{split}-{i:04d}",
+                        "involved_classes": list(self.classes),
+                        "family": self.name,
+                        "allowed_tools": list(self.tools),
+                    },
+                )
+            )
         return out
 
     def _draw(self, seed: int, count: int, exclude: set[str] | None = None) -> list[tuple[str, list[ToolCall], dict]]:
@@ -85,7 +99,7 @@ class TaskFamily:
             if len(out) == count:
                 break
             drawn = self.generator(rng)
-            query, calls, config = drawn if len(drawn) == 3 else (*drawn, {})  # type: ignore[misc]
+            query, calls, config = drawn if len(drawn) == 3 else (*drawn, {})
             if query not in seen:
                 seen.add(query)
                 out.append((query, calls, config))
@@ -118,29 +132,41 @@ def _arith_wide(rng: random.Random) -> tuple[str, list[ToolCall]]:
         return q, [ToolCall(name="power", arguments={"base": base, "exponent": exp})]
     if kind == 5:
         n = -rng.randint(2, 999)
-        return rng.choice(["What is the absolute value of {n}?", "Give the magnitude of {n}."]).format(n=n), \
-            [ToolCall(name="absolute_value", arguments={"number": n})]
+        return rng.choice(["What is the absolute value of {n}?", "Give the magnitude of {n}."]).format(n=n), [
+            ToolCall(name="absolute_value", arguments={"number": n})
+        ]
     nums = [rng.randint(1, 99) for _ in range(rng.randint(3, 5))]
     listing = ", ".join(map(str, nums))
-    return rng.choice(["Which is the largest of {x}?", "Find the maximum of {x}."]).format(x=listing), \
-        [ToolCall(name="max_value", arguments={"numbers": nums})]
+    return rng.choice(["Which is the largest of {x}?", "Find the maximum of {x}."]).format(x=listing), [
+        ToolCall(name="max_value", arguments={"numbers": nums})
+    ]
 
 
 _ARITH_DEMOS = (
-    Demonstration("What is 12 plus 30?", ToolCall(name="add", arguments={"a": 12, "b": 30}),
-                  '{"result": 42}', "12 plus 30 is 42."),
-    Demonstration("Multiply 6 by 7.", ToolCall(name="multiply", arguments={"a": 6, "b": 7}),
-                  '{"result": 42}', "6 times 7 is 42."),
-    Demonstration("What is 50 minus 8?", ToolCall(name="subtract", arguments={"a": 50, "b": 8}),
-                  '{"result": 42}', "50 minus 8 is 42."),
+    Demonstration(
+        "What is 12 plus 30?", ToolCall(name="add", arguments={"a": 12, "b": 30}), '{"result": 42}', "12 plus 30 is 42."
+    ),
+    Demonstration(
+        "Multiply 6 by 7.", ToolCall(name="multiply", arguments={"a": 6, "b": 7}), '{"result": 42}', "6 times 7 is 42."
+    ),
+    Demonstration(
+        "What is 50 minus 8?",
+        ToolCall(name="subtract", arguments={"a": 50, "b": 8}),
+        '{"result": 42}',
+        "50 minus 8 is 42.",
+    ),
 )
+
 
 def _call(name: str, **arguments) -> ToolCall:
     return ToolCall(name=name, arguments=arguments)
 
 
-_CHAIN_PHRASES = ("Add {a} and {b}, then multiply the sum by {c}.", "What is ({a} plus {b}) times {c}?",
-                  "Compute the sum of {a} and {b}, and multiply it by {c}.")
+_CHAIN_PHRASES = (
+    "Add {a} and {b}, then multiply the sum by {c}.",
+    "What is ({a} plus {b}) times {c}?",
+    "Compute the sum of {a} and {b}, and multiply it by {c}.",
+)
 
 
 def _arith_chain(rng: random.Random) -> Draw:
@@ -151,18 +177,65 @@ def _arith_chain(rng: random.Random) -> Draw:
 
 
 _ARITH_CHAIN_DEMOS = (
-    Demonstration("Add 5 and 7, then multiply the sum by 3.", _call("add", a=5, b=7), '{"result": 12}',
-                  "The sum is 12, and 12 times 3 is 36.", then=((_call("multiply", a=12, b=3), '{"result": 36}'),)),
-    Demonstration("What is (20 plus 4) times 2?", _call("add", a=20, b=4), '{"result": 24}',
-                  "20 plus 4 is 24, and 24 times 2 is 48.", then=((_call("multiply", a=24, b=2), '{"result": 48}'),)),
-    Demonstration("Compute the sum of 9 and 6, and multiply it by 5.", _call("add", a=9, b=6), '{"result": 15}',
-                  "The sum is 15; times 5 that is 75.", then=((_call("multiply", a=15, b=5), '{"result": 75}'),)),
+    Demonstration(
+        "Add 5 and 7, then multiply the sum by 3.",
+        _call("add", a=5, b=7),
+        '{"result": 12}',
+        "The sum is 12, and 12 times 3 is 36.",
+        then=((_call("multiply", a=12, b=3), '{"result": 36}'),),
+    ),
+    Demonstration(
+        "What is (20 plus 4) times 2?",
+        _call("add", a=20, b=4),
+        '{"result": 24}',
+        "20 plus 4 is 24, and 24 times 2 is 48.",
+        then=((_call("multiply", a=24, b=2), '{"result": 48}'),),
+    ),
+    Demonstration(
+        "Compute the sum of 9 and 6, and multiply it by 5.",
+        _call("add", a=9, b=6),
+        '{"result": 15}',
+        "The sum is 15; times 5 that is 75.",
+        then=((_call("multiply", a=15, b=5), '{"result": 75}'),),
+    ),
 )
 
-_FILES = ("notes", "budget", "draft", "summary", "todo", "letter", "report", "ideas", "minutes", "recipe", "poem",
-          "invoice", "agenda", "journal", "contacts", "plan")
-_FOLDERS = ("archive", "docs", "backup", "projects", "photos", "music", "old", "shared", "inbox", "work", "personal",
-            "temp", "misc", "reports", "drafts", "travel")
+_FILES = (
+    "notes",
+    "budget",
+    "draft",
+    "summary",
+    "todo",
+    "letter",
+    "report",
+    "ideas",
+    "minutes",
+    "recipe",
+    "poem",
+    "invoice",
+    "agenda",
+    "journal",
+    "contacts",
+    "plan",
+)
+_FOLDERS = (
+    "archive",
+    "docs",
+    "backup",
+    "projects",
+    "photos",
+    "music",
+    "old",
+    "shared",
+    "inbox",
+    "work",
+    "personal",
+    "temp",
+    "misc",
+    "reports",
+    "drafts",
+    "travel",
+)
 
 
 def _fs_chain(rng: random.Random) -> Draw:
@@ -172,63 +245,120 @@ def _fs_chain(rng: random.Random) -> Draw:
     sub, new = rng.sample(_FOLDERS, 2)
     name = f"{rng.choice(_FILES)}_{rng.randint(1, 99)}.txt"
     contents = {f: {"type": "file", "content": f"{f.split('.')[0]} {rng.randint(1, 999)}"} for f in files}
-    config = {"GorillaFileSystem": {"root": {"workspace": {"type": "directory", "contents": {
-        **contents, sub: {"type": "directory", "contents": {}}}}}}}
+    config = {
+        "GorillaFileSystem": {
+            "root": {
+                "workspace": {"type": "directory", "contents": {**contents, sub: {"type": "directory", "contents": {}}}}
+            }
+        }
+    }
     kind = rng.randrange(3)
     if kind == 0:
         f = rng.choice(files)
-        query = rng.choice(["Make a new folder called {d} and move {f} into it.",
-                            "Create a folder named {d}, then move the file {f} into {d}."]).format(d=new, f=f)
+        query = rng.choice(
+            [
+                "Make a new folder called {d} and move {f} into it.",
+                "Create a folder named {d}, then move the file {f} into {d}.",
+            ]
+        ).format(d=new, f=f)
         calls = [_call("mkdir", dir_name=new), _call("mv", source=f, destination=new)]
     elif kind == 1:
-        query = rng.choice(["Go into the {s} folder and create a file named {n} there.",
-                            "In the {s} folder, make an empty file called {n}."]).format(s=sub, n=name)
+        query = rng.choice(
+            [
+                "Go into the {s} folder and create a file named {n} there.",
+                "In the {s} folder, make an empty file called {n}.",
+            ]
+        ).format(s=sub, n=name)
         calls = [_call("cd", folder=sub), _call("touch", file_name=name)]
     else:
-        query = rng.choice(["Go into the {s} folder and make a folder called {d} inside it.",
-                            "Inside the {s} folder, create a new folder named {d}."]).format(s=sub, d=new)
+        query = rng.choice(
+            [
+                "Go into the {s} folder and make a folder called {d} inside it.",
+                "Inside the {s} folder, create a new folder named {d}.",
+            ]
+        ).format(s=sub, d=new)
         calls = [_call("cd", folder=sub), _call("mkdir", dir_name=new)]
     return query, calls, config
 
 
 _FS_CHAIN_DEMOS = (
-    Demonstration("Make a new folder called papers and move essay.txt into it.", _call("mkdir", dir_name="papers"),
-                  "None", "Done: papers holds essay.txt.",
-                  then=((_call("mv", source="essay.txt", destination="papers"),
-                         '{"result": "\'essay.txt\' moved to \'papers/essay.txt\'"}'),)),
-    Demonstration("Go into the games folder and create a file named scores.txt there.", _call("cd", folder="games"),
-                  '{"current_working_directory": "games"}', "Created scores.txt in games.",
-                  then=((_call("touch", file_name="scores.txt"), "None"),)),
-    Demonstration("Inside the books folder, create a new folder named fiction.", _call("cd", folder="books"),
-                  '{"current_working_directory": "books"}', "Created the folder fiction inside books.",
-                  then=((_call("mkdir", dir_name="fiction"), "None"),)),
+    Demonstration(
+        "Make a new folder called papers and move essay.txt into it.",
+        _call("mkdir", dir_name="papers"),
+        "None",
+        "Done: papers holds essay.txt.",
+        then=(
+            (
+                _call("mv", source="essay.txt", destination="papers"),
+                "{\"result\": \"'essay.txt' moved to 'papers/essay.txt'\"}",
+            ),
+        ),
+    ),
+    Demonstration(
+        "Go into the games folder and create a file named scores.txt there.",
+        _call("cd", folder="games"),
+        '{"current_working_directory": "games"}',
+        "Created scores.txt in games.",
+        then=((_call("touch", file_name="scores.txt"), "None"),),
+    ),
+    Demonstration(
+        "Inside the books folder, create a new folder named fiction.",
+        _call("cd", folder="books"),
+        '{"current_working_directory": "books"}',
+        "Created the folder fiction inside books.",
+        then=((_call("mkdir", dir_name="fiction"), "None"),),
+    ),
 )
 
 FAMILIES: dict[str, TaskFamily] = {
     "arith": TaskFamily(
-        name="arith", classes=("MathAPI",), tools=("add", "subtract", "multiply", "divide"),
+        name="arith",
+        classes=("MathAPI",),
+        tools=("add", "subtract", "multiply", "divide"),
         description="MathAPI restricted to add/subtract/multiply/divide (shared arguments a, b); one call per task",
-        demonstrations=_ARITH_DEMOS, generator=_arith, split_seeds={"train": 1, "dev": 2, "test": 3}),
+        demonstrations=_ARITH_DEMOS,
+        generator=_arith,
+        split_seeds={"train": 1, "dev": 2, "test": 3},
+    ),
     # the next curriculum step after `arith`: three more MathAPI tools with arguments of their own
     "arith_wide": TaskFamily(
-        name="arith_wide", classes=("MathAPI",),
+        name="arith_wide",
+        classes=("MathAPI",),
         tools=("add", "subtract", "multiply", "divide", "power", "absolute_value", "max_value"),
         description="arith plus power(base, exponent), absolute_value(number), max_value(numbers); one call per task",
-        demonstrations=_ARITH_DEMOS + (
-            Demonstration("What is 3 to the power of 4?", ToolCall(name="power", arguments={"base": 3, "exponent": 4}),
-                          '{"result": 81.0}', "3 to the power of 4 is 81."),),
-        generator=_arith_wide, split_seeds={"train": 11, "dev": 12, "test": 13}),
+        demonstrations=_ARITH_DEMOS
+        + (
+            Demonstration(
+                "What is 3 to the power of 4?",
+                ToolCall(name="power", arguments={"base": 3, "exponent": 4}),
+                '{"result": 81.0}',
+                "3 to the power of 4 is 81.",
+            ),
+        ),
+        generator=_arith_wide,
+        split_seeds={"train": 11, "dev": 12, "test": 13},
+    ),
     # multi-step families (the evidence issue): each task needs two dependent calls
     "arith_chain": TaskFamily(
-        name="arith_chain", classes=("MathAPI",), tools=("add", "subtract", "multiply", "divide"),
+        name="arith_chain",
+        classes=("MathAPI",),
+        tools=("add", "subtract", "multiply", "divide"),
         description="two dependent MathAPI calls: add two numbers, then multiply the sum (the result feeds the "
-                    "second call); three worked two-call examples",
-        demonstrations=_ARITH_CHAIN_DEMOS, generator=_arith_chain, split_seeds={"train": 31, "dev": 32, "test": 33}),
+        "second call); three worked two-call examples",
+        demonstrations=_ARITH_CHAIN_DEMOS,
+        generator=_arith_chain,
+        split_seeds={"train": 31, "dev": 32, "test": 33},
+    ),
     "fs_chain": TaskFamily(
-        name="fs_chain", classes=("GorillaFileSystem",), tools=("ls", "cd", "mkdir", "mv", "touch", "cat"),
+        name="fs_chain",
+        classes=("GorillaFileSystem",),
+        tools=("ls", "cd", "mkdir", "mv", "touch", "cat"),
         description="two dependent GorillaFileSystem calls whose end state is checked (mkdir then mv into it; cd "
-                    "then touch or mkdir there); three worked two-call examples",
-        demonstrations=_FS_CHAIN_DEMOS, generator=_fs_chain, split_seeds={"train": 21, "dev": 22, "test": 23}),
+        "then touch or mkdir there); three worked two-call examples",
+        demonstrations=_FS_CHAIN_DEMOS,
+        generator=_fs_chain,
+        split_seeds={"train": 21, "dev": 22, "test": 23},
+    ),
 }
 
 

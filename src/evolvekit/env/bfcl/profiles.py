@@ -37,8 +37,9 @@ def build_profile(class_name: str) -> EnvProfile:
             if name not in attributes:
                 attributes.append(name)
     operations = [f"{d['name']}: {d.get('description', '').split('Tool description:', 1)[-1].strip()}" for d in docs]
-    entity = EntityProfile(name=class_name, description=DESCRIPTIONS.get(class_name, ""), attributes=attributes,
-                           operations=operations)
+    entity = EntityProfile(
+        name=class_name, description=DESCRIPTIONS.get(class_name, ""), attributes=attributes, operations=operations
+    )
     return EnvProfile(env_name="bfcl", name=class_name, description=DESCRIPTIONS.get(class_name, ""), entities=[entity])
 
 

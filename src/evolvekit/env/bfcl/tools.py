@@ -9,8 +9,16 @@ from typing import Any
 from evolvekit.env.base import ToolSchema
 from evolvekit.types import ToolCall
 
-_TYPE_NAMES = {"string": "str", "integer": "int", "float": "float", "boolean": "bool", "array": "list",
-               "dict": "dict", "tuple": "list", "any": "any"}
+_TYPE_NAMES = {
+    "string": "str",
+    "integer": "int",
+    "float": "float",
+    "boolean": "bool",
+    "array": "list",
+    "dict": "dict",
+    "tuple": "list",
+    "any": "any",
+}
 
 
 def doc_to_schema(doc: dict) -> ToolSchema:
@@ -54,7 +62,9 @@ def validate_call(call: ToolCall, schema: ToolSchema) -> tuple[str | None, list[
         spec = props[key]
         typ = spec.get("type", "any")
         if not _type_ok(value, typ):
-            warnings.append(f"argument '{key}' of {call.name} should be {_TYPE_NAMES.get(typ, typ)}, got {type(value).__name__}")
+            warnings.append(
+                f"argument '{key}' of {call.name} should be {_TYPE_NAMES.get(typ, typ)}, got {type(value).__name__}"
+            )
         elif "enum" in spec and value not in spec["enum"]:
             warnings.append(f"argument '{key}' of {call.name} should be one of {spec['enum']}")
     return None, warnings
@@ -152,8 +162,10 @@ def render_compact(tools: list[ToolSchema], max_desc: int = 80) -> str:
     for t in tools:
         props = t.parameters.get("properties", {})
         required = set(t.parameters.get("required", []))
-        params = ", ".join(f"{k}{'' if k in required else '?'}: {_TYPE_NAMES.get(v.get('type', 'any'), 'any')}"
-                           for k, v in props.items())
+        params = ", ".join(
+            f"{k}{'' if k in required else '?'}: {_TYPE_NAMES.get(v.get('type', 'any'), 'any')}"
+            for k, v in props.items()
+        )
         desc = t.description.split("Tool description:", 1)[-1].strip()
         if len(desc) > max_desc:
             desc = desc[: max_desc - 3].rstrip() + "..."

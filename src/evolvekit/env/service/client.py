@@ -18,8 +18,15 @@ from evolvekit.types import Task, Trajectory
 class RemoteEnv:
     """Looks exactly like a local environment; every episode is one server-side instance."""
 
-    def __init__(self, base_url: str, env: str = "bfcl", token: str | None = None, backends: list[str] | None = None,
-                 timeout_s: float = 30.0, client: httpx.Client | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        env: str = "bfcl",
+        token: str | None = None,
+        backends: list[str] | None = None,
+        timeout_s: float = 30.0,
+        client: httpx.Client | None = None,
+    ) -> None:
         self.name = env
         self.backends = list(backends or [])
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -28,8 +35,13 @@ class RemoteEnv:
 
     @classmethod
     def from_config(cls, cfg: EnvConfig) -> "RemoteEnv":
-        return cls(cfg.service_url or "", env=cfg.name, token=os.environ.get(cfg.service_token_env),
-                   backends=cfg.backends, timeout_s=cfg.step_timeout_s + 5)
+        return cls(
+            cfg.service_url or "",
+            env=cfg.name,
+            token=os.environ.get(cfg.service_token_env),
+            backends=cfg.backends,
+            timeout_s=cfg.step_timeout_s + 5,
+        )
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         try:
@@ -41,13 +53,17 @@ class RemoteEnv:
         try:
             return resp.json()
         except ValueError:
-            raise EnvError(f"environment service {path} answered 200 with a body that is not JSON: {resp.text[:120]!r}") from None
+            raise EnvError(
+                f"environment service {path} answered 200 with a body that is not JSON: {resp.text[:120]!r}"
+            ) from None
 
     def _model(self, shape, path: str, body: dict[str, Any]):
         try:
             return shape.model_validate(self._post(path, body))
         except ValidationError as err:
-            raise EnvError(f"environment service {path} answered a malformed reply: {str(err).splitlines()[0]}") from None
+            raise EnvError(
+                f"environment service {path} answered a malformed reply: {str(err).splitlines()[0]}"
+            ) from None
 
     def profile(self) -> list[EnvProfile]:
         resp = self.client.get("/profile", params={"env": self.name})

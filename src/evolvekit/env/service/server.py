@@ -26,12 +26,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from evolvekit.safejson import json_depth_path
 from evolvekit.config import EnvConfig
-from evolvekit.env.base import EnvInfo, EnvProfile, Environment, EvalResult, StepResult
+from evolvekit.env.base import EnvInfo, Environment, EnvProfile, EvalResult, StepResult
 from evolvekit.env.registry import make_env
 from evolvekit.env.service.schemas import CreateRequest, CreateResponse, InstanceRequest, StepRequest
 from evolvekit.errors import EvolveKitError
+from evolvekit.safejson import json_depth_path
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +121,9 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         errs = exc.errors()
         first = errs[0] if errs else {"loc": (), "msg": "invalid body"}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return JSONResponse({"detail": f"invalid request body at '{where}': {first.get('msg')}", "errors": len(errs)},
-                            status_code=422)
+        return JSONResponse(
+            {"detail": f"invalid request body at '{where}': {first.get('msg')}", "errors": len(errs)}, status_code=422
+        )
 
     @app.get("/healthz")
     async def healthz() -> dict:
@@ -223,7 +224,9 @@ class BodyLimit:
         body = b"".join(chunks)
         where = _too_deep(body, self.max_depth)
         if where is not None:
-            return await _answer(send, 422, f"invalid request body at '{where}': nested deeper than {self.max_depth} levels")
+            return await _answer(
+                send, 422, f"invalid request body at '{where}': nested deeper than {self.max_depth} levels"
+            )
         sent = False
 
         async def replay():
@@ -251,7 +254,10 @@ def _too_deep(body: bytes, limit: int) -> str | None:
 
 
 async def _answer(send, status: int, detail: str) -> None:
-    await JSONResponse({"detail": detail}, status_code=status)({"type": "http"}, None, send)
+    async def no_body() -> dict:  # the response never reads the request
+        return {"type": "http.disconnect"}
+
+    await JSONResponse({"detail": detail}, status_code=status)({"type": "http"}, no_body, send)
 
 
 def serve(host: str = "127.0.0.1", port: int = 8765, settings: ServiceSettings | None = None) -> None:
