@@ -147,6 +147,16 @@ class Trajectory(_Model):
     error: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @property
+    def checked_outcome(self) -> float:
+        """The environment's own check of the episode, before judge mixing and reward shaping (the synthetic-task
+        reward keeps it as ``state_score``, reward shaping as ``outcome``)."""
+        for key in ("state_score", "outcome"):
+            value = self.outcome_details.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+        return float(self.outcome_reward or 0.0)
+
 
 class ExperienceProvenance(BaseModel):
     model_config = ConfigDict(extra="forbid")

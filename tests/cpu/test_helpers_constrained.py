@@ -98,12 +98,17 @@ def test_grounded_and_constrained_extraction_always_yield_structured_experiences
         grounded=True,
         field_tokens=24,
     )
-    report = ex.extract([WIN, LOSE, lone], {"t1": TASK, "t2": other}, iteration=0)
-    assert report.jobs == 2 and report.grounded == 1
-    kinds = sorted(e.provenance.kind for e in report.experiences)
-    assert "comparison" in kinds  # the grounded one, without an LLM call
-    assert report.calls == 1  # only the success-only job went to the summarizer
-    assert report.validated_share == len({e.provenance.task_ids[0] for e in report.experiences}) / 2
+    third = TASK.model_copy(update={"task_id": "t3", "query": "Divide 8 by 2."})
+    miss = LOSE.model_copy(update={"task_id": "t3", "trajectory_id": "m"})
+    report = ex.extract([WIN, LOSE, lone, miss], {"t1": TASK, "t2": other, "t3": third}, iteration=0)
+    assert report.jobs == 3 and report.grounded == 2  # the comparison and the success-only job, from execution
+    kinds = sorted(e.provenance.kind for e in report.experiences if e.provenance.task_ids[0] != "t3")
+    assert kinds == ["comparison", "success"]
+    assert report.calls == 1  # only the failure-only job went to the summarizer
+    assert report.validated_share == len({e.provenance.task_ids[0] for e in report.experiences}) / 3
+    # grounded mode splits by the environment's check: a judge's 1.0 on a failed state check is a failure
+    judged = LOSE.model_copy(update={"outcome_reward": 1.0, "outcome_details": {"state_score": 0.0}})
+    assert [k for k, _ in ex.jobs([WIN, judged])] == ["comparison"]
     # grounded mode validates against the job's execution, without a model call
     checked = ExperienceExtractor(
         tiny, SamplingParams(temperature=0.0), validate=True, constrained=True, grounded=True

@@ -14,19 +14,10 @@ from evolvekit.train.sample_stage import AdvantageScale, GRPOSamples
 from evolvekit.types import StepLabel, Task, Trajectory
 
 
-def checked_outcome(traj: Trajectory) -> float:
-    """The environment's own check of an episode, before judge mixing and reward shaping."""
-    details = traj.outcome_details
-    for key in ("state_score", "outcome"):
-        if isinstance(details.get(key), (int, float)):
-            return float(details[key])
-    return float(traj.outcome_reward or 0.0)
-
-
 def grounded_for(task: Task | None, traj: Trajectory, success_threshold: float) -> list[StepLabel]:
     """Grounded labels of one trajectory (attributing/grounded.py); the generic fallback when the task is unknown."""
     reference = task.reference_solution if task is not None else None
-    return grounded_labels(traj.steps, reference, checked_outcome(traj) >= success_threshold)
+    return grounded_labels(traj.steps, reference, traj.checked_outcome >= success_threshold)
 
 
 def alpha_for(cfg: Config, iteration: int) -> float:
@@ -69,7 +60,8 @@ class AttributedSamples(GRPOSamples):
                 [attribution_rewards(labels[i]) if labels[i] is not None else None for i in idx]
             )
             constant += degenerate
-            if len({float(live[i].outcome_reward or 0.0) for i in idx}) > 1:
+            # mixed by the environment's check (a judge's constant score can hide a group's real spread)
+            if len({live[i].checked_outcome for i in idx}) > 1:
                 mixed += 1
                 mixed_live += not degenerate
             advs = group_step_advantages(

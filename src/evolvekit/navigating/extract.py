@@ -99,13 +99,7 @@ def parse_yes_no(text: str) -> bool | None:
 
 
 def _ok_calls(traj: Trajectory) -> list[ToolCall]:
-    out = []
-    for step in traj.steps:
-        oks: list = step.info["calls"] if isinstance(step.info.get("calls"), list) else []
-        for i, c in enumerate(step.tool_calls):
-            if i >= len(oks) or not isinstance(oks[i], dict) or oks[i].get("ok", True):
-                out.append(c)
-    return out
+    return [c for c, _ in _ok_calls_with_results(traj)]
 
 
 def _describe_value(value: Any, query: str, earlier: list[tuple[str, str]]) -> str:
@@ -145,33 +139,42 @@ def _failure_note(failure: Trajectory, success_keys: set) -> str:
     return "stopping before every needed call was made"
 
 
-def grounded_experience(task: Task | None, success: Trajectory, failure: Trajectory) -> tuple[str, str] | None:
-    """(when_to_use, content) from one task's success/failure contrast, written from execution: the calls the
-    success made that the failure did not (argument values described by where they came from: the request, or an
-    earlier call's result), and the failure's first mistake. None when the success made no call to learn from."""
+def _ok_calls_with_results(traj: Trajectory) -> list[tuple[ToolCall, str]]:
+    """The calls that ran without error, each with its step's observation."""
+    out = []
+    for step in traj.steps:
+        oks: list = step.info["calls"] if isinstance(step.info.get("calls"), list) else []
+        for i, c in enumerate(step.tool_calls):
+            if i >= len(oks) or not isinstance(oks[i], dict) or oks[i].get("ok", True):
+                out.append((c, step.observation))
+    return out
+
+
+def grounded_experience(
+    task: Task | None, success: Trajectory, failure: Trajectory | None = None
+) -> tuple[str, str] | None:
+    """(when_to_use, content) written from execution: the calls a successful attempt made (argument values
+    described by where they came from: the request, or an earlier call's result) and, given a failed attempt of
+    the same task, the calls the failure lacked and its first mistake. None when the success made no call."""
     query = " ".join(task.turns) if task else ""
-    calls = _ok_calls(success)
-    if not calls:
+    pairs = _ok_calls_with_results(success)
+    if not pairs:
         return None
-    fail_keys = {call_key(c) for c in _ok_calls(failure)}
-    observations: dict[int, str] = {}
-    k = 0
-    for step in success.steps:
-        for _ in step.tool_calls:
-            observations[k] = step.observation
-            k += 1
+    calls = [c for c, _ in pairs]
+    observations = {i: obs for i, (_, obs) in enumerate(pairs)}
     key_of = [call_key(c) for c in calls]
     tools = ", ".join(dict.fromkeys(c.name for c in calls))
     head = query.strip().splitlines()[0][:200] if query.strip() else "a task"
     when = f'A request like "{head}" that the tools {tools} can answer.'
-    missing = [c for c, key in zip(calls, key_of) if key not in fail_keys]
-    did = _describe(calls, query, observations)
-    content = (
-        f"Call {did}; then answer with the result. "
-        f"The successful attempt made {len(missing) or 'the same'} call(s) the failed one did not"
-        f"{': ' + ', '.join(c.name for c in missing) if missing else ''}. "
-        f"Avoid {_failure_note(failure, set(key_of))}."
-    )
+    content = f"Call {_describe(calls, query, observations)}, one call per message; then answer with the result."
+    if failure is not None:
+        fail_keys = {call_key(c) for c in _ok_calls(failure)}
+        missing = [c for c, key in zip(calls, key_of) if key not in fail_keys]
+        content += (
+            f" The successful attempt made {len(missing) or 'the same'} call(s) the failed one did not"
+            f"{': ' + ', '.join(c.name for c in missing) if missing else ''}."
+            f" Avoid {_failure_note(failure, set(key_of))}."
+        )
     return when, content[:1200]
 
 
@@ -206,8 +209,9 @@ class ExtractionReport:
 
 class ExperienceExtractor:
     """Ω_process. ``constrained``: the summarizer writes under a forced structure and validates by a calibrated
-    forced yes/no (in-process model); ``grounded``: comparison jobs are written from execution, without the
-    summarizer, and every candidate is validated against its job's execution (``grounded_valid``)."""
+    forced yes/no (in-process model); ``grounded``: jobs are split by the environment's check, comparison and
+    success-only jobs are written from execution without the summarizer, and every candidate is validated
+    against its job's execution (``grounded_valid``)."""
 
     def __init__(
         self,
@@ -227,6 +231,11 @@ class ExperienceExtractor:
         self.local = cast(InProcessLLM, llm)  # used only when constrained (an in-process model)
         self.rng = random.Random(params.seed or 0)
 
+    def _score(self, traj: Trajectory) -> float:
+        """Success for the split: the rollout's reward (the paper), or in grounded mode the environment's own check
+        (a judge's score on a synthetic task is not execution)."""
+        return traj.checked_outcome if self.grounded else float(traj.outcome_reward or 0.0)
+
     def jobs(self, trajectories: Sequence[Trajectory]) -> list[tuple[JobKind, list[Trajectory]]]:
         """(1) preprocessing: valid trajectories split by score; one success, one failure and one comparison per
         task."""
@@ -236,8 +245,8 @@ class ExperienceExtractor:
                 by_task.setdefault(t.task_id, []).append(t)
         jobs: list[tuple[JobKind, list[Trajectory]]] = []
         for trajs in by_task.values():
-            wins = [t for t in trajs if (t.outcome_reward or 0.0) >= self.success_threshold]
-            losses = [t for t in trajs if (t.outcome_reward or 0.0) < self.success_threshold]
+            wins = [t for t in trajs if self._score(t) >= self.success_threshold]
+            losses = [t for t in trajs if self._score(t) < self.success_threshold]
             if wins and losses:
                 jobs.append(("comparison", [wins[0], losses[0]]))
             elif wins:
@@ -321,8 +330,8 @@ class ExperienceExtractor:
 
         llm_jobs = []
         for j, (kind, ts) in enumerate(jobs):
-            if self.grounded and kind == "comparison":
-                pair = grounded_experience(tasks.get(ts[0].task_id), ts[0], ts[1])
+            if self.grounded and kind in ("comparison", "success"):
+                pair = grounded_experience(tasks.get(ts[0].task_id), ts[0], ts[1] if len(ts) > 1 else None)
                 pairs = parse_experiences(f"When to use: {pair[0]}\nContent: {pair[1]}", 1) if pair else []
                 report.grounded += len(pairs)
                 add(j, kind, ts, pairs)
