@@ -10,9 +10,9 @@ import uuid
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: Step.info, reward parts and Evolving-RL roles became typed fields (old data migrates)
 
 
 def new_id(prefix: str) -> str:
@@ -99,6 +99,28 @@ class StepGrounding(BaseModel):
     distance_after: int | None = None
 
 
+class CallOutcome(BaseModel):
+    """How one tool call of a step went (from the environment's ``CallResult``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = ""
+    ok: bool = True  # executed and not refused
+    unknown_tool: bool = False  # the environment offers no tool of that name
+
+
+# what used to live in Step.info (schema 1), now typed fields
+_STEP_INFO_KEYS = (
+    "turn_index",
+    "new_turn",
+    "finish_reason",
+    "calls",
+    "format_ok",
+    "think_words",
+    "context_events",
+    "state_key",
+)
+
+
 class Step(_Model):
     """One agent step: what the model produced, what it meant, and what the environment answered."""
 
@@ -113,8 +135,27 @@ class Step(_Model):
     completion_token_ids: list[int] = Field(default_factory=list)
     completion_logprobs: list[float] = Field(default_factory=list)
     spans: list[TokenSpan] = Field(default_factory=list)  # marked ranges of prompt_token_ids (inserted experience)
-    info: dict[str, Any] = Field(default_factory=dict)
     grounding: StepGrounding | None = None  # set by environments that compare state with the reference (BFCL)
+    turn_index: int = 0  # the environment's turn after the step
+    new_turn: bool = False  # the observation is the next user message
+    finish_reason: str = "stop"
+    calls: list[CallOutcome] = Field(default_factory=list)  # one per tool call, in order
+    format_ok: bool | None = None  # reasoning template: the <think> structure was followed
+    think_words: int | None = None  # reasoning template: words of thinking
+    context_events: list[str] = Field(default_factory=list)  # context management (summaries, evictions)
+    state_key: str | None = None  # the environment state before the step (GiGPO's anchor state)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_schema_1(cls, data: Any) -> Any:
+        """Stored steps of schema 1 kept these fields in a free ``info`` dict: lift them out."""
+        if isinstance(data, dict) and isinstance(data.get("info"), dict):
+            data = dict(data)
+            info = data.pop("info")
+            for key in _STEP_INFO_KEYS:
+                if key in info and key not in data:
+                    data[key] = info[key]
+        return data
 
 
 class StepLabel(str, Enum):
@@ -131,6 +172,32 @@ class TrajectoryFlags(BaseModel):
     attribution_neutralised: bool = False
 
 
+class RewardParts(BaseModel):
+    """The parts the outcome reward was made of (None: not part of this trajectory's reward)."""
+
+    model_config = ConfigDict(extra="forbid")
+    outcome: float | None = None  # the environment's score before shaping
+    format: float | None = None  # R_format (EvolveR) of reward shaping
+    reasoning: float | None = None  # the reasoning template's reward
+    state_score: float | None = None  # synthetic tasks: the environment's state check
+    judge_score: float | None = None  # synthetic tasks: the LLM judge (None: not judged, or its fallback)
+
+
+class EvolvingRole(BaseModel):
+    """Evolving-RL: which role a trajectory played in the joint extractor/solver update."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["source", "extractor", "solver"]
+    source: int  # index of the source task in the iteration
+    skill: int | None = None  # which candidate skill (extractor, and the solvers that used it)
+    task_index: int | None = None  # solvers: which of the K related tasks
+    abnormal: bool = False  # extractor: the skill text was judged abnormal (reward 0)
+    related: list[str] = Field(default_factory=list)  # extractor: the K related task ids
+
+
+_REWARD_KEYS = ("outcome", "format", "reasoning", "state_score", "judge_score")
+
+
 class Trajectory(_Model):
     """A whole episode of one task, as produced by a rollout worker."""
 
@@ -145,15 +212,40 @@ class Trajectory(_Model):
     experience_used: list[str] = Field(default_factory=list)  # experience ids
     flags: TrajectoryFlags = Field(default_factory=TrajectoryFlags)
     error: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)  # free-form, for users' own annotations
+    rewards: RewardParts = Field(default_factory=RewardParts)
+    evolving: EvolvingRole | None = None
+    prompt_tokens: int = 0  # tokens the policy read over the episode (per call: the whole prompt)
+    completion_tokens: int = 0
+    merged_sequences: int = 0  # training sequences the episode's timeline merges into
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_schema_1(cls, data: Any) -> Any:
+        """Schema 1 kept reward parts in ``outcome_details`` and Evolving-RL roles and token counts in ``metadata``."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        details = dict(data.get("outcome_details") or {})
+        meta = dict(data.get("metadata") or {})
+        if "rewards" not in data and any(k in details for k in _REWARD_KEYS):
+            data["rewards"] = {k: details.pop(k) for k in _REWARD_KEYS if k in details}
+            data["outcome_details"] = details
+        if "evolving" not in data and meta.get("role") in ("source", "extractor", "solver"):
+            data["evolving"] = {
+                k: meta.pop(k) for k in ("role", "source", "skill", "task_index", "abnormal", "related") if k in meta
+            }
+        for key in ("prompt_tokens", "completion_tokens", "merged_sequences"):
+            if key not in data and key in meta:
+                data[key] = meta.pop(key)
+        data["metadata"] = meta
+        return data
 
     @property
     def checked_outcome(self) -> float:
-        """The environment's own check of the episode, before judge mixing and reward shaping (the synthetic-task
-        reward keeps it as ``state_score``, reward shaping as ``outcome``)."""
-        for key in ("state_score", "outcome"):
-            value = self.outcome_details.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+        """The environment's own check of the episode, before judge mixing and reward shaping."""
+        for value in (self.rewards.state_score, self.rewards.outcome):
+            if value is not None:
                 return float(value)
         return float(self.outcome_reward or 0.0)
 

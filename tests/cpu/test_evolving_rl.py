@@ -138,23 +138,23 @@ def test_one_co_evolution_iteration(tmp_path, monkeypatch):
     loop.stages.samples = stage
     loop.run()
     trajs = store.trajectories(0)
-    roles = [t.metadata["role"] for t in trajs]
+    roles = [t.evolving.role for t in trajs]
     assert roles.count("source") == 2 and roles.count("extractor") == 2 * 3 and roles.count("solver") == 2 * 3 * 2
     # extractor groups: one per source task; solver groups: one per (source, downstream task), N members each
-    ext_groups = {t.group_id for t in trajs if t.metadata["role"] == "extractor"}
+    ext_groups = {t.group_id for t in trajs if t.evolving.role == "extractor"}
     sol_groups = {}
     for t in trajs:
-        if t.metadata["role"] == "solver":
-            sol_groups.setdefault(t.group_id, []).append(t.metadata["skill"])
+        if t.evolving.role == "solver":
+            sol_groups.setdefault(t.group_id, []).append(t.evolving.skill)
     assert len(ext_groups) == 2 and len(sol_groups) == 4 and all(sorted(v) == [0, 1, 2] for v in sol_groups.values())
     for t in trajs:  # Eq. 2: an extractor's reward is its skill's mean downstream reward
-        if t.metadata["role"] == "extractor" and not t.metadata["abnormal"]:
+        if t.evolving.role == "extractor" and not t.evolving.abnormal:
             downstream = [
                 s.outcome_reward
                 for s in trajs
-                if s.metadata["role"] == "solver"
-                and s.metadata["source"] == t.metadata["source"]
-                and s.metadata["skill"] == t.metadata["skill"]
+                if s.evolving.role == "solver"
+                and s.evolving.source == t.evolving.source
+                and s.evolving.skill == t.evolving.skill
             ]
             assert t.outcome_reward == pytest.approx(sum(downstream) / len(downstream))
     weights = sorted({s.loss_weight for s in captured["samples"]})

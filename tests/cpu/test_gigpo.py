@@ -91,5 +91,5 @@ def test_a_run_with_gigpo_credit_records_anchor_states_and_groups_steps(tmp_path
     metrics = store.metrics()[0]
     assert metrics["gigpo/step_groups"] >= 2 and metrics["gigpo/grouped_steps"] >= 6
     trajs = store.trajectories(0, "train")
-    assert all(s.info.get("state_key") for t in trajs for s in t.steps)
+    assert all(s.state_key for t in trajs for s in t.steps)
     store.close()

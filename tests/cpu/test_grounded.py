@@ -60,7 +60,7 @@ def _episode(task: Task, actions: list[Action]) -> tuple[list[Step], BfclEnv]:
                 parse_error=action.parse_error,
                 observation=res.observation,
                 grounding=res.grounding,
-                info={"calls": [{"name": r.name, "ok": r.ok} for r in res.call_results]},
+                calls=[{"name": r.name, "ok": r.ok} for r in res.call_results],
             )
         )
     return steps, env
@@ -94,7 +94,7 @@ def test_grounded_rules_on_built_bfcl_trajectories():
         Action(text="beta"),
     ]  # 9: the last turn's answer follows the episode's check
     steps, env = _episode(_task(REFERENCE), actions)
-    assert [s.info["calls"][0]["ok"] for s in steps[:1]] == [False]
+    assert [s.calls[0].ok for s in steps[:1]] == [False]
     passed = env.evaluate().passed
     labels = grounded_labels(steps, REFERENCE, passed)
     assert labels[:9] == [B, G, B, B, B, G, G, B, G]
@@ -146,8 +146,8 @@ def test_stateless_backend_non_reference_call_is_bad_and_numbers_normalise():
 
 def test_generic_fallback_without_a_reference_errors_bad_rest_neutral():
     steps = [
-        Step(index=0, action_text="", tool_calls=[ToolCall(name="x")], info={"calls": [{"ok": False}]}),
-        Step(index=1, action_text="", tool_calls=[ToolCall(name="y")], info={"calls": [{"ok": True}]}),
+        Step(index=0, action_text="", tool_calls=[ToolCall(name="x")], calls=[{"ok": False}]),
+        Step(index=1, action_text="", tool_calls=[ToolCall(name="y")], calls=[{"ok": True}]),
         Step(index=2, action_text="", parse_error="bad"),
         Step(index=3, action_text="bye"),
     ]

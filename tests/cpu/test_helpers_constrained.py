@@ -10,7 +10,7 @@ from evolvekit.errors import ConfigError
 from evolvekit.llm.base import SamplingParams
 from evolvekit.navigating.extract import ExperienceExtractor, grounded_experience, parse_experiences
 from evolvekit.questioning.judge import SCORE_LEVELS, ConstrainedJudge, agreement_with_state
-from evolvekit.types import Step, Task, ToolCall, Trajectory
+from evolvekit.types import RewardParts, Step, Task, ToolCall, Trajectory
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ TASK = Task(
 
 def _traj(calls: list[tuple[ToolCall, bool, str]], answer: str, reward: float, tid: str) -> Trajectory:
     steps = [
-        Step(index=i, action_text="x", tool_calls=[c], observation=obs, info={"calls": [{"name": c.name, "ok": ok}]})
+        Step(index=i, action_text="x", tool_calls=[c], observation=obs, calls=[{"name": c.name, "ok": ok}])
         for i, (c, ok, obs) in enumerate(calls)
     ]
     steps.append(Step(index=len(steps), action_text=answer))
@@ -107,7 +107,7 @@ def test_grounded_and_constrained_extraction_always_yield_structured_experiences
     assert report.calls == 1  # only the failure-only job went to the summarizer
     assert report.validated_share == len({e.provenance.task_ids[0] for e in report.experiences}) / 3
     # grounded mode splits by the environment's check: a judge's 1.0 on a failed state check is a failure
-    judged = LOSE.model_copy(update={"outcome_reward": 1.0, "outcome_details": {"state_score": 0.0}})
+    judged = LOSE.model_copy(update={"outcome_reward": 1.0, "rewards": RewardParts(state_score=0.0)})
     assert [k for k, _ in ex.jobs([WIN, judged])] == ["comparison"]
     # grounded mode validates against the job's execution, without a model call
     checked = ExperienceExtractor(

@@ -430,7 +430,9 @@ def test_judge_parsing_fallback_and_mix():
     prompt = judge_prompt(syn, _tr("s1", 1.0))
     assert '"name": "add"' in prompt[1].content and "Principle 1" in prompt[0].content
 
-    class Inner:
+    class Inner:  # a RolloutStage (evolvekit.protocols)
+        last_metrics: dict = {}
+
         def rollout(self, ctx, tasks):
             return [_tr("s1", 1.0, tid="a"), _tr("s1", 0.0, tid="b"), _tr("r1", 1.0, tid="c")]
 
@@ -440,7 +442,7 @@ def test_judge_parsing_fallback_and_mix():
     stage = SyntheticRewardRollouts(Inner(), cfg, judge)
     out = stage.rollout(IterationContext(0, 0, Path("."), None), [syn, real])
     assert [t.outcome_reward for t in out] == [0.9, 0.0, 1.0]  # judged; fallback to the state check; real untouched
-    assert out[1].outcome_details == {"state_score": 0.0, "judge_score": None}
+    assert (out[1].rewards.state_score, out[1].rewards.judge_score) == (0.0, None)
     assert stage.last_metrics["judge/fallbacks"] == 1.0 and stage.last_metrics["judge/calls"] == 4.0
 
 

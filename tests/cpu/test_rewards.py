@@ -8,7 +8,7 @@ from evolvekit.types import Step, ToolCall, Trajectory
 
 def _step(i, calls=None, parse_error=None, text="x"):
     tc = [ToolCall(name=c["name"]) for c in (calls or [])]
-    return Step(index=i, action_text=text, tool_calls=tc, parse_error=parse_error, info={"calls": calls or []})
+    return Step(index=i, action_text=text, tool_calls=tc, parse_error=parse_error, calls=calls or [])
 
 
 def test_format_reward_partial_credit():
@@ -40,7 +40,7 @@ def test_shape_rewards_mixes_and_keeps_parts():
     assert a.outcome_reward == 1.0
     m = shape_rewards([a, b], 1.0, 0.1)
     assert a.outcome_reward == pytest.approx(1.1) and b.outcome_reward == pytest.approx(0.0)
-    assert a.outcome_details == {"outcome": 1.0, "format": 1.0}
+    assert (a.rewards.outcome, a.rewards.format) == (1.0, 1.0)
     assert m == {"reward/format": 0.5, "reward/outcome": 0.5}
 
 
@@ -53,7 +53,7 @@ def test_evolver_format_reward_eq4_by_hand():
             index=i,
             action_text="x",
             tool_calls=[ToolCall(name=n) for n in names],
-            info={"calls": [{"name": n, "ok": ok, "unknown_tool": False} for n in names]},
+            calls=[{"name": n, "ok": ok, "unknown_tool": False} for n in names],
         )
 
     assert search_score(0, True) == 0.0 and search_score(1, False) == 0.2 and search_score(1, True) == 0.5

@@ -313,11 +313,7 @@ def test_embedded_attributor_defaults_to_grounded_credit(tiny, tmp_path):
     assert trajs and all(t.attribution_source == "grounded" and t.step_attributions is not None for t in trajs)
     for t in trajs:
         for step, label in zip(t.steps, t.step_attributions):
-            bad = (
-                step.parse_error is not None
-                and not step.tool_calls
-                or any(not c["ok"] for c in step.info.get("calls", []))
-            )
+            bad = step.parse_error is not None and not step.tool_calls or any(not c.ok for c in step.calls)
             assert label == ("BAD" if bad else "NEUTRAL")
     assert "attribution/good_ratio" in store.metrics()[0]
     assert json.loads(store.get_meta("helper_sources"))["attributor"] == "grounded"

@@ -67,7 +67,7 @@ def test_reasoning_template_format_check(llm):
     assert check_think_format("no thinking") == (False, "no thinking")
     assert check_think_format("<think>a</think><think>b</think>x") == (False, "x")
     action, info = ctx.parse_text("<think>easy</think>The answer is 5.")
-    assert action == "The answer is 5." and info == {"format_ok": True, "think_words": 1}
+    assert action == "The answer is 5." and (info.format_ok, info.think_words) == (True, 1)
     seqs, comps = _episode(llm, ctx, ["<think>call add</think>Done."])
     _check_masks(seqs, comps)
 
@@ -238,15 +238,15 @@ def test_reasoning_template_carries_its_reasoning_reward():
 
     ctx = ReasoningContext("sys", "task")
     _, info = ctx.parse_text("<think>add the two numbers then answer</think><tool_call>{}</tool_call>")
-    assert info == {"format_ok": True, "think_words": 6}
+    assert (info.format_ok, info.think_words) == (True, 6)
     steps = [
-        Step(index=0, action_text="x", info=info),
-        Step(index=1, action_text="y", info={"format_ok": True, "think_words": 1}),
-        Step(index=2, action_text="z", info={"format_ok": False, "think_words": 0}),
+        Step(index=0, action_text="x", format_ok=info.format_ok, think_words=info.think_words),
+        Step(index=1, action_text="y", format_ok=True, think_words=1),
+        Step(index=2, action_text="z", format_ok=False, think_words=0),
     ]
     traj = Trajectory(task_id="t", steps=steps, outcome_reward=1.0)
     assert reasoning_reward(traj) == (1.0 + 0.5 + 0.0) / 3
     assert load_config(None, ["rollout.template=reasoning"]).reward.w_reasoning == 0.1
     assert load_config(None, []).reward.w_reasoning == 0.0
     shape_rewards([traj], 1.0, 0.0, w_reasoning=0.1)
-    assert abs(traj.outcome_reward - (1.0 + 0.1 * 0.5)) < 1e-9 and traj.outcome_details["reasoning"] == 0.5
+    assert abs(traj.outcome_reward - (1.0 + 0.1 * 0.5)) < 1e-9 and traj.rewards.reasoning == 0.5

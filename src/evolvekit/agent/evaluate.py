@@ -95,8 +95,8 @@ def evaluate_policy(
         best_at_k=best_at_k(scores),
         mean_score=sum(flat) / len(flat) if flat else 0.0,
         failed_rollouts=sum(1 for tr in trajs if tr.flags.failed),
-        prompt_tokens=sum(tr.metadata.get("prompt_tokens", 0) for tr in trajs),
-        completion_tokens=sum(tr.metadata.get("completion_tokens", 0) for tr in trajs),
+        prompt_tokens=sum(tr.prompt_tokens for tr in trajs),
+        completion_tokens=sum(tr.completion_tokens for tr in trajs),
         per_task=per_task,
     )
     return report, trajs

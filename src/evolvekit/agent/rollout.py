@@ -26,7 +26,7 @@ from evolvekit.agent.templates import BasicContext, TemplateSettings, make_conte
 from evolvekit.config import RolloutConfig
 from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, Completion, SamplingParams
-from evolvekit.types import Step, Task, Trajectory, new_id
+from evolvekit.types import CallOutcome, Step, Task, Trajectory, new_id
 
 log = logging.getLogger(__name__)
 
@@ -119,18 +119,14 @@ def _advance(ep: _Episode, prompt_ids: list[int], comp: Completion, max_steps: i
             completion_logprobs=comp.logprobs,
             spans=spans,
             grounding=result.grounding,
-            info={
-                "turn_index": result.turn_index,
-                "new_turn": result.new_turn,
-                "finish_reason": comp.finish_reason,
-                "calls": [
-                    {"name": r.name, "ok": r.ok, "unknown_tool": r.output.startswith("Error: unknown tool")}
-                    for r in result.call_results
-                ],
-                **template_info,
-                **({"context_events": events} if events else {}),
-                **({"state_key": anchor} if anchor is not None else {}),
-            },
+            turn_index=result.turn_index,
+            new_turn=result.new_turn,
+            finish_reason=comp.finish_reason,
+            calls=[CallOutcome(name=r.name, ok=r.ok, unknown_tool=r.unknown_tool) for r in result.call_results],
+            format_ok=template_info.format_ok,
+            think_words=template_info.think_words,
+            context_events=events,
+            state_key=anchor,
         )
     )
     ep.context.add_assistant(text)
@@ -162,11 +158,8 @@ def _finish(ep: _Episode) -> Trajectory:
     searched = getattr(ep.env, "experience_ids_used", None)  # experience searched through a tool (EvolveR)
     if searched:
         traj.experience_used = list(dict.fromkeys([*traj.experience_used, *searched]))
-    traj.metadata.update(
-        prompt_tokens=ep.prompt_tokens,
-        completion_tokens=ep.completion_tokens,
-        merged_sequences=len(ep.recorder.merge()),
-    )
+    traj.prompt_tokens, traj.completion_tokens = ep.prompt_tokens, ep.completion_tokens
+    traj.merged_sequences = len(ep.recorder.merge())
     return traj
 
 

@@ -2,7 +2,7 @@
 
 - ``basic``: causal history — system, (worked examples), user, then assistant / tool-result messages in order.
 - ``reasoning``: the policy thinks inside ``<think>…</think>`` before acting; a format check records whether it did
-  (``Step.info['format_ok']``, and ``think_words``) and the action is parsed from the text after the thinking. The
+  (``Step.format_ok``, and ``Step.think_words``) and the action is parsed from the text after the thinking. The
   reasoning reward that §6.2.1 pairs with it is ``train/rewards.py: reasoning_reward``.
 - ``sliding_window``: past ``context_token_limit`` tokens, the oldest interaction messages are summarised into one
   memory message by the summariser (the run wires the ``summarizer`` role; a deterministic truncation is only the
@@ -35,6 +35,14 @@ REASONING_INSTRUCTION = (
 )
 MEMORY_PREFIX = "Memory of the earlier interaction (summarised):\n"
 COMPRESS_CHARS = 200
+
+
+@dataclass(frozen=True)
+class ThinkInfo:
+    """What the reasoning template checked of a reply (None: a template without a thinking part)."""
+
+    format_ok: bool | None = None
+    think_words: int | None = None
 
 
 @dataclass(frozen=True)
@@ -106,9 +114,9 @@ class BasicContext:
     def prepare(self, llm: LLM) -> None:
         """Called before each generation (templates that manage their length act here)."""
 
-    def parse_text(self, text: str) -> tuple[str, dict]:
-        """The part of the model's text that carries the action, and step info."""
-        return text, {}
+    def parse_text(self, text: str) -> tuple[str, ThinkInfo]:
+        """The part of the model's text that carries the action, and what the template checked of the rest."""
+        return text, ThinkInfo()
 
     # -- tokenisation with spans ------------------------------------------------------------------------------------
     def tokenize(self, llm) -> tuple[list[int], list[TokenSpan]]:
@@ -161,10 +169,10 @@ class ReasoningContext(BasicContext):
     def _system_text(self, text: str) -> str:
         return text + REASONING_INSTRUCTION
 
-    def parse_text(self, text: str) -> tuple[str, dict]:
+    def parse_text(self, text: str) -> tuple[str, ThinkInfo]:
         ok, action = check_think_format(text)
         think = text.split(THINK_OPEN, 1)[-1].split(THINK_CLOSE, 1)[0] if THINK_CLOSE in text else ""
-        return action, {"format_ok": ok, "think_words": len(think.split())}
+        return action, ThinkInfo(format_ok=ok, think_words=len(think.split()))
 
 
 def check_think_format(text: str) -> tuple[bool, str]:

@@ -12,7 +12,7 @@ Within one GRPO group (the trajectories of one task):
 - the step's advantage is A^E(τ_i) + ω·A^S_t (ω = 1, γ = 0.95: verl-agent's defaults).
 
 "Same state" is the environment's ``state_key()`` before the step, recorded by the rollout in
-``Step.info['state_key']``; for BFCL it is the turn index with a hash of every backend instance's full attribute
+``Step.state_key``; for BFCL it is the turn index with a hash of every backend instance's full attribute
 tree (env/bfcl/env.py). Steps without a key form no step group (A^S = 0).
 """
 

@@ -37,9 +37,8 @@ from evolvekit.types import Step, StepLabel, ToolCall
 
 
 def _calls_ok(step: Step) -> list[bool]:
-    calls = step.info.get("calls")
-    if isinstance(calls, list) and len(calls) == len(step.tool_calls):
-        return [bool(c.get("ok", True)) if isinstance(c, dict) else True for c in calls]
+    if len(step.calls) == len(step.tool_calls):
+        return [c.ok for c in step.calls]
     return [True] * len(step.tool_calls)
 
 

@@ -124,7 +124,7 @@ class AttributedSamples(GRPOSamples):
         step_adv: list[dict[int, float]] = [{} for _ in live]
         metrics = {"gigpo/step_groups": 0.0, "gigpo/grouped_steps": 0.0}
         for idx in groups.values():
-            keys = [[s.info.get("state_key") for s in live[i].steps] for i in idx]
+            keys = [[s.state_key for s in live[i].steps] for i in idx]
             advs = gigpo_advantages(
                 [float(live[i].outcome_reward or 0.0) for i in idx],
                 keys,

@@ -65,6 +65,7 @@ class CallResult(_Shape):
     name: str
     ok: bool  # executed, and not refused by the backend (a BFCL {"error": ...} result is a refusal)
     output: str
+    unknown_tool: bool = False  # the environment offers no tool of that name
     warnings: list[str] = Field(default_factory=list)  # e.g. an argument of the wrong JSON type
 
 

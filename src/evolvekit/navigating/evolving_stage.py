@@ -29,6 +29,7 @@ from evolvekit.protocols import IterationContext
 from evolvekit.train.samples import build_samples
 from evolvekit.types import (
     ChatMessage,
+    EvolvingRole,
     Experience,
     ExperienceProvenance,
     Step,
@@ -52,6 +53,15 @@ def extractor_messages(task: Task, traj: Trajectory) -> list[ChatMessage]:
             content=f"Task:\n{chr(10).join(task.turns)}\n\nAttempt:\n{render_trajectory(traj)}\n\nWrite one skill.",
         ),
     ]
+
+
+def _role(t: Trajectory) -> EvolvingRole:
+    assert t.evolving is not None  # every trajectory of this stage has its role
+    return t.evolving
+
+
+def _of(trajectories: Sequence[Trajectory], role: str) -> list[Trajectory]:
+    return [t for t in trajectories if t.evolving is not None and t.evolving.role == role]
 
 
 class EvolvingRLStage:
@@ -97,7 +107,7 @@ class EvolvingRLStage:
         )
         out: list[Trajectory] = []
         for i, (task, src) in enumerate(zip(tasks, sources)):
-            src.metadata.update(role="source", source=i)
+            src.evolving = EvolvingRole(role="source", source=i)
             out.append(src)
             prompt = self.llm.apply_chat_template(extractor_messages(task, src))
             comps = self.llm.generate_ids(
@@ -122,13 +132,13 @@ class EvolvingRLStage:
                             completion_logprobs=comp.logprobs,
                         )
                     ],
-                    metadata={
-                        "role": "extractor",
-                        "source": i,
-                        "skill": s,
-                        "abnormal": abnormal_skill(comp.text),
-                        "related": [t.task_id for t in related],
-                    },
+                    evolving=EvolvingRole(
+                        role="extractor",
+                        source=i,
+                        skill=s,
+                        abnormal=abnormal_skill(comp.text),
+                        related=[t.task_id for t in related],
+                    ),
                 )
                 ext_trajs.append(ext)
                 jobs += [
@@ -147,10 +157,10 @@ class EvolvingRLStage:
             )
             for n, traj in enumerate(solved):
                 s, j = divmod(n, len(related))
-                traj.metadata.update(role="solver", source=i, skill=s, task_index=j)
+                traj.evolving = EvolvingRole(role="solver", source=i, skill=s, task_index=j)
             for s, ext in enumerate(ext_trajs):  # Eq. 2: the skill's reward is its mean downstream reward
-                rewards = [float(t.outcome_reward or 0.0) for t in solved if t.metadata["skill"] == s]
-                ext.outcome_reward = 0.0 if ext.metadata["abnormal"] else sum(rewards) / max(1, len(rewards))
+                rewards = [float(t.outcome_reward or 0.0) for t in solved if _role(t).skill == s]
+                ext.outcome_reward = 0.0 if _role(ext).abnormal else sum(rewards) / max(1, len(rewards))
             out += ext_trajs + solved
         return out
 
@@ -158,14 +168,8 @@ class EvolvingRLStage:
     def process(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         """The best valid skill of each source joins the experience pool with its measured utility."""
         self.skills = []
-        for src in {t.metadata.get("source") for t in trajectories if t.metadata.get("role") == "extractor"}:
-            exts = [
-                t
-                for t in trajectories
-                if t.metadata.get("role") == "extractor"
-                and t.metadata.get("source") == src
-                and not t.metadata.get("abnormal")
-            ]
+        for src in sorted({_role(t).source for t in _of(trajectories, "extractor")}):
+            exts = [t for t in _of(trajectories, "extractor") if _role(t).source == src and not _role(t).abnormal]
             if not exts:
                 continue
             best = max(exts, key=lambda t: float(t.outcome_reward or 0.0))
@@ -198,20 +202,19 @@ class EvolvingRLStage:
         w_e, w_s = joint_weights(e.mode, e.lambda_e, e.lambda_s)
         samples: list[TrainingSample] = []
         spreads, bounds, abnormal = [], [], 0
-        ext_rewards = [float(t.outcome_reward or 0.0) for t in trajectories if t.metadata.get("role") == "extractor"]
-        sol_rewards = [float(t.outcome_reward or 0.0) for t in trajectories if t.metadata.get("role") == "solver"]
-        sources = sorted({str(t.metadata.get("source")) for t in trajectories if t.metadata.get("role") == "extractor"})
+        ext_rewards = [float(t.outcome_reward or 0.0) for t in _of(trajectories, "extractor")]
+        sol_rewards = [float(t.outcome_reward or 0.0) for t in _of(trajectories, "solver")]
+        sources = sorted({_role(t).source for t in _of(trajectories, "extractor")})
         for src in sources:
             exts = sorted(
-                [t for t in trajectories if t.metadata.get("role") == "extractor" and t.metadata.get("source") == src],
-                key=lambda t: t.metadata["skill"],
+                [t for t in _of(trajectories, "extractor") if _role(t).source == src], key=lambda t: _role(t).skill or 0
             )
-            sols = [t for t in trajectories if t.metadata.get("role") == "solver" and t.metadata.get("source") == src]
-            k = max((t.metadata["task_index"] for t in sols), default=-1) + 1
+            sols = [t for t in _of(trajectories, "solver") if _role(t).source == src]
+            k = max((_role(t).task_index or 0 for t in sols), default=-1) + 1
             r = [[0.0] * k for _ in exts]
             for t in sols:
-                r[t.metadata["skill"]][t.metadata["task_index"]] = float(t.outcome_reward or 0.0)
-            valid = [not t.metadata.get("abnormal") for t in exts]
+                r[_role(t).skill or 0][_role(t).task_index or 0] = float(t.outcome_reward or 0.0)
+            valid = [not _role(t).abnormal for t in exts]
             abnormal += valid.count(False)
             rel = group_reliability(r)
             spreads.append(rel["spread"])
@@ -228,7 +231,7 @@ class EvolvingRLStage:
             if w_s > 0 and sols:
                 adv_s = solver_advantages(r, self.cfg.train.eps_norm)
                 step_adv = [
-                    {st.index: adv_s[t.metadata["skill"]][t.metadata["task_index"]] for st in t.steps} for t in sols
+                    {st.index: adv_s[_role(t).skill or 0][_role(t).task_index or 0] for st in t.steps} for t in sols
                 ]
                 built, _ = build_samples(
                     sols, step_adv, strip_experience=False, max_tokens=self.cfg.train.max_sequence_tokens

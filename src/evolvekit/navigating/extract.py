@@ -126,9 +126,8 @@ def _failure_note(failure: Trajectory, success_keys: set) -> str:
     for step in failure.steps:
         if step.parse_error is not None and not step.tool_calls:
             return "writing a message that contains no valid tool call"
-        oks: list = step.info["calls"] if isinstance(step.info.get("calls"), list) else []
         for i, c in enumerate(step.tool_calls):
-            if i < len(oks) and isinstance(oks[i], dict) and not oks[i].get("ok", True):
+            if i < len(step.calls) and not step.calls[i].ok:
                 err = step.observation.strip().splitlines()[0][:160] if step.observation.strip() else "an error"
                 return f"calling {c.name} in a way that fails ({err})"
     extra = [c.name for c in _ok_calls(failure) if call_key(c) not in success_keys]
@@ -143,9 +142,8 @@ def _ok_calls_with_results(traj: Trajectory) -> list[tuple[ToolCall, str]]:
     """The calls that ran without error, each with its step's observation."""
     out = []
     for step in traj.steps:
-        oks: list = step.info["calls"] if isinstance(step.info.get("calls"), list) else []
         for i, c in enumerate(step.tool_calls):
-            if i >= len(oks) or not isinstance(oks[i], dict) or oks[i].get("ok", True):
+            if i >= len(step.calls) or step.calls[i].ok:
                 out.append((c, step.observation))
     return out
 

@@ -153,11 +153,11 @@ class MasterLoop:
                 store.set_iteration(c, it, IterationStatus.ROLLED_OUT)
         times["time/rollout_s"] = time.perf_counter() - t0
         metrics = rollout_metrics(trajectories)
-        fmt = [t.outcome_details["format"] for t in trajectories if "format" in t.outcome_details]
+        fmt = [t.rewards.format for t in trajectories if t.rewards.format is not None]
         if fmt:  # recomputed from the stored trajectories, so a resumed iteration reports it too
             metrics["reward/format"] = sum(fmt) / len(fmt)
             metrics["reward/outcome"] = sum(
-                t.outcome_details["outcome"] for t in trajectories if "outcome" in t.outcome_details
+                t.rewards.outcome for t in trajectories if t.rewards.outcome is not None
             ) / len(fmt)
         metrics.update(st.rollouts.last_metrics)  # e.g. judge cost, retrievals
         metrics.update(st.supply.observe(ctx, trajectories))

@@ -30,7 +30,8 @@ def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str = "rollout/"
     return {
         prefix + "reward_mean": sum(rewards) / n,
         prefix + "success_rate": sum(
-            float(t.outcome_details.get("outcome", r)) >= 1.0 for t, r in zip(trajectories, rewards)
+            float(t.rewards.outcome if t.rewards.outcome is not None else r) >= 1.0
+            for t, r in zip(trajectories, rewards)
         )
         / n,
         prefix + "best_of_group": best_at_k(list(by_task.values())),
@@ -40,8 +41,8 @@ def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str = "rollout/"
         prefix + "tool_call_rate": (sum(bool(s.tool_calls) for s in steps) / len(steps)) if steps else 0.0,
         prefix + "truncated_rate": sum(t.flags.truncated for t in trajectories) / n,
         prefix + "failed": float(sum(t.flags.failed for t in trajectories)),
-        prefix + "prompt_tokens": float(sum(int(t.metadata.get("prompt_tokens", 0)) for t in trajectories)),
-        prefix + "completion_tokens": float(sum(int(t.metadata.get("completion_tokens", 0)) for t in trajectories)),
+        prefix + "prompt_tokens": float(sum(t.prompt_tokens for t in trajectories)),
+        prefix + "completion_tokens": float(sum(t.completion_tokens for t in trajectories)),
     }
 
 

@@ -1,7 +1,7 @@
 """Rewards for synthetic tasks (AgentEvolver §3.4): the environment's state check, the LLM judge, or a mix.
 
 Wraps the rollout stage: after the rollouts, every trajectory of a synthetic task keeps the environment's check
-as ``outcome_details['state_score']`` (BFCL: the official checker against the state and results the reference
+as ``Trajectory.rewards.state_score`` (BFCL: the official checker against the state and results the reference
 solution produces), gets a judge score when the mode asks for one, and its ``outcome_reward`` becomes the
 configured mix. Real tasks keep the environment's reward.
 """
@@ -31,7 +31,7 @@ class SyntheticRewardRollouts:
             if t.task_id in by_id
             and by_id[t.task_id].source == TaskSource.SYNTHETIC
             and not t.flags.failed
-            and t.metadata.get("role") != "extractor"
+            and not (t.evolving is not None and t.evolving.role == "extractor")
         ]  # an extractor's reward is its skill's utility
         q = self.cfg.questioning
         judged: list[float | None] = [None] * len(synthetic)
@@ -50,10 +50,10 @@ class SyntheticRewardRollouts:
                 self.last_metrics["judge/agreement_with_state"] = agree
         for (_, traj), j in zip(synthetic, judged):
             state = traj.outcome_reward
-            traj.outcome_details = {**traj.outcome_details, "state_score": state, "judge_score": j}
+            traj.rewards = traj.rewards.model_copy(update={"state_score": state, "judge_score": j})
             traj.outcome_reward = mix_reward(q.reward, state, j, q.judge_weight)
         if synthetic:
             self.last_metrics["rollout/synthetic_state_score"] = sum(
-                float(t.outcome_details["state_score"] or 0.0) for _, t in synthetic
+                float(t.rewards.state_score or 0.0) for _, t in synthetic
             ) / len(synthetic)
         return trajs

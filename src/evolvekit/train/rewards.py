@@ -28,9 +28,8 @@ def format_reward(traj: Trajectory) -> float:
         if step.parse_error is not None and not step.tool_calls:
             scores.append(0.0)
             continue
-        calls = step.info.get("calls") or []
-        if calls:
-            scores.append(sum(call_credit(c["ok"], c["unknown_tool"]) for c in calls) / len(calls))
+        if step.calls:
+            scores.append(sum(call_credit(c.ok, c.unknown_tool) for c in step.calls) / len(step.calls))
     return sum(scores) / len(scores) if scores else 0.0
 
 
@@ -68,17 +67,17 @@ def reasoning_reward(traj: Trajectory) -> float:
     the action with 5–150 words, 0.5 well-formed but shorter or longer, 0 otherwise; the mean over steps."""
     scores = []
     for step in traj.steps:
-        if "format_ok" not in step.info:
+        if step.format_ok is None:  # a step not written under the reasoning template
             continue
-        words = int(step.info.get("think_words", 0))
-        scores.append(0.0 if not step.info["format_ok"] else 1.0 if THINK_WORDS[0] <= words <= THINK_WORDS[1] else 0.5)
+        words = step.think_words or 0
+        scores.append(0.0 if not step.format_ok else 1.0 if THINK_WORDS[0] <= words <= THINK_WORDS[1] else 0.5)
     return sum(scores) / len(scores) if scores else 0.0
 
 
 def shape_rewards(
     trajectories: Sequence[Trajectory], w_outcome: float, w_format: float, kind: str = "calls", w_reasoning: float = 0.0
 ) -> dict[str, float]:
-    """Apply R = w_o·R_out + w_f·R_format (+ w_r·R_reasoning) in place (outcome kept in ``outcome_details``).
+    """Apply R = w_o·R_out + w_f·R_format (+ w_r·R_reasoning) in place (the parts kept in ``Trajectory.rewards``).
 
     ``kind``: ``calls`` (execution-checked call credit) or ``evolver`` (EvolveR Eq. 4 with the search action).
     Returns metrics."""
@@ -91,11 +90,11 @@ def shape_rewards(
             continue
         r_out = float(t.outcome_reward or 0.0)
         r_fmt = fmt_fn(t)
-        t.outcome_details = {**t.outcome_details, "outcome": r_out, "format": r_fmt}
+        t.rewards = t.rewards.model_copy(update={"outcome": r_out, "format": r_fmt})
         t.outcome_reward = w_outcome * r_out + w_format * r_fmt
         if w_reasoning:
             r_reason = reasoning_reward(t)
-            t.outcome_details["reasoning"] = r_reason
+            t.rewards = t.rewards.model_copy(update={"reasoning": r_reason})
             t.outcome_reward += w_reasoning * r_reason
         fmt.append(r_fmt)
         out.append(r_out)

@@ -266,6 +266,7 @@ class BfclEnv:
             return CallResult(
                 name=call.name,
                 ok=False,
+                unknown_tool=True,
                 output=f"Error: unknown tool '{call.name}'. Available tools: {', '.join(self.visible)}",
             )
         problem, warnings = validate_call(call, schema)
