@@ -201,7 +201,13 @@ def test_attributed_samples_share_the_hybrid_proxy_task_decay(tmp_path):
             t.steps[0].prompt_token_ids, t.steps[0].completion_token_ids = [1, 2], [3]
             trajs.append(t)
     ctx = IterationContext(iteration=0, seed=0, run_dir=tmp_path, store=store)
-    samples, metrics = AttributedSamples(cfg, None).build(ctx, trajs)
+    from evolvekit.orchestrator.build import _sample_stage
+
+    stage = _sample_stage(cfg)  # what a run builds: the decay is questioning's collaborator of the sample stage
+    assert isinstance(stage, AttributedSamples) and stage.advantage_scale is not None
+    samples, metrics = stage.build(ctx, trajs)
+    plain, _ = AttributedSamples(cfg, None).build(ctx, trajs)  # without the collaborator: no decay
+    assert [s.token_advantages[-1] for s in plain][2] == pytest.approx([s.token_advantages[-1] for s in plain][0])
     adv = [s.token_advantages[-1] for s in samples]
     assert adv[0] == pytest.approx(-adv[1]) and adv[0] > 0  # the real task's group: full advantages
     assert adv[2] == pytest.approx(adv[0] * 0.5) and adv[3] == pytest.approx(adv[1] * 0.5)  # proxy task: × 0.5
