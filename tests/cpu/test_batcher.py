@@ -152,3 +152,37 @@ def test_a_seeded_row_samples_the_same_tokens_whatever_shares_its_batch(llm):
     other_seed = llm.decode_batch(SamplingParams(temperature=1.0, max_new_tokens=8, seed=4))
     other_seed.add([("ep", [20, 21, 22])])
     assert other_seed.run()["ep"].token_ids != want.token_ids
+
+
+def test_incremental_json_stop_check_equals_the_full_rescan():
+    """The balanced-JSON stop check is fed each new piece once (linear), and says exactly what rescanning the whole
+    text at every step says (``json_end_index``), on 20,000 random texts cut into random pieces."""
+    import random
+
+    from evolvekit.llm.batcher import JsonEndScanner, json_end_index
+
+    rng = random.Random(0)
+    alphabet = ["{", "}", "[", "]", '"', "\\", " ", "\n", "a", "1", ":", ",", "<tool_call>", "<tool_", "call>", "x"]
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 20)))
+        scanner, pos = JsonEndScanner(), 0
+        while pos < len(text):
+            n = rng.randint(1, 4)
+            got = scanner.feed(text[pos : pos + n])
+            pos += n
+            assert got == (json_end_index(text[:pos]) is not None), text[:pos]
+
+
+def test_stream_detokenizer_yields_exactly_the_full_decode(llm):
+    import random
+
+    from evolvekit.llm.batcher import StreamDetokenizer
+
+    rng = random.Random(1)
+    for _ in range(50):
+        ids = [rng.randrange(llm.tokenizer.vocab_size) for _ in range(rng.randint(1, 30))]
+        detok, text = StreamDetokenizer(llm.tokenizer), ""
+        for k in range(1, len(ids) + 1):
+            text += detok.delta(ids[:k])
+        full = llm.tokenizer.decode(ids, skip_special_tokens=True)
+        assert full.startswith(text) and (text == full or full.endswith("\ufffd"))

@@ -70,6 +70,80 @@ def balanced_json_end(text: str) -> bool:
     return json_end_index(text) is not None
 
 
+_TAG = "<tool_call>"
+
+
+class JsonEndScanner:
+    """``json_end_index(text) is not None`` for a text that grows piece by piece, in time linear in its length: the
+    scanner keeps its place (lead-in, bracket depth, inside a string, escape) instead of rescanning every step."""
+
+    def __init__(self) -> None:
+        self.lead = ""  # text before the JSON starts (whitespace, an optional <tool_call> tag)
+        self.phase = "lead"  # lead -> body -> done, or none (the text does not start with JSON)
+        self.depth, self.in_str, self.esc = 0, False, False
+
+    @property
+    def done(self) -> bool:
+        return self.phase == "done"
+
+    def feed(self, piece: str) -> bool:
+        """Take the next piece of text; True once the leading JSON value is complete."""
+        i = 0
+        while i < len(piece) and self.phase in ("lead", "body"):
+            if self.phase == "lead":
+                self.lead += piece[i]
+                i += 1
+                body = self.lead.lstrip()
+                if body.startswith(_TAG):
+                    body = body[len(_TAG) :].lstrip()
+                elif _TAG.startswith(body):
+                    continue  # whitespace, or a tag still being written
+                if not body:
+                    continue
+                if body[0] not in "{[":
+                    self.phase = "none"
+                    break
+                self.phase = "body"
+                rest = body + piece[i:]  # the first bracket onward is the body
+                i, piece = 0, rest
+                continue
+            ch = piece[i]
+            i += 1
+            if self.in_str:
+                if self.esc:
+                    self.esc = False
+                elif ch == "\\":
+                    self.esc = True
+                elif ch == '"':
+                    self.in_str = False
+            elif ch == '"':
+                self.in_str = True
+            elif ch in "{[":
+                self.depth += 1
+            elif ch in "}]":
+                self.depth -= 1
+                if self.depth == 0:
+                    self.phase = "done"
+        return self.done
+
+
+class StreamDetokenizer:
+    """New text of a growing token list, decoding only a short window per token (the offsets scheme of streaming
+    servers): a token that ends inside a multi-byte character yields its text once the character is complete."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.prefix_offset = self.read_offset = 0
+
+    def delta(self, tokens: Sequence[int]) -> str:
+        prefix = self.tokenizer.decode(tokens[self.prefix_offset : self.read_offset], skip_special_tokens=True)
+        full = self.tokenizer.decode(tokens[self.prefix_offset :], skip_special_tokens=True)
+        if len(full) > len(prefix) and not full.endswith("\ufffd"):
+            self.prefix_offset, self.read_offset = self.read_offset, len(tokens)
+            return full[len(prefix) :]
+        return ""
+
+
 @dataclass
 class _Row:
     key: Hashable
@@ -82,6 +156,8 @@ class _Row:
     stopped_on_json: bool = False
     text_prefix: str = ""  # text already in the prompt that the completion continues (stop checks see both)
     trie: TokenTrie | None = None  # while set, sampling is restricted to this node's children (llm/constrain.py)
+    json_scan: JsonEndScanner | None = None  # the balanced-JSON stop check, fed incrementally
+    detok: StreamDetokenizer | None = None
 
 
 def row_seed(seed: int, key: Hashable) -> int:
@@ -188,9 +264,7 @@ class DecodeBatch:
                 row.finish = "stop"
             elif p.stop and llm.stop_hit(row.tokens, p.stop) is not None:
                 row.finish, row.stopped_on_string = "stop", True
-            elif p.stop_on_balanced_json and balanced_json_end(
-                row.text_prefix + llm.tokenizer.decode(row.tokens, skip_special_tokens=True)
-            ):
+            elif p.stop_on_balanced_json and self._json_complete(row):
                 row.finish, row.stopped_on_json = "stop", True
             elif len(row.tokens) < p.max_new_tokens:
                 continue
@@ -206,6 +280,14 @@ class DecodeBatch:
             if j < len(self.rows):
                 self.rows[j] = last
         return done
+
+    def _json_complete(self, row: _Row) -> bool:
+        """The balanced-JSON stop check on the row's text so far, fed only the newly decoded characters."""
+        if row.json_scan is None:
+            row.json_scan, row.detok = JsonEndScanner(), StreamDetokenizer(self.llm.tokenizer)
+            row.json_scan.feed(row.text_prefix)
+        assert row.detok is not None
+        return row.json_scan.feed(row.detok.delta(row.tokens))
 
     def _completion(self, row: _Row) -> Completion:
         toks = row.tokens
