@@ -103,6 +103,7 @@ def health(metrics: list[dict]) -> dict:
         "pool_size": [float(m.get("navigating/pool_size", 0.0)) for m in metrics],
         "iteration_s": [round(float(m.get("time/iteration_s", 0.0))) for m in metrics],
         "success_rate": [round(float(m.get("rollout/success_rate", 0.0)), 3) for m in metrics],
+        "state_check_success": [round(float(m.get("rollout/synthetic_state_score", 0.0)), 3) for m in metrics],
     }
 
 
@@ -145,6 +146,7 @@ def main() -> None:
         "rejected",
         "pool_size",
         "success_rate",
+        "state_check_success",
         "iteration_s",
     ]
     table = ["| figure | " + " | ".join(f"seed {s}" for s in rows) + " |", "|---|" + "---|" * len(rows)]
