@@ -254,3 +254,34 @@ def test_constrained_attributor_labels_every_step_and_never_fails(tmp_path):
 
         want = G if seq_lp(labeler.label_ids[0]) >= seq_lp(labeler.label_ids[1]) else B
     assert labeler.label(conv, 1)[0] == [want]
+
+
+def test_llm_labels_are_scored_against_grounded_ones_where_a_reference_exists(tmp_path):
+    """attributing.source: llm logs the attributor's measured accuracy: its labels' agreement with the grounded
+    labels on tasks with a reference (here the LLM says GOOD, BAD where execution says BAD, GOOD: 0 of 2)."""
+    from evolvekit.attributing.stage import AttributedSamples
+    from evolvekit.config import load_config
+    from evolvekit.orchestrator.stages import IterationContext
+    from evolvekit.store.sqlite import RunStore
+    from evolvekit.types import CallOutcome, ToolCall
+
+    cfg = load_config(None, ["attributing.enabled=true", "attributing.source=llm", "attributing.constrained=off"])
+    store = RunStore(tmp_path / "run.db")
+    ref = [[ToolCall(name="add", arguments={"a": 1, "b": 2})]]
+    with store.transaction() as c:
+        store.put_tasks(c, [Task(task_id="t", env_name="x", query="1 plus 2?", reference_solution=ref)], -1)
+    win = _traj(2, 1.0)
+    win.steps[0].tool_calls, win.steps[0].calls = ref[0], [CallOutcome(name="add")]  # reference call: GOOD
+    lose = _traj(2, 0.0)
+    lose.steps[0].tool_calls = [ToolCall(name="add", arguments={"a": 1, "b": 3})]  # wrong call, stateless: BAD
+    lose.steps[0].calls = [CallOutcome(name="add")]
+    for t in (win, lose):
+        t.steps[0].prompt_token_ids, t.steps[0].completion_token_ids = [1, 2], [3]
+    llm = _Scripted(["Step 0 Judgment: BAD\nStep 1 Judgment: BAD", "Step 0 Judgment: GOOD\nStep 1 Judgment: GOOD"])
+    stage = AttributedSamples(cfg, StepAttributor(llm, SamplingParams(temperature=0.0)))
+    _, metrics = stage.build(IterationContext(0, 0, tmp_path, store), [win, lose])
+    # grounded: win [GOOD, GOOD] (answer after a pass), lose [BAD, BAD]; the LLM said the opposite everywhere
+    assert metrics["attribution/agreement_with_grounded"] == 0.0
+    assert win.attribution_source == "llm" and win.step_attributions == [StepLabel.BAD, StepLabel.BAD]
+    assert metrics["attribution/mixed_groups"] == 1.0 and metrics["attribution/mixed_groups_nondegenerate"] == 1.0
+    store.close()
