@@ -98,13 +98,13 @@ def test_grounded_and_constrained_extraction_always_yield_structured_experiences
         grounded=True,
         field_tokens=24,
     )
-    third = TASK.model_copy(update={"task_id": "t3", "query": "Divide 8 by 2."})
+    third = TASK.model_copy(update={"task_id": "t3", "query": "Divide 8 by 2.", "reference_solution": None})
     miss = LOSE.model_copy(update={"task_id": "t3", "trajectory_id": "m"})
     report = ex.extract([WIN, LOSE, lone, miss], {"t1": TASK, "t2": other, "t3": third}, iteration=0)
     assert report.jobs == 3 and report.grounded == 2  # the comparison and the success-only job, from execution
     kinds = sorted(e.provenance.kind for e in report.experiences if e.provenance.task_ids[0] != "t3")
     assert kinds == ["comparison", "success"]
-    assert report.calls == 1  # only the failure-only job went to the summarizer
+    assert report.calls == 1  # only the failure-only job without a reference went to the summarizer
     assert report.validated_share == len({e.provenance.task_ids[0] for e in report.experiences}) / 3
     # grounded mode splits by the environment's check: a judge's 1.0 on a failed state check is a failure
     judged = LOSE.model_copy(update={"outcome_reward": 1.0, "rewards": RewardParts(state_score=0.0)})
@@ -167,3 +167,16 @@ def test_constrained_merge_check_answers_yes_or_no(tiny):
     a = Experience(when_to_use="adding two numbers", content="call add with both numbers")
     b = Experience(when_to_use="}}{{ garbage", content="\x00 ''' ")
     assert check(a, b) in (True, False) and check(a, b) == check(a, b)  # deterministic at T = 0
+
+
+def test_a_failure_only_job_is_written_from_the_tasks_reference():
+    from evolvekit.navigating.extract import grounded_valid, reference_experience
+
+    when, content = reference_experience(TASK, LOSE)
+    assert "add(a=<from the request>, b=<from the request>)" in content and "multiply" in content
+    assert grounded_valid(when, content, [LOSE], TASK)  # names the reference's tool
+    assert not grounded_valid("A request with numbers.", "Call plus with them, then answer.", [LOSE], TASK)
+    ex = ExperienceExtractor(None, SamplingParams(temperature=0.0), validate=True, grounded=True)
+    report = ex.extract([LOSE], {"t1": TASK})
+    assert report.jobs == 1 and report.grounded == 1 and report.validated_share == 1.0 and report.calls == 0
+    assert report.experiences[0].provenance.kind == "failure"

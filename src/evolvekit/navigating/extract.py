@@ -176,13 +176,33 @@ def grounded_experience(
     return when, content[:1200]
 
 
-def grounded_valid(when: str, content: str, trajectories: Sequence[Trajectory]) -> bool:
+def reference_experience(task: Task, failure: Trajectory) -> tuple[str, str] | None:
+    """(when_to_use, content) for a task with only failed attempts, written from the task's reference solution (the
+    calls that solve it, values described by their source) and the failure's first mistake. None without a
+    reference."""
+    calls = [c for turn in task.reference_solution or [] for c in turn]
+    if not calls:
+        return None
+    query = " ".join(task.turns)
+    tools = ", ".join(dict.fromkeys(c.name for c in calls))
+    head = query.strip().splitlines()[0][:200] if query.strip() else "a task"
+    when = f'A request like "{head}" that the tools {tools} can answer.'
+    content = (
+        f"Call {_describe(calls, query, {})}, one call per message; then answer with the result."
+        f" Avoid {_failure_note(failure, {call_key(c) for c in calls})}."
+    )
+    return when, content[:1200]
+
+
+def grounded_valid(when: str, content: str, trajectories: Sequence[Trajectory], task: Task | None = None) -> bool:
     """Validation grounded in the job's own execution (``navigating.extraction: grounded``): the experience names a
     tool its trajectories called (it is about this environment and actionable) and its content is not degenerate
     (at least half of its words distinct). Chosen over the LLM yes/no check at the embedded scale, where the 135M
     validator rejected sound experiences and accepted garbage (docs/training.md,
     benchmarks/results/helper_health.md)."""
     tools = {c.name for t in trajectories for s in t.steps for c in s.tool_calls}
+    if task is not None:  # a reference-written experience names the reference's tools
+        tools |= {c.name for turn in task.reference_solution or [] for c in turn}
     text = f"{when} {content}"
     if not any(re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", text) for n in tools):
         return False
@@ -328,8 +348,14 @@ class ExperienceExtractor:
 
         llm_jobs = []
         for j, (kind, ts) in enumerate(jobs):
-            if self.grounded and kind in ("comparison", "success"):
-                pair = grounded_experience(tasks.get(ts[0].task_id), ts[0], ts[1] if len(ts) > 1 else None)
+            task = tasks.get(ts[0].task_id)
+            if self.grounded and kind == "failure" and task is not None and task.reference_solution:
+                pair = reference_experience(task, ts[0])
+                pairs = parse_experiences(f"When to use: {pair[0]}\nContent: {pair[1]}", 1) if pair else []
+                report.grounded += len(pairs)
+                add(j, kind, ts, pairs)
+            elif self.grounded and kind in ("comparison", "success"):
+                pair = grounded_experience(task, ts[0], ts[1] if len(ts) > 1 else None)
                 pairs = parse_experiences(f"When to use: {pair[0]}\nContent: {pair[1]}", 1) if pair else []
                 report.grounded += len(pairs)
                 add(j, kind, ts, pairs)
@@ -347,7 +373,10 @@ class ExperienceExtractor:
             if not self.validate:
                 ok = [True] * len(batch)
             elif self.grounded:
-                ok = [grounded_valid(e.when_to_use, e.content, jobs[j][1]) for j, e in batch]
+                ok = [
+                    grounded_valid(e.when_to_use, e.content, jobs[j][1], tasks.get(jobs[j][1][0].task_id))
+                    for j, e in batch
+                ]
             else:
                 ok = self._approve([e for _, e in batch])
                 report.calls += len(batch)
