@@ -40,15 +40,15 @@ class VanillaRollouts:
         for i, task in enumerate(tasks):
             group = f"it{ctx.iteration:04d}-g{i:03d}-{task.task_id}"
             jobs += [RolloutJob(task=task, group_id=group) for _ in range(self.cfg.rollout.group_size)]
-        params = SamplingParams(
-            n=1,
-            temperature=self.params.temperature,
-            top_p=self.params.top_p,
-            max_new_tokens=self.params.max_new_tokens,
-            stop=self.params.stop,
-            seed=ctx.seed,
-        )
+        params = self.sampling(ctx.seed)
         return self.run_jobs(jobs, params)
+
+    def sampling(self, seed: int) -> SamplingParams:
+        """The policy's sampling settings, one sample per job, with this iteration's seed."""
+        p = self.params
+        return SamplingParams(
+            n=1, temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens, stop=p.stop, seed=seed
+        )
 
     def run_jobs(self, jobs: Sequence[RolloutJob], params: SamplingParams) -> list[Trajectory]:
         """Run rollout jobs where ``rollout.backend`` says: on the Ray workers (synced to the current policy), or

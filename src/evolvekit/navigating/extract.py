@@ -349,13 +349,13 @@ class ExperienceExtractor:
         llm_jobs = []
         for j, (kind, ts) in enumerate(jobs):
             task = tasks.get(ts[0].task_id)
-            if self.grounded and kind == "failure" and task is not None and task.reference_solution:
-                pair = reference_experience(task, ts[0])
-                pairs = parse_experiences(f"When to use: {pair[0]}\nContent: {pair[1]}", 1) if pair else []
-                report.grounded += len(pairs)
-                add(j, kind, ts, pairs)
-            elif self.grounded and kind in ("comparison", "success"):
-                pair = grounded_experience(task, ts[0], ts[1] if len(ts) > 1 else None)
+            from_reference = kind == "failure" and task is not None and bool(task.reference_solution)
+            if self.grounded and (kind != "failure" or from_reference):  # written from execution, no model call
+                pair = (
+                    reference_experience(task, ts[0])
+                    if from_reference and task is not None
+                    else grounded_experience(task, ts[0], ts[1] if len(ts) > 1 else None)
+                )
                 pairs = parse_experiences(f"When to use: {pair[0]}\nContent: {pair[1]}", 1) if pair else []
                 report.grounded += len(pairs)
                 add(j, kind, ts, pairs)

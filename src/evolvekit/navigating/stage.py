@@ -92,15 +92,7 @@ class ExperienceMixedRollouts(VanillaRollouts):
         jobs = [
             RolloutJob(task=t, group_id=f"coldstart-{i}-{t.task_id}") for i, t in enumerate(chosen) for _ in range(n_pc)
         ]
-        params = SamplingParams(
-            n=1,
-            temperature=self.params.temperature,
-            top_p=self.params.top_p,
-            max_new_tokens=self.params.max_new_tokens,
-            stop=self.params.stop,
-            seed=ctx.seed + 7,
-        )
-        trajs = self.run_jobs(jobs, params)
+        trajs = self.run_jobs(jobs, self.sampling(ctx.seed + 7))
         report = self.summariser.extractor.extract(trajs, {t.task_id: t for t in chosen}, ctx.iteration)
         for exp in report.experiences:
             self.experiences.add(exp)
@@ -130,14 +122,7 @@ class ExperienceMixedRollouts(VanillaRollouts):
                 )
                 for j in range(n)
             ]
-        params = SamplingParams(
-            n=1,
-            temperature=self.params.temperature,
-            top_p=self.params.top_p,
-            max_new_tokens=self.params.max_new_tokens,
-            stop=self.params.stop,
-            seed=ctx.seed,
-        )
+        params = self.sampling(ctx.seed)
         trajs = self.run_jobs(jobs, params)  # rollout.backend honoured (Ray workers or here)
         self.last_metrics = {
             "navigating/retrievals": float(retrievals),
