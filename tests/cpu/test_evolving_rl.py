@@ -125,7 +125,9 @@ def test_one_co_evolution_iteration(tmp_path, monkeypatch):
     )
     cfg, run_dir, store = open_run(cfg, None)
     loop = build_loop(cfg, run_dir, store, show_progress=False)
-    stage = loop.stages.rollouts
+    stage = loop.stages.samples
+    # Evolving-RL's three stages are separate objects (B, C and the sample builder of D)
+    assert len({id(loop.stages.rollouts), id(loop.stages.experience), id(stage)}) == 3
     captured = {}
     inner_build = stage.build
 
@@ -135,7 +137,6 @@ def test_one_co_evolution_iteration(tmp_path, monkeypatch):
         return samples, m
 
     stage.build = spy
-    loop.stages.samples = stage
     loop.run()
     trajs = store.trajectories(0)
     roles = [t.evolving.role for t in trajs]

@@ -1,4 +1,6 @@
-"""Evolving-RL's rollout structure and joint samples (Evolving-RL §3.1-3.4), as master-loop stages B, C and D.
+"""Evolving-RL's rollout structure and joint samples (Evolving-RL §3.1-3.4), as master-loop stages B, C and D:
+``EvolvingRLRollouts`` (B), ``EvolvingRLSkills`` (C) and ``EvolvingRLSamples`` (D's sample builder), three objects
+that share nothing but the config; ``evolving_rl_stages`` builds the three together.
 
 Per source task: (1) the policy solves it without a skill; (2) from (task, trajectory, reward) the same policy,
 as extractor, samples N candidate skills; (3) K related tasks (by task-description embedding, source included)
@@ -64,7 +66,9 @@ def _of(trajectories: Sequence[Trajectory], role: str) -> list[Trajectory]:
     return [t for t in trajectories if t.evolving is not None and t.evolving.role == role]
 
 
-class EvolvingRLStage:
+class EvolvingRLRollouts:
+    """(B): per source task, its solution, N candidate skills and each skill's K downstream solutions."""
+
     def __init__(
         self,
         cfg: Config,
@@ -78,7 +82,6 @@ class EvolvingRLStage:
         self.cfg, self.llm, self.make_env, self.params = cfg, llm, make_env, params
         self.template = template  # the context template with its summariser
         self.candidates, self.embed = list(candidates), embed
-        self.skills: list[Experience] = []
         self.last_metrics: dict[str, float] = {}
 
     def _params(self, seed: int) -> SamplingParams:
@@ -164,7 +167,13 @@ class EvolvingRLStage:
             out += ext_trajs + solved
         return out
 
-    # -- (C) ---------------------------------------------------------------------------------------------------------
+
+class EvolvingRLSkills:
+    """(C): the best valid skill of each source joins the experience pool, committed with the iteration."""
+
+    def __init__(self) -> None:
+        self.skills: list[Experience] = []
+
     def process(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         """The best valid skill of each source joins the experience pool with its measured utility."""
         self.skills = []
@@ -194,7 +203,13 @@ class EvolvingRLStage:
     def commit(self, c, store, iteration: int) -> None:
         store.put_experiences(c, self.skills, iteration)
 
-    # -- (D) ---------------------------------------------------------------------------------------------------------
+
+class EvolvingRLSamples:
+    """(D): the extractor's and the solver's GRPO groups, weighted by λ_e and λ_s (Eq. 6)."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+
     def build(
         self, ctx: IterationContext, trajectories: Sequence[Trajectory]
     ) -> tuple[list[TrainingSample], dict[str, float]]:
@@ -250,3 +265,14 @@ class EvolvingRLStage:
             "evolving/abnormal_skills": float(abnormal),
             "evolving/samples": float(len(samples)),
         }
+
+
+def evolving_rl_stages(
+    cfg: Config, llm, make_env: Callable, params: SamplingParams, candidates: Sequence[Task], embed, template=None
+) -> tuple[EvolvingRLRollouts, EvolvingRLSkills, EvolvingRLSamples]:
+    """Evolving-RL's stages B, C and D(samples), which replace the loop's rollouts, experience and sample stages."""
+    return (
+        EvolvingRLRollouts(cfg, llm, make_env, params, candidates, embed, template),
+        EvolvingRLSkills(),
+        EvolvingRLSamples(cfg),
+    )

@@ -48,13 +48,14 @@ class ExperienceMixedRollouts(VanillaRollouts):
         show_progress: bool = True,
         training_set: Sequence[Task] = (),
         template=None,
+        cold_extractor: ExperienceExtractor | None = None,
     ) -> None:
         super().__init__(llm, make_env, cfg, params, show_progress, template)
         self.experiences, self.refiner, self.refine_params = pool, refiner, refine_params
         self.training_set = list(training_set)  # p_train, which the cold-start pool samples (Eq. 13)
         self.last_metrics: dict[str, float] = {}
         self.cold_metrics: dict[str, float] = {}
-        self.summariser: "ExperienceSummarisation | None" = None  # set by the builder: its extractor feeds cold start
+        self.cold_extractor = cold_extractor  # writes the cold-start pool (Eq. 13); None: no cold start
 
     def _experience_for(self, task: Task) -> tuple[str | None, tuple[str, ...]]:
         ncfg = self.cfg.navigating
@@ -86,14 +87,14 @@ class ExperienceMixedRollouts(VanillaRollouts):
         """Eq. 13: with an empty pool, N_pc vanilla rollouts of the initial policy on tasks sampled from p_train
         feed Ω_process."""
         n_pc = self.cfg.navigating.n_pc
-        if len(self.experiences) or not n_pc or self.summariser is None:
+        if len(self.experiences) or not n_pc or self.cold_extractor is None:
             return 0
         chosen = self.cold_start_tasks(self.cfg.run.seed * 7919 + 13, tasks)
         jobs = [
             RolloutJob(task=t, group_id=f"coldstart-{i}-{t.task_id}") for i, t in enumerate(chosen) for _ in range(n_pc)
         ]
         trajs = self.run_jobs(jobs, self.sampling(ctx.seed + 7))
-        report = self.summariser.extractor.extract(trajs, {t.task_id: t for t in chosen}, ctx.iteration)
+        report = self.cold_extractor.extract(trajs, {t.task_id: t for t in chosen}, ctx.iteration)
         for exp in report.experiences:
             self.experiences.add(exp)
         self.cold_metrics = {
@@ -151,11 +152,11 @@ class ExperienceSummarisation:
         cfg: Config,
         pool: ExperiencePool,
         extractor: ExperienceExtractor,
-        rollouts: ExperienceMixedRollouts | None = None,
+        utility: UtilityTester | None = None,
     ) -> None:
-        self.cfg, self.pool, self.extractor, self.rollouts = cfg, pool, extractor, rollouts
+        self.cfg, self.pool, self.extractor = cfg, pool, extractor
         self._pruned: list[str] = []
-        self.utility: UtilityTester | None = None  # Evolving-RL's utility test when navigating.utility_test
+        self.utility = utility  # Evolving-RL's utility test when navigating.utility_test
 
     def process(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         ncfg = self.cfg.navigating

@@ -151,10 +151,10 @@ def build_loop(
     samples = _sample_stage(cfg)
     if cfg.evolving_rl.enabled:  # Evolving-RL replaces stages B, C and D(samples) with its own structure
         from evolvekit.llm.factory import build_embedder
-        from evolvekit.navigating.evolving_stage import EvolvingRLStage
+        from evolvekit.navigating.evolving_stage import evolving_rl_stages
 
         candidates = list(train_tasks) + list(getattr(supply, "synthetic", []))
-        rollouts = experience = samples = EvolvingRLStage(
+        rollouts, experience, samples = evolving_rl_stages(
             cfg, policy, env_factory, params, candidates, build_embedder(cfg.embedding).embed, template=template
         )
     if cfg.questioning.enabled:
@@ -350,6 +350,14 @@ def _navigation(
         def env_factory():
             return ExperienceToolEnv(inner_factory(), pool, cfg.navigating.top_k)
 
+    extractor = ExperienceExtractor(
+        summarizer,
+        sparams,
+        cfg.navigating.validate_experiences,
+        cfg.navigating.success_threshold,
+        grounded=extraction == "grounded",
+        constrained=constrained,
+    )
     rollouts = ExperienceMixedRollouts(
         policy,
         env_factory,
@@ -361,21 +369,13 @@ def _navigation(
         show_progress,
         training_set=training_set,
         template=template,
+        cold_extractor=extractor,
     )
-    extractor = ExperienceExtractor(
-        summarizer,
-        sparams,
-        cfg.navigating.validate_experiences,
-        cfg.navigating.success_threshold,
-        grounded=extraction == "grounded",
-        constrained=constrained,
-    )
-    summarisation = ExperienceSummarisation(cfg, pool, extractor, rollouts)
-    rollouts.summariser = summarisation
+    utility = None
     if cfg.navigating.utility_test:
         from evolvekit.navigating.utility import UtilityTester
 
-        summarisation.utility = UtilityTester(
+        utility = UtilityTester(
             policy,
             env_factory,
             cfg.rollout,
@@ -385,7 +385,7 @@ def _navigation(
             cfg.navigating.utility_k,
             template,
         )
-    return rollouts, summarisation
+    return rollouts, ExperienceSummarisation(cfg, pool, extractor, utility)
 
 
 def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory):
@@ -411,12 +411,12 @@ def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory)
     synthetic = [t for t in store.tasks() if t.source == TaskSource.SYNTHETIC and t.metadata.get("curation")]
     if store.get_meta(SYNTHESIS_DONE) is None:  # not synthesized yet, or interrupted: go on from the stored rounds
         synthetic = _synthesize(cfg, store, train_tasks, policy, env_factory, synthetic)
-    supply = HybridTaskSupply(
-        synthetic, train_tasks, cfg.train.tasks_per_iteration, cfg.questioning.hybrid_lambda, cfg.run.seed
+    coevolve = (
+        _coevolve_hook(cfg, store, policy, env_factory, train_tasks + synthetic) if cfg.coevolve.enabled else None
     )
-    if cfg.coevolve.enabled:
-        supply.coevolve = _coevolve_hook(cfg, store, policy, env_factory, train_tasks + synthetic)
-    return supply
+    return HybridTaskSupply(
+        synthetic, train_tasks, cfg.train.tasks_per_iteration, cfg.questioning.hybrid_lambda, cfg.run.seed, coevolve
+    )
 
 
 SYNTHESIS_DONE = "synthesis_funnel"  # run-store meta: the final funnel, written once synthesis has finished

@@ -20,11 +20,17 @@ class HybridTaskSupply:
     """Draws ``per_iteration`` tasks per iteration: λ synthetic, 1 − λ real, each pool reshuffled per epoch."""
 
     def __init__(
-        self, synthetic: Sequence[Task], real: Sequence[Task], per_iteration: int, lam: float, seed: int
+        self,
+        synthetic: Sequence[Task],
+        real: Sequence[Task],
+        per_iteration: int,
+        lam: float,
+        seed: int,
+        coevolve: CoEvolveHook | None = None,
     ) -> None:
         self.synthetic, self.real = list(synthetic), list(real)
         self.per_iteration, self.lam, self.seed = per_iteration, lam, seed
-        self.coevolve = None  # a CoEvolveHook adds signal-guided tasks during training
+        self.coevolve = coevolve  # CoEvolve: adds signal-guided tasks during training
         n_syn, n_real = hybrid_counts(per_iteration, lam)
         if n_syn and not self.synthetic:
             raise EvolveKitError(
