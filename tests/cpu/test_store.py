@@ -73,3 +73,106 @@ def test_iteration_status_and_redo(tmp_path):
     assert store.count("trajectories") == 1 and store.count("steps") == 2
     with pytest.raises(ValueError):
         store.count("sqlite_master; DROP TABLE x")
+
+
+def _episode(steps: int, obs_tokens: int = 40, completion_tokens: int = 20) -> Trajectory:
+    """A multi-step episode whose prompt at each step is the previous prompt + completion + an observation."""
+    prompt = list(range(100))  # system prompt and request
+    out = []
+    for k in range(steps):
+        completion = [1000 + k * completion_tokens + j for j in range(completion_tokens)]
+        out.append(
+            Step(
+                index=k,
+                action_text=f"call {k}",
+                prompt_token_ids=list(prompt),
+                completion_token_ids=completion,
+                completion_logprobs=[-0.5] * completion_tokens,
+            )
+        )
+        prompt = prompt + completion + [5000 + k * obs_tokens + j for j in range(obs_tokens)]
+    return Trajectory(task_id="t1", group_id="g", steps=out, outcome_reward=1.0)
+
+
+def test_stored_episode_round_trips_and_grows_linearly(tmp_path):
+    from evolvekit.store.codec import decode_trajectory, encode_trajectory
+
+    t = _episode(6)
+    t.steps[3].prompt_token_ids = [7, 7] + t.steps[3].prompt_token_ids[5:]  # a rewritten history: no shared prefix
+    assert decode_trajectory(encode_trajectory(t)) == t
+    sizes = {n: len(encode_trajectory(_episode(n))) for n in (8, 16, 32)}
+    whole = {n: len(_episode(n).model_dump_json()) for n in (8, 16, 32)}
+    # doubling the episode doubles the stored size (linear); whole prompts roughly quadruple it (quadratic)
+    assert sizes[32] / sizes[16] < 2.2 and sizes[16] / sizes[8] < 2.2
+    assert whole[32] / whole[16] > 3.0
+    store = RunStore(tmp_path / "run.sqlite")
+    ep = _episode(5)
+    with store.transaction() as c:
+        store.put_trajectories(c, [ep], 0, "train")
+    assert store.trajectories(0) == [ep]
+    store.close()
+
+
+def test_annotations_are_stored_apart_from_the_body(tmp_path):
+    store = RunStore(tmp_path / "run.sqlite")
+    t = _episode(2)
+    with store.transaction() as c:
+        store.put_trajectories(c, [t], 0, "train")
+    body = sqlite3.connect(tmp_path / "run.sqlite").execute("SELECT json FROM trajectories").fetchone()[0]
+    t.step_attributions = [StepLabel.GOOD, StepLabel.BAD]
+    t.attribution_source = "grounded"
+    t.flags.attribution_neutralised = True
+    with store.transaction() as c:
+        store.update_trajectories(c, [t])
+    con = sqlite3.connect(tmp_path / "run.sqlite")
+    assert con.execute("SELECT json FROM trajectories").fetchone()[0] == body  # the body is written once
+    (back,) = store.trajectories(0)
+    assert back.step_attributions == [StepLabel.GOOD, StepLabel.BAD] and back.attribution_source == "grounded"
+    assert back.flags.attribution_neutralised and back == t
+    assert [r[0] for r in con.execute("SELECT label FROM steps ORDER BY step_index")] == ["GOOD", "BAD"]
+    store.close()
+
+
+def test_a_schema_1_store_is_migrated_and_still_readable(tmp_path):
+    path = tmp_path / "run.sqlite"
+    con = sqlite3.connect(path)
+    con.executescript(  # the trajectories table as schema 1 wrote it: whole prompts, no annotations column
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "INSERT INTO meta VALUES ('schema_version', '1');"
+        "CREATE TABLE trajectories (trajectory_id TEXT PRIMARY KEY, iteration INTEGER NOT NULL, phase TEXT NOT NULL,"
+        " task_id TEXT NOT NULL, group_id TEXT, outcome_reward REAL, experience_guided INTEGER NOT NULL,"
+        " failed INTEGER NOT NULL, json TEXT NOT NULL);"
+    )
+    old = _episode(3)
+    old.step_attributions = [StepLabel.GOOD] * 3
+    con.execute(
+        "INSERT INTO trajectories VALUES (?, 0, 'train', 't1', 'g', 1.0, 0, 0, ?)",
+        (old.trajectory_id, old.model_dump_json()),
+    )
+    con.commit()
+    con.close()
+    store = RunStore(path)
+    assert store.get_meta("schema_version") == "2"
+    assert store.trajectories(0) == [old]
+    from evolvekit.store.sqlite import read_trajectory
+
+    assert read_trajectory(sqlite3.connect(path), old.trajectory_id) == old
+    store.close()
+
+
+def test_tasks_are_parsed_once_and_follow_the_table(tmp_path):
+    store = RunStore(tmp_path / "run.sqlite")
+    a, b = Task(task_id="a", env_name="x", query="q"), Task(task_id="b", env_name="x", query="q")
+    with store.transaction() as c:
+        store.put_tasks(c, [a], 0)
+    index = store.task_index()
+    assert store.task_index() is index and list(index) == ["a"]  # cached, not re-parsed
+    with store.transaction() as c:
+        store.put_tasks(c, [b, Task(task_id="a", env_name="x", query="changed")], 1)
+    assert [t.query for t in store.tasks()] == ["q", "q"]  # the first stored version of an id wins, as in SQLite
+    with pytest.raises(RuntimeError):
+        with store.transaction() as c:
+            store.put_tasks(c, [Task(task_id="c", env_name="x", query="q")], 2)
+            raise RuntimeError("crash")
+    assert [t.task_id for t in store.tasks()] == ["a", "b"]  # nothing of the rolled-back transaction
+    store.close()

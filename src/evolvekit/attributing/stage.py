@@ -85,7 +85,7 @@ class AttributedSamples(GRPOSamples):
     ) -> list[list[StepLabel] | None]:
         """Step labels from the configured source; the LLM's are also scored against grounded ones wherever the
         task has a reference (``attribution/agreement_with_grounded``: the attributor's measured accuracy)."""
-        tasks = {t.task_id: t for t in ctx.store.tasks()}
+        tasks = ctx.store.task_index()
         threshold = self.cfg.navigating.success_threshold
         grounded = [grounded_for(tasks.get(t.task_id), t, threshold) for t in live]
         if source == "grounded":

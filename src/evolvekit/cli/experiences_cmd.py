@@ -45,7 +45,7 @@ def build(run: Path = RunOpt, as_json: bool = typer.Option(False, "--json")) -> 
     params = sampling_for(cfg.models.summarizer)
     pool.equivalent = llm_equivalence(llm, params)
     extractor = ExperienceExtractor(llm, params, cfg.navigating.validate_experiences, cfg.navigating.success_threshold)
-    report = extractor.extract(store.trajectories(None, "train"), {t.task_id: t for t in store.tasks()})
+    report = extractor.extract(store.trajectories(None, "train"), store.task_index())
     actions = [pool.add(e).action for e in report.experiences]
     _save(store, pool)
     summary = {

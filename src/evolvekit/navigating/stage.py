@@ -164,7 +164,7 @@ class ExperienceSummarisation:
         for t in trajectories:
             if t.experience_used and not t.flags.failed:
                 self.pool.record_use(t.experience_used, float(t.outcome_reward or 0.0) >= ncfg.success_threshold)
-        tasks = {t.task_id: t for t in ctx.store.tasks()}
+        tasks = ctx.store.task_index()
         report = self.extractor.extract(trajectories, tasks, ctx.iteration)
         candidates = report.experiences
         dropped = 0

@@ -74,7 +74,7 @@ def hybrid_advantage_scale(decay: float):
     are down-weighted by ``decay`` (§7.1.3), looked up among the run's stored tasks each iteration."""
 
     def per_iteration(ctx: IterationContext):
-        return synthetic_advantage_scale({t.task_id: t for t in ctx.store.tasks()}, decay)
+        return synthetic_advantage_scale(ctx.store.task_index(), decay)
 
     return per_iteration
 
@@ -109,7 +109,7 @@ class CoEvolveHook:
         }
         new: list[Task] = []
         if self.every and (ctx.iteration + 1) % self.every == 0 and self.pending:
-            tasks = {t.task_id: t for t in ctx.store.tasks()} if ctx.store is not None else {}
+            tasks = ctx.store.task_index() if ctx.store is not None else {}
             new = self.regenerator.regenerate(self.pending, self.trajectories, tasks)
             traces = getattr(self.regenerator.explore_fn, "traces", [])
             if ctx.store is not None and (new or traces):

@@ -16,6 +16,7 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, Response
 
 from evolvekit.report.figures import connect_ro, load_summary, write_figures
+from evolvekit.store.sqlite import read_trajectory
 
 GOOD_COLOR, BAD_COLOR = "#c8f7c5", "#f7c5c5"
 CSS = f"""body{{font-family:system-ui,sans-serif;margin:1.5em;max-width:80em}}nav a{{margin-right:1em}}
@@ -134,11 +135,11 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
     @app.get("/trajectories/{trajectory_id}", response_class=HTMLResponse)
     def trajectory(trajectory_id: str):
         con = connect_ro(run_dir)
-        row = con.execute("SELECT json FROM trajectories WHERE trajectory_id = ?", (trajectory_id,)).fetchone()
+        traj = read_trajectory(con, trajectory_id)
         con.close()
-        if row is None:
+        if traj is None:
             raise HTTPException(404, "no such trajectory")
-        t = json.loads(row[0])
+        t = traj.model_dump(mode="json")
         labels = t.get("step_attributions") or []
         source = t.get("attribution_source") or ""
         parts = [

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from evolvekit.store.codec import decode_trajectory, encode_annotations, encode_trajectory
 from evolvekit.types import Experience, Task, Trajectory
 
-SCHEMA_VERSION = 1
+# 2: trajectory bodies encoded by store/codec.py (prompts as shared prefix + new tokens), annotations apart
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -30,7 +32,7 @@ CREATE TABLE IF NOT EXISTS tasks (
 CREATE TABLE IF NOT EXISTS trajectories (
     trajectory_id TEXT PRIMARY KEY, iteration INTEGER NOT NULL, phase TEXT NOT NULL, task_id TEXT NOT NULL,
     group_id TEXT, outcome_reward REAL, experience_guided INTEGER NOT NULL, failed INTEGER NOT NULL,
-    json TEXT NOT NULL);
+    json TEXT NOT NULL, annotations TEXT);
 CREATE INDEX IF NOT EXISTS trajectories_by_iteration ON trajectories (phase, iteration);
 CREATE TABLE IF NOT EXISTS steps (
     trajectory_id TEXT NOT NULL REFERENCES trajectories (trajectory_id) ON DELETE CASCADE,
@@ -76,6 +78,11 @@ class RunStore:
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._conn.executescript(SCHEMA)
+        self._tasks: dict[str, Task] | None = None  # parsed once; kept in step with put_tasks
+        if not has_annotations(self._conn):  # a store of schema 1: rows with whole prompts, no annotations column
+            with self.transaction() as c:
+                c.execute("ALTER TABLE trajectories ADD COLUMN annotations TEXT")
+                self.put_meta(c, "schema_version", str(SCHEMA_VERSION))
         if self.get_meta("schema_version") is None:
             self.set_meta("schema_version", str(SCHEMA_VERSION))
 
@@ -91,6 +98,7 @@ class RunStore:
                 yield self._conn
             except BaseException:
                 self._conn.execute("ROLLBACK")
+                self._tasks = None  # tasks put in the rolled-back transaction are not stored
                 raise
             self._conn.execute("COMMIT")
 
@@ -109,18 +117,20 @@ class RunStore:
         return row[0] if row else None
 
     # -- writes (pass the connection of an open transaction) ---------------------------------------------------
-    @staticmethod
-    def put_tasks(c: sqlite3.Connection, tasks: Sequence[Task], iteration: int | None) -> None:
+    def put_tasks(self, c: sqlite3.Connection, tasks: Sequence[Task], iteration: int | None) -> None:
         c.executemany(
             "INSERT OR IGNORE INTO tasks VALUES (?, ?, ?, ?)",
             [(t.task_id, t.source.value, iteration, t.model_dump_json()) for t in tasks],
         )
+        if self._tasks is not None:  # the first stored version of a task id wins, as in the table
+            for t in tasks:
+                self._tasks.setdefault(t.task_id, t)
 
     @staticmethod
     def put_trajectories(c: sqlite3.Connection, trajectories: Sequence[Trajectory], iteration: int, phase: str) -> None:
         for t in trajectories:
             c.execute(
-                "INSERT INTO trajectories VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO trajectories VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
                 (
                     t.trajectory_id,
                     iteration,
@@ -130,7 +140,7 @@ class RunStore:
                     t.outcome_reward,
                     int(t.flags.experience_guided),
                     int(t.flags.failed),
-                    t.model_dump_json(),
+                    encode_trajectory(t),
                 ),
             )
             labels = t.step_attributions or []
@@ -152,10 +162,12 @@ class RunStore:
 
     @staticmethod
     def update_trajectories(c: sqlite3.Connection, trajectories: Sequence[Trajectory]) -> None:
-        """Rewrite trajectories annotated by later stages (step labels, flags) and their step labels."""
+        """Store what later stages annotated (step labels, flags): the small annotations column and the step
+        labels; the trajectory's body, written once after the rollout, is not rewritten."""
         for t in trajectories:
             c.execute(
-                "UPDATE trajectories SET json = ? WHERE trajectory_id = ?", (t.model_dump_json(), t.trajectory_id)
+                "UPDATE trajectories SET annotations = ? WHERE trajectory_id = ?",
+                (encode_annotations(t), t.trajectory_id),
             )
             labels = t.step_attributions or []
             c.executemany(
@@ -248,17 +260,27 @@ class RunStore:
         done = self.completed_iterations()
         return done[-1] + 1 if done else 0
 
+    def task_index(self) -> dict[str, Task]:
+        """Every stored task by id, parsed from the database once per store (do not mutate)."""
+        if self._tasks is None:
+            rows = self._conn.execute("SELECT json FROM tasks ORDER BY rowid")
+            self._tasks = {t.task_id: t for t in (Task.model_validate_json(r[0]) for r in rows)}
+        return self._tasks
+
     def tasks(self) -> list[Task]:
-        return [Task.model_validate_json(r[0]) for r in self._conn.execute("SELECT json FROM tasks ORDER BY rowid")]
+        return list(self.task_index().values())
 
     def trajectories(self, iteration: int | None = None, phase: str = "train") -> list[Trajectory]:
         if iteration is None:
-            rows = self._conn.execute("SELECT json FROM trajectories WHERE phase = ? ORDER BY rowid", (phase,))
+            rows = self._conn.execute(
+                "SELECT json, annotations FROM trajectories WHERE phase = ? ORDER BY rowid", (phase,)
+            )
         else:
             rows = self._conn.execute(
-                "SELECT json FROM trajectories WHERE phase = ? AND iteration = ? ORDER BY rowid", (phase, iteration)
+                "SELECT json, annotations FROM trajectories WHERE phase = ? AND iteration = ? ORDER BY rowid",
+                (phase, iteration),
             )
-        return [Trajectory.model_validate_json(r[0]) for r in rows]
+        return [decode_trajectory(body, ann) for body, ann in rows]
 
     def count(self, table: str) -> int:
         if table not in {
@@ -300,3 +322,15 @@ class RunStore:
             Experience.model_validate_json(r[0])
             for r in self._conn.execute("SELECT json FROM experiences ORDER BY rowid")
         ]
+
+
+def has_annotations(con: sqlite3.Connection) -> bool:
+    """Whether the store's trajectories table has the annotations column (schema 2)."""
+    return any(r[1] == "annotations" for r in con.execute("PRAGMA table_info(trajectories)"))
+
+
+def read_trajectory(con: sqlite3.Connection, trajectory_id: str) -> Trajectory | None:
+    """One stored trajectory by id, from any connection (the dashboard's read-only one included)."""
+    cols = "json, annotations" if has_annotations(con) else "json, NULL"
+    row = con.execute(f"SELECT {cols} FROM trajectories WHERE trajectory_id = ?", (trajectory_id,)).fetchone()
+    return None if row is None else decode_trajectory(row[0], row[1])
