@@ -1,7 +1,7 @@
 """Where the untrained embedded model starts on a task family: avg@k, best@k, and the share of tasks with mixed
 outcomes over k samples (the groups GRPO learns from), plus what the samples did on multi-step tasks.
 
-    .venv/bin/python benchmarks/family_baseline.py --families arith arith_chain fs_chain \
+    .venv/bin/python benchmarks/family_baseline.py --families arith arith_chain arith_turns fs_chain \
         --out benchmarks/results/family_baseline.md
 
 Runs ``evolvekit eval`` on each family's held-out (test) split with the quickstart's rollout settings and reads
@@ -87,7 +87,7 @@ def evaluate(family: str, k: int, limit: int, max_steps: int, seed: int, out: Pa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", nargs="+", default=["arith", "arith_chain", "fs_chain"])
+    ap.add_argument("--families", nargs="+", default=["arith", "arith_chain", "arith_turns", "fs_chain"])
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--limit", type=int, default=24, help="held-out tasks per family")
     ap.add_argument("--max-steps", type=int, default=4)

@@ -135,3 +135,38 @@ def test_multi_step_families_need_both_dependent_calls(name):
         assert outcomes == [True, False, False], task.query
     msgs = fam.demonstrations[0].messages(lambda c: c.name)
     assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant", "user", "assistant"]
+
+
+def test_two_turn_family_needs_the_first_result_in_the_second_turn():
+    """arith_turns: two user turns, one call each; the reference passes the official checker, a second turn that
+    does not use the first call's result fails, and the worked examples are two-turn chat transcripts."""
+    from evolvekit.env.base import Action
+    from evolvekit.env.bfcl.env import BfclEnv
+    from evolvekit.env.bfcl.families import get_family
+    from evolvekit.types import ToolCall
+
+    fam = get_family("arith_turns")
+    train, test = fam.tasks("train", 40), fam.tasks("test", 40)
+    assert not {tuple(t.turns) for t in train} & {tuple(t.turns) for t in test}
+    for task in test[:12]:
+        assert len(task.turns) == 2 and [len(r) for r in task.reference_solution] == [1, 1]
+        (add,), (mul,) = task.reference_solution
+        assert mul.arguments["a"] == add.arguments["a"] + add.arguments["b"]
+        assert str(mul.arguments["a"]) not in task.turns[1]  # the sum is only in the first call's result
+        wrong = ToolCall(name="multiply", arguments={"a": add.arguments["a"], "b": mul.arguments["b"]})
+        outcomes = []
+        for second in (mul, wrong, None):
+            env = BfclEnv()
+            obs = env.reset(task)
+            assert obs.num_turns == 2
+            env.step(Action(tool_calls=[add]))
+            step = env.step(Action(text="done"))
+            assert step.observation == task.turns[1]  # the next user turn
+            if second is not None:
+                env.step(Action(tool_calls=[second]))
+            env.step(Action(text="done"))
+            outcomes.append(env.evaluate().passed)
+        assert outcomes == [True, False, False], task.turns
+    msgs = fam.demonstrations[0].messages(lambda c: c.name)
+    assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant"] * 2
+    assert msgs[4].content == fam.demonstrations[0].next_turns[0].request

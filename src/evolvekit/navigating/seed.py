@@ -18,7 +18,15 @@ def family_experiences(family: TaskFamily) -> list[Experience]:
     """One experience per demonstration of ``family`` (ids are stable, so re-seeding never duplicates)."""
     out = []
     for i, d in enumerate(family.demonstrations):
-        if not d.then:
+        if d.next_turns:  # a multi-turn example: one call per turn, later turns on earlier results
+            turns = [d, *d.next_turns]
+            content = " ".join(
+                f"Turn {k + 1} ({t.request!r}): call {format_call(t.call)}, and after the tool answers ({t.result}) "
+                f'reply "{t.final}".'
+                for k, t in enumerate(turns)
+            )
+            content += " Use the numbers the tools returned in earlier turns."
+        elif not d.then:
             args = ", ".join(f"{k}={json.dumps(v)}" for k, v in d.call.arguments.items())
             content = (
                 f"Answer with exactly one tool call and nothing else: {format_call(d.call)} "
@@ -31,7 +39,7 @@ def family_experiences(family: TaskFamily) -> list[Experience]:
                 f"Make one tool call per message, in order: {chain}. Only after the last answer, reply in one "
                 f'sentence, e.g. "{d.final}"'
             )
-        names = ", then ".join(c.name for c, _ in d.steps)
+        names = ", then ".join(c.name for t in (d, *d.next_turns) for c, _ in t.steps)
         out.append(
             Experience(
                 experience_id=f"exp-{family.name}-example-{i}",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from evolvekit.errors import EnvError
 from evolvekit.types import ChatMessage, Task, TaskSource, ToolCall
@@ -23,13 +23,15 @@ from evolvekit.types import ChatMessage, Task, TaskSource, ToolCall
 @dataclass(frozen=True)
 class Demonstration:
     """One worked episode: the request, the call, the tool's answer, any further (call, answer) pairs of a
-    multi-step task (``then``), and the closing message."""
+    multi-step task (``then``), and the closing message; a multi-turn example continues with the user's next
+    turns (``next_turns``, each a demonstration of its own)."""
 
     request: str
     call: ToolCall
     result: str
     final: str
     then: tuple[tuple[ToolCall, str], ...] = ()
+    next_turns: tuple[Demonstration, ...] = ()
 
     @property
     def steps(self) -> list[tuple[ToolCall, str]]:
@@ -42,11 +44,15 @@ class Demonstration:
                 ChatMessage(role="assistant", content=call_format(call)),
                 ChatMessage(role="user", content=f"Tool results:\n[{call.name}] {result}"),
             ]
-        return out + [ChatMessage(role="assistant", content=self.final)]
+        out.append(ChatMessage(role="assistant", content=self.final))
+        for turn in self.next_turns:
+            out += turn.messages(call_format)
+        return out
 
 
-# A generator draws one task: (request, reference calls) or (request, reference calls, initial_config)
-Draw = tuple[str, list[ToolCall]] | tuple[str, list[ToolCall], dict]
+# A generator draws one task: (request, reference calls) or (request, reference calls, initial_config); a
+# multi-turn task's request is a list of turns and its reference a list of calls per turn
+Draw = tuple[str, list[ToolCall]] | tuple[str, list[ToolCall], dict] | tuple[list[str], list[list[ToolCall]], dict]
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,7 @@ class TaskFamily:
         others: set[str] = {d.request for d in self.demonstrations}
         for other, seed in self.split_seeds.items():
             if other != split:
-                others.update(q for q, _, _ in self._draw(seed, count))
+                others.update(_key(q) for q, _, _ in self._draw(seed, count))
         out = []
         for i, (query, calls, config) in enumerate(self._draw(self.split_seeds[split], count, exclude=others)):
             out.append(
@@ -77,7 +83,7 @@ class TaskFamily:
                     env_name="bfcl",
                     query=query,
                     initial_config=config,
-                    reference_solution=[calls],
+                    reference_solution=calls if isinstance(query, list) else [calls],
                     source=TaskSource.REAL,
                     metadata={
                         "category": "family",
@@ -90,20 +96,25 @@ class TaskFamily:
             )
         return out
 
-    def _draw(self, seed: int, count: int, exclude: set[str] | None = None) -> list[tuple[str, list[ToolCall], dict]]:
+    def _draw(self, seed: int, count: int, exclude: set[str] | None = None) -> list[tuple[Any, list, dict]]:
         assert self.generator is not None
         rng = random.Random(seed)
         seen: set[str] = set(exclude or ())
-        out: list[tuple[str, list[ToolCall], dict]] = []
+        out: list[tuple[Any, list, dict]] = []
         for _ in range(count * 50):
             if len(out) == count:
                 break
             drawn = self.generator(rng)
             query, calls, config = drawn if len(drawn) == 3 else (*drawn, {})
-            if query not in seen:
-                seen.add(query)
+            if _key(query) not in seen:
+                seen.add(_key(query))
                 out.append((query, calls, config))
         return out
+
+
+def _key(query: str | list[str]) -> str:
+    """A task's request as one string (turns joined), for keeping splits disjoint."""
+    return query if isinstance(query, str) else "\n".join(query)
 
 
 _ARITH_PHRASES = {
@@ -198,6 +209,49 @@ _ARITH_CHAIN_DEMOS = (
         "The sum is 15; times 5 that is 75.",
         then=((_call("multiply", a=15, b=5), '{"result": 75}'),),
     ),
+)
+
+_TURN_PHRASES = (
+    ("Add {a} and {b}.", "Now multiply the result by {c}."),
+    ("What is {a} plus {b}?", "Multiply that by {c}."),
+    ("Compute the sum of {a} and {b}.", "Now take that sum times {c}."),
+)
+
+
+def _arith_turns(rng: random.Random) -> Draw:
+    """Two user turns, one call each, the second on the first's result: add two numbers; then (next turn)
+    multiply the sum, which appears only in the first call's result."""
+    a, b, c = rng.randint(2, 40), rng.randint(2, 40), rng.randint(2, 9)
+    first, second = rng.choice(_TURN_PHRASES)
+    return (
+        [first.format(a=a, b=b), second.format(c=c)],
+        [[_call("add", a=a, b=b)], [_call("multiply", a=a + b, b=c)]],
+        {},
+    )
+
+
+def _turns_demo(a: int, b: int, c: int, phrases: tuple[str, str]) -> Demonstration:
+    s = a + b
+    return Demonstration(
+        phrases[0].format(a=a, b=b),
+        _call("add", a=a, b=b),
+        f'{{"result": {s}}}',
+        f"{a} plus {b} is {s}.",
+        next_turns=(
+            Demonstration(
+                phrases[1].format(c=c),
+                _call("multiply", a=s, b=c),
+                f'{{"result": {s * c}}}',
+                f"{s} times {c} is {s * c}.",
+            ),
+        ),
+    )
+
+
+_ARITH_TURNS_DEMOS = (
+    _turns_demo(5, 7, 3, ("Add {a} and {b}.", "Now multiply the result by {c}.")),
+    _turns_demo(20, 4, 2, ("What is {a} plus {b}?", "Multiply that by {c}.")),
+    _turns_demo(9, 6, 5, ("Compute the sum of {a} and {b}.", "Now take that sum times {c}.")),
 )
 
 _FILES = (
@@ -348,6 +402,16 @@ FAMILIES: dict[str, TaskFamily] = {
         demonstrations=_ARITH_CHAIN_DEMOS,
         generator=_arith_chain,
         split_seeds={"train": 31, "dev": 32, "test": 33},
+    ),
+    "arith_turns": TaskFamily(
+        name="arith_turns",
+        classes=("MathAPI",),
+        tools=("add", "subtract", "multiply", "divide"),
+        description="two user turns, one MathAPI call each, the second on the first's result (add; then multiply "
+        "the sum, which only the first call's result shows); three worked two-turn examples",
+        demonstrations=_ARITH_TURNS_DEMOS,
+        generator=_arith_turns,
+        split_seeds={"train": 41, "dev": 42, "test": 43},
     ),
     "fs_chain": TaskFamily(
         name="fs_chain",
