@@ -168,6 +168,10 @@ class TrainConfig(_Section):
         "JSONL of held-out synthetic tasks (e.g. from `evolvekit tasks synthesize` with another seed), evaluated next to the real split (keys synthetic/avg@k) and kept out of the run's own synthetic tasks by dedup",
     )
     eval_every: int = F(0, "also evaluate on held-out tasks every N iterations (0 = only before/after)", ge=0)
+    compare_with: str | None = F(
+        None,
+        "results JSON of a committed baseline (benchmarks/evidence.py): its held-out figures for the same family and budget are printed next to this run's at the end",
+    )
     max_grad_norm: float = F(1.0, "gradient clipping", gt=0)
     shared_prefix: bool = F(
         True,

@@ -66,6 +66,12 @@ def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path):
         "train.eval_k=1",
         "--set",
         "models.policy.max_new_tokens=32",
+        "--set",
+        "questioning.synthetic_tasks=2",
+        "--set",
+        "questioning.explore_runs=2",
+        "--set",
+        "questioning.explore_steps=3",
     )
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])

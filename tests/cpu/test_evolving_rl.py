@@ -179,7 +179,7 @@ def test_co_evolution_run_offline_with_the_embedded_model(tmp_path):
             "-m",
             "evolvekit.cli.main",
             "run",
-            "configs/quickstart.yaml",
+            "configs/grpo.yaml",
             "--json",
             "--no-progress",
             "--set",

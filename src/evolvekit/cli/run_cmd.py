@@ -54,3 +54,7 @@ def run_command(
         sys.stdout.write(
             " ".join([f"run_dir={run_dir}"] + [f"{k}: {before.get(k)} -> {after.get(k)}" for k in keys]) + "\n"
         )
+        if cfg.train.compare_with:
+            from evolvekit.report.evidence import comparison_line
+
+            sys.stdout.write(comparison_line(cfg.train.compare_with, cfg, after) + "\n")

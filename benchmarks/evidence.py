@@ -1,0 +1,182 @@
+"""Evidence: the rows of an ablation file over its seeds, as a results file with the command and the commit.
+
+    .venv/bin/python benchmarks/evidence.py configs/evidence_arith_turns.yaml            # run (resumable) + report
+    .venv/bin/python benchmarks/evidence.py configs/evidence_arith_turns.yaml --no-run   # report what has finished
+
+Runs every (row, seed) of the file one at a time (``evolvekit ablate``: finished runs are skipped, unfinished ones
+resumed), then writes ``<out>.md``, ``<out>.json`` (report/evidence.py: ``EvidenceFile``, which ``train.compare_with``
+reads) and ``<out>.png``: held-out avg@k / best@k after training as mean ± std with a 95% t-interval over seeds,
+the seed-paired difference against the baseline row, Steps@0.9 and AUC of the mean held-out curve against the
+baseline (AgentEvolver Table 6), and every run's helper-health figures. Run nothing else on the machine meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+
+def commit_of_code() -> str:
+    import evolvekit
+
+    root = Path(evolvekit.__file__).resolve().parents[2]
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "src", "configs"],
+        capture_output=True,
+        text=True,
+    )
+    return head.stdout.strip() + (" (uncommitted changes)" if dirty.stdout.strip() else "")
+
+
+def _fmt(v, digits: int = 3) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+
+def markdown(ev, spec) -> str:
+    from evolvekit.report.evidence import RowResult
+
+    keys = sorted({k for r in ev.rows.values() for k in r.after})
+    base: RowResult | None = ev.rows.get(ev.baseline)
+    lines = [
+        f"$ {ev.command}   # code: commit {ev.commit}",
+        "",
+        f"# Evidence on `{ev.family}`: {len(spec.seeds)} seeds {spec.seeds}, baseline row `{ev.baseline}`",
+        "",
+        "Budget (every row): " + ", ".join(f"{k}={v}" for k, v in ev.budget.items()),
+        "",
+        "Shared overrides: " + (", ".join(spec.budget) or "none"),
+        "",
+        "Held-out tasks: the family's test split (never trained or tuned on). After training: mean ± std over seeds "
+        "[95% t-interval of the mean]; Δ: seed-paired difference against the baseline row [95% t-interval].",
+        "",
+        "| row | seeds | "
+        + " | ".join(f"{k} before | {k} after | Δ{k} vs {ev.baseline}" for k in keys)
+        + " | Steps@0.9 | AUC |",
+        "|" + "---|" * (2 + 3 * len(keys) + 2),
+    ]
+    for name, r in ev.rows.items():
+        cells = []
+        for k in keys:
+            b, a, d = r.before.get(k), r.after.get(k), r.vs_baseline.get(k)
+            cells.append(_fmt(b.mean) if b else "—")
+            cells.append(f"{a.mean:.3f} ± {a.std:.3f} [{a.low:.3f}, {a.high:.3f}]" if a else "—")
+            cells.append(f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]" if d else "—")
+        lines.append(
+            f"| {name} | {len(r.seeds)}/{len(spec.seeds)} | "
+            + " | ".join(cells)
+            + f" | {_fmt(r.steps_at_09, 0)} | {_fmt(r.auc)} |"
+        )
+    if base is not None and base.steps_at_09 is not None:
+        lines.append("")
+        lines.append(
+            f"Steps@0.9: the first evaluated iteration at which a row's mean held-out curve reaches 90% of the "
+            f"{ev.baseline} row's best mean value; AUC: the area under the mean curve over its span."
+        )
+    lines += [
+        "",
+        "## Helper health of every run",
+        "",
+        "attribution live: share of groups with mixed outcomes (by the environment's check) whose attribution "
+        "channel was non-degenerate; judge fallback: share of judge calls that fell back; validated: share of "
+        "extraction jobs that yielded a validated experience; n/a: that helper was off in the run.",
+        "",
+        "| row | seed | sources | attribution live | attribution agreement with grounded | judge calls | judge "
+        "fallback | extraction jobs | validated | synthetic tasks | training minutes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in ev.rows.items():
+        for h in r.health:
+            src = ", ".join(f"{k}: {v}" for k, v in h.helper_sources.items())
+            lines.append(
+                f"| {name} | {h.seed} | {src} | {_fmt(h.attribution_mixed_groups)} | "
+                f"{_fmt(h.attribution_agreement_with_grounded)} | {_fmt(h.judge_calls, 0)} | "
+                f"{_fmt(h.judge_fallback_rate)} | {_fmt(h.extraction_jobs, 0)} | {_fmt(h.validated_share)} | "
+                f"{_fmt(h.synthetic_tasks, 0)} | {_fmt(h.minutes, 1)} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def figure(ev, groups, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    key = next((k for r in ev.rows.values() for k in r.after if k.startswith("avg@")), None)
+    if key is None:
+        return
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for g in groups:
+        if g.name not in ev.rows:
+            continue
+        xs, ys = g.mean_curve()
+        if xs:
+            left.plot(xs, ys, marker="o", label=g.name, linewidth=2.5 if g.name == "overall" else 1.2)
+    left.set_xlabel("iteration")
+    left.set_ylabel(f"held-out {key} (mean over seeds)")
+    left.set_title("held-out curve")
+    left.legend(fontsize=8)
+    names = [n for n, r in ev.rows.items() if key in r.after]
+    means = [ev.rows[n].after[key].mean for n in names]
+    err = [
+        [m - ev.rows[n].after[key].low for n, m in zip(names, means)],
+        [ev.rows[n].after[key].high - m for n, m in zip(names, means)],
+    ]
+    right.bar(range(len(names)), means, yerr=err, capsize=4, color="tab:blue")
+    right.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    right.set_ylabel(f"held-out {key} after training")
+    right.set_title("after training: mean and 95% interval over seeds")
+    fig.suptitle(f"{ev.family}: {ev.commit}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("spec", help="ablation file (base config, budget, seeds, rows)")
+    ap.add_argument("--only", nargs="*", default=None, help="run only these rows (the report covers every row)")
+    ap.add_argument("--no-run", action="store_true", help="report on finished runs only")
+    ap.add_argument("--baseline", default="grpo")
+    ap.add_argument("--out", default=None, help="results prefix (default benchmarks/results/evidence_<family>)")
+    args = ap.parse_args()
+
+    from evolvekit.cli.common import setup_logging
+    from evolvekit.config import load_config
+    from evolvekit.report.ablate import load_spec, run_ablation
+    from evolvekit.report.collection import load_groups
+    from evolvekit.report.evidence import EvidenceFile, budget_of, row_results
+
+    setup_logging("INFO")
+    spec = load_spec(Path(args.spec))
+    base_cfg = Path(args.spec).parent / spec.base
+    cfg = load_config(base_cfg, spec.budget)
+    if not args.no_run:
+        run_ablation(Path(args.spec), args.only)
+    groups = load_groups(Path(spec.out_dir))
+    order = [r.name for r in spec.rows]
+    groups = sorted([g for g in groups if g.name in order], key=lambda g: order.index(g.name))
+    ev = EvidenceFile(
+        family=cfg.env.family or cfg.env.name,
+        budget=budget_of(cfg),
+        baseline=args.baseline,
+        rows=row_results(groups, args.baseline),
+        command=" ".join(shlex.quote(a) for a in [".venv/bin/python", *sys.argv]),
+        commit=commit_of_code(),
+    )
+    out = Path(args.out or f"benchmarks/results/evidence_{ev.family}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(ev.model_dump_json(indent=2))
+    out.with_suffix(".md").write_text(markdown(ev, spec))
+    figure(ev, groups, out.with_suffix(".png"))
+    print(out.with_suffix(".md").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""Learning results as claims: per-row held-out figures over seeds (mean ± std and a 95% t-interval), Steps@0.9 and
+AUC against the baseline row (AgentEvolver Table 6), and each run's helper-health figures.
+
+``benchmarks/evidence.py`` writes a results file of this shape (``EvidenceFile``); a run configured with
+``train.compare_with`` prints the baseline row's figures next to its own when the family and budget match
+(``budget_of``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evolvekit.attributing.efficiency import area_under_curve, steps_to_fraction
+from evolvekit.config import Config
+from evolvekit.report.collection import RunGroup
+from evolvekit.report.figures import RunSummary
+
+# what must match for two runs' held-out figures to be compared: the family, the training budget and the evaluation
+BUDGET_FIELDS = (
+    "env.family",
+    "rollout.max_steps",
+    "rollout.group_size",
+    "train.iterations",
+    "train.tasks_per_iteration",
+    "train.learning_rate",
+    "train.eval_tasks",
+    "train.eval_k",
+    "models.policy.max_new_tokens",
+)
+
+
+def budget_of(cfg: Config) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path in BUDGET_FIELDS:
+        value: Any = cfg
+        for part in path.split("."):
+            value = getattr(value, part)
+        out[path] = value
+    return out
+
+
+# two-sided 95% Student t quantiles t_{0.975, df}, df = 1..30
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+class Interval(BaseModel):
+    """Mean ± sample std over seeds and the 95% t-interval of the mean (a point when n = 1)."""
+
+    model_config = ConfigDict(extra="forbid")
+    mean: float
+    std: float
+    n: int
+    low: float
+    high: float
+
+
+def interval(values: list[float]) -> Interval:
+    """mean ± t_{0.975, n-1} · s / √n over the seeds' values."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("no values")
+    mean = statistics.fmean(values)
+    if n == 1:
+        return Interval(mean=mean, std=0.0, n=1, low=mean, high=mean)
+    std = statistics.stdev(values)
+    half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96) * std / math.sqrt(n)
+    return Interval(mean=mean, std=std, n=n, low=mean - half, high=mean + half)
+
+
+def difference(a: list[float], b: list[float]) -> Interval:
+    """The row-minus-baseline difference of seed-paired values (same seeds), as an interval over the pairs."""
+    if len(a) != len(b):
+        raise ValueError("paired difference needs the same seeds in both rows")
+    return interval([x - y for x, y in zip(a, b)])
+
+
+class RunHealth(BaseModel):
+    """One run's helper-health figures (None: the helper was off in the run)."""
+
+    model_config = ConfigDict(extra="forbid")
+    seed: int
+    helper_sources: dict[str, str] = Field(default_factory=dict)
+    attribution_mixed_groups: float | None = None  # groups with mixed outcomes whose attribution channel was live
+    attribution_agreement_with_grounded: float | None = None
+    judge_calls: float | None = None
+    judge_fallback_rate: float | None = None
+    extraction_jobs: float | None = None
+    validated_share: float | None = None
+    synthetic_tasks: float | None = None
+    minutes: float | None = None
+
+
+class RowResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    seeds: list[int]
+    before: dict[str, Interval] = Field(default_factory=dict)
+    after: dict[str, Interval] = Field(default_factory=dict)
+    per_seed_after: dict[str, list[float]] = Field(default_factory=dict)
+    vs_baseline: dict[str, Interval] = Field(default_factory=dict)  # paired after-training difference
+    steps_at_09: float | None = None  # iterations to reach 90% of the baseline's best held-out avg (mean curve)
+    auc: float | None = None  # area under the mean held-out curve
+    health: list[RunHealth] = Field(default_factory=list)
+
+
+class EvidenceFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    family: str
+    budget: dict[str, Any]
+    baseline: str
+    rows: dict[str, RowResult]
+    command: str
+    commit: str
+
+
+def load_evidence(path: Path | str) -> EvidenceFile:
+    return EvidenceFile.model_validate_json(Path(path).read_text())
+
+
+def comparison_line(path: Path | str, cfg: Config, after: dict | None) -> str:
+    """The line a run prints at its end: the baseline row's committed figures for the same family and budget."""
+    path = Path(path)
+    if not path.is_file():
+        return f"no committed baseline figures at {path} (train.compare_with)"
+    try:
+        ev = load_evidence(path)
+    except ValueError as err:
+        return f"{path}: not a results file ({str(err).splitlines()[0]})"
+    row = ev.rows.get(ev.baseline)
+    ours = budget_of(cfg)
+    diff = [k for k in BUDGET_FIELDS if ev.budget.get(k) != ours[k]]
+    if row is None or not row.after:
+        return f"{path}: no finished '{ev.baseline}' row yet"
+    if diff:
+        return f"{path}: not comparable (its budget differs in {', '.join(diff)})"
+    parts = []
+    for key, iv in row.after.items():
+        b = row.before.get(key)
+        ours_after = (after or {}).get(key)
+        parts.append(
+            f"{key}: {ev.baseline} {b.mean:.3f} -> {iv.mean:.3f} ± {iv.std:.3f} (95% CI {iv.low:.3f}..{iv.high:.3f}, "
+            f"{iv.n} seeds)" + (f", this run -> {ours_after}" if ours_after is not None else "")
+            if b
+            else f"{key}: {ev.baseline} -> {iv.mean:.3f} ± {iv.std:.3f}"
+        )
+    return f"same family and budget, committed at {ev.commit}: " + "; ".join(parts)
+
+
+def total(metrics: dict[int, dict[str, float]], key: str) -> float:
+    """Σ over iterations of one metric."""
+    return sum(float(m.get(key, 0.0)) for m in metrics.values())
+
+
+def weighted(metrics: dict[int, dict[str, float]], share: str, count: str) -> tuple[float, float]:
+    """(Σ share·count, Σ count) over iterations."""
+    return sum(float(m.get(share, 0.0)) * float(m.get(count, 0.0)) for m in metrics.values()), total(metrics, count)
+
+
+def run_health(run: RunSummary, seed: int) -> RunHealth:
+    """The helper-health figures of one run, from its per-iteration metrics."""
+    m = run.metrics
+    has = {k for it in m.values() for k in it}
+    mixed = total(m, "attribution/mixed_groups")
+    judged = total(m, "judge/calls")
+    v1, n1 = weighted(m, "navigating/validated_share", "navigating/extraction_jobs")
+    v0, n0 = weighted(m, "navigating/cold_start_validated_share", "navigating/cold_start_extraction_jobs")
+    agree = [
+        it["attribution/agreement_with_grounded"] for it in m.values() if "attribution/agreement_with_grounded" in it
+    ]
+    pool = [it["tasks/synthetic_pool"] for it in m.values() if "tasks/synthetic_pool" in it]
+    return RunHealth(
+        seed=seed,
+        helper_sources=run.helper_sources,
+        attribution_mixed_groups=(total(m, "attribution/mixed_groups_nondegenerate") / mixed if mixed else None)
+        if "attribution/mixed_groups" in has
+        else None,
+        attribution_agreement_with_grounded=statistics.fmean(agree) if agree else None,
+        judge_calls=judged if "judge/calls" in has else None,
+        judge_fallback_rate=total(m, "judge/fallbacks") / judged if judged else None,
+        extraction_jobs=n0 + n1 if {"navigating/extraction_jobs"} & has else None,
+        validated_share=(v0 + v1) / (n0 + n1) if n0 + n1 else None,
+        synthetic_tasks=pool[0] if pool else None,
+        minutes=total(m, "time/iteration_s") / 60 if m else None,
+    )
+
+
+def _seed_of(run: RunSummary) -> int:
+    name = run.run_dir.name
+    return int(name[4:]) if name.startswith("seed") and name[4:].isdigit() else -1
+
+
+def row_results(groups: list[RunGroup], baseline: str) -> dict[str, RowResult]:
+    """Every row's figures over its finished seeds, with paired differences and Steps@0.9/AUC against ``baseline``."""
+    finished = {g.name: [r for r in g.runs if r.evaluations.get("after")] for g in groups}
+    base_runs = {_seed_of(r): r for r in finished.get(baseline, [])}
+    base = next((g for g in groups if g.name == baseline), None)
+    bx, by = base.mean_curve() if base else ([], [])
+    target = 0.9 * max(by) if by else None
+    out: dict[str, RowResult] = {}
+    for g in groups:
+        runs = sorted(finished[g.name], key=_seed_of)
+        if not runs:
+            continue
+        keys = sorted({k for r in runs for k, v in r.evaluations["after"].items() if "@" in k and _is_num(v)})
+        res = RowResult(name=g.name, seeds=[_seed_of(r) for r in runs])
+        for k in keys:
+            res.per_seed_after[k] = [float(r.evaluations["after"][k]) for r in runs]
+            res.after[k] = interval(res.per_seed_after[k])
+            before = [float(r.evaluations["before"][k]) for r in runs if k in (r.evaluations.get("before") or {})]
+            if before:
+                res.before[k] = interval(before)
+            paired = [(float(r.evaluations["after"][k]), _seed_of(r)) for r in runs if _seed_of(r) in base_runs]
+            if g.name != baseline and len(paired) >= 2:
+                ours = [v for v, _ in paired]
+                theirs = [float(base_runs[s].evaluations["after"].get(k, float("nan"))) for _, s in paired]
+                res.vs_baseline[k] = difference(ours, theirs)
+        xs, ys = RunGroup(g.name, runs).mean_curve()
+        res.auc = area_under_curve(xs, ys) if len(ys) > 1 else None
+        res.steps_at_09 = steps_to_fraction(xs, ys, target) if target is not None and ys else None
+        res.health = [run_health(r, _seed_of(r)) for r in runs]
+        out[g.name] = res
+    return out
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

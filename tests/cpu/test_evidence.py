@@ -1,0 +1,110 @@
+"""Evidence figures (report/evidence.py): intervals against hand-computed values, paired differences, Steps@0.9
+and AUC per row, helper health from a run's metrics, and the line a run prints next to a committed baseline."""
+
+from pathlib import Path
+
+import pytest
+
+from evolvekit.config import load_config
+from evolvekit.report.collection import RunGroup
+from evolvekit.report.evidence import (
+    EvidenceFile,
+    budget_of,
+    comparison_line,
+    difference,
+    interval,
+    row_results,
+    run_health,
+)
+from evolvekit.report.figures import RunSummary
+
+
+def test_interval_is_the_t_interval_of_the_mean():
+    iv = interval([0.1, 0.2, 0.3])
+    # mean 0.2, s = 0.1, t_{0.975,2} = 4.303: half-width 4.303 · 0.1 / √3 = 0.24843
+    assert iv.mean == pytest.approx(0.2) and iv.std == pytest.approx(0.1) and iv.n == 3
+    assert iv.low == pytest.approx(0.2 - 0.248434, abs=1e-5) and iv.high == pytest.approx(0.448434, abs=1e-5)
+    one = interval([0.5])
+    assert (one.low, one.high, one.std) == (0.5, 0.5, 0.0)
+    d = difference([0.3, 0.5], [0.1, 0.2])  # pairs: 0.2, 0.3 -> mean 0.25, s = 0.0707, t_{0.975,1} = 12.706
+    assert d.mean == pytest.approx(0.25) and d.high - d.mean == pytest.approx(12.706 * 0.070711 / 2**0.5, rel=1e-4)
+    with pytest.raises(ValueError):
+        difference([0.1], [0.1, 0.2])
+
+
+def _run(row: str, seed: int, before: float, mid: float, after: float, metrics=None) -> RunSummary:
+    m = {0: {}, 1: {}, 2: {"eval/avg@4": mid}, 3: {}}
+    for it, extra in (metrics or {}).items():
+        m[it].update(extra)
+    return RunSummary(
+        Path(f"/runs/{row}/seed{seed}"),
+        m,
+        {"before": {"avg@4": before}, "after": {"avg@4": after, "split": "test"}},
+        helper_sources={"attributor": "grounded"},
+    )
+
+
+def test_rows_get_intervals_paired_differences_and_efficiency_against_the_baseline():
+    grpo = RunGroup("grpo", [_run("grpo", s, 0.1, 0.2, a) for s, a in ((0, 0.3), (1, 0.4), (2, 0.5))])
+    full = RunGroup("overall", [_run("overall", s, 0.1, 0.4, a) for s, a in ((0, 0.4), (1, 0.6), (2, 0.6))])
+    unfinished = _run("overall", 3, 0.1, 0.1, 0.1)
+    unfinished.evaluations.pop("after")
+    full.runs.append(unfinished)  # not finished: left out of every figure
+    rows = row_results([grpo, full], "grpo")
+    g, o = rows["grpo"], rows["overall"]
+    assert o.seeds == [0, 1, 2] and o.per_seed_after["avg@4"] == [0.4, 0.6, 0.6]
+    assert o.after["avg@4"].mean == pytest.approx(1.6 / 3) and o.before["avg@4"].mean == pytest.approx(0.1)
+    assert o.vs_baseline["avg@4"].mean == pytest.approx((0.1 + 0.2 + 0.1) / 3) and not g.vs_baseline
+    # mean curves: grpo (0, 0.1) (3, 0.2) (4, 0.4); overall (0, 0.1) (3, 0.4) (4, 0.5333): target 0.9 · 0.4 = 0.36
+    assert g.steps_at_09 == 4.0 and o.steps_at_09 == 3.0
+    assert o.auc == pytest.approx(((0.1 + 0.4) / 2 * 3 + (0.4 + 1.6 / 3) / 2) / 4)
+    assert "split" not in o.after
+
+
+def test_run_health_reads_the_helpers_from_the_metrics():
+    run = _run(
+        "overall",
+        0,
+        0.1,
+        0.2,
+        0.3,
+        {
+            0: {
+                "attribution/mixed_groups": 2.0,
+                "attribution/mixed_groups_nondegenerate": 1.0,
+                "navigating/extraction_jobs": 4.0,
+                "navigating/validated_share": 0.5,
+                "navigating/cold_start_extraction_jobs": 2.0,
+                "navigating/cold_start_validated_share": 1.0,
+                "tasks/synthetic_pool": 8.0,
+                "time/iteration_s": 60.0,
+            },
+            1: {"attribution/mixed_groups": 2.0, "attribution/mixed_groups_nondegenerate": 2.0},
+        },
+    )
+    h = run_health(run, 0)
+    assert h.attribution_mixed_groups == pytest.approx(3 / 4)
+    assert h.extraction_jobs == 6.0 and h.validated_share == pytest.approx((2 + 2) / 6)
+    assert h.judge_calls is None and h.judge_fallback_rate is None  # no judge in this run
+    assert h.synthetic_tasks == 8.0 and h.minutes == pytest.approx(1.0)
+
+
+def test_a_run_prints_the_committed_baseline_only_for_the_same_family_and_budget(tmp_path):
+    cfg = load_config(Path("configs/grpo.yaml"), [])
+    grpo = RunGroup("grpo", [_run("grpo", s, 0.1, 0.2, a) for s, a in ((0, 0.3), (1, 0.4), (2, 0.5))])
+    ev = EvidenceFile(
+        family="arith_turns", budget=budget_of(cfg), baseline="grpo", rows=row_results([grpo], "grpo"), command="x",
+        commit="abc1234",
+    )  # fmt: skip
+    path = tmp_path / "evidence.json"
+    path.write_text(ev.model_dump_json())
+    line = comparison_line(path, cfg, {"avg@4": 0.45})
+    assert "grpo 0.100 -> 0.400 ± 0.100" in line and "3 seeds" in line and "this run -> 0.45" in line
+    assert "abc1234" in line
+    other = load_config(Path("configs/grpo.yaml"), ["train.iterations=2"])
+    assert "not comparable" in comparison_line(path, other, {}) and "train.iterations" in comparison_line(
+        path, other, {}
+    )
+    assert "no committed baseline" in comparison_line(tmp_path / "missing.json", cfg, {})
+    (tmp_path / "bad.json").write_text("{}")
+    assert "not a results file" in comparison_line(tmp_path / "bad.json", cfg, {})
