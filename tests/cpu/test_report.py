@@ -301,3 +301,12 @@ def test_heldout_curve_of_a_run_evaluated_only_after_training():
     )
     assert run.heldout_curve() == ([2.0], [0.5], "avg@2")
     assert RunSummary(Path("."), {}, {}).heldout_curve() == ([], [], "avg@k")
+
+
+def test_periodic_evaluation_leaves_the_last_point_to_the_evaluation_after_training(run_dir):
+    from evolvekit.report.figures import load_summary
+
+    run = load_summary(run_dir)
+    assert "eval/avg@1" in run.metrics[0] and "eval/avg@1" not in run.metrics[1]  # not evaluated twice at the end
+    xs, ys, key = run.heldout_curve()
+    assert xs == [0.0, 1.0, 2.0] and key == "avg@1" and ys[-1] == run.evaluations["after"]["avg@1"]

@@ -170,8 +170,9 @@ class MasterLoop:
         metrics.update(st.updater.update(ctx, samples))
         times["time/update_s"] = time.perf_counter() - t1
         ckpt = st.updater.save(self.run_dir / "checkpoints" / f"iter-{it:04d}")
-        every = cfg.train.eval_every
-        if every and ((it + 1) % every == 0 or it + 1 == cfg.train.iterations):
+        every, last = cfg.train.eval_every, it + 1 == cfg.train.iterations
+        # the last iteration's point is the evaluation after training when there is one (not evaluated twice)
+        if every and ((it + 1) % every == 0 or last) and not (last and cfg.train.eval_after):
             ev = self._evaluate("periodic", it)
             if ev:
                 metrics.update({f"eval/{k}": float(v) for k, v in ev.items() if "@" in k})
