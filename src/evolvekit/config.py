@@ -177,6 +177,13 @@ class TrainConfig(_Section):
         True,
         "shared-prefix training: a group's longest common token prefix runs forward and backward once for all its samples (exact: same loss and gradients; train/shared_prefix.py)",
     )
+    master_weights: Literal["auto", "on", "off"] = F(
+        "auto",
+        "fp32 master copies of bf16/fp16 parameters, stepped by AdamW and rounded back after each step, so small updates accumulate as in fp32 (train/master.py); auto = on whenever a trainable parameter is bf16/fp16 (e.g. dtype auto on a GPU)",
+    )
+    gradient_checkpointing: bool = F(
+        False, "recompute activations in the backward pass (less memory, ~30% more compute; transformers' own)"
+    )
     lora: bool = F(False, "train LoRA adapters (peft) instead of the full model")
     lora_rank: int = F(16, "LoRA rank", ge=1)
 

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from evolvekit.config import TrainConfig
 from evolvekit.train.checkpoint import write_checksums
 from evolvekit.train.losses import policy_loss, ratio_diagnostics
+from evolvekit.train.master import MasterWeights, needs_master
 from evolvekit.train.shared_prefix import SharedPrefixStep, prefix_forward, share_groups, suffix_logprobs
 from evolvekit.types import TrainingSample
 
@@ -159,7 +160,12 @@ class GRPOTrainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the policy has no trainable parameters")
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        use_master = cfg.master_weights == "on" or (cfg.master_weights == "auto" and needs_master(params))
+        self.master = MasterWeights(params) if use_master and needs_master(params) else None
+        self.optim_params = self.master.optim_params if self.master is not None else params
+        self.optimizer = torch.optim.AdamW(self.optim_params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        if cfg.gradient_checkpointing:
+            self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         self.amp = autocast_dtype(cfg.autocast, self.device)
 
     def _wrap_lora(self) -> None:
@@ -421,14 +427,16 @@ class GRPOTrainer:
                     )
                     stats.tokens += p + sum(int(b["attn"].sum()) - p * b["ids"].shape[0] for b in batches)
                     stats.shared_prefix_tokens += p * (len(members) - 1)
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    [p for p in self.model.parameters() if p.requires_grad], self.cfg.max_grad_norm
-                )
+                if self.master is not None:  # low-precision gradients onto the fp32 copies (train/master.py)
+                    self.master.to_master_grads()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.optim_params, self.cfg.max_grad_norm)
                 if not math.isfinite(float(grad_norm)):
                     log.warning("non-finite gradient norm; skipping this optimizer step")
                     self.optimizer.zero_grad(set_to_none=True)
                     continue
                 self.optimizer.step()
+                if self.master is not None:
+                    self.master.to_model()
                 stats.optimizer_steps += 1
                 stats.grad_norm = max(stats.grad_norm, float(grad_norm))
         self.model.eval()
@@ -464,6 +472,8 @@ class GRPOTrainer:
         self.llm.tokenizer.save_pretrained(tmp)
         if with_optimizer:
             torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+            if self.master is not None:  # the exact fp32 weights, which the saved bf16 ones only round
+                torch.save(self.master.state_dict(), tmp / "master.pt")
         (tmp / "trainer_state.json").write_text(json.dumps({"lora": self.cfg.lora, "saved": time.time()}))
         write_checksums(tmp)  # a resume verifies them (train/checkpoint.py)
         shutil.rmtree(path, ignore_errors=True)
@@ -475,4 +485,7 @@ class GRPOTrainer:
         if not opt.is_file():
             return False
         self.optimizer.load_state_dict(torch.load(opt, map_location=self.device, weights_only=True))
+        master = Path(path) / "master.pt"
+        if self.master is not None and master.is_file():
+            self.master.load_state_dict(torch.load(master, map_location=self.device, weights_only=True))
         return True
