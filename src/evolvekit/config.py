@@ -125,6 +125,12 @@ class EnvConfig(_Section):
     )
     service_url: str | None = F(None, "if set, use the environment service at this URL instead of in-process envs")
     service_token_env: str = F("EVOLVEKIT_ENV_TOKEN", "environment variable with the service's bearer token")
+    remote_env_type: str = F(
+        "appworld", "env.name agentevolver: the env_type asked of an AgentEvolver environment service (service_url)"
+    )
+    remote_params: dict[str, Any] = F(
+        {}, "env.name agentevolver: params sent with every request (e.g. {family: arith} against an evolvekit service)"
+    )
     step_timeout_s: float = F(10.0, "per-step timeout of an environment call", gt=0)
 
 

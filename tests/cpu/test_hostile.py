@@ -462,7 +462,7 @@ QUICKSTART = str(Path(__file__).resolve().parents[2] / "configs" / "quickstart.y
         "run.out_dir=/proc/x",
         "run.name=../escape",
         "models.policy.backend=openai",
-        "coevolve.enabled=true",
+        "coevolve.enabled=true questioning.enabled=false",
         "evolving_rl.enabled=true navigating.enabled=true",
     ],
 )

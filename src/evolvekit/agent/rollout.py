@@ -72,7 +72,8 @@ def _generate(llm: LLM, episodes: Sequence[_Episode], params: SamplingParams) ->
 def initial_context(reset, rendering: str, template: TemplateSettings) -> BasicContext:
     """The context a rollout starts from (system prompt with tools, worked examples, the task); the cold start's
     supervised prompts are built by the same function, so they equal what rollouts show the policy."""
-    return make_context(template, system_prompt(reset.tools, rendering), reset.observation, reset.examples)
+    system = reset.system if reset.system else system_prompt(reset.tools, rendering)
+    return make_context(template, system, reset.observation, reset.examples)
 
 
 def _start(

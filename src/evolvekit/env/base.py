@@ -59,6 +59,7 @@ class ResetResult(_Shape):
     turn_index: int = 0
     num_turns: int = 1
     examples: list[ChatMessage] = Field(default_factory=list)  # worked examples, shown as real chat turns
+    system: str | None = None  # the environment's own instructions, shown instead of evolvekit's tool prompt
 
 
 class CallResult(_Shape):

@@ -57,7 +57,8 @@ def env_tasks(cfg: EnvConfig, split: str) -> list[Task]:
 
 
 # The built-in environments register themselves like plugins do, imported by name on first use
-BUILTINS = ("evolvekit.env.bfcl.env", "evolvekit.env.scienceworld")
+BUILTINS = ("evolvekit.env.bfcl.env", "evolvekit.env.scienceworld", "evolvekit.env.agentevolver")
+SERVICE_CLIENTS = ("agentevolver",)  # environments that are themselves clients of env.service_url
 
 
 def _load_builtins() -> None:
@@ -76,7 +77,7 @@ def make_env(cfg: EnvConfig | str) -> Environment:
     if isinstance(cfg, str):
         cfg = EnvConfig(name=cfg)
     load_plugins(cfg.plugins)
-    if cfg.service_url:
+    if cfg.service_url and cfg.name not in SERVICE_CLIENTS:
         from evolvekit.env.service.client import RemoteEnv
 
         return RemoteEnv.from_config(cfg)

@@ -66,10 +66,21 @@ class RemoteEnv:
             ) from None
 
     def profile(self) -> list[EnvProfile]:
-        resp = self.client.get("/profile", params={"env": self.name})
+        try:
+            resp = self.client.get("/profile", params={"env": self.name})
+        except httpx.HTTPError as err:
+            raise EnvError(f"environment service {self.client.base_url}/profile: {type(err).__name__}: {err}") from None
         if resp.status_code != 200:
-            raise EnvError(f"environment service /profile answered {resp.status_code}: {resp.text[:200]}")
-        return [EnvProfile.model_validate(p) for p in resp.json()]
+            raise EnvError(f"environment service /profile answered {resp.status_code}: {_detail(resp)}")
+        try:
+            body = resp.json()
+            if not isinstance(body, list):
+                raise ValueError("not a list of profiles")
+            return [EnvProfile.model_validate(p) for p in body]
+        except (ValueError, ValidationError) as err:
+            raise EnvError(
+                f"environment service /profile answered a malformed reply: {str(err).splitlines()[0]}"
+            ) from None
 
     def reset(self, task: Task | None = None, sandbox_config: dict[str, Any] | None = None) -> ResetResult:
         self.close()

@@ -1,4 +1,6 @@
-"""FastAPI server exposing /create, /step, /evaluate, /info, /profile, /release and /healthz.
+"""FastAPI server exposing /create, /step, /evaluate, /info, /profile, /release and /healthz, and upstream
+AgentEvolver's protocol on /get_env_profile, /create, /step, /evaluate, /get_info and /release
+(env/service/upstream.py: a body with ``env_type`` is upstream's).
 
 Binds 127.0.0.1 by default. With a token configured, every request but /healthz needs
 ``Authorization: Bearer <token>`` (401 otherwise). Bodies over ``max_body_bytes`` get 413, however they are sent
@@ -15,20 +17,24 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import secrets
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
 
 from evolvekit.config import EnvConfig
 from evolvekit.env.base import EnvInfo, Environment, EnvProfile, EvalResult, StepResult
 from evolvekit.env.registry import make_env
+from evolvekit.env.service import upstream
 from evolvekit.env.service.schemas import CreateRequest, CreateResponse, InstanceRequest, StepRequest
 from evolvekit.errors import EvolveKitError
 from evolvekit.safejson import json_depth_path
@@ -39,6 +45,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Instance:
     env: Environment
+    task_id: str = ""
+    tools: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_used: float = field(default_factory=time.monotonic)
     broken: str | None = None
@@ -90,9 +98,14 @@ class EnvService:
         return len(stale)
 
 
+_SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+M = TypeVar("M", bound=BaseModel)
+
+
 def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     settings = settings or ServiceSettings()
     service = EnvService(settings)
+    tasks = upstream.TaskIndex()  # upstream's /create names tasks by id: looked up among ours only
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -137,22 +150,63 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             raise HTTPException(400, str(err)) from None
         return e.profile()
 
-    @app.post("/create", dependencies=[Depends(auth)])
-    async def create(req: CreateRequest) -> CreateResponse:
+    async def body_of(request: Request) -> Any:
+        try:
+            return await request.json()
+        except ValueError:
+            raise HTTPException(422, "invalid request body: not JSON") from None
+
+    def parse(model: type[M], body: Any) -> M:
+        try:
+            return model.model_validate(body)
+        except ValidationError as err:
+            raise RequestValidationError(err.errors()) from None
+
+    async def new_instance(env: Environment, reset_fn, instance_id: str | None = None) -> tuple[str, Any]:
         service.reserve()
         try:
             try:
-                env = make_env(EnvConfig(name=req.env, backends=req.backends))
-                reset = await run_in_threadpool(env.reset, req.task, req.sandbox_config)
+                reset = await run_in_threadpool(reset_fn)
             except EvolveKitError as err:
                 raise HTTPException(400, str(err)) from None
-            instance_id = uuid.uuid4().hex
             with service.guard:
-                service.instances[instance_id] = _Instance(env=env)
+                if instance_id is None or instance_id in service.instances:
+                    instance_id = uuid.uuid4().hex
+                service.instances[instance_id] = _Instance(env=env, tools=list(reset.tools))
         finally:
             with service.guard:
                 service.reserved -= 1
+        return instance_id, reset
+
+    @app.post("/create", dependencies=[Depends(auth)])
+    async def create(request: Request):
+        body = await body_of(request)
+        if upstream.is_upstream(body):
+            return await upstream_create(parse(upstream.UpstreamRequest, body))
+        req = parse(CreateRequest, body)
+        try:
+            env = make_env(EnvConfig(name=req.env, backends=req.backends))
+        except EvolveKitError as err:
+            raise HTTPException(400, str(err)) from None
+        instance_id, reset = await new_instance(env, lambda: env.reset(req.task, req.sandbox_config))
         return CreateResponse(instance_id=instance_id, reset=reset)
+
+    async def upstream_create(req: upstream.UpstreamRequest) -> dict:
+        if not req.task_id:
+            raise HTTPException(422, "invalid request body at 'task_id': a task id is required")
+        if req.instance_id is not None and not _SAFE_ID.fullmatch(req.instance_id):
+            raise HTTPException(422, "invalid request body at 'instance_id': 1-64 letters, digits, '-' or '_'")
+        try:
+            task = await run_in_threadpool(tasks.find, req.env_type, req.task_id, req.params)
+            env = make_env(EnvConfig(name=req.env_type))
+        except LookupError as err:
+            raise HTTPException(404, str(err)) from None
+        except EvolveKitError as err:
+            raise HTTPException(400, str(err)) from None
+        instance_id, reset = await new_instance(env, lambda: env.reset(task), req.instance_id)
+        service.instances[instance_id].task_id = task.task_id
+        state = upstream.initial_state(reset)
+        return upstream.reply(upstream.episode(state, 0.0, False, instance_id, task.task_id))
 
     async def _guarded(inst: _Instance, fn, *args):
         def run():
@@ -167,13 +221,38 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         except EvolveKitError as err:
             raise HTTPException(400, str(err)) from None
 
+    def upstream_instance(req: upstream.UpstreamRequest) -> tuple[str, _Instance]:
+        if not req.instance_id:
+            raise HTTPException(422, "invalid request body at 'instance_id': an instance id is required")
+        return req.instance_id, service.get(req.instance_id)
+
     @app.post("/step", dependencies=[Depends(auth)])
-    async def step(req: StepRequest) -> StepResult:
+    async def step(request: Request):
+        body = await body_of(request)
+        if upstream.is_upstream(body):
+            ureq = parse(upstream.UpstreamRequest, body)
+            iid, inst = upstream_instance(ureq)
+            try:
+                text = upstream.assistant_text(ureq.messages)
+            except ValueError as err:
+                raise HTTPException(422, f"invalid request body at 'messages': {err}") from None
+            from evolvekit.agent.parser import parse_action
+
+            result: StepResult = await _guarded(inst, inst.env.step, parse_action(text))
+            state = upstream.step_state(result)
+            return upstream.reply(upstream.episode(state, result.reward, result.done, iid, inst.task_id))
+        req = parse(StepRequest, body)
         inst = service.get(req.instance_id)
         return await _guarded(inst, inst.env.step, req.action)
 
     @app.post("/evaluate", dependencies=[Depends(auth)])
-    async def evaluate(req: InstanceRequest) -> EvalResult:
+    async def evaluate(request: Request):
+        body = await body_of(request)
+        if upstream.is_upstream(body):
+            _, inst = upstream_instance(parse(upstream.UpstreamRequest, body))
+            result: EvalResult = await _guarded(inst, inst.env.evaluate)
+            return upstream.reply(result.score)
+        req = parse(InstanceRequest, body)
         inst = service.get(req.instance_id)
         return await _guarded(inst, inst.env.evaluate)
 
@@ -181,14 +260,37 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     async def info(req: InstanceRequest) -> EnvInfo:
         return service.get(req.instance_id).env.info()
 
+    @app.post("/get_info", dependencies=[Depends(auth)])
+    async def get_info(req: upstream.UpstreamRequest) -> dict:
+        _, inst = upstream_instance(req)
+        tools = [t.model_dump(mode="json") for t in inst.tools]
+        return upstream.reply({"tools": tools, "info": inst.env.info().model_dump(mode="json")})
+
+    @app.post("/get_env_profile", dependencies=[Depends(auth)])
+    async def get_env_profile(req: upstream.UpstreamRequest) -> dict:
+        split = req.params.get("split", "train")
+        family = req.params.get("family")
+        if split not in upstream.SPLITS or not (family is None or isinstance(family, str)):
+            raise HTTPException(422, f"invalid request body at 'params': split one of {', '.join(upstream.SPLITS)}")
+        try:
+            found = await run_in_threadpool(tasks.split, req.env_type, split, family)
+        except EvolveKitError as err:
+            raise HTTPException(400, str(err)) from None
+        return upstream.reply(list(found))
+
     @app.post("/release", dependencies=[Depends(auth)])
-    async def release(req: InstanceRequest) -> dict:
-        with service.guard:
-            inst = service.instances.pop(req.instance_id, None)
+    async def release(request: Request) -> dict:
+        body = await body_of(request)
+        foreign = upstream.is_upstream(body)
+        req_id = (parse(upstream.UpstreamRequest, body) if foreign else parse(InstanceRequest, body)).instance_id
+        if not req_id:
+            raise HTTPException(422, "invalid request body at 'instance_id': an instance id is required")
+        with service.guard:  # a broken instance can be released too
+            inst = service.instances.pop(req_id, None)
         if inst is None:
-            raise HTTPException(404, f"unknown instance_id '{req.instance_id}'")
+            raise HTTPException(404, f"unknown instance_id '{req_id}'")
         inst.env.close()
-        return {"released": req.instance_id}
+        return upstream.reply(True) if foreign else {"released": req_id}
 
     return app
 
