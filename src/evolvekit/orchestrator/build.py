@@ -152,8 +152,10 @@ def build_loop(
     if cfg.evolving_rl.enabled:  # Evolving-RL replaces stages B, C and D(samples) with its own structure
         from evolvekit.llm.factory import build_embedder
         from evolvekit.navigating.evolving_stage import evolving_rl_stages
+        from evolvekit.types import TaskSource
 
-        candidates = list(train_tasks) + list(getattr(supply, "synthetic", []))
+        synthetic = [t for t in supply.training_set() if t.source == TaskSource.SYNTHETIC]
+        candidates = list(train_tasks) + synthetic  # Evolving-RL's related-task pool
         rollouts, experience, samples = evolving_rl_stages(
             cfg, policy, env_factory, params, candidates, build_embedder(cfg.embedding).embed, template=template
         )
