@@ -1,4 +1,11 @@
-"""ScienceWorld (optional extra ``scienceworld``; needs Java): text actions scored by the simulator."""
+"""ScienceWorld (optional extra ``scienceworld``; needs Java): text actions scored by the simulator.
+
+Tasks are the simulator's task types × variations, split by ScienceWorld's own train/dev/test variation lists
+(``scienceworld_tasks``), interleaved across task types so that the first N tasks of a split cover many types. The
+policy acts in text: the system prompt lists the action templates, every message is one action (``open door to
+kitchen``), and the simulator's answer is the next user message. The score is the simulator's (0-100, scaled to
+0-1); ``close()`` shuts the JVM down.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +14,15 @@ from typing import Any
 
 from evolvekit.config import EnvConfig
 from evolvekit.env.base import Action, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult
-from evolvekit.env.registry import register_env
+from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.errors import EnvError
-from evolvekit.types import Task, Trajectory
+from evolvekit.types import Task, TaskSource, Trajectory
+
+SYSTEM = """You are an agent in ScienceWorld, a text-based science simulator. Answer with exactly one action per
+message and nothing else, for example: look around / open door to kitchen / go to kitchen / pick up thermometer /
+focus on substance in metal pot. The simulator answers with what happened. Action templates (OBJ is an object you
+can see):
+{actions}"""
 
 
 def scienceworld_available() -> str | None:
@@ -56,14 +69,19 @@ class ScienceWorldEnv:
         self._env.load(task_name, int(meta.get("variation", 0)), "", generateGoldPath=False)
         obs, info = self._env.reset()
         self.task, self.score, self.steps, self.done = task, 0.0, 0, False
-        return ResetResult(observation=f"{self._env.get_task_description()}\n{obs}", tools=[], num_turns=1)
+        system = SYSTEM.format(actions="\n".join(self._env.get_possible_actions()))
+        return ResetResult(
+            observation=f"{self._env.get_task_description()}\n{obs}", tools=[], num_turns=1, system=system
+        )
 
     def step(self, action: Action) -> StepResult:
         self.steps += 1
-        obs, reward, done, info = self._env.step(action.text.strip())
+        text = action.text.strip().splitlines()[0].strip() if action.text.strip() else ""
+        obs, reward, done, info = self._env.step(text or "look around")
         self.score = max(0.0, float(info.get("score", 0))) / 100.0
         self.done = bool(done)
-        return StepResult(observation=obs, reward=float(reward), done=self.done)
+        # the simulator's answer is the next user message of the conversation
+        return StepResult(observation=obs, reward=float(reward), done=self.done, new_turn=True)
 
     def evaluate(self, trajectory: Trajectory | None = None) -> EvalResult:
         return EvalResult(score=self.score, passed=self.score >= 1.0, details={"steps": self.steps})
@@ -74,9 +92,54 @@ class ScienceWorldEnv:
         )
 
     def close(self) -> None:
-        pass
+        """Shut the simulator's JVM down (it holds ~180 MB)."""
+        env, self._env = getattr(self, "_env", None), None
+        if env is not None:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - the gateway may already be gone
+                pass
+
+    def variations(self, task_name: str) -> dict[str, list[int]]:
+        """ScienceWorld's own train/dev/test variations of one task type."""
+        self._env.load(task_name, 0, "", generateGoldPath=False)
+        return {
+            "train": list(self._env.get_variations_train()),
+            "dev": list(self._env.get_variations_dev()),
+            "test": list(self._env.get_variations_test()),
+        }
 
 
 @register_env("scienceworld", "ScienceWorld text simulator (optional extra 'scienceworld', needs Java)")
 def _make(cfg: EnvConfig) -> ScienceWorldEnv:
     return ScienceWorldEnv()
+
+
+_SPLITS: dict[str, list[tuple[str, int]]] = {}
+
+
+@register_task_source("scienceworld")
+def scienceworld_tasks(cfg: EnvConfig, split: str) -> list[Task]:
+    """Task types × the split's variations, interleaved across types (the simulator's own split)."""
+    if split not in ("train", "dev", "test"):
+        raise EnvError(f"ScienceWorld has splits train, dev and test, not '{split}'")
+    if split not in _SPLITS:
+        env = ScienceWorldEnv()
+        try:
+            per_type = {name: env.variations(name)[split] for name in env._env.get_task_names()}
+        finally:
+            env.close()
+        rows: list[tuple[str, int]] = []
+        for k in range(max(len(v) for v in per_type.values())):
+            rows += [(name, v[k]) for name, v in per_type.items() if k < len(v)]
+        _SPLITS[split] = rows
+    return [
+        Task(
+            task_id=f"scienceworld-{name}-{var}",
+            env_name="scienceworld",
+            query=f"ScienceWorld task '{name}', variation {var}",
+            source=TaskSource.REAL,
+            metadata={"task_name": name, "variation": var, "split": split},
+        )
+        for name, var in _SPLITS[split][: cfg.family_tasks]
+    ]
