@@ -15,9 +15,9 @@ def _run(*cmd: str) -> subprocess.CompletedProcess:
 
 
 def test_ruff_lint_and_format_are_clean():
-    lint = _run("ruff", "check", "src", "tests", "benchmarks")
+    lint = _run("ruff", "check", "src", "tests", "benchmarks", "examples")
     assert lint.returncode == 0, lint.stdout[-3000:]
-    fmt = _run("ruff", "format", "--check", "src", "tests", "benchmarks")
+    fmt = _run("ruff", "format", "--check", "src", "tests", "benchmarks", "examples")
     assert fmt.returncode == 0, fmt.stdout[-3000:]
 
 

@@ -45,11 +45,10 @@ def _evaluate(
     from evolvekit.errors import EnvError
     from evolvekit.llm.factory import role_llm, sampling_for
 
+    make_env(cfg.env).close()  # an environment that cannot be built is refused now (exit 2), not per rollout
     if cfg.env.family or cfg.env.name != "bfcl":
         tasks = env_tasks(cfg.env, subset)
     else:
-        if cfg.env.name != "bfcl":
-            raise EnvError("eval currently supports env 'bfcl'")
         tasks = load_tasks(category, None if subset == "all" else subset, cfg.env.backends or None)
     if limit is not None:
         tasks = tasks[:limit]
@@ -66,7 +65,7 @@ def _evaluate(
 
 
 def eval_command(
-    env: str = typer.Option("bfcl", help="environment"),
+    env: Optional[str] = typer.Option(None, help="environment (default: the config's env.name, bfcl)"),
     split: str = typer.Option("multi_turn_base", help="BFCL category"),
     subset: Optional[str] = typer.Option(None, help="train/dev/test/all (default: env.eval_split)"),
     k: int = typer.Option(8, help="samples per task (avg@k, best@k)"),
@@ -83,7 +82,11 @@ def eval_command(
     """Evaluate the policy: avg@k and best@k with per-task results written to a file."""
     from evolvekit.config import load_config
 
-    sets = list(overrides or []) + [f"env.name={env}"] + ([f"models.policy.model={policy}"] if policy else [])
+    sets = (
+        list(overrides or [])
+        + ([f"env.name={env}"] if env else [])
+        + ([f"models.policy.model={policy}"] if policy else [])
+    )
     cfg = load_config(config, sets)
     setup_logging(cfg.run.log_level)
     out = out or Path(cfg.run.out_dir) / f"eval-{datetime.now():%Y%m%d-%H%M%S}" / "results.jsonl"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Callable, Sequence
 
 from evolvekit.config import EnvConfig
@@ -38,7 +40,14 @@ def load_plugins(modules: Sequence[str]) -> None:
         try:
             importlib.import_module(mod)
         except ImportError as err:
-            raise EnvError(f"cannot import environment plugin '{mod}' (env.plugins): {err}") from None
+            here = os.getcwd()
+            if here in sys.path or not isinstance(err, ModuleNotFoundError):
+                raise EnvError(f"cannot import environment plugin '{mod}' (env.plugins): {err}") from None
+            sys.path.insert(0, here)  # a plugin module in the working folder, as `python -m` would find it
+            try:
+                importlib.import_module(mod)
+            except ImportError as again:
+                raise EnvError(f"cannot import environment plugin '{mod}' (env.plugins): {again}") from None
 
 
 def env_tasks(cfg: EnvConfig, split: str) -> list[Task]:

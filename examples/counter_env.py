@@ -1,0 +1,51 @@
+"""A complete environment in about 30 lines (docs/environments.md, "Bring your own environment").
+
+evolvekit eval --set env.name=counter --set "env.plugins=[examples.counter_env]" --subset test --limit 4 --k 2
+"""
+
+from evolvekit.env.base import Action, EnvInfo, EvalResult, ResetResult, StepResult, ToolSchema
+from evolvekit.env.registry import register_env, register_task_source
+from evolvekit.types import Task, ToolCall
+
+TOOLS = [ToolSchema(name="add", description="add n to the counter", parameters={"n": {"type": "integer"}})]
+
+
+@register_env("counter", "a counter the agent must bring to a target")
+class CounterEnv:
+    name = "counter"
+
+    def __init__(self, cfg=None):
+        self.value, self.task = 0, None
+
+    def profile(self):
+        return []
+
+    def reset(self, task=None, sandbox_config=None):
+        self.value, self.task = 0, task
+        return ResetResult(observation=task.query if task else "Explore the counter.", tools=TOOLS)
+
+    def step(self, action: Action):
+        for call in action.tool_calls:  # tool calls act; a message without calls ends the episode
+            self.value += int(call.arguments.get("n", 0))
+        done = not action.tool_calls
+        return StepResult(observation=f"counter = {self.value}", done=done)
+
+    def evaluate(self, trajectory=None):
+        target = self.task.metadata["target"] if self.task else 0
+        return EvalResult(score=float(self.value == target), passed=self.value == target)
+
+    def info(self):
+        return EnvInfo(env_name=self.name, task_id=self.task.task_id if self.task else None)
+
+    def close(self):
+        pass
+
+
+@register_task_source("counter")
+def counter_tasks(cfg, split):
+    offset = {"train": 0, "dev": 100, "test": 200}[split]  # splits never share a target
+    return [
+        Task(task_id=f"counter-{split}-{i}", env_name="counter", query=f"Bring the counter to {offset + i}.",
+             metadata={"target": offset + i}, reference_solution=[[ToolCall(name="add", arguments={"n": offset + i})]])
+        for i in range(20)
+    ]  # fmt: skip
