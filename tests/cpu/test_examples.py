@@ -49,9 +49,10 @@ def test_the_docs_commands_run_on_the_counter_environment(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["env"] == "counter" and out["tasks"] == 2 and out["failed_rollouts"] == 0
-    res = _cli("run", "configs/grpo.yaml", *plugin, *small, "--set", "env.family=null", "--json", "--no-progress",
-               "--set", f"run.out_dir={tmp_path}", "--set", "train.iterations=1", "--set", "train.tasks_per_iteration=1",
-               "--set", "rollout.group_size=2", "--set", "train.eval_tasks=1", "--set", "train.eval_k=1")  # fmt: skip
+    budget = ["train.iterations=1", "train.tasks_per_iteration=1", "rollout.group_size=2", "train.eval_tasks=1"]
+    budget += ["train.eval_k=1", "env.family=null", f"run.out_dir={tmp_path}"]
+    sets = [a for b in budget for a in ("--set", b)]
+    res = _cli("run", "configs/grpo.yaml", *plugin, *small, *sets, "--json", "--no-progress")
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["iterations"] == 1 and summary["eval_after"]["tasks"] == 1
