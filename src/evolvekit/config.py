@@ -147,6 +147,9 @@ class RolloutConfig(_Section):
     ray_workers: int = F(2, "rollout worker actors (each runs its share of the jobs, batched)", ge=1)
     ray_worker_cpus: float = F(0.5, "CPUs per rollout worker actor (fractional on small machines)", gt=0)
     ray_env_cpus: float = F(0.1, "CPUs per environment actor", gt=0)
+    ray_worker_gpus: float | None = F(
+        None, "GPUs per rollout worker actor; unset = an equal share of the cluster's GPUs (at most 1), 0 without", ge=0
+    )
 
 
 class TrainConfig(_Section):
@@ -528,8 +531,6 @@ def cross_field_problem(cfg: Config) -> str | None:
             "evolving_rl.enabled replaces the rollout, experience and sample stages; "
             "turn navigating.enabled and attributing.enabled off"
         )
-    if cfg.rollout.backend == "ray" and cfg.train.lora:
-        return "rollout.backend: ray with train.lora is not supported yet (workers sync full weights)"
     if cfg.rollout.backend == "ray" and cfg.rollout.template in ("sliding_window", "self_managing"):
         return (
             f"rollout.backend: ray with rollout.template: {cfg.rollout.template} is not supported yet (the summarizer "

@@ -70,3 +70,69 @@ def test_workers_match_local_rollouts_and_sync_weights(local_ray, tmp_path, monk
     assert [t.group_id for t in remote] == [j.group_id for j in jobs]
     assert [t.steps[0].completion_token_ids for t in remote] == [t.steps[0].completion_token_ids for t in local]
     assert all(t.outcome_reward is not None and not t.flags.failed for t in remote)
+
+
+def test_lora_workers_receive_only_the_adapters_and_match_the_driver(local_ray, tmp_path, monkeypatch):
+    from evolvekit.config import TrainConfig
+    from evolvekit.llm.lora import policy_weights
+    from evolvekit.train.trainer import GRPOTrainer
+    from evolvekit.types import TrainingSample
+
+    monkeypatch.syspath_prepend(PLUGINS)
+    base = make_tiny_model(tmp_path / "base", seed=0)
+    cfg = load_config(
+        None,
+        [
+            "env.name=coin",
+            "env.plugins=[coin_env]",
+            f"models.policy.model={base}",
+            "rollout.backend=ray",
+            "rollout.ray_workers=1",
+            "rollout.ray_worker_cpus=0.5",
+            "rollout.max_steps=1",
+            "train.lora=true",
+            "train.lora_rank=4",
+        ],
+    )
+    driver = LocalLLM(str(base), device="cpu")
+    trainer = GRPOTrainer(driver, TrainConfig(lora=True, lora_rank=4, learning_rate=5e-2, kl_beta=0.0, autocast="off"))
+    sample = TrainingSample(
+        trajectory_id="t",
+        group_id="g",
+        token_ids=list(range(1, 17)),
+        loss_mask=[0] * 6 + [1] * 10,
+        token_advantages=[0.0] * 6 + [1.0] * 10,
+        experience_mask=[0] * 16,
+    )
+    trainer.update([sample])  # the adapters move away from their zero start
+    kind, state = policy_weights(driver.model)
+    assert kind == "lora" and state and all("lora_" in k for k in state)
+    full = sum(v.numel() for v in driver.model.get_base_model().state_dict().values())
+    assert sum(v.numel() for v in state.values()) < full / 5  # far less than the model
+    tasks = env_tasks(cfg.env, "train")
+    jobs = [RolloutJob(task=t, group_id=f"g{i}") for i, t in enumerate(tasks[:3])]
+    params = SamplingParams(temperature=0.0, max_new_tokens=6)
+    pool = RayRolloutPool(cfg)
+    try:
+        assert pool.gpus == 0.0  # no GPU in this cluster
+        pool.sync_weights(driver.model)
+        assert pool.shipped_tensors == len(state)
+        remote = pool.run(jobs, params)
+    finally:
+        pool.shutdown()
+    local = run_rollouts(jobs, lambda: make_env(cfg.env), driver, cfg.rollout, params, show_progress=False)
+    assert [t.steps[0].completion_token_ids for t in remote] == [t.steps[0].completion_token_ids for t in local]
+    # the tokens' log-probabilities are the trained adapters' (a worker without them gives other values)
+    untrained = LocalLLM(str(base), device="cpu")
+    plain = run_rollouts(jobs, lambda: make_env(cfg.env), untrained, cfg.rollout, params, show_progress=False)
+    for r, lo, p in zip(remote, local, plain):
+        assert r.steps[0].completion_logprobs == pytest.approx(lo.steps[0].completion_logprobs, abs=1e-4)
+        assert max(abs(a - b) for a, b in zip(lo.steps[0].completion_logprobs, p.steps[0].completion_logprobs)) > 1e-3
+
+
+def test_worker_gpus_share_the_cluster():
+    from evolvekit.agent.ray_backend import worker_gpus
+
+    assert worker_gpus(None, 0.0, 2) == 0.0
+    assert worker_gpus(None, 8.0, 2) == 1.0 and worker_gpus(None, 1.0, 4) == 0.25
+    assert worker_gpus(0.5, 8.0, 2) == 0.5

@@ -107,11 +107,14 @@ class _WorkerImpl:
         self.llm = build_llm(self.cfg.models.policy, "policy")
         self.env_actors = env_actors
 
-    def load_weights(self, state_dict) -> bool:
+    def load_weights(self, kind: str, state: dict) -> bool:
+        """The driver's policy: every weight, or (LoRA) the adapter weights only, into this worker's copy."""
+        from evolvekit.llm.lora import load_policy_weights
+
         model = getattr(self.llm, "model", None)
         if model is None:
             return False
-        model.load_state_dict(state_dict)
+        self.llm.model = load_policy_weights(model, kind, state, self.cfg.train.lora_rank)  # type: ignore[attr-defined]
         if hasattr(self.llm, "invalidate_cache"):
             self.llm.invalidate_cache()
         return True
@@ -133,21 +136,33 @@ class _WorkerImpl:
         return run_rollouts(jobs, make, self.llm, cfg.rollout, params, cfg.env.tool_rendering, show_progress=False)
 
 
+def worker_gpus(requested: float | None, cluster_gpus: float, workers: int) -> float:
+    """GPUs per rollout worker: as configured, or (None) an equal share of the cluster's GPUs, at most one each."""
+    if requested is not None:
+        return requested
+    return min(1.0, cluster_gpus / workers) if cluster_gpus > 0 else 0.0
+
+
 class RayRolloutPool:
     def __init__(self, cfg: Config, env_actors: bool = True, runtime_env: dict | None = None) -> None:
         ray = _ray()
         init_ray(cfg.rollout.ray_address, runtime_env=runtime_env)
         self._ray = ray
-        worker_cls = ray.remote(num_cpus=cfg.rollout.ray_worker_cpus)(_WorkerImpl)
-        self.workers = [
-            worker_cls.remote(cfg.model_dump_json(), env_actors) for _ in range(max(1, cfg.rollout.ray_workers))
-        ]
+        n = max(1, cfg.rollout.ray_workers)
+        self.gpus = worker_gpus(cfg.rollout.ray_worker_gpus, ray.cluster_resources().get("GPU", 0.0), n)
+        worker_cls = ray.remote(num_cpus=cfg.rollout.ray_worker_cpus, num_gpus=self.gpus)(_WorkerImpl)
+        self.workers = [worker_cls.remote(cfg.model_dump_json(), env_actors) for _ in range(n)]
+        self.shipped_tensors = 0  # tensors of the last sync (LoRA: the adapters only)
 
     def sync_weights(self, model) -> None:
-        """Ship the driver's current policy weights to every worker (one object-store copy)."""
-        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        """Ship the driver's current policy to every worker (one object-store copy): every weight, or with LoRA
+        only the adapter weights."""
+        from evolvekit.llm.lora import policy_weights
+
+        kind, state = policy_weights(model)
+        self.shipped_tensors = len(state)
         ref = self._ray.put(state)
-        self._ray.get([w.load_weights.remote(ref) for w in self.workers])
+        self._ray.get([w.load_weights.remote(kind, ref) for w in self.workers])
 
     def run(self, jobs: Sequence, params: SamplingParams) -> list[Trajectory]:
         """Run ``jobs`` split over the workers; results come back in job order."""

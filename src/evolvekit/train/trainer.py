@@ -169,18 +169,9 @@ class GRPOTrainer:
         self.amp = autocast_dtype(cfg.autocast, self.device)
 
     def _wrap_lora(self) -> None:
-        from peft import LoraConfig, PeftModel, get_peft_model
+        from evolvekit.llm.lora import with_lora
 
-        if isinstance(self.llm.model, PeftModel):  # resumed from a LoRA checkpoint
-            return
-        lcfg = LoraConfig(
-            r=self.cfg.lora_rank,
-            lora_alpha=2 * self.cfg.lora_rank,
-            lora_dropout=0.0,
-            target_modules="all-linear",
-            task_type="CAUSAL_LM",
-        )
-        self.llm.model = get_peft_model(self.llm.model, lcfg)
+        self.llm.model = with_lora(self.llm.model, self.cfg.lora_rank)
 
     # -- batching ------------------------------------------------------------------------------------------------
     def _collate(self, samples: Sequence[TrainingSample]) -> dict[str, torch.Tensor]:
