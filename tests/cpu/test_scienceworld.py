@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -78,7 +79,9 @@ def test_eval_and_a_short_run_from_the_command_line(tmp_path):
     assert out["env"] == "scienceworld" and out["tasks"] == 1 and out["failed_rollouts"] == 0
     traj = json.loads((tmp_path / "ev.trajectories.jsonl").read_text().splitlines()[0])
     assert len(traj["steps"]) == 2 and traj["steps"][0]["observation"]  # the simulator answered each action
-    res = _cli("run", "--json", "--no-progress", "--set", "env.name=scienceworld", "--set", f"run.out_dir={tmp_path}",
+    grpo = str(Path(__file__).resolve().parents[2] / "configs" / "grpo.yaml")
+    res = _cli("run", grpo, "--json", "--no-progress", "--set", "env.name=scienceworld", "--set", "env.family=null",
+               "--set", f"run.out_dir={tmp_path}",
                "--set", "train.iterations=1", "--set", "train.tasks_per_iteration=1", "--set", "rollout.group_size=2",
                "--set", "train.eval_before=false", "--set", "train.eval_after=false", *small, cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
