@@ -162,7 +162,9 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         except ValidationError as err:
             raise RequestValidationError(err.errors()) from None
 
-    async def new_instance(env: Environment, reset_fn, instance_id: str | None = None) -> tuple[str, Any]:
+    async def new_instance(
+        env: Environment, reset_fn, instance_id: str | None = None, task_id: str = ""
+    ) -> tuple[str, Any]:
         service.reserve()
         try:
             try:
@@ -172,7 +174,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             with service.guard:
                 if instance_id is None or instance_id in service.instances:
                     instance_id = uuid.uuid4().hex
-                service.instances[instance_id] = _Instance(env=env, tools=list(reset.tools))
+                service.instances[instance_id] = _Instance(env=env, task_id=task_id, tools=list(reset.tools))
         finally:
             with service.guard:
                 service.reserved -= 1
@@ -203,8 +205,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             raise HTTPException(404, str(err)) from None
         except EvolveKitError as err:
             raise HTTPException(400, str(err)) from None
-        instance_id, reset = await new_instance(env, lambda: env.reset(task), req.instance_id)
-        service.instances[instance_id].task_id = task.task_id
+        instance_id, reset = await new_instance(env, lambda: env.reset(task), req.instance_id, task.task_id)
         state = upstream.initial_state(reset)
         return upstream.reply(upstream.episode(state, 0.0, False, instance_id, task.task_id))
 
