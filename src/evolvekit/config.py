@@ -101,6 +101,57 @@ class EmbeddingConfig(_Section):
     batch_size: int = F(64, "encode batch size", ge=1)
 
 
+class MCPProbeCall(_Section):
+    """A read-only tool call whose output is part of an MCP environment's state probe."""
+
+    name: str = F(..., "tool name")
+    arguments: dict[str, Any] = F({}, "its arguments (paths may use env.mcp.alias)")
+
+
+class MCPExample(_Section):
+    """A worked example for an MCP server: a request and the calls that do it, run on a fresh sandbox so the
+    agent and the explorer see real outputs (shown as chat turns, like a task family's demonstrations)."""
+
+    request: str = F(..., "what a user asks", min_length=1)
+    calls: list[MCPProbeCall] = F(..., "the calls that do it, in order", min_length=1)
+    final: str = F("Done.", "the closing message")
+
+
+class MCPConfig(_Section):
+    """``env.name: mcp``: any MCP tool server as an environment (env/mcp.py)."""
+
+    command: list[str] = F(
+        [], "stdio server command, started once per episode in its sandbox; '{sandbox}' becomes the sandbox folder"
+    )
+    url: str | None = F(
+        None, "streamable-HTTP server URL instead of a command (one shared server: no per-episode sandbox)"
+    )
+    server_env: dict[str, str] = F({}, "extra environment variables of the server process")
+    sandbox: Literal["folder", "git", "none"] = F(
+        "folder", "each episode's sandbox: a fresh folder, a fresh git repository (one initial commit), or none"
+    )
+    seed_dir: str | None = F(None, "a folder copied into every fresh sandbox (its initial state)")
+    alias: str = F("/sandbox", "the path the agent sees for its sandbox; translated both ways in calls and outputs")
+    probe: list[MCPProbeCall] = F(
+        [], "read-only calls whose outputs are the state compared by evaluation; empty = a snapshot of the sandbox"
+    )
+    examples: list[MCPExample] = F(
+        [],
+        "worked examples, executed on a fresh sandbox at start and shown as chat turns (how a small model learns paths)",
+    )
+    reset_calls: list[MCPProbeCall] = F(
+        [], "calls made at the start of every episode (how a shared env.mcp.url server returns to its initial state)"
+    )
+    snapshot_exclude: list[str] = F([".git"], "top-level names left out of the sandbox snapshot")
+    check_outputs: bool = F(True, "evaluation also asks that every reference call's output appear among the agent's")
+    tools: list[str] = F([], "offer only these tools (empty = every tool the server lists)")
+    tasks_file: str | None = F(
+        None, "JSONL of tasks (e.g. from `evolvekit tasks synthesize --env mcp`); split train/test by their request"
+    )
+    test_share: float = F(0.25, "share of tasks_file held out as the test split (by a hash of the request)", gt=0, lt=1)
+    startup_timeout_s: float = F(30.0, "seconds a server may take to start and list its tools", gt=0)
+
+
 class EnvConfig(_Section):
     name: str = F("bfcl", "registered environment name (evolvekit env list)")
     categories: list[str] = F(["multi_turn_base"], "BFCL v3 multi-turn categories to draw real tasks from")
@@ -132,6 +183,7 @@ class EnvConfig(_Section):
         {}, "env.name agentevolver: params sent with every request (e.g. {family: arith} against an evolvekit service)"
     )
     step_timeout_s: float = F(10.0, "per-step timeout of an environment call", gt=0)
+    mcp: MCPConfig = F(MCPConfig(), "env.name mcp: the MCP server, its sandbox and its state probe")
 
 
 class RolloutConfig(_Section):
@@ -563,6 +615,24 @@ def cross_field_problem(cfg: Config) -> str | None:
         return "env.curriculum widens real task families; with questioning.enabled it is not supported yet"
     if cfg.coevolve.enabled and not cfg.questioning.enabled:
         return "coevolve.enabled needs questioning.enabled (its new tasks come from the synthesis pipeline)"
+    return mcp_problem(cfg.env)
+
+
+def mcp_problem(env: EnvConfig) -> str | None:
+    """The rules that combine ``env.mcp``'s fields (only when ``env.name`` is mcp)."""
+    m = env.mcp
+    if env.name != "mcp":
+        return None
+    if bool(m.command) == bool(m.url):
+        return "env.mcp: set exactly one of env.mcp.command (a stdio server) and env.mcp.url (a streamable-HTTP server)"
+    if m.url and m.sandbox != "none":
+        return "env.mcp.url: a shared server has no per-episode sandbox; set env.mcp.sandbox: none"
+    if m.sandbox == "none" and not m.probe:
+        return "env.mcp.probe: with env.mcp.sandbox: none there is no folder to snapshot; list read-only probe calls"
+    if m.seed_dir and m.sandbox == "none":
+        return "env.mcp.seed_dir needs a sandbox (env.mcp.sandbox: folder or git)"
+    if not m.alias.startswith("/") or m.alias.rstrip("/") == "":
+        return "env.mcp.alias: must be an absolute path other than '/', e.g. /sandbox"
     return None
 
 

@@ -14,6 +14,7 @@ from evolvekit.types import Task
 
 _REGISTRY: dict[str, tuple[Callable[[EnvConfig], Environment], str]] = {}
 _TASKS: dict[str, Callable[[EnvConfig, str], list[Task]]] = {}
+_AVAILABLE: dict[str, Callable[[EnvConfig], bool]] = {}
 
 
 def register_env(name: str, description: str = ""):
@@ -24,11 +25,14 @@ def register_env(name: str, description: str = ""):
     return deco
 
 
-def register_task_source(name: str):
-    """Register ``fn(env_cfg, split) -> list[Task]``: the real tasks of an environment's train/eval splits."""
+def register_task_source(name: str, available: Callable[[EnvConfig], bool] | None = None):
+    """Register ``fn(env_cfg, split) -> list[Task]``: the real tasks of an environment's train/eval splits.
+    ``available(env_cfg)``: whether this config has any (e.g. only with a tasks file); default always."""
 
     def deco(fn: Callable[[EnvConfig, str], list[Task]]):
         _TASKS[name] = fn
+        if available is not None:
+            _AVAILABLE[name] = available
         return fn
 
     return deco
@@ -50,6 +54,13 @@ def load_plugins(modules: Sequence[str]) -> None:
                 raise EnvError(f"cannot import environment plugin '{mod}' (env.plugins): {again}") from None
 
 
+def has_task_source(cfg: EnvConfig) -> bool:
+    """Whether the configured environment has real tasks of its own (an MCP server only with env.mcp.tasks_file)."""
+    _load_builtins()
+    load_plugins(cfg.plugins)
+    return cfg.name in _TASKS and _AVAILABLE.get(cfg.name, lambda _: True)(cfg)
+
+
 def env_tasks(cfg: EnvConfig, split: str) -> list[Task]:
     """The real tasks of a split for the configured environment."""
     _load_builtins()
@@ -66,7 +77,7 @@ def env_tasks(cfg: EnvConfig, split: str) -> list[Task]:
 
 
 # The built-in environments register themselves like plugins do, imported by name on first use
-BUILTINS = ("evolvekit.env.bfcl.env", "evolvekit.env.scienceworld", "evolvekit.env.agentevolver")
+BUILTINS = ("evolvekit.env.bfcl.env", "evolvekit.env.scienceworld", "evolvekit.env.agentevolver", "evolvekit.env.mcp")
 SERVICE_CLIENTS = ("agentevolver",)  # environments that are themselves clients of env.service_url
 
 

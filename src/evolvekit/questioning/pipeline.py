@@ -41,9 +41,11 @@ def sandbox_for(cfg: Config) -> dict:
 
         fam = get_family(env.family)
         return {"classes": list(fam.classes), "tools": list(fam.tools), "initial_config": {}, "family": fam.name}
-    from evolvekit.env.registry import env_tasks
+    from evolvekit.env.registry import env_tasks, has_task_source
 
     classes = list(env.backends)
+    if not has_task_source(env):  # an environment nobody wrote tasks for: explore from its initial state
+        return {"classes": classes, "initial_config": {}}
     for task in env_tasks(env, env.train_split):
         involved = task.metadata.get("involved_classes", [])
         if not classes or set(involved) <= set(classes):
