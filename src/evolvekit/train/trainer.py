@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from evolvekit.config import TrainConfig
 from evolvekit.train.checkpoint import write_checksums
+from evolvekit.train.distributed import DataParallel
 from evolvekit.train.losses import policy_loss, ratio_diagnostics
 from evolvekit.train.master import MasterWeights, needs_master
 from evolvekit.train.shared_prefix import SharedPrefixStep, prefix_forward, share_groups, suffix_logprobs
@@ -142,8 +143,10 @@ class GRPOTrainer:
         eps_high_boost: float | None = None,
         reference_model=None,
         entropy_coef: float = 0.0,
+        parallel: DataParallel | None = None,
     ) -> None:
         self.llm = llm
+        self.parallel = parallel  # data-parallel ranks (train/distributed.py); None: this process does all
         self.cfg = cfg
         self.eps_high_boost = eps_high_boost
         self.entropy_coef = entropy_coef
@@ -390,7 +393,10 @@ class GRPOTrainer:
                     agg["loss"] = agg.get("loss", 0.0) + float(loss.detach()) * mini_tokens
                     return loss
 
-                for members, p in self._share_groups(samples, mini):
+                groups = self._share_groups(samples, mini)
+                if self.parallel is not None:  # this rank's share; gradients are summed below
+                    groups = self.parallel.shard(groups)
+                for members, p in groups:
                     micros = [
                         members[k : k + max(1, self.cfg.micro_batch_size)]
                         for k in range(0, len(members), max(1, self.cfg.micro_batch_size))
@@ -418,6 +424,8 @@ class GRPOTrainer:
                     )
                     stats.tokens += p + sum(int(b["attn"].sum()) - p * b["ids"].shape[0] for b in batches)
                     stats.shared_prefix_tokens += p * (len(members) - 1)
+                if self.parallel is not None:
+                    self.parallel.all_reduce_grads([q for q in self.model.parameters() if q.requires_grad])
                 if self.master is not None:  # low-precision gradients onto the fp32 copies (train/master.py)
                     self.master.to_master_grads()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.optim_params, self.cfg.max_grad_norm)
@@ -431,6 +439,20 @@ class GRPOTrainer:
                 stats.optimizer_steps += 1
                 stats.grad_norm = max(stats.grad_norm, float(grad_norm))
         self.model.eval()
+        if self.parallel is not None:  # every rank's share of the statistics
+            summed = self.parallel.sum_values(
+                {
+                    **{f"agg/{k}": v for k, v in agg.items()},
+                    **{f"diag/{k}": v for k, v in diag.items()},
+                    "weight_total": weight_total,
+                    "tokens": float(stats.tokens),
+                    "shared_prefix_tokens": float(stats.shared_prefix_tokens),
+                }
+            )
+            agg = {k[4:]: v for k, v in summed.items() if k.startswith("agg/")}
+            diag = {k[5:]: v for k, v in summed.items() if k.startswith("diag/")}
+            weight_total = summed["weight_total"]
+            stats.tokens, stats.shared_prefix_tokens = int(summed["tokens"]), int(summed["shared_prefix_tokens"])
         if hasattr(self.llm, "invalidate_cache"):
             self.llm.invalidate_cache()  # the sampler's cached prefix KV belongs to the old weights
         if weight_total:
