@@ -1,6 +1,7 @@
 """Data-parallel updates (train/distributed.py): two gloo processes started by torchrun give the same loss,
 statistics and updated weights as one process on the same batch."""
 
+import re
 import socket
 import subprocess
 import sys
@@ -53,3 +54,92 @@ def test_two_gloo_processes_update_as_one(tiny, tmp_path, shared_prefix):
         for r in ranks:
             assert r["stats"][key] == pytest.approx(single["stats"][key], rel=1e-5, abs=1e-8), key
     assert single["stats"]["train/optimizer_steps"] == ranks[0]["stats"]["train/optimizer_steps"] == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _done(path: Path) -> int:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT COUNT(*) FROM iterations WHERE status='done'").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        con.close()
+
+
+def test_run_under_torchrun_trains_as_one_process_and_resumes(tiny, tmp_path):
+    """`torchrun --nproc_per_node 2 -m evolvekit.cli.main run CFG`: rank 0 runs the loop, rank 1 joins every
+    update; the checkpoints equal a one-process run's with the same seed, and `--resume` works the same."""
+    import os
+    import signal
+    import time
+
+    import psutil
+    import yaml
+    from safetensors.torch import load_file
+
+    plugins = str(Path(__file__).resolve().parents[1] / "plugins")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([plugins, os.environ.get("PYTHONPATH", "")])}
+
+    def config(out: Path, iterations: int) -> Path:
+        data = {
+            "run": {"name": "ddp", "out_dir": str(out), "seed": 3},
+            "env": {"name": "coin", "plugins": ["coin_env"]},
+            "rollout": {"max_steps": 1, "group_size": 4},
+            "train": {
+                "iterations": iterations, "tasks_per_iteration": 3, "learning_rate": 1e-3, "autocast": "off",
+                "eval_before": False, "eval_after": False, "micro_batch_size": 1,
+            },
+            "models": {"policy": {"model": str(tiny), "max_new_tokens": 9}},
+        }  # fmt: skip
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "cfg.yaml").write_text(yaml.safe_dump(data))
+        return out / "cfg.yaml"
+
+    def run(args: list[str]) -> str:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout + done.stderr
+
+    cli = ["-m", "evolvekit.cli.main", "run", "--no-progress"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    run([sys.executable, *cli, str(config(tmp_path / "one", 2))])
+    # two ranks, killed (whole process group) inside the second iteration, then resumed with two ranks
+    proc = subprocess.Popen(
+        [*torchrun, "--master_port", str(_free_port()), *cli, str(config(tmp_path / "two", 2))],
+        env={**env, "COIN_ENV_SLEEP": "2"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline, two = time.time() + 300, None
+    while time.time() < deadline and proc.poll() is None and two is None:
+        for d in (tmp_path / "two").iterdir():
+            if (d / "run.sqlite").is_file() and _done(d / "run.sqlite"):
+                two = d  # iteration 0 is committed; iteration 1's rollouts sleep 2 s per step
+        time.sleep(0.1)
+    assert two is not None, "the two-rank run committed no iteration"
+    tree = psutil.Process(proc.pid).children(recursive=True)  # torchrun's workers may leave its process group
+    os.killpg(proc.pid, signal.SIGKILL)
+    for child in tree:
+        child.kill()
+    proc.wait(30)
+    assert not (two / "checkpoints" / "iter-0001").exists()
+    resumed = run([*torchrun, "--master_port", str(_free_port()), *cli, "--resume", str(two)])
+    assert re.search(r"rank 1: took part in 1 updates", resumed), resumed[-3000:]  # rank 1 did its share
+    [one] = [d for d in (tmp_path / "one").iterdir() if d.is_dir()]
+    for it in ("iter-0000", "iter-0001"):
+        a = load_file(str(one / "checkpoints" / it / "model.safetensors"))
+        b = load_file(str(two / "checkpoints" / it / "model.safetensors"))
+        for name in a:
+            torch.testing.assert_close(b[name], a[name], rtol=0, atol=5e-5)
+    first = load_file(str(one / "checkpoints" / "iter-0000" / "model.safetensors"))
+    last = load_file(str(one / "checkpoints" / "iter-0001" / "model.safetensors"))
+    assert any(not torch.equal(first[n], last[n]) for n in first)  # the second iteration trained

@@ -22,17 +22,31 @@ def run_command(
     """Run the master loop: tasks → rollouts → experience → update, with held-out evaluation before and after."""
     from evolvekit.config import load_config
     from evolvekit.errors import EvolveKitError
-    from evolvekit.orchestrator.build import build_loop, open_run
+    from evolvekit.orchestrator.build import build_loop, open_run, serve_updates
+    from evolvekit.train.distributed import DataParallel
 
     cfg = load_config(config, overrides) if config is not None else None
     if resume is not None and overrides:
         raise typer.BadParameter("--set cannot change a resumed run (its stored config is used)")
+    parallel = DataParallel.from_environment()  # under torchrun / accelerate launch: data-parallel updates
+    if parallel is not None and not parallel.is_main:  # rank 0 runs the loop; the others take part in updates
+        run_dir = Path(parallel.broadcast(None))
+        cfg, _, store = open_run(None, run_dir)
+        setup_logging(cfg.run.log_level)
+        try:
+            updates = serve_updates(cfg, store, parallel)
+        finally:
+            store.close()
+        sys.stderr.write(f"rank {parallel.rank}: took part in {updates} updates\n")
+        return
     cfg, run_dir, store = open_run(cfg, resume)
     setup_logging(cfg.run.log_level)
     console.print(f"run directory: {run_dir}")
+    if parallel is not None:
+        parallel.broadcast(str(run_dir))
     try:
         try:
-            loop = build_loop(cfg, run_dir, store, console, show_progress=not no_progress)
+            loop = build_loop(cfg, run_dir, store, console, show_progress=not no_progress, parallel=parallel)
         except EvolveKitError:
             if resume is None:  # refused before anything ran: leave no run folder behind
                 store.close()
@@ -41,6 +55,8 @@ def run_command(
         summary = loop.run()
     finally:
         store.close()
+        if parallel is not None:
+            parallel.broadcast(None)  # the end: the other ranks' serve_updates() return
     console.print(
         f"metrics: {summary['metrics']}\nlearning curve: {summary['learning_curve']}\n"
         f"tensorboard: tensorboard --logdir {summary['tensorboard']}\nrun store: {summary['store']}\n"

@@ -7,7 +7,7 @@ import logging
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from rich.console import Console
 
@@ -28,6 +28,11 @@ from evolvekit.llm.base import InProcessLLM
 from evolvekit.orchestrator.loop import MasterLoop, Stages
 from evolvekit.orchestrator.stages import FixedTaskSupply, GRPOSamples, NoExperience, TrainerUpdate, VanillaRollouts
 from evolvekit.store.sqlite import RunStore
+
+if TYPE_CHECKING:
+    from evolvekit.llm.local import LocalLLM
+    from evolvekit.train.distributed import DataParallel
+    from evolvekit.train.trainer import GRPOTrainer
 
 log = logging.getLogger(__name__)
 
@@ -112,31 +117,64 @@ def rollout_template(cfg: Config):
     )
 
 
-def build_loop(
-    cfg: Config, run_dir: Path, store: RunStore, console: Console | None = None, show_progress: bool = True
-) -> MasterLoop:
-    from evolvekit.agent.evaluate import evaluate_policy
-    from evolvekit.env.registry import env_tasks, make_env
-    from evolvekit.llm.factory import build_llm, sampling_for
+def build_trainer(
+    cfg: Config, store: RunStore, console: Console | None = None, parallel: DataParallel | None = None
+) -> tuple[LocalLLM, GRPOTrainer]:
+    """The trained policy (from the newest intact checkpoint, else the configured model) and its trainer, with its
+    optimizer state restored; the same on every data-parallel rank."""
+    from evolvekit.llm.factory import build_llm
     from evolvekit.llm.local import LocalLLM
     from evolvekit.train.trainer import GRPOTrainer
 
     pol = cfg.models.policy
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     ckpt = intact_checkpoint(store, console)
     source = ckpt.path if ckpt else pol.model
     log.info("policy from %s", source)
     # The trained policy is its own instance: frozen roles that name the same model keep the original weights.
-    policy = LocalLLM(source, device=pol.device, dtype=pol.dtype, packed_weights=pol.packed_weights)
+    device = pol.device
+    if parallel is not None and device == "auto":  # one GPU per rank (cuda:LOCAL_RANK), or the CPU
+        device = str(parallel.state.device)
+    policy = LocalLLM(source, device=device, dtype=pol.dtype, packed_weights=pol.packed_weights)
     reference = None
     if cfg.train.kl_beta > 0 and not cfg.train.lora:
         reference = cast(
             InProcessLLM, build_llm(pol, "reference")
         ).model  # the initial policy, shared with frozen roles
     boost = cfg.navigating.eps_high_boost if cfg.navigating.enabled else None
-    trainer = GRPOTrainer(policy, cfg.train, eps_high_boost=boost, reference_model=reference)
+    trainer = GRPOTrainer(policy, cfg.train, eps_high_boost=boost, reference_model=reference, parallel=parallel)
     if ckpt and not trainer.load_optimizer(Path(ckpt.path)):
         log.warning("checkpoint %s has no optimizer state; AdamW restarts from zero moments", ckpt.path)
+    return policy, trainer
+
+
+def serve_updates(cfg: Config, store: RunStore, parallel: DataParallel) -> int:
+    """A data-parallel rank other than 0: build the same trainer, then take part in every update rank 0 announces
+    (its samples arrive by broadcast) until rank 0 announces the end. Returns the number of updates."""
+    _, trainer = build_trainer(cfg, store, parallel=parallel)
+    updates = 0
+    while True:
+        samples: list | None = parallel.broadcast(None)
+        if samples is None:
+            return updates
+        trainer.update(samples)
+        updates += 1
+
+
+def build_loop(
+    cfg: Config,
+    run_dir: Path,
+    store: RunStore,
+    console: Console | None = None,
+    show_progress: bool = True,
+    parallel: DataParallel | None = None,
+) -> MasterLoop:
+    from evolvekit.agent.evaluate import evaluate_policy
+    from evolvekit.env.registry import env_tasks, make_env
+    from evolvekit.llm.factory import sampling_for
+
+    pol = cfg.models.policy
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    policy, trainer = build_trainer(cfg, store, console, parallel)
 
     def env_factory():
         return make_env(cfg.env)
@@ -174,7 +212,11 @@ def build_loop(
             )
         rollouts = SyntheticRewardRollouts(rollouts, cfg, judge)
     stages = Stages(
-        supply=supply, rollouts=rollouts, experience=experience, samples=samples, updater=TrainerUpdate(trainer)
+        supply=supply,
+        rollouts=rollouts,
+        experience=experience,
+        samples=samples,
+        updater=TrainerUpdate(trainer, parallel),
     )
 
     evaluator = None
@@ -226,7 +268,9 @@ def build_loop(
         def search(query: str) -> str:
             return search_answer(pool, query, cfg.navigating.top_k)[0]
 
-    warmup = _cold_start(cfg, store, trainer, reference, env_factory, search) if cfg.cold_start.enabled else None
+    warmup = (
+        _cold_start(cfg, store, trainer, trainer.reference, env_factory, search) if cfg.cold_start.enabled else None
+    )
     return MasterLoop(cfg, run_dir, store, stages, evaluator, console, warmup=warmup)
 
 

@@ -79,10 +79,13 @@ class NoExperience:
 class TrainerUpdate:
     """(D, second half): the GRPO trainer's update, and its checkpoints."""
 
-    def __init__(self, trainer) -> None:
+    def __init__(self, trainer, parallel=None) -> None:
         self.trainer = trainer
+        self.parallel = parallel  # train/distributed.py: the other ranks take part in each update
 
     def update(self, ctx: IterationContext, samples: Sequence[TrainingSample]) -> dict[str, float]:
+        if self.parallel is not None:
+            self.parallel.broadcast(list(samples))  # the other ranks' serve_updates() receive the batch
         return self.trainer.update(samples).as_metrics()
 
     def save(self, path: Path) -> Path:
