@@ -57,6 +57,10 @@ class ModelConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = F(
         "auto", "local backend weights dtype (auto: fp32 on CPU, bf16 on GPU)"
     )
+    engine: Literal["native", "continuous_batching"] = F(
+        "native",
+        "local backend, policy role: the rollout engine; native = evolvekit's own DecodeBatch (fastest on CPU), continuous_batching = transformers' generate_batch with paged attention (for GPUs; llm/continuous.py)",
+    )
     packed_weights: bool = F(
         True,
         "local backend on CPU: inference through oneDNN-prepacked linear weights (llm/packed.py; training unaffected)",
@@ -587,6 +591,11 @@ def cross_field_problem(cfg: Config) -> str | None:
         return (
             f"rollout.backend: ray with rollout.template: {cfg.rollout.template} is not supported yet (the summarizer "
             "role lives in the driver); use rollout.backend: local"
+        )
+    if cfg.models.policy.engine != "native" and (cfg.rollout.backend == "ray" or cfg.evolving_rl.enabled):
+        return (
+            "models.policy.engine: continuous_batching serves the rollouts of rollout.backend: local without "
+            "evolving_rl (Ray workers and Evolving-RL's stages run the native engine); use engine: native"
         )
     if cfg.rollout.backend == "ray" and cfg.evolving_rl.enabled:
         return "rollout.backend: ray is not supported by evolving_rl yet (its source, candidate and solver rollouts run in-process); use rollout.backend: local"

@@ -24,7 +24,7 @@ from evolvekit.config import (
     training_problem,
 )
 from evolvekit.errors import ConfigError
-from evolvekit.llm.base import InProcessLLM
+from evolvekit.llm.base import InProcessLLM, TokenLLM
 from evolvekit.orchestrator.loop import MasterLoop, Stages
 from evolvekit.orchestrator.stages import FixedTaskSupply, GRPOSamples, NoExperience, TrainerUpdate, VanillaRollouts
 from evolvekit.store.sqlite import RunStore
@@ -175,6 +175,13 @@ def build_loop(
     pol = cfg.models.policy
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     policy, trainer = build_trainer(cfg, store, console, parallel)
+    engine: TokenLLM = (
+        policy  # what rollouts and evaluation generate with: the trained model, through the configured engine
+    )
+    if pol.engine == "continuous_batching":
+        from evolvekit.llm.continuous import ContinuousBatchingLLM
+
+        engine = ContinuousBatchingLLM(policy)
 
     def env_factory():
         return make_env(cfg.env)
@@ -184,7 +191,7 @@ def build_loop(
     supply = _task_supply(cfg, store, train_tasks, policy, env_factory)
     template = rollout_template(cfg)
     rollouts, experience = _navigation(
-        cfg, store, policy, env_factory, params, show_progress, supply.training_set(), template
+        cfg, store, engine, env_factory, params, show_progress, supply.training_set(), template
     )
     samples = _sample_stage(cfg)
     if cfg.evolving_rl.enabled:  # Evolving-RL replaces stages B, C and D(samples) with its own structure
@@ -233,7 +240,7 @@ def build_loop(
             report, trajs = evaluate_policy(
                 eval_tasks,
                 env_factory,
-                policy,
+                engine,
                 cfg.rollout,
                 eval_params,
                 k,
@@ -246,7 +253,7 @@ def build_loop(
                 syn, syn_trajs = evaluate_policy(
                     heldout_synthetic,
                     env_factory,
-                    policy,
+                    engine,
                     cfg.rollout,
                     eval_params,
                     k,

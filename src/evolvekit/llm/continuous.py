@@ -1,0 +1,114 @@
+"""The policy through transformers' own continuous batching (``model.generate_batch``, paged attention).
+
+A second backend of the token-level seam rollouts use (``TokenLLM``: ``apply_chat_template``, ``generate_ids``
+returning token ids with their per-token log-probabilities, ``decode``; ``invalidate_cache`` after each update),
+next to the native CPU engine (``LocalLLM``'s own ``DecodeBatch``). It is meant for GPUs, where transformers'
+scheduler and paged KV cache pay off; on CPU it runs (tested for parity) but is slower than the native engine.
+The wrapped model object is the trainer's, so an update is visible to the next call without copying weights
+(``update_weights`` loads a state dict for callers that train elsewhere). Stop strings are applied to the finished
+completion: generation runs to EOS or ``max_new_tokens``, then the completion is cut after the token that
+completes the first stop string (the text without it), as the native engine does while decoding.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import torch
+
+from evolvekit.llm.base import Completion, SamplingParams
+from evolvekit.llm.local import LocalLLM
+from evolvekit.types import ChatMessage
+
+log = logging.getLogger(__name__)
+
+
+def cut_completion(
+    decode, token_ids: list[int], logprobs: list[float], stops: Sequence[str], eos: set[int]
+) -> tuple[list[int], list[float], str, str]:
+    """(tokens, logprobs, text, finish_reason) of a completion cut after the token that completes its first stop
+    string or at its EOS; the text leaves the stop string and EOS out."""
+    for k, tok in enumerate(token_ids):
+        if tok in eos:
+            return token_ids[: k + 1], logprobs[: k + 1], decode(token_ids[:k]), "stop"
+        if stops:
+            text = decode(token_ids[: k + 1])
+            hits = [text.find(s) for s in stops if s in text]
+            if hits:
+                return token_ids[: k + 1], logprobs[: k + 1], text[: min(hits)], "stop"
+    return token_ids, logprobs, decode(token_ids), "length"
+
+
+class ContinuousBatchingLLM:
+    """``TokenLLM`` over ``model.generate_batch`` (transformers' continuous batching)."""
+
+    def __init__(self, local: LocalLLM) -> None:
+        self.local = local
+        self.name = local.name
+        self.tokenizer, self.device, self.eos_ids = local.tokenizer, local.device, local.eos_ids
+
+    @property
+    def model(self):
+        return self.local.model
+
+    def apply_chat_template(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
+        return self.local.apply_chat_template(messages, add_generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        return self.local.encode(text)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.local.decode(token_ids)
+
+    def chat(self, conversations: Sequence[Sequence[ChatMessage]], params: SamplingParams) -> list[list[Completion]]:
+        return self.generate_ids([self.apply_chat_template(c) for c in conversations], params)
+
+    def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
+        """``params.n`` completions per prompt, with the log-probabilities transformers reports for each token
+        (of the distribution it sampled from: temperature 1 here, as rollouts sample)."""
+        from transformers import GenerationConfig
+        from transformers.generation import ContinuousBatchingConfig
+
+        if not prompts:
+            return []
+        rows = [list(p) for p in prompts for _ in range(params.n)]
+        greedy = params.temperature == 0
+        gen = GenerationConfig(
+            max_new_tokens=params.max_new_tokens,
+            do_sample=not greedy,
+            temperature=None if greedy else params.temperature,
+            top_p=None if greedy else params.top_p,
+            top_k=None,
+            eos_token_id=sorted(self.eos_ids),
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out = self.model.generate_batch(
+                rows,
+                generation_config=gen,
+                continuous_batching_config=ContinuousBatchingConfig(return_logprobs=True),
+                warmup=False,
+            )
+        finally:
+            self.model.train(was_training)
+        results = [out[f"req_{i}"] for i in range(len(rows))]
+        comps = []
+        for row, res in zip(rows, results):
+            ids, lps, text, reason = cut_completion(
+                self.decode, list(res.generated_tokens), [float(x) for x in res.logprobs], params.stop, self.eos_ids
+            )
+            comps.append(Completion(text=text, token_ids=ids, logprobs=lps, prompt_token_ids=row, finish_reason=reason))
+        return [comps[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
+
+    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Load new policy weights (for a trainer in another process; in-process training shares the model)."""
+        self.model.load_state_dict(state_dict, strict=False)
+
+    def invalidate_cache(self) -> None:
+        """Nothing is kept between calls (each ``generate_batch`` builds its own paged cache)."""
+        return None

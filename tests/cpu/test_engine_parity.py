@@ -1,0 +1,83 @@
+"""The two CPU-capable engines behind the rollouts' token seam (``generate_ids``): the native DecodeBatch and
+transformers' continuous batching (``llm/continuous.py``). Under the same seed each returns token ids whose
+per-token log-probabilities agree with a plain forward pass of the model."""
+
+import pytest
+import torch
+
+from evolvekit.llm.base import SamplingParams
+from evolvekit.llm.continuous import ContinuousBatchingLLM, cut_completion
+from evolvekit.llm.local import LocalLLM
+from evolvekit.llm.tiny import make_tiny_model
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    path = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+    return LocalLLM(str(path), device="cpu", packed_weights=False)
+
+
+def _plain_logprobs(model, prompt: list[int], tokens: list[int]) -> list[float]:
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + tokens])).logits[0].float()
+    lp = torch.log_softmax(logits, -1)
+    return [float(lp[len(prompt) - 1 + i, t]) for i, t in enumerate(tokens)]
+
+
+@pytest.mark.parametrize("engine", ["native", "continuous_batching"])
+def test_engine_logprobs_agree_with_a_plain_forward(local, engine):
+    llm = local if engine == "native" else ContinuousBatchingLLM(local)
+    prompts = [[1, 5, 9, 13, 17], [1, 7, 7], [1, 30, 31, 32, 33, 34, 35]]
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=11)
+    outs = llm.generate_ids(prompts, params)
+    assert [len(o) for o in outs] == [2, 2, 2]
+    for prompt, comps in zip(prompts, outs):
+        for c in comps:
+            assert c.prompt_token_ids == prompt and 1 <= len(c.token_ids) <= 6
+            assert len(c.logprobs) == len(c.token_ids)
+            want = _plain_logprobs(local.model, prompt, c.token_ids)
+            assert c.logprobs == pytest.approx(want, abs=2e-4)
+    again = llm.generate_ids(prompts, params)  # the same seed, the same tokens
+    assert [[c.token_ids for c in o] for o in again] == [[c.token_ids for c in o] for o in outs]
+
+
+def test_continuous_batching_cuts_at_stop_strings_and_eos(local):
+    decode = local.decode
+    ids = local.encode("hello</tool_call> more")
+    toks, lps, text, reason = cut_completion(decode, ids, [0.0] * len(ids), ("</tool_call>",), {0})
+    assert text == "hello" and reason == "stop" and decode(toks).endswith("</tool_call>") and len(lps) == len(toks)
+    eos = local.tokenizer.eos_token_id
+    toks, _, text, reason = cut_completion(decode, [ids[0], eos, ids[1]], [0.0] * 3, (), {eos})
+    assert toks == [ids[0], eos] and reason == "stop" and text == decode([ids[0]])
+    toks, _, _, reason = cut_completion(decode, ids, [0.0] * len(ids), ("nowhere",), {eos})
+    assert toks == ids and reason == "length"
+
+
+def test_a_run_rolls_out_and_evaluates_through_continuous_batching(local, tmp_path, monkeypatch):
+    """`models.policy.engine: continuous_batching`: the loop's rollouts and held-out evaluation go through it."""
+    from pathlib import Path
+
+    from evolvekit.config import Config, load_config
+    from evolvekit.llm import continuous
+    from evolvekit.orchestrator.build import build_loop, open_run
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+    calls = []
+    real = continuous.ContinuousBatchingLLM.generate_ids
+    monkeypatch.setattr(
+        continuous.ContinuousBatchingLLM, "generate_ids", lambda self, p, s: calls.append(len(p)) or real(self, p, s)
+    )
+    data = {
+        "run": {"name": "cb", "out_dir": str(tmp_path), "seed": 2},
+        "env": {"name": "coin", "plugins": ["coin_env"]},
+        "rollout": {"max_steps": 1, "group_size": 2},
+        "train": {"iterations": 1, "tasks_per_iteration": 2, "eval_tasks": 2, "eval_k": 1, "autocast": "off"},
+        "models": {"policy": {"model": local.name, "max_new_tokens": 6, "engine": "continuous_batching"}},
+    }
+    cfg, run_dir, store = open_run(Config.model_validate(data), None)
+    summary = build_loop(cfg, run_dir, store, show_progress=False).run()
+    store.close()
+    assert summary["iterations"] == 1 and summary["eval_after"]["tasks"] == 2
+    assert sum(calls) >= 4 + 2 + 2  # the training rollouts and both evaluations
+    with pytest.raises(Exception, match="engine: continuous_batching"):
+        load_config(None, ["models.policy.engine=continuous_batching", "rollout.backend=ray"])
