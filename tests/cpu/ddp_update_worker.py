@@ -1,6 +1,7 @@
 """One GRPO update of a tiny model on a fixed batch; started by tests/cpu/test_distributed.py either plainly or
 under ``torchrun --nproc_per_node 2`` (gloo). Writes the loss, statistics and updated weights of its rank."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -34,17 +35,20 @@ def samples() -> list[TrainingSample]:
 
 
 def main(model: str, out: str, shared_prefix: str) -> None:
-    parallel = DataParallel.from_environment()
-    llm = LocalLLM(model, device="cpu")
+    device = os.environ.get("DDP_WORKER_DEVICE", "cpu")  # tests/gpu sets cuda: each rank then uses its own GPU
+    parallel = DataParallel.from_environment("gloo" if device == "cpu" else None)
+    if parallel is not None and device == "cuda":
+        device = str(parallel.state.device)
+    llm = LocalLLM(model, device=device)
     cfg = TrainConfig(
         learning_rate=1e-3, micro_batch_size=1, autocast="off", kl_beta=0.0, shared_prefix=shared_prefix == "on"
     )
     trainer = GRPOTrainer(llm, cfg, parallel=parallel)
-    initial = {n: p.detach().clone() for n, p in llm.model.named_parameters()}
+    initial = {n: p.detach().cpu().clone() for n, p in llm.model.named_parameters()}
     stats = trainer.update(samples())
     rank = parallel.rank if parallel else 0
-    weights = {n: p.detach().clone() for n, p in llm.model.named_parameters()}
-    grads = {n: p.grad.clone() for n, p in llm.model.named_parameters() if p.grad is not None}
+    weights = {n: p.detach().cpu().clone() for n, p in llm.model.named_parameters()}
+    grads = {n: p.grad.cpu().clone() for n, p in llm.model.named_parameters() if p.grad is not None}
     torch.save(
         {"stats": stats.as_metrics(), "weights": weights, "initial": initial, "grads": grads},
         Path(out) / f"rank{rank}.pt",

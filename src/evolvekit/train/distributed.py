@@ -26,17 +26,18 @@ def launched_world_size() -> int:
 class DataParallel:
     """The update's process group: which share of the work is this rank's, and the collectives it needs."""
 
-    def __init__(self) -> None:
+    def __init__(self, backend: str | None = None) -> None:
         from accelerate import PartialState
 
-        backend = None if torch.cuda.is_available() else "gloo"
+        # accelerate's default (NCCL) with GPUs, else gloo; a CPU-only job on a GPU machine names gloo
+        backend = backend or (None if torch.cuda.is_available() else "gloo")
         self.state = PartialState(backend=backend)
         self.rank, self.world = self.state.process_index, self.state.num_processes
 
     @classmethod
-    def from_environment(cls) -> DataParallel | None:
+    def from_environment(cls, backend: str | None = None) -> DataParallel | None:
         """A process group when launched with more than one process, else None (the plain single-process path)."""
-        return cls() if launched_world_size() > 1 else None
+        return cls(backend) if launched_world_size() > 1 else None
 
     @property
     def is_main(self) -> bool:
