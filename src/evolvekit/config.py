@@ -156,6 +156,33 @@ class MCPConfig(_Section):
     startup_timeout_s: float = F(30.0, "seconds a server may take to start and list its tools", gt=0)
 
 
+class OpenEnvExample(_Section):
+    """A worked OpenEnv episode: a reset seed and the actions that solve it, played on a fresh session at start and
+    shown as chat turns with the server's real observations (how a small model learns the action format)."""
+
+    seed: int = F(..., "the reset seed (pick one outside the train and test seeds)", ge=0)
+    actions: list[dict[str, Any]] = F(..., "the actions, in order (each the arguments of one tool call)", min_length=1)
+    final: str = F("Done.", "the closing message")
+
+
+class OpenEnvConfig(_Section):
+    """``env.name: openenv``: an OpenEnv environment server, one WebSocket session per episode (env/openenv.py)."""
+
+    url: str | None = F(None, "the server's base URL (http://host:port or ws://host:port); its session is at /ws")
+    tool: str = F("step", "the name of the one tool the agent calls; its arguments are the server's action fields")
+    instructions: str = F("", "text shown before the first observation (what the agent should achieve)")
+    reset_params: dict[str, Any] = F({}, "extra keyword arguments of every reset (besides the task's seed)")
+    episodes: int = F(32, "tasks per split: one per reset seed", ge=1)
+    test_seed_offset: int = F(
+        100_000, "the test split's seeds start here (train's at 0): splits never share a seed", ge=1
+    )
+    success_return: float = F(1.0, "an episode passes when its return (sum of rewards) reaches this", gt=0)
+    hidden_fields: list[str] = F(["metadata"], "observation fields not shown to the agent (done and reward never are)")
+    examples: list[OpenEnvExample] = F(
+        [], "worked episodes, played on a fresh session at start and shown as chat turns"
+    )
+
+
 class EnvConfig(_Section):
     name: str = F("bfcl", "registered environment name (evolvekit env list)")
     categories: list[str] = F(["multi_turn_base"], "BFCL v3 multi-turn categories to draw real tasks from")
@@ -188,6 +215,7 @@ class EnvConfig(_Section):
     )
     step_timeout_s: float = F(10.0, "per-step timeout of an environment call", gt=0)
     mcp: MCPConfig = F(MCPConfig(), "env.name mcp: the MCP server, its sandbox and its state probe")
+    openenv: OpenEnvConfig = F(OpenEnvConfig(), "env.name openenv: the OpenEnv server and how its episodes are scored")
 
 
 class RolloutConfig(_Section):
@@ -624,6 +652,8 @@ def cross_field_problem(cfg: Config) -> str | None:
         return "env.curriculum widens real task families; with questioning.enabled it is not supported yet"
     if cfg.coevolve.enabled and not cfg.questioning.enabled:
         return "coevolve.enabled needs questioning.enabled (its new tasks come from the synthesis pipeline)"
+    if cfg.env.name == "openenv" and not cfg.env.openenv.url:
+        return "env.openenv.url: env.name openenv needs the server's URL (e.g. http://127.0.0.1:8000)"
     return mcp_problem(cfg.env)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -30,41 +31,61 @@ def env_list(as_json: bool = typer.Option(False, "--json")) -> None:
 
 @env_app.command("check")
 def env_check(
-    env: str = typer.Option("bfcl", help="environment name"),
+    env: Optional[str] = typer.Option(None, help="environment name (default: the config's, else bfcl)"),
     split: str = typer.Option("multi_turn_base", help="BFCL category (multi_turn_base, _miss_func, ...)"),
-    subset: str = typer.Option("all", help="all, or train/dev/test of the fixed base-task partition"),
+    subset: str = typer.Option("all", help="all, or train/dev/test (other environments: default env.eval_split)"),
     limit: Optional[int] = typer.Option(None, help="check only the first N tasks"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="config of a non-BFCL environment"),
+    overrides: Optional[list[str]] = typer.Option(None, "--set"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Replay every task's ground-truth calls through our environment and score them with the official checker."""
-    from evolvekit.env.bfcl.data import load_tasks
-    from evolvekit.env.registry import make_env
+    """Replay every task's reference solution through the environment and score it with the environment's own
+    evaluation (BFCL: the official checker). Tasks without a reference solution are only reset, to check that the
+    environment answers."""
+    from evolvekit.config import load_config
+    from evolvekit.env.registry import env_tasks, make_env
     from evolvekit.env.replay import replay
-    from evolvekit.errors import EnvError
 
     setup_logging("WARNING")
-    if env != "bfcl":
-        raise EnvError(f"env check supports bfcl only (got '{env}')")
-    tasks = load_tasks(split, None if subset == "all" else subset)[:limit]
-    environment = make_env(env)
-    failures = []
+    cfg = load_config(config, overrides)
+    name = env or (cfg.env.name if config or overrides else "bfcl")
+    env_cfg = cfg.env.model_copy(update={"name": name})
+    if name == "bfcl" and not (config or overrides):
+        from evolvekit.env.bfcl.data import load_tasks
+
+        tasks = load_tasks(split, None if subset == "all" else subset)[:limit]
+        label = split
+    else:
+        label = cfg.env.eval_split if subset == "all" else subset
+        tasks = env_tasks(env_cfg, label)[:limit]
+    failures, unreferenced = [], 0
     t0 = time.perf_counter()
     with Progress(console=console, transient=True) as progress:
-        bar = progress.add_task(f"replaying {split}", total=len(tasks))
+        bar = progress.add_task(f"replaying {name} {label}", total=len(tasks))
         for task in tasks:
-            result = replay(environment, task)
-            if not result.passed:
-                failures.append({"task_id": task.task_id, **result.details})
+            environment = make_env(env_cfg)
+            if task.reference_solution:
+                result = replay(environment, task)
+                if not result.passed:
+                    failures.append({"task_id": task.task_id, **result.details})
+            else:
+                unreferenced += 1
+                try:
+                    environment.reset(task)
+                finally:
+                    environment.close()
             progress.advance(bar)
-    passed = len(tasks) - len(failures)
+    checked = len(tasks) - unreferenced
+    passed = checked - len(failures)
     elapsed = time.perf_counter() - t0
     if as_json:
         emit_json(
             {
-                "env": env,
-                "split": split,
+                "env": name,
+                "split": label,
                 "passed": passed,
-                "total": len(tasks),
+                "total": checked,
+                "without_reference": unreferenced,
                 "failures": failures,
                 "seconds": round(elapsed, 2),
             }
@@ -72,7 +93,8 @@ def env_check(
     else:
         for f in failures:
             sys.stdout.write(f"FAIL {f['task_id']}: {f.get('error_type')} {f.get('error_message')}\n")
-        sys.stdout.write(f"{split}: {passed}/{len(tasks)} ground-truth replays pass ({elapsed:.1f}s)\n")
+        extra = f"; {unreferenced} tasks without a reference were reset only" if unreferenced else ""
+        sys.stdout.write(f"{label}: {passed}/{checked} ground-truth replays pass{extra} ({elapsed:.1f}s)\n")
     if failures:
         raise typer.Exit(1)
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evolvekit.config import EnvConfig, MCPConfig
+from evolvekit.config import EnvConfig, MCPConfig, MCPExample
 from evolvekit.env.base import (
     Action,
     CallResult,
@@ -46,7 +46,7 @@ from evolvekit.env.base import (
     StepResult,
     ToolSchema,
 )
-from evolvekit.env.bfcl.families import Demonstration
+from evolvekit.env.examples import Played, played_examples
 from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.errors import EnvError
 from evolvekit.types import ChatMessage, Task, ToolCall, Trajectory, new_id
@@ -427,37 +427,27 @@ def reference_outcome(cfg: EnvConfig, task: Task) -> ReferenceOutcome:
     return outcome
 
 
-_EXAMPLES: dict[str, list[ChatMessage]] = {}
-
-
 def worked_examples(cfg: EnvConfig) -> list[ChatMessage]:
-    """``env.mcp.examples`` as chat turns with their real outputs, run once per config on a fresh instance each
-    (so each example starts from the initial state)."""
-    if not cfg.mcp.examples:
-        return []
-    key = hashlib.sha256(json.dumps(cfg.mcp.model_dump(), sort_keys=True, default=str).encode()).hexdigest()
-    if key not in _EXAMPLES:
-        from evolvekit.agent.parser import format_call
+    """``env.mcp.examples`` as chat turns with their real outputs, each run on a fresh instance (so each example
+    starts from the initial state), once per configuration."""
+    plain = cfg.model_copy(update={"mcp": cfg.mcp.model_copy(update={"examples": []})})
 
-        messages: list[ChatMessage] = []
-        plain = cfg.model_copy(update={"mcp": cfg.mcp.model_copy(update={"examples": []})})
-        for example in cfg.mcp.examples:
-            env = MCPEnv(plain)
-            try:
-                env.reset(None)
-                steps = []
-                for c in example.calls:
-                    call = ToolCall(name=c.name, arguments=dict(c.arguments))
-                    result = env._execute(call)
-                    if not result.ok:
-                        raise EnvError(f"env.mcp.examples: {c.name} failed on a fresh sandbox: {result.output[:200]}")
-                    steps.append((call, result.output))
-            finally:
-                env.close()
-            demo = Demonstration(example.request, steps[0][0], steps[0][1], example.final, then=tuple(steps[1:]))
-            messages += demo.messages(format_call)
-        _EXAMPLES[key] = messages
-    return list(_EXAMPLES[key])
+    def play(_: int, example: MCPExample) -> Played:
+        env = MCPEnv(plain)
+        try:
+            env.reset(None)
+            steps = []
+            for c in example.calls:
+                call = ToolCall(name=c.name, arguments=dict(c.arguments))
+                result = env._execute(call)
+                if not result.ok:
+                    raise EnvError(f"env.mcp.examples: {c.name} failed on a fresh sandbox: {result.output[:200]}")
+                steps.append((call, result.output))
+        finally:
+            env.close()
+        return example.request, steps, example.final
+
+    return played_examples(cfg.mcp, cfg.mcp.examples, play)
 
 
 def check_config(cfg: EnvConfig) -> None:

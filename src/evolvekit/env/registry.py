@@ -77,7 +77,13 @@ def env_tasks(cfg: EnvConfig, split: str) -> list[Task]:
 
 
 # The built-in environments register themselves like plugins do, imported by name on first use
-BUILTINS = ("evolvekit.env.bfcl.env", "evolvekit.env.scienceworld", "evolvekit.env.agentevolver", "evolvekit.env.mcp")
+BUILTINS = (
+    "evolvekit.env.bfcl.env",
+    "evolvekit.env.scienceworld",
+    "evolvekit.env.agentevolver",
+    "evolvekit.env.mcp",
+    "evolvekit.env.openenv",
+)
 SERVICE_CLIENTS = ("agentevolver",)  # environments that are themselves clients of env.service_url
 
 

@@ -1,0 +1,37 @@
+"""Worked examples played on a real environment once per configuration and shown as chat turns (``env.mcp.examples``,
+``env.openenv.examples``): the agent and the explorer see the environment's real outputs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+from evolvekit.env.bfcl.families import Demonstration
+from evolvekit.types import ChatMessage, ToolCall
+
+E = TypeVar("E")
+Played = tuple[str, list[tuple[ToolCall, str]], str]  # (request, [(call, output), ...], closing message)
+_CACHE: dict[str, list[ChatMessage]] = {}
+
+
+def played_examples(section: BaseModel, examples: Sequence[E], play: Callable[[int, E], Played]) -> list[ChatMessage]:
+    """The chat turns of ``examples``, each played by ``play(index, example)`` on a fresh instance; cached per
+    configuration ``section`` (its class and values), so a run plays them once."""
+    if not examples:
+        return []
+    blob = json.dumps([type(section).__name__, section.model_dump()], sort_keys=True, default=str)
+    key = hashlib.sha256(blob.encode()).hexdigest()
+    if key not in _CACHE:
+        from evolvekit.agent.parser import format_call
+
+        messages: list[ChatMessage] = []
+        for i, example in enumerate(examples):
+            request, steps, final = play(i, example)
+            demo = Demonstration(request, steps[0][0], steps[0][1], final, then=tuple(steps[1:]))
+            messages += demo.messages(format_call)
+        _CACHE[key] = messages
+    return list(_CACHE[key])
