@@ -277,6 +277,10 @@ class TrainConfig(_Section):
     gradient_checkpointing: bool = F(
         False, "recompute activations in the backward pass (less memory, ~30% more compute; transformers' own)"
     )
+    sharding: Literal["replicate", "fsdp2"] = F(
+        "replicate",
+        "under torchrun / accelerate launch: every rank holds the whole policy and its optimizer (replicate), or FSDP2 shards them across ranks (fp32 shards, compute in the model's dtype; rank 0 keeps a full copy for rollouts, refreshed after each update; train/distributed.py)",
+    )
     lora: bool = F(False, "train LoRA adapters (peft) instead of the full model")
     lora_rank: int = F(16, "LoRA rank", ge=1)
 
@@ -652,6 +656,12 @@ def cross_field_problem(cfg: Config) -> str | None:
         return "env.curriculum widens real task families; with questioning.enabled it is not supported yet"
     if cfg.coevolve.enabled and not cfg.questioning.enabled:
         return "coevolve.enabled needs questioning.enabled (its new tasks come from the synthesis pipeline)"
+    if cfg.train.sharding == "fsdp2" and cfg.train.lora:
+        return "train.sharding: fsdp2 shards the full model; with train.lora use train.sharding: replicate"
+    if cfg.train.sharding == "fsdp2" and cfg.train.master_weights == "on":
+        return (
+            "train.master_weights: on is for replicas; train.sharding fsdp2 keeps fp32 shards (set master_weights auto)"
+        )
     if cfg.env.name == "openenv" and not cfg.env.openenv.url:
         return "env.openenv.url: env.name openenv needs the server's URL (e.g. http://127.0.0.1:8000)"
     return mcp_problem(cfg.env)

@@ -34,26 +34,39 @@ def samples() -> list[TrainingSample]:
     return out
 
 
-def main(model: str, out: str, shared_prefix: str) -> None:
+def main(model: str, out: str, shared_prefix: str, sharding: str = "replicate") -> None:
     device = os.environ.get("DDP_WORKER_DEVICE", "cpu")  # tests/gpu sets cuda: each rank then uses its own GPU
     parallel = DataParallel.from_environment("gloo" if device == "cpu" else None)
     if parallel is not None and device == "cuda":
         device = str(parallel.state.device)
     llm = LocalLLM(model, device=device)
     cfg = TrainConfig(
-        learning_rate=1e-3, micro_batch_size=1, autocast="off", kl_beta=0.0, shared_prefix=shared_prefix == "on"
+        learning_rate=1e-3,
+        micro_batch_size=1,
+        autocast="off",
+        kl_beta=0.0,
+        shared_prefix=shared_prefix == "on",
+        sharding=sharding,
     )
     trainer = GRPOTrainer(llm, cfg, parallel=parallel)
     initial = {n: p.detach().cpu().clone() for n, p in llm.model.named_parameters()}
     stats = trainer.update(samples())
     rank = parallel.rank if parallel else 0
-    weights = {n: p.detach().cpu().clone() for n, p in llm.model.named_parameters()}
-    grads = {n: p.grad.cpu().clone() for n, p in llm.model.named_parameters() if p.grad is not None}
+    policy = {n: p.detach().cpu().clone() for n, p in llm.model.named_parameters()}  # what rank 0's rollouts use
+    # the trained weights and gradients, whole (FSDP2's shards gathered: a collective, in the same order everywhere)
+    trained = list(trainer.model.named_parameters())
+    weights = {n: _whole(p.detach()) for n, p in trained}
+    grads = {n: _whole(p.grad) for n, p in trained if p.grad is not None}
     torch.save(
-        {"stats": stats.as_metrics(), "weights": weights, "initial": initial, "grads": grads},
+        {"stats": stats.as_metrics(), "weights": weights, "initial": initial, "grads": grads, "policy": policy},
         Path(out) / f"rank{rank}.pt",
     )
 
 
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    full = t.full_tensor() if hasattr(t, "full_tensor") else t
+    return full.cpu().clone()
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

@@ -26,15 +26,25 @@ def _run(args: list[str], out: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-@pytest.mark.parametrize("shared_prefix", ["on", "off"])
-def test_two_gloo_processes_update_as_one(tiny, tmp_path, shared_prefix):
+@pytest.mark.parametrize(
+    "shared_prefix, sharding, launcher",
+    [("on", "replicate", "torchrun"), ("off", "replicate", "accelerate"), ("off", "fsdp2", "torchrun")],
+)
+def test_two_gloo_processes_update_as_one(tiny, tmp_path, shared_prefix, sharding, launcher):
+    """Replicas (torchrun, and accelerate launch) and FSDP2 shards: one update of two ranks equals one process's."""
     one, two = tmp_path / "one", tmp_path / "two"
     _run([sys.executable, str(WORKER), str(tiny), str(one), shared_prefix], one)
     with socket.socket() as sock:  # a free port for the rendezvous
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port)]
-    _run([*torchrun, str(WORKER), str(tiny), str(two), shared_prefix], two)
+    if launcher == "torchrun":
+        launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port)]
+    else:
+        # accelerate's multi-process launcher is --multi_gpu (with --cpu it starts one process); without GPUs the
+        # ranks use gloo on the CPU
+        launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                  "--main_process_port", str(port)]  # fmt: skip
+    _run([*launch, str(WORKER), str(tiny), str(two), shared_prefix, sharding], two)
     single = torch.load(one / "rank0.pt")
     ranks = [torch.load(two / f"rank{r}.pt") for r in (0, 1)]
     assert single["grads"].keys() == ranks[0]["grads"].keys() and len(single["grads"]) > 10
@@ -54,6 +64,8 @@ def test_two_gloo_processes_update_as_one(tiny, tmp_path, shared_prefix):
         for r in ranks:
             assert r["stats"][key] == pytest.approx(single["stats"][key], rel=1e-5, abs=1e-8), key
     assert single["stats"]["train/optimizer_steps"] == ranks[0]["stats"]["train/optimizer_steps"] == 1
+    for name, w in single["weights"].items():  # rank 0's policy (what its rollouts use) has the new weights
+        torch.testing.assert_close(ranks[0]["policy"][name], w, rtol=0, atol=5e-5)
 
 
 def _free_port() -> int:
@@ -74,9 +86,11 @@ def _done(path: Path) -> int:
         con.close()
 
 
-def test_run_under_torchrun_trains_as_one_process_and_resumes(tiny, tmp_path):
+@pytest.mark.parametrize("sharding", ["replicate", "fsdp2"])
+def test_run_under_torchrun_trains_as_one_process_and_resumes(tiny, tmp_path, sharding):
     """`torchrun --nproc_per_node 2 -m evolvekit.cli.main run CFG`: rank 0 runs the loop, rank 1 joins every
-    update; the checkpoints equal a one-process run's with the same seed, and `--resume` works the same."""
+    update; the checkpoints equal a one-process run's with the same seed, and `--resume` works the same (with
+    FSDP2 shards, the resumed ranks reload the whole optimizer state saved by rank 0 into their shards)."""
     import os
     import signal
     import time
@@ -95,7 +109,7 @@ def test_run_under_torchrun_trains_as_one_process_and_resumes(tiny, tmp_path):
             "rollout": {"max_steps": 1, "group_size": 4},
             "train": {
                 "iterations": iterations, "tasks_per_iteration": 3, "learning_rate": 1e-3, "autocast": "off",
-                "eval_before": False, "eval_after": False, "micro_batch_size": 1,
+                "eval_before": False, "eval_after": False, "micro_batch_size": 1, "sharding": sharding,
             },
             "models": {"policy": {"model": str(tiny), "max_new_tokens": 9}},
         }  # fmt: skip
@@ -143,3 +157,15 @@ def test_run_under_torchrun_trains_as_one_process_and_resumes(tiny, tmp_path):
     first = load_file(str(one / "checkpoints" / "iter-0000" / "model.safetensors"))
     last = load_file(str(one / "checkpoints" / "iter-0001" / "model.safetensors"))
     assert any(not torch.equal(first[n], last[n]) for n in first)  # the second iteration trained
+
+
+def test_fsdp2_refuses_what_it_does_not_shard():
+    from pydantic import ValidationError
+
+    from evolvekit.config import Config
+
+    Config.model_validate({"train": {"sharding": "fsdp2"}})
+    with pytest.raises(ValidationError, match="with train.lora use train.sharding: replicate"):
+        Config.model_validate({"train": {"sharding": "fsdp2", "lora": True}})
+    with pytest.raises(ValidationError, match="train.master_weights: on is for replicas"):
+        Config.model_validate({"train": {"sharding": "fsdp2", "master_weights": "on"}})

@@ -6,10 +6,17 @@ backward passes of its share of the micro-batches (whole shared-prefix groups, d
 are summed across ranks (each rank's loss already uses the whole mini-batch's token count as its denominator, so
 the sum is the single-process gradient), and every rank takes the same optimizer step. The replicas therefore stay
 equal without any weight broadcast. Tested with two gloo processes against one process (tests/cpu/test_distributed.py).
+
+With ``train.sharding: fsdp2`` (``ShardedPolicy``) the ranks instead train one FSDP2-sharded copy of the policy
+(``torch.distributed.fsdp.fully_shard`` per decoder layer and at the root): parameters, gradients and AdamW state
+are split across ranks, held in fp32 (the master weights) with compute in the model's own dtype. Every rank runs
+the same number of forward/backward passes (ranks with fewer micro-batches run zero-weighted ones), as FSDP's
+collectives require. After each update the full weights are gathered to rank 0's policy, which the rollouts use.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any, Sequence, TypeVar
 
@@ -72,6 +79,14 @@ class DataParallel:
                 out[k] = out.get(k, 0.0) + float(v)
         return out
 
+    def max_int(self, value: int) -> int:
+        """The largest ``value`` over ranks."""
+        import torch.distributed as dist
+
+        box = torch.tensor([value], dtype=torch.long)
+        dist.all_reduce(box, op=dist.ReduceOp.MAX)
+        return int(box.item())
+
     def broadcast(self, obj: T | None) -> T:
         """Rank 0's ``obj`` on every rank."""
         import torch.distributed as dist
@@ -82,3 +97,69 @@ class DataParallel:
 
     def barrier(self) -> None:
         self.state.wait_for_everyone()
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The blocks FSDP2 shards one by one: transformers' ``_no_split_modules`` classes (the decoder layers)."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+class ShardedPolicy:
+    """An FSDP2-sharded training copy of the policy (``train.sharding: fsdp2``); ``model`` is what the update runs.
+
+    FSDP2 averages gradients over ranks; the trainer's losses are already divided by the whole mini-batch's token
+    count, so it multiplies each rank's loss by ``world`` (``loss_scale``) to get the single-process gradient.
+    """
+
+    def __init__(self, policy: torch.nn.Module, parallel: DataParallel) -> None:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        from evolvekit.llm.packed import unpack_linears
+
+        self.parallel = parallel
+        self.dtype = next(policy.parameters()).dtype
+        model = copy.deepcopy(policy)
+        unpack_linears(model)  # the training copy runs plain linears (packing is for rank 0's inference copy)
+        model.float()  # fp32 shards are the master weights
+        mp = (
+            MixedPrecisionPolicy(param_dtype=self.dtype, reduce_dtype=torch.float32)
+            if self.dtype != torch.float32
+            else MixedPrecisionPolicy()
+        )
+        layers = decoder_layers(model)
+        if not layers:
+            raise ValueError("train.sharding fsdp2: the policy names no decoder layer classes (_no_split_modules)")
+        for layer in layers:
+            fully_shard(layer, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+        self.model: Any = model
+        self.loss_scale = float(parallel.world)
+
+    def sync_to(self, policy: torch.nn.Module) -> None:
+        """Gather the full weights (a collective: every rank calls it) into rank 0's ``policy``."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.parallel.is_main:
+            with torch.no_grad():
+                own = policy.state_dict()
+                for name, value in full.items():
+                    assert isinstance(value, torch.Tensor)  # a full state dict on CPU holds plain tensors
+                    own[name].copy_(value.to(own[name].dtype))
+
+    def full_optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The whole optimizer state on rank 0 (a collective; other ranks get an empty dict)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        return get_optimizer_state_dict(
+            self.model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        """Restore a whole optimizer state (as ``full_optimizer_state`` gave it) into this rank's shards."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(
+            self.model, optimizer, optim_state_dict=state, options=StateDictOptions(full_state_dict=True)
+        )

@@ -15,14 +15,14 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from evolvekit.config import TrainConfig
 from evolvekit.train.checkpoint import write_checksums
-from evolvekit.train.distributed import DataParallel
+from evolvekit.train.distributed import DataParallel, ShardedPolicy
 from evolvekit.train.losses import policy_loss, ratio_diagnostics
 from evolvekit.train.master import MasterWeights, needs_master
 from evolvekit.train.shared_prefix import SharedPrefixStep, prefix_forward, share_groups, suffix_logprobs
@@ -154,7 +154,10 @@ class GRPOTrainer:
         self.pad_id = llm.tokenizer.pad_token_id
         if cfg.lora:
             self._wrap_lora()
-        self.model = llm.model
+        # train.sharding fsdp2: the ranks train one sharded copy (train/distributed.py)
+        self.sharded = ShardedPolicy(llm.model, parallel) if parallel is not None and cfg.sharding == "fsdp2" else None
+        self.model: Any = self.sharded.model if self.sharded is not None else llm.model
+        self._optimizer_state: dict | None = None  # fsdp2: the whole optimizer state, gathered for checkpoints
         self.reference = reference_model if cfg.kl_beta > 0 else None
         if self.reference is not None:
             self.reference.eval()
@@ -163,7 +166,9 @@ class GRPOTrainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the policy has no trainable parameters")
-        use_master = cfg.master_weights == "on" or (cfg.master_weights == "auto" and needs_master(params))
+        use_master = self.sharded is None and (
+            cfg.master_weights == "on" or (cfg.master_weights == "auto" and needs_master(params))
+        )
         self.master = MasterWeights(params) if use_master and needs_master(params) else None
         self.optim_params = self.master.optim_params if self.master is not None else params
         self.optimizer = torch.optim.AdamW(self.optim_params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
@@ -394,8 +399,15 @@ class GRPOTrainer:
                     return loss
 
                 groups = self._share_groups(samples, mini)
+                if self.sharded is not None:  # FSDP2: plain passes only, the same number on every rank
+                    groups = [(members, 0) for members, _ in groups]
                 if self.parallel is not None:  # this rank's share; gradients are summed below
                     groups = self.parallel.shard(groups)
+                idle = 0
+                if self.sharded is not None and self.parallel is not None:  # agreed before any collective runs
+                    mbs = max(1, self.cfg.micro_batch_size)
+                    passes = sum(-(-len(members) // mbs) for members, _ in groups)
+                    idle = self.parallel.max_int(passes) - passes
                 for members, p in groups:
                     micros = [
                         members[k : k + max(1, self.cfg.micro_batch_size)]
@@ -412,7 +424,8 @@ class GRPOTrainer:
                                 with_entropy,
                                 start=first_loss_position(batch["mask"]),
                             )
-                            micro_loss(micro, batch, logp, ent).backward()
+                            loss = micro_loss(micro, batch, logp, ent)
+                            (loss * self.sharded.loss_scale if self.sharded is not None else loss).backward()
                             stats.tokens += int(batch["attn"].sum())
                         continue
                     start = min(first_loss_position(b["mask"]) for b in batches)
@@ -424,11 +437,15 @@ class GRPOTrainer:
                     )
                     stats.tokens += p + sum(int(b["attn"].sum()) - p * b["ids"].shape[0] for b in batches)
                     stats.shared_prefix_tokens += p * (len(members) - 1)
-                if self.parallel is not None:
+                if self.sharded is not None:
+                    self._idle_passes(idle, samples[mini[0]], with_entropy)
+                elif self.parallel is not None:
                     self.parallel.all_reduce_grads([q for q in self.model.parameters() if q.requires_grad])
                 if self.master is not None:  # low-precision gradients onto the fp32 copies (train/master.py)
                     self.master.to_master_grads()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.optim_params, self.cfg.max_grad_norm)
+                if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor over the shards
+                    grad_norm = grad_norm.full_tensor()
                 if not math.isfinite(float(grad_norm)):
                     log.warning("non-finite gradient norm; skipping this optimizer step")
                     self.optimizer.zero_grad(set_to_none=True)
@@ -439,6 +456,9 @@ class GRPOTrainer:
                 stats.optimizer_steps += 1
                 stats.grad_norm = max(stats.grad_norm, float(grad_norm))
         self.model.eval()
+        if self.sharded is not None:  # rank 0's rollouts generate with the new weights; checkpoints get the state
+            self.sharded.sync_to(self.llm.model)
+            self._optimizer_state = self.sharded.full_optimizer_state(self.optimizer)
         if self.parallel is not None:  # every rank's share of the statistics
             summed = self.parallel.sum_values(
                 {
@@ -471,6 +491,14 @@ class GRPOTrainer:
         stats.tokens_per_s = stats.tokens / stats.seconds if stats.seconds else 0.0
         return stats
 
+    def _idle_passes(self, n: int, sample: TrainingSample, with_entropy: bool) -> None:
+        """FSDP2: ``n`` zero-weighted forward/backward passes, so this rank joins the collectives of ranks with more
+        micro-batches (its gradients are unchanged)."""
+        batch = self._collate([sample])
+        for _ in range(n):
+            logp, _ = sequence_logprobs(self.model, batch["ids"], batch["attn"], self.amp, with_entropy)
+            (logp.sum() * 0.0).backward()
+
     # -- checkpoints -----------------------------------------------------------------------------------------------
     def save(self, path: Path, with_optimizer: bool = True) -> Path:
         """Write a checkpoint folder that ``LocalLLM`` / ``evolvekit eval --policy`` load (atomic rename)."""
@@ -481,10 +509,11 @@ class GRPOTrainer:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        self.model.save_pretrained(tmp)
+        self.llm.model.save_pretrained(tmp)  # the policy itself (under fsdp2, the full copy synced after each update)
         self.llm.tokenizer.save_pretrained(tmp)
         if with_optimizer:
-            torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+            optimizer_state = self._optimizer_state if self.sharded is not None else self.optimizer.state_dict()
+            torch.save(optimizer_state, tmp / "optimizer.pt")
             if self.master is not None:  # the exact fp32 weights, which the saved bf16 ones only round
                 torch.save(self.master.state_dict(), tmp / "master.pt")
         (tmp / "trainer_state.json").write_text(json.dumps({"lora": self.cfg.lora, "saved": time.time()}))
@@ -497,7 +526,12 @@ class GRPOTrainer:
         opt = Path(path) / "optimizer.pt"
         if not opt.is_file():
             return False
-        self.optimizer.load_state_dict(torch.load(opt, map_location=self.device, weights_only=True))
+        state = torch.load(opt, map_location=self.device, weights_only=True)
+        if self.sharded is not None:
+            self.sharded.load_optimizer_state(self.optimizer, state)
+            self._optimizer_state = state
+        else:
+            self.optimizer.load_state_dict(state)
         master = Path(path) / "master.pt"
         if self.master is not None and master.is_file():
             self.master.load_state_dict(torch.load(master, map_location=self.device, weights_only=True))
