@@ -87,7 +87,8 @@ def test_engines_on_cuda_agree_with_a_plain_forward(tiny, engine):
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
-def test_two_nccl_ranks_update_as_one(tiny, tmp_path):
+@pytest.mark.parametrize("sharding, shared_prefix", [("replicate", "on"), ("fsdp2", "off")])
+def test_two_nccl_ranks_update_as_one(tiny, tmp_path, sharding, shared_prefix):
     worker = Path(__file__).resolve().parents[1] / "cpu" / "ddp_update_worker.py"
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -95,9 +96,9 @@ def test_two_nccl_ranks_update_as_one(tiny, tmp_path):
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
     for args in (
-        [sys.executable, str(worker), str(tiny), str(tmp_path / "one"), "on"],
+        [sys.executable, str(worker), str(tiny), str(tmp_path / "one"), shared_prefix],
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-         str(worker), str(tiny), str(tmp_path / "two"), "on"],
+         str(worker), str(tiny), str(tmp_path / "two"), shared_prefix, sharding],
     ):  # fmt: skip
         env = {**os.environ, "DDP_WORKER_DEVICE": "cuda"}
         done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
@@ -107,3 +108,7 @@ def test_two_nccl_ranks_update_as_one(tiny, tmp_path):
         rank = torch.load(tmp_path / "two" / f"rank{r}.pt")
         for name, g in single["grads"].items():
             torch.testing.assert_close(rank["grads"][name], g, rtol=1e-4, atol=1e-5 * float(g.abs().max()))
+        for name, w in single["weights"].items():
+            torch.testing.assert_close(rank["weights"][name], w, rtol=0, atol=5e-5)
+            if r == 0:  # rank 0's policy, which its rollouts use, has the new weights (FSDP2: gathered into it)
+                torch.testing.assert_close(rank["policy"][name], w, rtol=0, atol=5e-5)
