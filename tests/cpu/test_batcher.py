@@ -38,9 +38,9 @@ def test_rows_joining_mid_decode_match_solo_generation(llm):
     params = SamplingParams(temperature=0.0, max_new_tokens=6)
     solo = []
     for p in prompts:
-        llm.invalidate_cache()
+        llm.reset_prefix_cache()
         solo.append(llm.generate_ids([p], params)[0][0])
-    llm.invalidate_cache()
+    llm.reset_prefix_cache()
     batch = llm.decode_batch(params)
     batch.add([(0, prompts[0]), (1, prompts[1])])  # shared prefix prefilled once and kept
     done = {}
@@ -94,11 +94,11 @@ def test_generate_ids_stops_at_balanced_json(llm, monkeypatch):
 def test_a_returning_row_reuses_its_own_kv(llm):
     """The next turn of an episode prefills only its new tokens, and samples what a full prefill would."""
     params = SamplingParams(temperature=0.0, max_new_tokens=5)
-    llm.invalidate_cache()
+    llm.reset_prefix_cache()
     first = llm.generate_ids([[20, 21, 22, 23]], params)[0][0]
     turn2 = [20, 21, 22, 23, *first.token_ids, 30, 31, 32]
     want = llm.generate_ids([turn2], params)[0][0]
-    llm.invalidate_cache()
+    llm.reset_prefix_cache()
     batch = llm.decode_batch(params, keep_rows=True)
     batch.add([("ep", [20, 21, 22, 23])])
     batch.add([("other", [40, 41])])

@@ -41,6 +41,30 @@ def test_engine_logprobs_agree_with_a_plain_forward(local, engine):
     assert [[c.token_ids for c in o] for o in again] == [[c.token_ids for c in o] for o in outs]
 
 
+@pytest.mark.parametrize("engine", ["native", "continuous_batching"])
+def test_update_weights_reaches_generation_through_the_seam(tmp_path, engine):
+    """``RolloutEngine.update_weights``: after new weights arrive, the engine samples from the new model (its
+    log-probabilities agree with a plain forward of the new weights, not the old), and the prefix cache is reset."""
+    from evolvekit.llm.base import RolloutEngine
+
+    local = LocalLLM(str(make_tiny_model(tmp_path / "model")), device="cpu")
+    llm = local if engine == "native" else ContinuousBatchingLLM(local)
+    assert isinstance(llm, RolloutEngine)
+    old = {k: v.clone() for k, v in local.model.state_dict().items()}
+    new = {k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v for k, v in old.items()}
+    local.prefix_kv((1, 5, 9))
+    llm.update_weights(new)
+    assert local._kv_entry is None  # the cached prefix belonged to the old weights
+    prompt = [1, 5, 9, 13, 17]
+    [[c]] = llm.generate_ids([prompt], SamplingParams(n=1, temperature=1.0, max_new_tokens=5, seed=3))
+    reference = make_tiny_model(tmp_path / "other")
+    plain = LocalLLM(str(reference), device="cpu", packed_weights=False).model
+    plain.load_state_dict(new)
+    assert c.logprobs == pytest.approx(_plain_logprobs(plain, prompt, c.token_ids), abs=2e-4)
+    plain.load_state_dict(old)
+    assert c.logprobs != pytest.approx(_plain_logprobs(plain, prompt, c.token_ids), abs=2e-4)
+
+
 def test_continuous_batching_cuts_at_stop_strings_and_eos(local):
     decode = local.decode
     ids = local.encode("hello</tool_call> more")

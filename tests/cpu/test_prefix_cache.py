@@ -40,7 +40,7 @@ def test_prefix_kv_is_reused_across_calls_and_invalidated_by_updates(tmp_path):
     with torch.no_grad():  # a weight update makes the cached KV stale
         for p in llm.model.parameters():
             p.add_(0.05)
-    llm.invalidate_cache()
+    llm.reset_prefix_cache()
     llm.prefix_cache_min_tokens = 10_000
     fresh = llm.generate_ids([shared + [1], shared + [2, 3]], params)
     llm.prefix_cache_min_tokens = 32

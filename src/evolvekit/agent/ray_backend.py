@@ -115,8 +115,8 @@ class _WorkerImpl:
         if model is None:
             return False
         self.llm.model = load_policy_weights(model, kind, state, self.cfg.train.lora_rank)  # type: ignore[attr-defined]
-        if hasattr(self.llm, "invalidate_cache"):
-            self.llm.invalidate_cache()
+        if hasattr(self.llm, "reset_prefix_cache"):
+            self.llm.reset_prefix_cache()
         return True
 
     def run(self, jobs, params: SamplingParams) -> list[Trajectory]:

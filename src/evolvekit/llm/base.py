@@ -96,6 +96,18 @@ class TokenLLM(LLM, Protocol):
 
 
 @runtime_checkable
+class RolloutEngine(TokenLLM, Protocol):
+    """The policy's inference engine, the seam rollouts and evaluation generate through: token ids in, token ids
+    with per-token log-probabilities out (``generate_ids``), new weights after each update (``update_weights``;
+    in-process engines share the trained model and need none), and ``reset_prefix_cache`` once weights changed.
+    Backends: ``llm/local.py`` (native), ``llm/continuous.py`` (transformers' continuous batching)."""
+
+    def update_weights(self, state_dict: dict[str, Any]) -> None: ...
+
+    def reset_prefix_cache(self) -> None: ...
+
+
+@runtime_checkable
 class InProcessLLM(TokenLLM, Protocol):
     """An in-process model (``llm/local.py``): its weights and tokenizer are at hand, so helpers can force an
     answer's structure and read log-probabilities (``llm/choice.py``), and the trainer can update it."""
@@ -109,4 +121,4 @@ class InProcessLLM(TokenLLM, Protocol):
 
     def decode_batch(self, params: SamplingParams, keep_rows: bool = False) -> Any: ...
 
-    def invalidate_cache(self) -> None: ...
+    def reset_prefix_cache(self) -> None: ...

@@ -1,7 +1,7 @@
 """The policy through transformers' own continuous batching (``model.generate_batch``, paged attention).
 
 A second backend of the token-level seam rollouts use (``TokenLLM``: ``apply_chat_template``, ``generate_ids``
-returning token ids with their per-token log-probabilities, ``decode``; ``invalidate_cache`` after each update),
+returning token ids with their per-token log-probabilities, ``decode``; ``reset_prefix_cache`` after each update),
 next to the native CPU engine (``LocalLLM``'s own ``DecodeBatch``). It is meant for GPUs, where transformers'
 scheduler and paged KV cache pay off; on CPU it runs (tested for parity) but is slower than the native engine.
 The wrapped model object is the trainer's, so an update is visible to the next call without copying weights
@@ -107,8 +107,8 @@ class ContinuousBatchingLLM:
 
     def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Load new policy weights (for a trainer in another process; in-process training shares the model)."""
-        self.model.load_state_dict(state_dict, strict=False)
+        self.local.update_weights(state_dict)
 
-    def invalidate_cache(self) -> None:
+    def reset_prefix_cache(self) -> None:
         """Nothing is kept between calls (each ``generate_batch`` builds its own paged cache)."""
         return None

@@ -173,7 +173,7 @@ class LocalLLM:
         """KV cache of a shared prefix, reused across calls (turns) while the weights are unchanged.
 
         Rollouts share the system prompt, tools and worked examples; the cache of that prefix is computed once and
-        kept (one entry) as plain per-layer (keys, values) tensors that callers only read. ``invalidate_cache()`` —
+        kept (one entry) as plain per-layer (keys, values) tensors that callers only read. ``reset_prefix_cache()`` —
         called by the trainer after every update — drops it.
         """
         from evolvekit.llm.ragged import KVSlots, ragged_forward
@@ -187,9 +187,18 @@ class LocalLLM:
             self.prefix_cache_hits += 1
         return self._kv_entry[1]
 
-    def invalidate_cache(self) -> None:
+    def reset_prefix_cache(self) -> None:
+        """Drop the cached prefix KV (it belongs to the weights it was computed with)."""
         self._kv_entry = None
         self._last_row = None
+
+    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Copy new weights into the model in place (cast to its dtype; packed copies follow, llm/packed.py)."""
+        with torch.no_grad():
+            own = self.model.state_dict()
+            for name, value in state_dict.items():
+                own[name].copy_(value.to(device=own[name].device, dtype=own[name].dtype))
+        self.reset_prefix_cache()
 
     def stop_hit(self, tokens: list[int], stops: tuple[str, ...]) -> int | None:
         tail = self.tokenizer.decode(tokens[-16:], skip_special_tokens=True)

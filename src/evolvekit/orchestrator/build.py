@@ -24,7 +24,7 @@ from evolvekit.config import (
     training_problem,
 )
 from evolvekit.errors import ConfigError
-from evolvekit.llm.base import InProcessLLM, TokenLLM
+from evolvekit.llm.base import InProcessLLM, RolloutEngine
 from evolvekit.orchestrator.loop import MasterLoop, Stages
 from evolvekit.orchestrator.stages import FixedTaskSupply, GRPOSamples, NoExperience, TrainerUpdate, VanillaRollouts
 from evolvekit.store.sqlite import RunStore
@@ -175,7 +175,7 @@ def build_loop(
     pol = cfg.models.policy
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     policy, trainer = build_trainer(cfg, store, console, parallel)
-    engine: TokenLLM = (
+    engine: RolloutEngine = (
         policy  # what rollouts and evaluation generate with: the trained model, through the configured engine
     )
     if pol.engine == "continuous_batching":

@@ -136,17 +136,14 @@ class ShardedPolicy:
         self.model: Any = model
         self.loss_scale = float(parallel.world)
 
-    def sync_to(self, policy: torch.nn.Module) -> None:
-        """Gather the full weights (a collective: every rank calls it) into rank 0's ``policy``."""
+    def sync_to(self, engine: Any) -> None:
+        """Gather the full weights (a collective: every rank calls it) into rank 0's rollout engine
+        (``RolloutEngine.update_weights``, llm/base.py)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.parallel.is_main:
-            with torch.no_grad():
-                own = policy.state_dict()
-                for name, value in full.items():
-                    assert isinstance(value, torch.Tensor)  # a full state dict on CPU holds plain tensors
-                    own[name].copy_(value.to(own[name].dtype))
+            engine.update_weights(full)
 
     def full_optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The whole optimizer state on rank 0 (a collective; other ranks get an empty dict)."""

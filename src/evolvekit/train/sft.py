@@ -183,6 +183,6 @@ def sft_warmup(trainer, samples: Sequence[TrainingSample], cfg: ColdStartConfig,
         stats.epochs += 1
         log.info("cold start epoch %d/%d: loss %.4f", epoch + 1, cfg.epochs, stats.losses[-1])
     model.eval()
-    trainer.llm.invalidate_cache()
+    trainer.llm.reset_prefix_cache()
     stats.seconds = round(time.perf_counter() - t0, 1)
     return stats

@@ -457,7 +457,7 @@ class GRPOTrainer:
                 stats.grad_norm = max(stats.grad_norm, float(grad_norm))
         self.model.eval()
         if self.sharded is not None:  # rank 0's rollouts generate with the new weights; checkpoints get the state
-            self.sharded.sync_to(self.llm.model)
+            self.sharded.sync_to(self.llm)
             self._optimizer_state = self.sharded.full_optimizer_state(self.optimizer)
         if self.parallel is not None:  # every rank's share of the statistics
             summed = self.parallel.sum_values(
@@ -473,8 +473,8 @@ class GRPOTrainer:
             diag = {k[5:]: v for k, v in summed.items() if k.startswith("diag/")}
             weight_total = summed["weight_total"]
             stats.tokens, stats.shared_prefix_tokens = int(summed["tokens"]), int(summed["shared_prefix_tokens"])
-        if hasattr(self.llm, "invalidate_cache"):
-            self.llm.invalidate_cache()  # the sampler's cached prefix KV belongs to the old weights
+        if hasattr(self.llm, "reset_prefix_cache"):
+            self.llm.reset_prefix_cache()  # the sampler's cached prefix KV belongs to the old weights
         if weight_total:
             for k, v in agg.items():
                 if hasattr(stats, k):
