@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evolvekit.types import ChatMessage, StepGrounding, Task, ToolCall, Trajectory
 
+# the observation of an action whose tool call could not be parsed
+NO_CALL_ERROR = "Error: could not parse a tool call from your message: {err}"
+
 
 class _Shape(BaseModel):
     model_config = ConfigDict(extra="forbid")

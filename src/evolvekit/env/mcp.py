@@ -36,6 +36,7 @@ from typing import Any
 
 from evolvekit.config import EnvConfig, MCPConfig, MCPExample
 from evolvekit.env.base import (
+    NO_CALL_ERROR,
     Action,
     CallResult,
     EntityProfile,
@@ -53,7 +54,6 @@ from evolvekit.types import ChatMessage, Task, ToolCall, Trajectory, new_id
 
 log = logging.getLogger(__name__)
 
-NO_CALL_ERROR = "Error: could not parse a tool call from your message: {err}"
 # fixed identities and dates for git in the server: the same operations give the same commit ids in every sandbox
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "evolvekit",

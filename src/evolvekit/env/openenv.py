@@ -30,6 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from evolvekit.config import EnvConfig, OpenEnvConfig, OpenEnvExample
 from evolvekit.env.base import (
+    NO_CALL_ERROR,
     Action,
     CallResult,
     EntityProfile,
@@ -47,7 +48,6 @@ from evolvekit.types import ChatMessage, Task, ToolCall, Trajectory, new_id
 
 log = logging.getLogger(__name__)
 
-NO_CALL_ERROR = "Error: could not parse a tool call from your message: {err}"
 STATE_IGNORED = ("episode_id", "step_count")  # per-session bookkeeping, not the environment's state
 
 

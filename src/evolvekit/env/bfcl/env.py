@@ -16,7 +16,17 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evolvekit.config import EnvConfig
-from evolvekit.env.base import Action, CallResult, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult, ToolSchema
+from evolvekit.env.base import (
+    NO_CALL_ERROR,
+    Action,
+    CallResult,
+    EnvInfo,
+    EnvProfile,
+    EvalResult,
+    ResetResult,
+    StepResult,
+    ToolSchema,
+)
 from evolvekit.env.bfcl import data
 from evolvekit.env.bfcl.checker import check, checker_entry_id
 from evolvekit.env.bfcl.tools import bound_call, call_string, doc_to_schema, stringify_result, validate_call
@@ -27,7 +37,6 @@ from evolvekit.types import StepGrounding, Task, ToolCall, Trajectory
 
 log = logging.getLogger(__name__)
 
-NO_CALL_ERROR = "Error: could not parse a tool call from your message: {err}"
 MAX_CONFIG_DEPTH = 24  # nesting of an initial_config (BFCL's own deepest file trees are far shallower)
 
 
