@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -101,3 +102,18 @@ def test_co_evolution_switch_alias(tmp_path):
     cfg = load_config(path)
     assert cfg.evolving_rl.enabled is True and cfg.evolving_rl.mode == "solver_only"
     assert load_config(None, ["evolving_rl.co_evolution=off"]).evolving_rl.enabled is False
+
+
+@pytest.mark.parametrize("spec", sorted(p.name for p in Path("configs").glob("*.yaml") if "rows:" in p.read_text()))
+def test_committed_ablation_specs_validate_every_row(spec):
+    """Every committed ablation/evidence file names a base config and rows whose overrides `run` accepts, and each
+    evidence file's budget keeps its family fixed across rows (one family per table)."""
+    from evolvekit.report.ablate import load_spec
+
+    path = Path("configs") / spec
+    parsed = load_spec(path)
+    families = set()
+    for row in parsed.rows:
+        cfg = load_config(path.parent / parsed.base, [*parsed.budget, *row.overrides, "run.seed=0"])
+        families.add(cfg.env.family)
+    assert len(families) == 1
