@@ -61,6 +61,14 @@ def test_rows_get_intervals_paired_differences_and_efficiency_against_the_baseli
     assert "split" not in o.after
 
 
+def test_steps_at_09_is_undefined_when_the_baseline_never_learned():
+    grpo = RunGroup("grpo", [_run("grpo", s, 0.0, 0.0, 0.0) for s in range(3)])
+    full = RunGroup("overall", [_run("overall", s, 0.0, 0.0, a) for s, a in ((0, 0.0), (1, 0.0), (2, 0.02))])
+    rows = row_results([grpo, full], "grpo")
+    assert rows["grpo"].steps_at_09 is None and rows["overall"].steps_at_09 is None
+    assert rows["overall"].auc == pytest.approx((0.02 / 3) / 2 / 4)  # mean curve (0, 0) (3, 0) (4, 0.02 / 3)
+
+
 def test_run_health_reads_the_helpers_from_the_metrics():
     run = _run(
         "overall",

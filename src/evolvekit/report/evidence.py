@@ -204,7 +204,8 @@ def row_results(groups: list[RunGroup], baseline: str) -> dict[str, RowResult]:
     base_runs = {_seed_of(r): r for r in finished.get(baseline, [])}
     base = next((g for g in groups if g.name == baseline), None)
     bx, by = base.mean_curve() if base else ([], [])
-    target = 0.9 * max(by) if by else None
+    # Steps@0.9 is undefined when the baseline never left 0 (every row would "reach" 0.9 · 0 before training)
+    target = 0.9 * max(by) if by and max(by) > 0 else None
     out: dict[str, RowResult] = {}
     for g in groups:
         runs = sorted(finished[g.name], key=_seed_of)
