@@ -144,6 +144,29 @@ def test_stateless_backend_non_reference_call_is_bad_and_numbers_normalise():
     assert grounded_labels(steps, ref, True) == [B, B, G, G]
 
 
+def test_another_solution_the_check_accepted_is_good_only_when_the_episode_passed():
+    """Rule 6: add(a=4, b=3) for the reference add(a=3, b=4) is what passed the check (stateless MathAPI)."""
+    ref = [[ToolCall(name="add", arguments={"a": 3, "b": 4})], [ToolCall(name="multiply", arguments={"a": 7, "b": 2})]]
+    task = Task(
+        task_id="m-2",
+        env_name="bfcl",
+        query=("Add 3 and 4.", "Now multiply the result by 2."),
+        reference_solution=ref,
+        metadata={"involved_classes": ["MathAPI"], "category": "multi_turn_base"},
+    )
+    acts = [call("add", a=4, b=3), Action(text="7"), call("multiply", a=7, b=2), Action(text="14")]
+    steps, _ = _episode(task, acts)
+    # passed: the first turn's call and its answer (ended "short" of the literal reference) are GOOD
+    assert grounded_labels(steps, ref, True) == [G, G, G, G]
+    # failed: nothing says the other call was right, so rules 2 and 5 stand
+    assert grounded_labels(steps, ref, False) == [B, B, G, B]
+    # a wasted call stays BAD when the reference call was executed as well, errors and repeats stay BAD
+    acts = [call("multiply", a=1, b=1), call("multiply", a=1, b=1), call("add", a=3, b=4), Action(text="7")]
+    acts += [call("multiply", a=7, b=2), Action(text="14")]
+    steps, _ = _episode(task, acts)
+    assert grounded_labels(steps, ref, True) == [B, B, G, G, G, G]
+
+
 def test_generic_fallback_without_a_reference_errors_bad_rest_neutral():
     steps = [
         Step(index=0, action_text="", tool_calls=[ToolCall(name="x")], calls=[{"ok": False}]),

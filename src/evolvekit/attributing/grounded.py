@@ -19,6 +19,12 @@ step t of turn k (a step without tool calls ends its turn):
    to the reference's end state of turn k (fewer differing state leaves) is GOOD; one that does not is BAD — it
    "does nothing toward the reference's end state". On stateless backends (BFCL's MathAPI: no state, distance
    None) a call that is not a reference call is BAD for the same reason.
+6. **Other solutions the check accepted.** In an episode that passed the environment's check, a turn that ended
+   with reference calls not executed was solved another way (``add(a=2, b=1)`` for the reference ``add(a=1,
+   b=2)``; the check compares results and state, not call text): its steps labelled BAD by rule 2 (turn ended
+   short) or by rule 5 on a stateless backend are GOOD. Errors (rule 1) and repeats (rule 4) stay BAD. Without
+   this rule the process channel punished the very calls that passed the check (the evidence audit in
+   benchmarks/results/evidence_arith_turns.md).
 
 Environments without a reference solution (or without ``Step.grounding`` for rule 5) get the generic fallback:
 rule 1 still makes errors BAD; every other step is NEUTRAL (attribution reward 0: no evidence either way).
@@ -51,12 +57,19 @@ def grounded_labels(
     turn = 0
     remaining = [[call_key(c) for c in t] for t in reference] if reference is not None else None
     seen: set[Hashable] = set()
-    for step in steps:
-        label = _label(step, turn, reference, remaining, seen, passed)
+    other_way: list[tuple[int, int]] = []  # (step, turn) labelled BAD by rule 2 or stateless rule 5
+    for i, step in enumerate(steps):
+        label, by_reference_only = _label(step, turn, reference, remaining, seen, passed)
         labels.append(label)
+        if by_reference_only:
+            other_way.append((i, turn))
         seen.update(call_key(c) for c in step.tool_calls)
         if not step.tool_calls and step.parse_error is None:
             turn += 1
+    if passed and remaining is not None:  # rule 6
+        for i, k in other_way:
+            if k < len(remaining) and remaining[k]:
+                labels[i] = StepLabel.GOOD
     return labels
 
 
@@ -67,20 +80,22 @@ def _label(
     remaining: list[list[Hashable]] | None,
     seen: set[Hashable],
     passed: bool,
-) -> StepLabel:
+) -> tuple[StepLabel, bool]:
+    """The step's label by rules 1-5, and whether it is BAD only for not matching the reference (rule 2's turn
+    ended short, or rule 5 on a stateless backend), which rule 6 revisits once the episode is known to have passed."""
     if step.parse_error is not None and not step.tool_calls:
-        return StepLabel.BAD  # rule 1: nothing executable
+        return StepLabel.BAD, False  # rule 1: nothing executable
     if not all(_calls_ok(step)):
-        return StepLabel.BAD  # rule 1: an errored or refused call
+        return StepLabel.BAD, False  # rule 1: an errored or refused call
     if reference is None or remaining is None:
-        return StepLabel.NEUTRAL  # generic fallback
+        return StepLabel.NEUTRAL, False  # generic fallback
     todo = remaining[turn] if turn < len(remaining) else []
     g = step.grounding
     if not step.tool_calls:  # rule 2: the answer step
         if turn >= len(reference) - 1:
-            return StepLabel.GOOD if passed else StepLabel.BAD
+            return (StepLabel.GOOD if passed else StepLabel.BAD), False
         at_end = g is not None and g.distance_before == 0
-        return StepLabel.GOOD if not todo or at_end else StepLabel.BAD
+        return (StepLabel.GOOD, False) if not todo or at_end else (StepLabel.BAD, True)
     matched = False
     for call in step.tool_calls:  # rule 3: reference calls, each matched once
         key = call_key(call)
@@ -88,15 +103,15 @@ def _label(
             todo.remove(key)
             matched = True
     if matched:
-        return StepLabel.GOOD
+        return StepLabel.GOOD, False
     changed = g is not None and g.state_changed
     if not changed and all(call_key(c) in seen for c in step.tool_calls):
-        return StepLabel.BAD  # rule 4: a repeat without effect
+        return StepLabel.BAD, False  # rule 4: a repeat without effect
     if g is None:
-        return StepLabel.NEUTRAL  # no state facts from this environment
+        return StepLabel.NEUTRAL, False  # no state facts from this environment
     if g.distance_before is None or g.distance_after is None:
-        return StepLabel.BAD  # rule 5, stateless: not a reference call, so nothing toward the reference
-    return StepLabel.GOOD if g.distance_after < g.distance_before else StepLabel.BAD  # rule 5
+        return StepLabel.BAD, True  # rule 5, stateless: not a reference call, so nothing toward the reference
+    return (StepLabel.GOOD if g.distance_after < g.distance_before else StepLabel.BAD), False  # rule 5
 
 
 def agreement(labels: Sequence[StepLabel], grounded: Sequence[StepLabel]) -> tuple[int, int]:
