@@ -320,6 +320,14 @@ class QuestioningConfig(_Section):
         ge=0,
         le=1,
     )
+    grounding_exact: bool = F(
+        False,
+        "drop a synthesized task unless its request states exactly its reference's numbers: each as often as the calls use it, and no other number (evolvekit's own filter, not in the paper; suits numeric families such as arith_turns)",
+    )
+    tool_agreement: bool = F(
+        False,
+        "drop a synthesized task unless each turn's reference tools are the tools whose name and description are closest to its request in the embedding space (evolvekit's own filter, not in the paper; uses embedding.model)",
+    )
     hybrid_lambda: float = F(
         1.0,
         "λ share of proxy tasks in the hybrid distribution (Eq. 12; paper default trains on synthetic only)",

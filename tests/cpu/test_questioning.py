@@ -228,6 +228,91 @@ def test_pipeline_grounding_filter_drops_requests_that_miss_their_values():
     assert tasks[0].metadata["curation"]["grounding"] == 1.0
 
 
+def test_numbers_exact_counts_each_value_and_refuses_extra_numbers():
+    from evolvekit.questioning.curate import numbers_exact
+
+    add = lambda a, b: ToolCall(name="add", arguments={"a": a, "b": b})  # noqa: E731
+    assert numbers_exact(_task("Add 3 and 3.", [add(3, 3)]))
+    assert numbers_exact(_task("What is -2.5 plus 4?", [add(4, -2.5)]))  # order does not matter
+    assert not numbers_exact(_task("Multiply that by -1.", [add(-1, -1)]))  # -1 stated once, used twice
+    assert not numbers_exact(_task("Compute the sum of -1 and 2.", [add(-1, -1)]))  # 2 is not the reference's
+    assert not numbers_exact(_task("Add 2 and 5, then 4.", [add(2, 5)]))  # a number no call uses
+    assert numbers_exact(_task("List the files.", [ToolCall(name="ls")]))  # nothing to state
+    two = Task(env_name="bfcl", query=["Add 1 and 2.", "Now times 4."], reference_solution=[[add(1, 2)], [add(3, 4)]])
+    assert not numbers_exact(two)  # 3 is the first result: a later turn's value must be stated too
+
+
+def test_tool_agreement_with_the_embedded_model_on_the_real_math_tools():
+    from evolvekit.llm.factory import build_embedder
+    from evolvekit.questioning.curate import ToolAgreement
+
+    cfg = load_config(None, ["env.family=arith_turns"])
+    env = make_env(cfg.env)
+    tools = env.reset(None, {"classes": ["MathAPI"], "tools": ["add", "subtract", "multiply", "divide"]}).tools
+    env.close()
+    agreement = ToolAgreement(build_embedder(cfg.embedding).embed, tools)
+    call = lambda name: ToolCall(name=name, arguments={"a": 3, "b": 5})  # noqa: E731
+    assert agreement.agrees(_task("Compute the sum of 3 and 5.", [call("add")]))
+    assert agreement.agrees(_task("Multiply 3 by 5.", [call("multiply")]))
+    assert agreement.agrees(_task("Subtract 5 from 3.", [call("subtract")]))
+    assert not agreement.agrees(_task("Compute the sum of 3 and 5.", [call("multiply")]))
+    assert not agreement.agrees(_task("Multiply 3 by 5.", [call("add")]))
+    assert not agreement.agrees(_task("Add 3 and 5.", [ToolCall(name="power", arguments={})]))  # not a tool here
+    assert agreement.agrees(_task("List nothing.", []))  # no call: nothing to agree with
+
+
+def test_pipeline_exact_numbers_and_tool_agreement_drop_inconsistent_requests():
+    from evolvekit.llm.factory import build_embedder
+
+    def synth(conv):
+        return (
+            "Task: What is 2 plus 5 plus 5?\nSolution: 0\n"  # add(2, 5): 5 stated twice
+            "Task: Multiply 2 by 5.\nSolution: 0\n"  # add(2, 5): the numbers, but another operation
+            "Task: Multiply 7 by 3.\nSolution: 1\n"
+        )
+
+    overrides = [
+        "env.family=arith",
+        "questioning.explore_runs=1",
+        "questioning.explore_steps=4",
+        "questioning.n_breadth=2",
+        "questioning.n_depth=10",
+    ]
+    embed = build_embedder(load_config(None, []).embedding).embed
+    for on, kept in (
+        (False, ["What is 2 plus 5 plus 5?", "Multiply 2 by 5.", "Multiply 7 by 3."]),
+        (True, ["Multiply 7 by 3."]),
+    ):
+        cfg = load_config(None, overrides + [f"questioning.grounding_exact={on}", f"questioning.tool_agreement={on}"])
+        tasks, funnel, _ = synthesize_tasks(
+            cfg,
+            5,
+            _Scripted(_explorer_answer),
+            SamplingParams(),
+            _Scripted(synth),
+            SamplingParams(),
+            lambda: make_env(cfg.env),  # noqa: B023  (called inside this iteration)
+            embed,
+            max_rounds=1,
+        )
+        assert [t.turns[0] for t in tasks] == kept
+        assert (funnel.ungrounded, funnel.tool_disagreement) == ((1, 1) if on else (0, 0))
+    assert tasks[0].metadata["curation"]["numbers"] == "exact" and tasks[0].metadata["curation"]["tools"] == "agree"
+    cfg = load_config(None, overrides + ["questioning.tool_agreement=true"])
+    with pytest.raises(ValueError, match="tool_agreement needs an embedding model"):
+        synthesize_tasks(
+            cfg,
+            5,
+            _Scripted(_explorer_answer),
+            SamplingParams(),
+            _Scripted(synth),
+            SamplingParams(),
+            lambda: make_env(cfg.env),
+            None,
+            max_rounds=1,
+        )
+
+
 def test_run_synthesis_stores_each_round_and_a_killed_run_resumes_from_it(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
@@ -567,6 +652,27 @@ def test_targeted_synthesis_parsing_windows_and_shots():
     ]
     shots = shots_from_examples(ex)
     assert len(shots) == 1 and shots[0][1] == "What is 1 plus 2?" and '"add"' in shots[0][0] and "3" in shots[0][0]
+
+
+def test_shots_skip_follow_up_turns_of_multi_turn_examples():
+    """arith_turns' worked examples have a second turn ("Multiply that by 3.") that does not state the first
+    result; as a synthesis shot it taught the synthesizer to write requests that leave values out."""
+    from evolvekit.questioning.curate import grounding
+    from evolvekit.questioning.pipeline import sandbox_for
+    from evolvekit.questioning.synthesize import shots_from_examples
+
+    cfg = load_config(None, ["env.family=arith_turns"])
+    env = make_env(cfg.env)
+    examples = env.reset(None, sandbox_for(cfg)).examples
+    env.close()
+    user_turns = [m.content for m in examples if m.role == "user" and not m.content.startswith("Tool results")]
+    assert any("that" in u.lower() or "the result" in u.lower() for u in user_turns)  # follow-ups are there
+    shots = shots_from_examples(examples)
+    assert [r for _, r in shots] == ["Add 5 and 7.", "What is 20 plus 4?", "Compute the sum of 9 and 6."]
+    assert all(
+        grounding(Task(env_name="bfcl", query=r, reference_solution=[[ToolCall(name="add", arguments=a)]])) == 1.0
+        for r, a in zip([r for _, r in shots], [{"a": 5, "b": 7}, {"a": 20, "b": 4}, {"a": 9, "b": 6}])
+    )
 
 
 def test_targeted_synthesizer_uses_the_chosen_window_as_reference():

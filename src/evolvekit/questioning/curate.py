@@ -8,6 +8,12 @@ call executes without an error and the environment's own check passes.
 The grounding filter (evolvekit's own, off by default: not in the paper) measures how much of the reference
 solution the request states: the share of its literal argument values (numbers, strings) that appear in the
 request. "What is 57 plus 7?" with the reference add(50, 7) is grounded 0.5 — an agent reading it cannot find 50.
+Two stricter checks (also evolvekit's own, off by default) catch the requests a 135M synthesizer writes most often
+(benchmarks/results/synthetic_task_audit.md): exact numbers — the request states exactly the reference's numbers,
+each as often as the calls use it and no other ("Multiply that by -1." for add(-1, -1) states -1 once and asks
+for another operation); tool agreement — each turn's reference tools are the tools whose name and description
+are closest to the turn's request in the embedding space ("Compute the sum of 3 and 5." for multiply(3, 5) is
+dropped).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from evolvekit.env.base import Action, Environment
+from evolvekit.env.base import Action, Environment, ToolSchema
 from evolvekit.types import Task
 
 _WORD = re.compile(r"[a-z0-9_.]+")
@@ -134,3 +140,52 @@ def grounding(task: Task) -> float:
         (float(v) in numbers) if isinstance(v, (int, float)) else (" ".join(v.lower().split()) in text) for v in values
     )
     return stated / len(values)
+
+
+def _reference_numbers(task: Task) -> list[float]:
+    return [
+        float(v)
+        for turn in task.reference_solution or []
+        for call in turn
+        for v in argument_values(call.arguments)
+        if isinstance(v, (int, float))
+    ]
+
+
+def numbers_exact(task: Task) -> bool:
+    """The request states exactly its reference's numbers: the numbers in its turns, as a multiset, equal the
+    numeric argument values of its reference calls (each value as often as the calls use it, and no other number).
+    "Add 3 and 3." for add(3, 3) passes; "Multiply that by -1." for add(-1, -1) and "Add 2 and 5, then 4." for
+    add(2, 5) do not."""
+    stated = sorted(float(x) for x in _NUMBER.findall(" ".join(task.turns)))
+    return stated == sorted(_reference_numbers(task))
+
+
+class ToolAgreement:
+    """Whether a synthesized request asks for the tools its reference uses (evolvekit's own curation check).
+
+    Each tool is embedded as "name: description"; a turn's request agrees with its reference when the reference's
+    distinct tools are exactly its k most similar tools (cosine, k = the number of distinct tools the turn calls).
+    A task whose request is one text for several reference turns is compared with all of their tools at once.
+    """
+
+    def __init__(self, embed: Callable[[Sequence[str]], np.ndarray], tools: Sequence[ToolSchema]) -> None:
+        self.embed = embed
+        self.names = [t.name for t in tools]
+        self.vectors = embed([f"{t.name}: {t.description}" for t in tools]) if tools else np.zeros((0, 1))
+
+    def agrees(self, task: Task) -> bool:
+        turns = task.turns
+        refs = task.reference_solution or []
+        pairs = list(zip(turns, refs)) if len(turns) == len(refs) else [(" ".join(turns), [c for t in refs for c in t])]
+        for text, calls in pairs:
+            need = {c.name for c in calls}
+            if not need:
+                continue
+            if not need <= set(self.names):
+                return False
+            sims = self.vectors @ self.embed([text])[0]
+            closest = {self.names[int(i)] for i in np.argsort(-sims, kind="stable")[: len(need)]}
+            if closest != need:
+                return False
+        return True

@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 from evolvekit.config import Config
 from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, SamplingParams
-from evolvekit.questioning.curate import Deduplicator, grounding, replay_feasible
+from evolvekit.questioning.curate import Deduplicator, ToolAgreement, grounding, numbers_exact, replay_feasible
 from evolvekit.questioning.explore import ExplorationTrace, Explorer
 from evolvekit.questioning.synthesize import TaskSynthesizer, shots_from_examples
 from evolvekit.types import Task
@@ -24,6 +24,7 @@ class Funnel:
     synthesized: int = 0
     deduplicated: int = 0  # removed as lexical or semantic duplicates
     ungrounded: int = 0  # removed because the request does not state enough of the reference's arguments
+    tool_disagreement: int = 0  # removed because the request asks for other tools than its reference calls
     infeasible: int = 0  # removed by the replay of their reference solution
     kept: int = 0
     synthesis_unparseable: int = 0
@@ -127,6 +128,7 @@ def synthesize_tasks(
     explorer, synth = explorer_and_synthesizer(cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env)
     dedup = Deduplicator(embed, q.lexical_dedup_threshold, q.semantic_dedup_threshold)
     dedup.seed(list(existing) + list(resume))
+    checks = curation_checks(cfg, make_env, sandbox, embed)
     funnel = funnel if funnel is not None else Funnel()
     kept, traces = list(resume)[:n], []
     meta = synthetic_metadata(sandbox)
@@ -142,7 +144,7 @@ def synthesize_tasks(
         funnel.synthesis_unparseable += rep.unparseable
         for t in rep.tasks:
             t.metadata["bfcl_id"] = t.task_id
-        new_kept = curate_new(rep.tasks, dedup, make_env, funnel, q.grounding_threshold)[: n - len(kept)]
+        new_kept = curate_new(rep.tasks, dedup, make_env, funnel, checks)[: n - len(kept)]
         kept += new_kept
         funnel.kept = len(kept)  # the tasks returned (a round may pass more than were asked for)
         if on_round:
@@ -150,18 +152,55 @@ def synthesize_tasks(
     return kept, funnel, traces
 
 
+@dataclass
+class CurationChecks:
+    """evolvekit's own request checks, applied before dedup (all off by default): the grounding share
+    (``questioning.grounding_threshold``), exact numbers (``grounding_exact``) and tool agreement
+    (``tool_agreement``)."""
+
+    min_grounding: float = 0.0
+    exact_numbers: bool = False
+    agreement: ToolAgreement | None = None
+
+
+def curation_checks(cfg: Config, make_env: Callable[[], Environment], sandbox: dict, embed=None) -> CurationChecks:
+    """The checks ``cfg.questioning`` asks for; tool agreement reads the sandbox's tools from one reset."""
+    q = cfg.questioning
+    agreement = None
+    if q.tool_agreement:
+        if embed is None:
+            raise ValueError("questioning.tool_agreement needs an embedding model (embedding.model)")
+        env = make_env()
+        try:
+            tools = env.reset(None, sandbox).tools
+        finally:
+            env.close()
+        agreement = ToolAgreement(embed, tools)
+    return CurationChecks(q.grounding_threshold, q.grounding_exact, agreement)
+
+
 def curate_new(
     tasks: Sequence[Task],
     dedup: Deduplicator,
     make_env: Callable[[], Environment],
     funnel: Funnel,
-    min_grounding: float = 0.0,
+    checks: CurationChecks | None = None,
 ) -> list[Task]:
-    """The grounding filter (off at 0), dedup against everything seen, then the feasibility replay; returns the
-    kept tasks. Grounding comes first, so a dropped request does not block a later, better one as its duplicate."""
-    scores = {id(t): grounding(t) for t in tasks} if min_grounding > 0 else {}
-    grounded = [t for t in tasks if scores.get(id(t), 1.0) >= min_grounding]
+    """The request checks (``checks``: grounding share, exact numbers, tool agreement), dedup against everything
+    seen, then the feasibility replay; returns the kept tasks. The checks come first, so a dropped request does not
+    block a later, better one as its duplicate."""
+    checks = checks or CurationChecks()
+    scores = {id(t): grounding(t) for t in tasks} if checks.min_grounding > 0 else {}
+    grounded = [
+        t
+        for t in tasks
+        if scores.get(id(t), 1.0) >= checks.min_grounding and (not checks.exact_numbers or numbers_exact(t))
+    ]
     funnel.ungrounded += len(tasks) - len(grounded)
+    if checks.agreement is not None:
+        agreed = [t for t in grounded if checks.agreement.agrees(t)]
+        funnel.tool_disagreement += len(grounded) - len(agreed)
+        grounded = agreed
     kept = []
     d = dedup.filter(grounded)
     funnel.deduplicated += d.lexical_duplicates + d.semantic_duplicates
@@ -169,8 +208,12 @@ def curate_new(
         ok, reason = replay_feasible(t, make_env)
         if ok:
             t.metadata["curation"] = {"dedup": "passed", "feasibility": "replayed"}
-            if min_grounding > 0:
+            if checks.min_grounding > 0:
                 t.metadata["curation"]["grounding"] = round(scores[id(t)], 3)
+            if checks.exact_numbers:
+                t.metadata["curation"]["numbers"] = "exact"
+            if checks.agreement is not None:
+                t.metadata["curation"]["tools"] = "agree"
             kept.append(t)
         else:
             funnel.infeasible += 1
@@ -195,10 +238,11 @@ def goal_explorer(
     sandbox = sandbox_for(cfg)
     explorer, synth = explorer_and_synthesizer(cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env)
     meta = synthetic_metadata(sandbox)
+    checks = curation_checks(cfg, make_env, sandbox, dedup.embed)
 
     return _Reexplore(
         lambda goal: explorer.explore(make_env, sandbox, co.reexplore_rounds, co.reexplore_steps, goal=goal),
-        lambda tasks: curate_new(tasks, dedup, make_env, funnel, cfg.questioning.grounding_threshold),
+        lambda tasks: curate_new(tasks, dedup, make_env, funnel, checks),
         synth,
         cfg.env.name,
         meta,

@@ -100,8 +100,14 @@ def windows(n_calls: int, size: int, count: int) -> list[list[int]]:
 
 
 def shots_from_examples(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
-    """(call listing, request) pairs out of an environment's worked examples (user turn, call, tool result)."""
+    """(call listing, request) pairs out of an environment's worked examples (user turn, call, tool result).
+
+    Only self-contained requests become shots: one that leaves a value of its calls unstated ("Multiply that by
+    3." for multiply(12, 3), a later turn of a multi-turn example) is what the synthesizer is asked not to write,
+    and copying it made half the requests a 135M synthesizer wrote refer to a result that a single-turn task does
+    not have (benchmarks/results/synthetic_task_audit.md)."""
     from evolvekit.agent.parser import parse_action
+    from evolvekit.questioning.curate import grounding
 
     shots = []
     for i in range(len(examples) - 2):
@@ -109,7 +115,7 @@ def shots_from_examples(examples: Sequence[ChatMessage]) -> list[tuple[str, str]
         if user.role != "user" or call.role != "assistant":
             continue
         calls = parse_action(call.content or "").tool_calls
-        if calls:
+        if calls and grounding(Task(env_name="", query=user.content or "", reference_solution=[calls])) >= 1.0:
             obs = (result.content or "").replace("Tool results:\n", "").strip()[:300]
             shots.append(
                 ("\n".join(f"[{j}] {format_call(c)} -> {obs}" for j, c in enumerate(calls)), user.content or "")
