@@ -198,6 +198,30 @@ def test_grounding_is_the_share_of_reference_values_the_request_states():
     assert grounding(_task("List the files", [ToolCall(name="ls")], "g6")) == 1.0  # nothing to state
 
 
+_ONE_EXPLORATION = [
+    "env.family=arith",
+    "questioning.explore_runs=1",
+    "questioning.explore_steps=4",
+    "questioning.n_breadth=2",
+    "questioning.n_depth=10",
+]
+
+
+def _synthesize_once(cfg, synth, embed=None):
+    """One round of exploration (the scripted explorer) and synthesis (``synth``) for up to 5 tasks."""
+    return synthesize_tasks(
+        cfg,
+        5,
+        _Scripted(_explorer_answer),
+        SamplingParams(),
+        _Scripted(synth),
+        SamplingParams(),
+        lambda: make_env(cfg.env),
+        embed,
+        max_rounds=1,
+    )
+
+
 def test_pipeline_grounding_filter_drops_requests_that_miss_their_values():
     def synth(conv):
         return (
@@ -205,25 +229,10 @@ def test_pipeline_grounding_filter_drops_requests_that_miss_their_values():
             "Task: Multiply 7 by 3.\nSolution: 1\n"
         )
 
-    overrides = [
-        "env.family=arith",
-        "questioning.explore_runs=1",
-        "questioning.explore_steps=4",
-        "questioning.n_breadth=2",
-        "questioning.n_depth=10",
-    ]
+    overrides = _ONE_EXPLORATION
     for threshold, kept in ((0.0, ["What is 57 plus 5?", "Multiply 7 by 3."]), (1.0, ["Multiply 7 by 3."])):
         cfg = load_config(None, overrides + [f"questioning.grounding_threshold={threshold}"])
-        tasks, funnel, _ = synthesize_tasks(
-            cfg,
-            5,
-            _Scripted(_explorer_answer),
-            SamplingParams(),
-            _Scripted(synth),
-            SamplingParams(),
-            lambda: make_env(cfg.env),  # noqa: B023  (called inside this iteration)
-            max_rounds=1,
-        )
+        tasks, funnel, _ = _synthesize_once(cfg, synth)
         assert [t.turns[0] for t in tasks] == kept and funnel.ungrounded == 2 - len(kept)
     assert tasks[0].metadata["curation"]["grounding"] == 1.0
 
@@ -271,46 +280,20 @@ def test_pipeline_exact_numbers_and_tool_agreement_drop_inconsistent_requests():
             "Task: Multiply 7 by 3.\nSolution: 1\n"
         )
 
-    overrides = [
-        "env.family=arith",
-        "questioning.explore_runs=1",
-        "questioning.explore_steps=4",
-        "questioning.n_breadth=2",
-        "questioning.n_depth=10",
-    ]
+    overrides = _ONE_EXPLORATION
     embed = build_embedder(load_config(None, []).embedding).embed
     for on, kept in (
         (False, ["What is 2 plus 5 plus 5?", "Multiply 2 by 5.", "Multiply 7 by 3."]),
         (True, ["Multiply 7 by 3."]),
     ):
         cfg = load_config(None, overrides + [f"questioning.grounding_exact={on}", f"questioning.tool_agreement={on}"])
-        tasks, funnel, _ = synthesize_tasks(
-            cfg,
-            5,
-            _Scripted(_explorer_answer),
-            SamplingParams(),
-            _Scripted(synth),
-            SamplingParams(),
-            lambda: make_env(cfg.env),  # noqa: B023  (called inside this iteration)
-            embed,
-            max_rounds=1,
-        )
+        tasks, funnel, _ = _synthesize_once(cfg, synth, embed)
         assert [t.turns[0] for t in tasks] == kept
         assert (funnel.ungrounded, funnel.tool_disagreement) == ((1, 1) if on else (0, 0))
     assert tasks[0].metadata["curation"]["numbers"] == "exact" and tasks[0].metadata["curation"]["tools"] == "agree"
     cfg = load_config(None, overrides + ["questioning.tool_agreement=true"])
     with pytest.raises(ValueError, match="tool_agreement needs an embedding model"):
-        synthesize_tasks(
-            cfg,
-            5,
-            _Scripted(_explorer_answer),
-            SamplingParams(),
-            _Scripted(synth),
-            SamplingParams(),
-            lambda: make_env(cfg.env),
-            None,
-            max_rounds=1,
-        )
+        _synthesize_once(cfg, synth)
 
 
 def test_run_synthesis_stores_each_round_and_a_killed_run_resumes_from_it(tmp_path, monkeypatch):

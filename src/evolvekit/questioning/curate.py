@@ -133,7 +133,7 @@ def grounding(task: Task) -> float:
     """
     text = " ".join(" ".join(task.turns).lower().split())
     numbers = {float(x) for x in _NUMBER.findall(text)}
-    values = [v for turn in task.reference_solution or [] for call in turn for v in argument_values(call.arguments)]
+    values = reference_values(task)
     if not values:
         return 1.0
     stated = sum(
@@ -142,14 +142,9 @@ def grounding(task: Task) -> float:
     return stated / len(values)
 
 
-def _reference_numbers(task: Task) -> list[float]:
-    return [
-        float(v)
-        for turn in task.reference_solution or []
-        for call in turn
-        for v in argument_values(call.arguments)
-        if isinstance(v, (int, float))
-    ]
+def reference_values(task: Task) -> list:
+    """The literal argument values of every call of the task's reference solution, in order."""
+    return [v for turn in task.reference_solution or [] for call in turn for v in argument_values(call.arguments)]
 
 
 def numbers_exact(task: Task) -> bool:
@@ -158,7 +153,7 @@ def numbers_exact(task: Task) -> bool:
     "Add 3 and 3." for add(3, 3) passes; "Multiply that by -1." for add(-1, -1) and "Add 2 and 5, then 4." for
     add(2, 5) do not."""
     stated = sorted(float(x) for x in _NUMBER.findall(" ".join(task.turns)))
-    return stated == sorted(_reference_numbers(task))
+    return stated == sorted(float(v) for v in reference_values(task) if isinstance(v, (int, float)))
 
 
 class ToolAgreement:
