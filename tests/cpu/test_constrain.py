@@ -144,3 +144,20 @@ def test_no_trailing_comma_closes_an_object(vocab):
     allowed = {vocab.text[t] for t in c.allowed()}
     assert allowed and not any(t.lstrip().startswith(("}", "]")) for t in allowed)
     assert any(t.lstrip().startswith('"') for t in allowed)  # the next key
+
+
+def test_a_single_space_is_allowed_where_json_takes_whitespace_and_no_other_blank(vocab):
+    """A small model's most likely token after '"a":' is a space; blocking it moved that mass onto tokens such as
+    " -", and the explorer wrote almost only negative numbers (SmolLM2-135M: 0.78 on " " after '"a":')."""
+    ids = {}
+    for i, t in vocab.text.items():
+        ids.setdefault(t, i)
+    c = SchemaConstraint(vocab, {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}})
+    for piece in ('{"', "x", '":'):
+        c = c.advance(ids[piece])
+    allowed = set(c.allowed())
+    assert ids[" "] in allowed and vocab.space == {ids[" "]}
+    assert not (allowed & (vocab.blank - vocab.space))  # no "\n", "  " or "\n\t\t"
+    c = c.advance(ids[" "])
+    allowed = {vocab.text[t] for t in c.allowed()}
+    assert "1" in allowed and "-" in allowed and " " not in allowed  # a number follows, one space at a time
