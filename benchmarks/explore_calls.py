@@ -7,6 +7,12 @@ Runs the self-questioning explorer (embedded SmolLM2-135M, scaffold on, T = 1, s
 steps (N_b = 3 breadth steps, then depth steps) in the configured sandbox and prints one JSON line: steps, parsed
 calls, successful calls (executed without an error or a refusal), and the rest of the parsed calls (refused by the
 backend or rejected by the argument check). Arguments are config overrides (``--set`` style).
+
+It also prints how varied the successful calls' numeric arguments are (``argument_variety``): the share of calls with
+a negative number, the share with two equal numbers (such as ``multiply(-1, -1)``), and the share of distinct calls.
+Before a single space was allowed in constrained arguments, the 135M explorer wrote almost only negative numbers
+and repeated one value in half its calls, and its synthesizer then wrote requests with other numbers
+(benchmarks/results/synthetic_task_audit.md).
 """
 
 from __future__ import annotations
@@ -14,6 +20,25 @@ from __future__ import annotations
 import json
 import sys
 import time
+
+
+def argument_variety(calls) -> dict[str, float | int]:
+    """Shares over the calls that have numeric arguments: with a negative one, with two equal ones, distinct."""
+    numeric = [c for c in calls if any(_is_number(v) for v in c.arguments.values())]
+    if not numeric:
+        return {"numeric_calls": 0}
+    values = [[v for v in c.arguments.values() if _is_number(v)] for c in numeric]
+    n = len(numeric)
+    return {
+        "numeric_calls": n,
+        "with_negative": round(sum(any(v < 0 for v in vs) for vs in values) / n, 3),
+        "with_equal_values": round(sum(len(set(vs)) < len(vs) for vs in values) / n, 3),
+        "distinct": round(len({(c.name, json.dumps(c.arguments, sort_keys=True)) for c in numeric}) / n, 3),
+    }
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def main() -> None:
@@ -47,6 +72,7 @@ def main() -> None:
                 "parsed_calls": sum(bool(s.tool_calls) for s in steps),
                 "successful": sum(s.ok for s in steps),
                 "failed_calls": sum(bool(s.tool_calls) and not s.ok for s in steps),
+                "argument_variety": argument_variety([c for s in steps if s.ok for c in s.tool_calls]),
             }
         )
     )
