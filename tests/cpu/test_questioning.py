@@ -747,3 +747,21 @@ def test_coevolve_config_reaches_the_tracker_and_regenerator():
 
     src = inspect.getsource(build._coevolve_hook)
     assert "co.success_threshold" in src and "max_contexts=co.max_contexts" in src
+
+
+def test_a_synthesis_dedups_against_the_real_training_tasks_and_the_synthetic_heldout_file(tmp_path):
+    """`evolvekit tasks synthesize` and a run's synthesis dedup against the same tasks (known_tasks)."""
+    from evolvekit.config import load_config
+    from evolvekit.env.registry import env_tasks
+    from evolvekit.questioning.pipeline import known_tasks
+    from evolvekit.types import Task
+
+    held = Task(task_id="held_1", env_name="bfcl", query="Add 4 and 5.")
+    path = tmp_path / "held.jsonl"
+    path.write_text(held.model_dump_json() + "\n")
+    cfg = load_config(None, ["env.family=arith", f"train.eval_synthetic={path}"])
+    train = env_tasks(cfg.env, cfg.env.train_split)
+    ids = [t.task_id for t in known_tasks(cfg)]
+    assert train and ids == [t.task_id for t in train] + ["held_1"]
+    assert [t.task_id for t in known_tasks(cfg, train[:1])] == [train[0].task_id, "held_1"]
+    assert [t.task_id for t in known_tasks(load_config(None, ["env.family=arith"]), [])] == []

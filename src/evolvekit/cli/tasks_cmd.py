@@ -25,11 +25,13 @@ def synthesize(
     max_rounds: int = typer.Option(5, help="exploration rounds at most"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Exploration → synthesis → curation; prints the funnel (explored, synthesized, deduplicated, infeasible, kept)."""
+    """Exploration → synthesis → curation; prints the funnel (explored, synthesized, deduplicated, infeasible, kept).
+
+    Dedup is against every task seen, the environment's real training tasks included (as in a run)."""
     from evolvekit.config import load_config
     from evolvekit.env.registry import make_env
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
-    from evolvekit.questioning.pipeline import synthesize_tasks
+    from evolvekit.questioning.pipeline import known_tasks, synthesize_tasks
 
     cfg = load_config(config, list(overrides or []) + [f"env.name={env}"])
     setup_logging(cfg.run.log_level)
@@ -58,6 +60,7 @@ def synthesize(
             sampling_for(cfg.models.synthesizer),
             lambda: make_env(cfg.env),
             embedder.embed,
+            existing=known_tasks(cfg),  # as in a run: no copy of a real training or held-out task
             max_rounds=max_rounds,
             on_round=on_round,
         )

@@ -481,7 +481,7 @@ def _synthesize(cfg: Config, store: RunStore, train_tasks, policy, env_factory, 
     one transaction as the round ends; a resumed run continues from them until ``questioning.synthetic_tasks``
     are kept (or ``max_rounds`` more rounds ran)."""
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
-    from evolvekit.questioning.pipeline import Funnel, synthesize_tasks
+    from evolvekit.questioning.pipeline import Funnel, known_tasks, synthesize_tasks
 
     explorer = role_llm(cfg.models, "explorer")
     if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
@@ -510,7 +510,7 @@ def _synthesize(cfg: Config, store: RunStore, train_tasks, policy, env_factory, 
         sampling_for(cfg.models.synthesizer),
         env_factory,
         build_embedder(cfg.embedding).embed,
-        existing=list(train_tasks) + (load_task_file(cfg.train.eval_synthetic) if cfg.train.eval_synthetic else []),
+        existing=known_tasks(cfg, train_tasks),
         on_round=keep_round,
         resume=stored,
         funnel=funnel,

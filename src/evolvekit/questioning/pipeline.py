@@ -54,6 +54,18 @@ def sandbox_for(cfg: Config) -> dict:
     return {"classes": classes, "initial_config": {}}
 
 
+def known_tasks(cfg: Config, train_tasks: Sequence[Task] | None = None) -> list[Task]:
+    """The tasks a synthesis dedups against (§3.3): the environment's real training tasks (``train_tasks`` when the
+    caller has them) and the synthetic held-out file, so no synthesized task copies a training or held-out one."""
+    from evolvekit.env.registry import env_tasks, has_task_source
+    from evolvekit.safejson import read_jsonl
+
+    if train_tasks is None:
+        train_tasks = env_tasks(cfg.env, cfg.env.train_split) if has_task_source(cfg.env) else []
+    held = read_jsonl(cfg.train.eval_synthetic, Task, "a task") if cfg.train.eval_synthetic else []
+    return list(train_tasks) + list(held)
+
+
 def synthetic_metadata(sandbox: dict) -> dict:
     """Task metadata every synthetic task of this sandbox carries (classes, tool subset, family)."""
     meta = {"category": "synthetic", "involved_classes": sandbox.get("classes", [])}
