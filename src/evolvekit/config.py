@@ -330,7 +330,7 @@ class QuestioningConfig(_Section):
     )
     hybrid_lambda: float = F(
         1.0,
-        "λ share of proxy tasks in the hybrid distribution (Eq. 12; paper default trains on synthetic only)",
+        "λ share of proxy tasks in the hybrid distribution (Eq. 12; paper default trains on synthetic only), realized over the run: a batch whose λ·B is not whole alternates, e.g. 2, 1, 2, 1 of 3 at λ = 0.5",
         ge=0,
         le=1,
     )

@@ -357,7 +357,13 @@ def test_hybrid_mix_and_advantage_decay(tmp_path):
     from evolvekit.questioning.supply import HybridTaskSupply, hybrid_counts, synthetic_advantage_scale
     from evolvekit.types import TaskSource, Trajectory
 
-    assert hybrid_counts(8, 1.0) == (8, 0) and hybrid_counts(8, 0.25) == (2, 6) and hybrid_counts(5, 0.5) == (2, 3)
+    assert hybrid_counts(8, 1.0) == (8, 0) and hybrid_counts(8, 0.25) == (2, 6) and hybrid_counts(5, 0.5) == (3, 2)
+    # λ is realized over the run: B = 3, λ = 0.5 gives 2, 1, 2, 1 (6 of 12), not 2 of 3 in every batch
+    assert [hybrid_counts(3, 0.5, i)[0] for i in range(4)] == [2, 1, 2, 1]
+    assert [hybrid_counts(3, 2 / 3, i)[0] for i in range(4)] == [2, 2, 2, 2]
+    assert [hybrid_counts(4, 0.1, i)[0] for i in range(5)] == [0, 1, 0, 1, 0]  # 0.4, 0.8, 1.2, 1.6, 2.0 rounded
+    for batch, lam in [(3, 0.5), (5, 0.3), (7, 0.9), (2, 0.25)]:
+        assert sum(hybrid_counts(batch, lam, i)[0] for i in range(20)) == round(lam * batch * 20)
     syn = [_task(f"s{i}", [], f"s{i}").model_copy(update={"source": TaskSource.SYNTHETIC}) for i in range(3)]
     real = [_task(f"r{i}", [], f"r{i}") for i in range(5)]
     supply = HybridTaskSupply(syn, real, per_iteration=4, lam=0.5, seed=0)
@@ -365,6 +371,13 @@ def test_hybrid_mix_and_advantage_decay(tmp_path):
     drawn = supply.tasks(ctx)
     assert sum(t.source == TaskSource.SYNTHETIC for t in drawn) == 2 and len(drawn) == 4
     assert [t.task_id for t in supply.tasks(ctx)] == [t.task_id for t in drawn]  # deterministic (resume)
+    odd = HybridTaskSupply(syn, real, per_iteration=3, lam=0.5, seed=0)
+    runs = [odd.tasks(IterationContext(iteration=i, seed=0, run_dir=tmp_path, store=None)) for i in range(4)]
+    assert [sum(t.source == TaskSource.SYNTHETIC for t in b) for b in runs] == [2, 1, 2, 1]
+    real_ids = [t.task_id for b in runs for t in b if t.source != TaskSource.SYNTHETIC]
+    assert sorted(real_ids[:5]) == [f"r{i}" for i in range(5)]  # the real pool is walked without skipping a task
+    syn_ids = [t.task_id for b in runs for t in b if t.source == TaskSource.SYNTHETIC]
+    assert sorted(syn_ids[:3]) == ["s0", "s1", "s2"] and sorted(syn_ids[3:6]) == ["s0", "s1", "s2"]
     only_syn = HybridTaskSupply(syn, [], per_iteration=3, lam=1.0, seed=0).tasks(ctx)
     assert sorted(t.task_id for t in only_syn) == ["s0", "s1", "s2"]  # one epoch covers each task once
     from evolvekit.errors import EvolveKitError

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Sequence
 
@@ -10,9 +11,19 @@ from evolvekit.protocols import IterationContext
 from evolvekit.types import Task, TaskSource, Trajectory
 
 
-def hybrid_counts(batch: int, lam: float) -> tuple[int, int]:
-    """Eq. 12: of a batch of B tasks, round(λ·B) are proxy (synthetic) tasks and the rest real."""
-    n_syn = int(round(lam * batch))
+def synthetic_so_far(batch: int, lam: float, iterations: int) -> int:
+    """Eq. 12 over a run: of the first ``iterations`` batches of B tasks, round(λ·B·iterations) are proxy (synthetic)
+    tasks, halves rounded up."""
+    return math.floor(lam * batch * iterations + 0.5 + 1e-9)
+
+
+def hybrid_counts(batch: int, lam: float, iteration: int = 0) -> tuple[int, int]:
+    """Eq. 12: of iteration ``iteration``'s batch of B tasks, how many are proxy (synthetic) tasks and how many real.
+
+    λ is realized over the run, not rounded the same way in every batch: with B = 3 and λ = 0.5 the batches hold
+    2, 1, 2, 1 synthetic tasks (6 of 12 over four iterations), where rounding λ·B = 1.5 in every batch would give
+    2 of 3 each time, an effective λ of 2/3."""
+    n_syn = synthetic_so_far(batch, lam, iteration + 1) - synthetic_so_far(batch, lam, iteration)
     return n_syn, batch - n_syn
 
 
@@ -31,13 +42,12 @@ class HybridTaskSupply:
         self.synthetic, self.real = list(synthetic), list(real)
         self.per_iteration, self.lam, self.seed = per_iteration, lam, seed
         self.coevolve = coevolve  # CoEvolve: adds signal-guided tasks during training
-        n_syn, n_real = hybrid_counts(per_iteration, lam)
-        if n_syn and not self.synthetic:
+        if lam > 0 and not self.synthetic:
             raise EvolveKitError(
                 "self-questioning produced no synthetic tasks (see the synthesis funnel in the log); "
                 "a stronger explorer/synthesizer role or more exploration rounds may help"
             )
-        if n_real and not self.real:
+        if lam < 1 and not self.real:
             raise EvolveKitError("λ < 1 needs real training tasks, and there are none")
 
     @staticmethod
@@ -55,10 +65,11 @@ class HybridTaskSupply:
         return (self.synthetic if self.lam > 0 else []) + (self.real if self.lam < 1 else [])
 
     def tasks(self, ctx: IterationContext) -> list[Task]:
-        n_syn, n_real = hybrid_counts(self.per_iteration, self.lam)
-        out = self._draw(self.synthetic, ctx.iteration * n_syn, n_syn, self.seed) if n_syn else []
+        n_syn, n_real = hybrid_counts(self.per_iteration, self.lam, ctx.iteration)
+        syn_before = synthetic_so_far(self.per_iteration, self.lam, ctx.iteration)
+        out = self._draw(self.synthetic, syn_before, n_syn, self.seed) if n_syn else []
         if n_real:
-            out += self._draw(self.real, ctx.iteration * n_real, n_real, self.seed + 1)
+            out += self._draw(self.real, ctx.iteration * self.per_iteration - syn_before, n_real, self.seed + 1)
         return out
 
     def observe(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
