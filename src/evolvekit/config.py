@@ -295,6 +295,12 @@ class DifficultyConfig(_Section):
     entities: int = F(2, "entities per synthetic task (§7.1.3: two entities)", ge=0)
     attributes: int = F(3, "attributes per synthetic task (§7.1.3: three attributes)", ge=0)
     operations: int = F(3, "operations per synthetic task (§7.1.3: three operations)", ge=0)
+    turns: int = F(
+        1,
+        "user turns per synthetic task (evolvekit's own, not in the paper; 1 = the paper's single-request tasks). With 2 or more, the synthesizer chains explored calls in which each call takes a value from the previous call's result (e.g. add(1, 10) -> 11, then multiply(11, 10)) into a multi-turn task: one call per turn, a later turn's request refers to the earlier result instead of stating it, as in a multi-turn family such as arith_turns",
+        ge=1,
+        le=8,
+    )
 
 
 class QuestioningConfig(_Section):
@@ -323,6 +329,16 @@ class QuestioningConfig(_Section):
     grounding_exact: bool = F(
         False,
         "drop a synthesized task unless its request states exactly its reference's numbers: each as often as the calls use it, and no other number (evolvekit's own filter, not in the paper; suits numeric families such as arith_turns)",
+    )
+    request_candidates: int = F(
+        1,
+        "requests the synthesizer samples per chosen set of explored calls (targeted or multi-turn synthesis); the one that states most of its calls' own values is kept, before any curation check (evolvekit's own, not in the paper; 1 = one answer as in the paper)",
+        ge=1,
+        le=16,
+    )
+    numbers_constrained: Literal["auto", "on", "off"] = F(
+        "off",
+        "the synthesizer writes its requests under a number constraint: free text in which every number is one of its calls' own values (a later turn's values taken from an earlier result excluded), so a small synthesizer cannot state a wrong or extra number (evolvekit's own scaffold, not in the paper; needs an in-process synthesizer; 'auto' = on for one)",
     )
     tool_agreement: bool = F(
         False,
@@ -658,6 +674,11 @@ def cross_field_problem(cfg: Config) -> str | None:
                 f"{option}: {value} needs an in-process {role} (forced choice reads its log-probabilities); "
                 f"models.{role}.backend is openai"
             )
+    if cfg.questioning.numbers_constrained == "on" and not _in_process(cfg.models.synthesizer):
+        return (
+            "questioning.numbers_constrained: on needs an in-process synthesizer (it masks the model's next-token "
+            "choices); models.synthesizer.backend is openai"
+        )
     if cfg.cold_start.enabled and not cfg.cold_start.tasks_file and not cfg.questioning.enabled:
         return "cold_start.enabled needs verified tasks: set cold_start.tasks_file or questioning.enabled"
     if cfg.env.curriculum and cfg.questioning.enabled:

@@ -161,3 +161,81 @@ def test_a_single_space_is_allowed_where_json_takes_whitespace_and_no_other_blan
     c = c.advance(ids[" "])
     allowed = {vocab.text[t] for t in c.allowed()}
     assert "1" in allowed and "-" in allowed and " " not in allowed  # a number follows, one space at a time
+
+
+def test_number_strings_are_digits_with_one_point():
+    from evolvekit.llm.constrain import number_strings
+
+    assert number_strings(25) == {"25"} and number_strings(-3) == {"3"}
+    assert number_strings(8.0) == {"8", "8.0"} and number_strings(2.5) == {"2.5"}
+    assert number_strings(1e-05) == set() and number_strings(True) == set() and number_strings("25") == set()
+
+
+class _DigitTokenizer:
+    """Eight tokens: three digits, '.', a space, a word, a digit-word mix and an end token."""
+
+    texts = ["1", "2", "5", ".", " ", "and", "1st", "<end>"]
+    all_special_ids = [7]
+
+    def __len__(self):
+        return len(self.texts)
+
+    def decode(self, ids):
+        return "".join(self.texts[i] for i in ids)
+
+
+def test_number_constraint_lets_only_the_given_numbers_through():
+    from evolvekit.llm.constrain import NumberConstraint, NumberVocabulary
+
+    vocab = NumberVocabulary(_DigitTokenizer(), eos_ids=[7])
+    c = NumberConstraint(vocab, {"25", "2.5", "1"})
+    allowed = lambda: sorted(c.allowed().tolist())  # noqa: E731
+    assert allowed() == [0, 1, 3, 4, 5, 7]  # digits that start an allowed number, every digit-free token; not "1st"
+    c.advance(1)  # "2": open, incomplete
+    assert allowed() == [2, 3]  # only "5" or "." may follow
+    c.advance(2)  # "25": complete
+    assert allowed() == [3, 4, 5, 7]  # no further digit; the sentence goes on
+    c.advance(4)
+    c.advance(1)
+    c.advance(3)  # "2.": continues towards 2.5 ("2" alone is not allowed)
+    assert allowed() == [2]
+    c.advance(2)
+    assert allowed() == [3, 4, 5, 7]
+    c.advance(4)
+    c.advance(0)  # "1": complete, and "1." is no prefix, so "." is the full stop
+    assert allowed() == [3, 4, 5, 7]
+    c.advance(3)
+    assert c.run == "" and allowed() == [3, 4, 5, 7]  # "1." then "2" would read as 1.2
+    c.advance(4)
+    assert allowed() == [0, 1, 3, 4, 5, 7]
+
+
+def test_number_constrained_sampling_writes_no_other_number(llm):
+    """Sampling over the real vocabulary with logits that favour digits: under the constraint every number written is
+    an allowed one (and numbers are still written); without it, other numbers appear."""
+    import re
+
+    from evolvekit.llm.constrain import NumberConstraint, NumberVocabulary, mask_logits
+
+    vocab = NumberVocabulary(llm.tokenizer, llm.eos_ids)
+    numbers = {"25", "3", "2.5"}
+    digit_ids = torch.tensor(sorted(vocab.digits) + vocab.dots)
+
+    def sample(constrained: bool) -> str:
+        gen = torch.Generator().manual_seed(0)
+        c = NumberConstraint(vocab, numbers)
+        toks = []
+        for _ in range(80):
+            logits = torch.randn(1, len(llm.tokenizer), generator=gen)
+            logits[0, digit_ids] += 9.0  # a digit-happy model
+            if constrained:
+                logits = mask_logits(logits, [c.allowed()])
+            t = int(torch.multinomial(torch.softmax(logits[0], -1), 1, generator=gen))
+            c.advance(t)
+            toks.append(t)
+        return llm.tokenizer.decode(toks)
+
+    text = sample(True)
+    found = re.findall(r"\d+(?:\.\d+)?", text)
+    assert found and set(found) <= numbers, text
+    assert set(re.findall(r"\d+(?:\.\d+)?", sample(False))) - numbers

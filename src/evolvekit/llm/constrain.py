@@ -11,6 +11,7 @@ decoding as served engines offer it (guided choice, guided JSON).
   constraint (``then``), e.g. the chosen tool's argument schema.
 - ``SchemaConstraint`` decodes one JSON value under a JSON schema with lm-format-enforcer's character-level
   parser, walked over the tokenizer's vocabulary.
+- ``NumberConstraint`` lets free text through but allows only given numbers in it (the synthesizer's requests).
 
 Both are used by the explorer scaffold, so that a small model names a real tool and writes arguments the tool
 accepts (a 135M explorer at T = 1 otherwise writes `{"username": 1a}` or invents argument names).
@@ -219,7 +220,92 @@ class SchemaConstraint:
         return self
 
 
-def mask_logits(logits: torch.Tensor, allowed: Sequence[Sequence[int] | None]) -> torch.Tensor:
+def number_strings(value) -> set[str]:
+    """How a request may write a number: its digits with at most one decimal point (the sign is a separate word);
+    a whole float also without its ".0" (8.0 -> "8", "8.0"); none for a number only an exponent writes (1e-05)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return set()
+    forms = {str(abs(value))}
+    if isinstance(value, float) and value.is_integer():
+        forms.add(str(abs(int(value))))
+    return {f for f in forms if f and all(ch.isdigit() or ch == "." for ch in f) and f.count(".") <= 1}
+
+
+class NumberVocabulary:
+    """The tokenizer's vocabulary sorted for ``NumberConstraint``: tokens that are digits only, the "." token(s),
+    and every token without a digit (a token mixing digits with other characters, such as "1st", is never allowed
+    under the constraint)."""
+
+    def __init__(self, tokenizer, eos_ids: Iterable[int]) -> None:
+        special = set(tokenizer.all_special_ids) - set(eos_ids)
+        self.digits: dict[int, str] = {}
+        self.dots: list[int] = []
+        free: list[int] = []
+        for i in range(len(tokenizer)):
+            if i in special:
+                continue
+            text = tokenizer.decode([i])
+            if text.isdigit() and text.isascii():
+                self.digits[i] = text
+            elif not any(ch.isdigit() for ch in text):
+                free.append(i)
+                if text == ".":
+                    self.dots.append(i)
+        self.free = torch.tensor(free, dtype=torch.long)
+        self._cache: dict[tuple, torch.Tensor] = {}
+
+    def tensor(self, free: bool, extra: tuple[int, ...]) -> torch.Tensor:
+        """The allowed ids: every digit-free token (``free``) and ``extra``, as one cached tensor."""
+        key = (free, extra)
+        if key not in self._cache:
+            ids = torch.tensor(extra, dtype=torch.long)
+            self._cache[key] = torch.cat([self.free, ids]) if free else ids
+        return self._cache[key]
+
+
+class NumberConstraint:
+    """Free text in which every number is one of ``numbers`` (strings from ``number_strings``): a digit may only
+    continue a number towards an allowed one, and a number must be complete before any other token. The
+    synthesizer's scaffold uses it so that a small model's request states its calls' own values and no other
+    number (questioning.numbers_constrained). It never ends: the whole reply is constrained."""
+
+    def __init__(self, vocab: NumberVocabulary, numbers: Iterable[str]) -> None:
+        self.vocab = vocab
+        self.complete = set(numbers)
+        self.prefixes = {n[:k] for n in self.complete for k in range(1, len(n) + 1)}
+        self.run = ""  # the number being written ("" between numbers)
+        self.full_stop = False  # the last token was a "." right after a complete number: no digit may follow
+
+    def _ended(self) -> bool:
+        """Another token may follow: no number is open, or the open one is complete (a trailing "." was the
+        sentence's full stop)."""
+        r = self.run
+        return not r or r in self.complete or (r.endswith(".") and r[:-1] in self.complete)
+
+    def allowed(self) -> torch.Tensor:
+        v, r = self.vocab, self.run
+        digits = () if self.full_stop else tuple(sorted(i for i, d in v.digits.items() if r + d in self.prefixes))
+        dots = tuple(v.dots) if r and r + "." in self.prefixes else ()
+        ended = self._ended()
+        if not ended and not digits and not dots:  # cannot happen for prefixes of allowed numbers
+            return v.tensor(True, ())
+        return v.tensor(ended, digits + (() if ended else dots))
+
+    def advance(self, token: int) -> "NumberConstraint":
+        t = int(token)
+        ended_number = bool(self.run) and self._ended()
+        self.full_stop = False
+        if t in self.vocab.digits:
+            self.run += self.vocab.digits[t]
+        elif t in self.vocab.dots and self.run and self.run + "." in self.prefixes:
+            self.run += "."
+        else:
+            self.full_stop = t in self.vocab.dots and ended_number  # "25." then "3" would read as 25.3
+            self.run = ""
+        return self
+
+
+def mask_logits(logits: torch.Tensor, allowed: Sequence[Sequence[int] | torch.Tensor | None]) -> torch.Tensor:
     """Rows with an allowed list keep only those logits (the rest -inf); rows with None are unchanged."""
     if all(a is None for a in allowed):
         return logits
@@ -227,7 +313,11 @@ def mask_logits(logits: torch.Tensor, allowed: Sequence[Sequence[int] | None]) -
     for j, ids in enumerate(allowed):
         if ids is not None:
             keep = torch.full_like(out[j], float("-inf"))
-            idx = torch.tensor(list(ids), dtype=torch.long, device=out.device)
+            idx = (
+                ids.to(out.device)
+                if isinstance(ids, torch.Tensor)
+                else torch.tensor(list(ids), dtype=torch.long, device=out.device)
+            )
             keep[idx] = out[j, idx]
             out[j] = keep
     return out

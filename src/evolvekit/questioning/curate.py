@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from evolvekit.env.base import Action, Environment, ToolSchema
-from evolvekit.types import Task
+from evolvekit.types import Task, ToolCall
 
 _WORD = re.compile(r"[a-z0-9_.]+")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -129,22 +129,65 @@ def grounding(task: Task) -> float:
     """Share of the reference solution's literal argument values that the request states (1.0 when it has none).
 
     A number counts when the request contains the same number; a string when it appears in the request, both
-    case- and whitespace-insensitively.
+    case- and whitespace-insensitively. A task with one request per reference turn is checked turn by turn: a value
+    counts only when its own turn states it ("Add 15 and 5." then "Multiply that by 2." does not state add(20, 5)'s
+    5 in the turn that needs it).
     """
-    text = " ".join(" ".join(task.turns).lower().split())
+    turns, refs = task.turns, task.reference_solution or []
+    carried = carried_values(task)
+    carried += [[] for _ in range(len(refs) - len(carried))]
+    if len(turns) == len(refs) > 1:
+        pairs = list(zip(turns, refs, carried))
+    else:
+        pairs = [(" ".join(turns), [c for t in refs for c in t], [v for vs in carried for v in vs])]
+    stated = total = 0
+    for text, calls, taken in pairs:
+        values = _without(taken, [v for call in calls for v in argument_values(call.arguments)])
+        total += len(values)
+        stated += stated_count(text, values)
+    return stated / total if total else 1.0
+
+
+def stated_count(text: str, values: Sequence) -> int:
+    """How many of ``values`` the text states: a number when the text contains the same number, a string when it
+    appears in the text (case- and whitespace-insensitively)."""
+    text = " ".join(text.lower().split())
     numbers = {float(x) for x in _NUMBER.findall(text)}
-    values = reference_values(task)
-    if not values:
-        return 1.0
-    stated = sum(
+    return sum(
         (float(v) in numbers) if isinstance(v, (int, float)) else (" ".join(v.lower().split()) in text) for v in values
     )
-    return stated / len(values)
+
+
+def carried_values(task: Task) -> list[list]:
+    """Per reference turn, the argument values it takes from an earlier call's result rather than from its request
+    (a multi-turn synthetic task's ``metadata["carried_values"]``, questioning/synthesize.py); [] for other tasks."""
+    raw = task.metadata.get("carried_values") or []
+    return [list(vs) if isinstance(vs, list) else [] for vs in raw] if isinstance(raw, list) else []
+
+
+def _without(carried: list, values: list) -> list:
+    """``values`` less the ``carried`` ones that occur in them, once each."""
+    values = list(values)
+    for c in carried:
+        hit = next((i for i, v in enumerate(values) if _equal(v, c)), None)
+        if hit is not None:
+            del values[hit]
+    return values
 
 
 def reference_values(task: Task) -> list:
-    """The literal argument values of every call of the task's reference solution, in order."""
-    return [v for turn in task.reference_solution or [] for call in turn for v in argument_values(call.arguments)]
+    """The literal argument values of every call of the task's reference solution that its request must state, in
+    order: a multi-turn synthetic task's later turns take some values from an earlier call's result
+    (``carried_values``), and those are left out, once each."""
+    values = [v for turn in task.reference_solution or [] for call in turn for v in argument_values(call.arguments)]
+    return _without([v for vs in carried_values(task) for v in vs], values)
+
+
+def _equal(a, b) -> bool:
+    num = (int, float)
+    if isinstance(a, num) and isinstance(b, num) and not isinstance(a, bool) and not isinstance(b, bool):
+        return float(a) == float(b)
+    return a == b
 
 
 def numbers_exact(task: Task) -> bool:
@@ -173,14 +216,14 @@ class ToolAgreement:
         turns = task.turns
         refs = task.reference_solution or []
         pairs = list(zip(turns, refs)) if len(turns) == len(refs) else [(" ".join(turns), [c for t in refs for c in t])]
-        for text, calls in pairs:
-            need = {c.name for c in calls}
-            if not need:
-                continue
-            if not need <= set(self.names):
-                return False
-            sims = self.vectors @ self.embed([text])[0]
-            closest = {self.names[int(i)] for i in np.argsort(-sims, kind="stable")[: len(need)]}
-            if closest != need:
-                return False
-        return True
+        return all(self.turn_agrees(text, calls) for text, calls in pairs)
+
+    def turn_agrees(self, text: str, calls: Sequence[ToolCall]) -> bool:
+        """One request against the calls that answer it: their distinct tools are its k most similar tools."""
+        need = {c.name for c in calls}
+        if not need:
+            return True
+        if not need <= set(self.names):
+            return False
+        sims = self.vectors @ self.embed([text])[0]
+        return {self.names[int(i)] for i in np.argsort(-sims, kind="stable")[: len(need)]} == need

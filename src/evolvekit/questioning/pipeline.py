@@ -6,12 +6,12 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
-from evolvekit.config import Config
+from evolvekit.config import Config, forced_choice
 from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.questioning.curate import Deduplicator, ToolAgreement, grounding, numbers_exact, replay_feasible
 from evolvekit.questioning.explore import ExplorationTrace, Explorer
-from evolvekit.questioning.synthesize import TaskSynthesizer, shots_from_examples
+from evolvekit.questioning.synthesize import TaskSynthesizer, follow_up_shots, shots_from_examples
 from evolvekit.types import Task
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,7 @@ class Funnel:
     infeasible: int = 0  # removed by the replay of their reference solution
     kept: int = 0
     synthesis_unparseable: int = 0
+    unchained: int = 0  # multi-turn synthesis (difficulty.turns > 1): explorations with no chain of dependent calls
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -89,6 +90,7 @@ def explorer_and_synthesizer(
     synth_llm: LLM,
     synth_params: SamplingParams,
     make_env: Callable[[], Environment],
+    agreement: ToolAgreement | None = None,
 ) -> tuple[Explorer, TaskSynthesizer]:
     q = cfg.questioning
     explorer = Explorer(
@@ -99,15 +101,29 @@ def explorer_and_synthesizer(
         cfg.env.tool_rendering,
         scaffold=scaffold_on(cfg, explorer_llm),
     )
-    targeted, shots = scaffold_on(cfg, synth_llm), []
-    if targeted:  # the environment's worked examples become (calls -> request) examples for the synthesizer
+    targeted = scaffold_on(cfg, synth_llm)
+    shots: list[tuple[str, str]] = []
+    follow: list[tuple[str, str]] = []
+    if targeted or q.difficulty.turns > 1:
+        # the environment's worked examples become (calls -> request) examples for the synthesizer: self-contained
+        # requests for a task's first turn, follow-up turns (which refer to an earlier result) for its later ones
         env = make_env()
         try:
-            shots = shots_from_examples(env.reset(None, sandbox_for(cfg)).examples)
+            examples = env.reset(None, sandbox_for(cfg)).examples
         finally:
             env.close()
+        shots, follow = shots_from_examples(examples), follow_up_shots(examples)
     return explorer, TaskSynthesizer(
-        synth_llm, synth_params, q.difficulty, q.style_rubrics, targeted=targeted, shots=shots
+        synth_llm,
+        synth_params,
+        q.difficulty,
+        q.style_rubrics,
+        targeted=targeted,
+        shots=shots,
+        follow_shots=follow,
+        candidates=q.request_candidates,
+        agreement=agreement,
+        numbers_constrained=forced_choice(q.numbers_constrained, cfg.models.synthesizer),
     )
 
 
@@ -137,10 +153,12 @@ def synthesize_tasks(
     """
     q = cfg.questioning
     sandbox = sandbox_for(cfg)
-    explorer, synth = explorer_and_synthesizer(cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env)
+    checks = curation_checks(cfg, make_env, sandbox, embed)
+    explorer, synth = explorer_and_synthesizer(
+        cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env, checks.agreement
+    )
     dedup = Deduplicator(embed, q.lexical_dedup_threshold, q.semantic_dedup_threshold)
     dedup.seed(list(existing) + list(resume))
-    checks = curation_checks(cfg, make_env, sandbox, embed)
     funnel = funnel if funnel is not None else Funnel()
     kept, traces = list(resume)[:n], []
     meta = synthetic_metadata(sandbox)
@@ -154,6 +172,7 @@ def synthesize_tasks(
         rep = synth.synthesize(new, cfg.env.name, meta)
         funnel.synthesized += len(rep.tasks)
         funnel.synthesis_unparseable += rep.unparseable
+        funnel.unchained += rep.unchained
         for t in rep.tasks:
             t.metadata["bfcl_id"] = t.task_id
         new_kept = curate_new(rep.tasks, dedup, make_env, funnel, checks)[: n - len(kept)]
@@ -248,9 +267,11 @@ def goal_explorer(
     then synthesize and curate like any exploration."""
     co = cfg.coevolve
     sandbox = sandbox_for(cfg)
-    explorer, synth = explorer_and_synthesizer(cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env)
-    meta = synthetic_metadata(sandbox)
     checks = curation_checks(cfg, make_env, sandbox, dedup.embed)
+    explorer, synth = explorer_and_synthesizer(
+        cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env, checks.agreement
+    )
+    meta = synthetic_metadata(sandbox)
 
     return _Reexplore(
         lambda goal: explorer.explore(make_env, sandbox, co.reexplore_rounds, co.reexplore_steps, goal=goal),
@@ -276,6 +297,7 @@ class _Reexplore:
         self.funnel.explored += len(traces)
         rep = self.synth.synthesize(traces, self.env_name, self.meta)
         self.funnel.synthesized += len(rep.tasks)
+        self.funnel.unchained += rep.unchained
         for t in rep.tasks:
             t.metadata["bfcl_id"] = t.task_id
         return self.curate(rep.tasks)

@@ -5,17 +5,29 @@ synthesizer gets them with the user's preferences — difficulty as the number o
 operations a task should involve, plus free-text style rubrics — and writes tasks, each naming the numbered
 calls that solve it. The reference solution is exactly those explored calls (never text the model invents), so
 every reference is an action that really executed in the sandbox.
+
+Multi-turn tasks (``difficulty.turns`` ≥ 2, evolvekit's own): a *chain* of explored calls in which each call takes
+a value from the previous call's result (add(1, 10) -> 11, then multiply(11, 10)) becomes one task with a turn per
+call. The first turn's request states its values; each later turn's request refers to the earlier result instead of
+repeating it ("Now multiply the result by 10."), so the agent must read the value from the tool's answer, as in a
+multi-turn family. The values a turn takes from an earlier result are recorded (``carried_values``) and are not
+asked of the request by the grounding checks.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Any, Sequence, cast
+
+import torch
 
 from evolvekit.agent.parser import format_call
 from evolvekit.config import DifficultyConfig
-from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams
+from evolvekit.llm.constrain import NumberConstraint, NumberVocabulary, number_strings
+from evolvekit.questioning.curate import ToolAgreement, argument_values, stated_count
 from evolvekit.questioning.explore import ExplorationTrace
 from evolvekit.types import ChatMessage, Difficulty, Task, TaskSource, ToolCall, new_id
 
@@ -92,6 +104,22 @@ def parse_request(text: str) -> str | None:
     return line
 
 
+def best_request(
+    texts: Sequence[str], calls: Sequence[ToolCall], values: Sequence, agreement: ToolAgreement | None = None
+) -> str | None:
+    """Of several sampled answers for ``calls``, the request that states most of ``values`` (the calls' own values)
+    and, with ``agreement``, asks for the calls' tools (questioning.tool_agreement's test); the first such one on a
+    tie, None if no answer is a request."""
+    requests = [r for r in (parse_request(t) for t in texts) if r is not None]
+    if not requests:
+        return None
+
+    def key(r: str) -> tuple[int, bool]:
+        return stated_count(r, values), agreement is not None and agreement.turn_agrees(r, calls)
+
+    return max(requests, key=key)
+
+
 def windows(n_calls: int, size: int, count: int) -> list[list[int]]:
     """Up to ``count`` distinct windows of ``size`` consecutive call indices, spread over the exploration."""
     size = max(1, min(size, n_calls))
@@ -123,11 +151,118 @@ def shots_from_examples(examples: Sequence[ChatMessage]) -> list[tuple[str, str]
     return shots
 
 
+_NUM = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def result_values(observation: str) -> list:
+    """The literal values a call's result shows: the leaves of the JSON object in its observation
+    (``[add] {"result": 11}`` -> [11]), else the numbers in its text."""
+    start, end = observation.find("{"), observation.rfind("}")
+    if 0 <= start < end:
+        try:
+            return argument_values(json.loads(observation[start : end + 1]))
+        except ValueError:
+            pass
+    return [float(x) for x in _NUM.findall(observation)]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    return isinstance(a, str) and isinstance(b, str) and a.strip() == b.strip()
+
+
+def carried(prev: tuple[ToolCall, str], call: ToolCall) -> list:
+    """The argument values of ``call`` that ``prev``'s result shows and ``prev``'s own arguments do not: what the
+    later call takes from the earlier one's answer (multiply(11, 10) after add(1, 10) -> 11 carries [11])."""
+    shown, own = result_values(prev[1]), argument_values(prev[0].arguments)
+    return [
+        v
+        for v in argument_values(call.arguments)
+        if any(_same(v, x) for x in shown) and not any(_same(v, x) for x in own)
+    ]
+
+
+def links(prev: tuple[ToolCall, str], call: ToolCall) -> bool:
+    """``call`` can be a later turn after ``prev``: it takes a value from ``prev``'s result and has a value of its
+    own for its request to state (add(2.0, 2.0) after add(1.0, 1.0) -> 2.0 takes both and leaves nothing to ask)."""
+    taken = carried(prev, call)
+    return bool(taken) and len(argument_values(call.arguments)) > len(taken)
+
+
+def chains(calls: Sequence[tuple[ToolCall, str]], turns: int, limit: int) -> list[list[int]]:
+    """Up to ``limit`` chains of ``turns`` explored calls i_1 < … < i_T in which every call takes a value from
+    its predecessor's result (``links``; each link to the nearest such predecessor); each call ends at most one
+    chain."""
+    out: list[list[int]] = []
+    for end in range(len(calls)):
+        chain = [end]
+        while len(chain) < turns:
+            j = chain[0]
+            i = next((i for i in range(j - 1, -1, -1) if links(calls[i], calls[j][0])), None)
+            if i is None:
+                break
+            chain.insert(0, i)
+        if len(chain) == turns and turns > 1:
+            out.append(chain)
+    if len(out) <= limit:
+        return out
+    return [out[round(k * (len(out) - 1) / max(limit - 1, 1))] for k in range(limit)] if limit > 0 else []
+
+
+FOLLOW_UP_ASK = (
+    "The user asked for call [0] and saw its result. Write the user's next request, which call [1] solves: one "
+    "sentence that refers to that result instead of repeating its value, with every other value it needs."
+)
+
+
+def _listing(calls: Sequence[tuple[ToolCall, str]]) -> str:
+    return "\n".join(f"[{i}] {format_call(c)} -> {obs}" for i, (c, obs) in enumerate(calls))
+
+
+def follow_up_prompt(
+    prev: tuple[ToolCall, str], call: tuple[ToolCall, str], shots: Sequence[tuple[str, str]] = ()
+) -> list[ChatMessage]:
+    """A later turn of a multi-turn task: the earlier call with its result and this turn's call; the model writes
+    the request that refers to the earlier result. ``shots``: (listing, request) worked examples as chat turns."""
+    msgs = [ChatMessage(role="system", content=SYNTH_SYSTEM)]
+    for listing, request in shots:
+        msgs += [
+            ChatMessage(role="user", content=f"Executed calls:\n{listing}\n\n{FOLLOW_UP_ASK}"),
+            ChatMessage(role="assistant", content=request),
+        ]
+    return msgs + [ChatMessage(role="user", content=f"Executed calls:\n{_listing([prev, call])}\n\n{FOLLOW_UP_ASK}")]
+
+
+def follow_up_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
+    """(listing, request) pairs out of an environment's multi-turn worked examples: a user turn after an earlier
+    turn's answer whose call carries a value from the earlier call's result ("Multiply that by 3." for
+    multiply(12, 3) after add(5, 7) -> 12)."""
+    from evolvekit.agent.parser import parse_action
+
+    shots = []
+    last: tuple[ToolCall, str] | None = None  # the latest executed call and its result
+    for i in range(len(examples) - 2):
+        user, reply, result = examples[i], examples[i + 1], examples[i + 2]
+        if user.role != "user" or reply.role != "assistant" or result.role != "user":
+            continue
+        calls = parse_action(reply.content or "").tool_calls
+        if len(calls) != 1:
+            continue
+        obs = (result.content or "").replace("Tool results:\n", "").strip()[:300]
+        request = user.content or ""
+        if last is not None and not request.startswith("Tool results") and carried(last, calls[0]):
+            shots.append((_listing([last, (calls[0], obs)]), request))
+        last = (calls[0], obs)
+    return shots
+
+
 @dataclass
 class SynthesisReport:
     tasks: list[Task] = field(default_factory=list)
     calls: int = 0
     unparseable: int = 0
+    unchained: int = 0  # multi-turn synthesis: explorations without a chain of dependent calls of that length
 
 
 class TaskSynthesizer:
@@ -140,10 +275,43 @@ class TaskSynthesizer:
         tasks_per_trace: int = 3,
         targeted: bool = False,
         shots: Sequence[tuple[str, str]] = (),
+        follow_shots: Sequence[tuple[str, str]] = (),
+        candidates: int = 1,
+        agreement: ToolAgreement | None = None,
+        numbers_constrained: bool = False,
     ) -> None:
         self.llm, self.params, self.difficulty = llm, params, difficulty
         self.rubrics, self.tasks_per_trace = list(rubrics), tasks_per_trace
-        self.targeted, self.shots = targeted, list(shots)
+        self.targeted, self.shots, self.follow_shots = targeted, list(shots), list(follow_shots)
+        self.candidates = candidates  # sampled requests per ask; the one that states most of its values is kept
+        self.agreement = agreement  # with several candidates: prefer one that asks for its calls' tools
+        # a request's numbers decoded under NumberConstraint (an in-process synthesizer): only its calls' own values
+        self.numbers_constrained = numbers_constrained and hasattr(llm, "decode_batch")
+        self._numbers: NumberVocabulary | None = None
+
+    def _requests(self, prompts: Sequence[list[ChatMessage]], values: Sequence[Sequence]) -> list[list[str]]:
+        """``candidates`` sampled answers per prompt, one line each; with ``numbers_constrained`` every number an
+        answer writes is one of its prompt's ``values``."""
+        params = replace(self.params, n=self.candidates, stop=tuple(self.params.stop) + ("\n",))
+        if not prompts:
+            return []
+        if not self.numbers_constrained:
+            return [[o.text for o in out] for out in self.llm.chat(list(prompts), params)]
+        local = cast(InProcessLLM, self.llm)
+        if self._numbers is None:
+            self._numbers = NumberVocabulary(local.tokenizer, local.eos_ids)
+        vocab = self._numbers
+        batch = local.decode_batch(replace(params, n=1))
+        if params.seed is not None:
+            batch.generator = torch.Generator(device="cpu").manual_seed(params.seed)
+        keys = [(i, c) for i in range(len(prompts)) for c in range(self.candidates)]
+        ids = [local.apply_chat_template(list(p)) for p in prompts]
+        constraints: list[Any] = [
+            NumberConstraint(vocab, {f for v in values[i] for f in number_strings(v)}) for i, _ in keys
+        ]
+        batch.add([(k, ids[k[0]]) for k in keys], constraints=constraints)
+        done = batch.run()
+        return [[done[(i, c)].text for c in range(self.candidates)] for i in range(len(prompts))]
 
     def _items(self, usable) -> tuple[list[list[tuple[str, list[int]]]], int]:
         """Per usable trace, its (request, call indices) items; and how many answers gave none."""
@@ -159,19 +327,51 @@ class TaskSynthesizer:
             for k, (_, calls) in enumerate(usable)
             for w in windows(len(calls), self.difficulty.operations, self.tasks_per_trace)
         ]
-        outs = self.llm.chat(
-            [targeted_prompt([usable[k][1][i] for i in w], self.shots) for k, w in asks],
-            replace(self.params, stop=tuple(self.params.stop) + ("\n",)),
-        )
+        chosen = [[usable[k][1][i][0] for i in w] for k, w in asks]
+        values = [[v for c in cs for v in argument_values(c.arguments)] for cs in chosen]
+        answers = self._requests([targeted_prompt([usable[k][1][i] for i in w], self.shots) for k, w in asks], values)
         items: list[list[tuple[str, list[int]]]] = [[] for _ in usable]
         bad = 0
-        for (k, w), out in zip(asks, outs):
-            request = parse_request(out[0].text)
+        for (k, w), cs, vs, texts in zip(asks, chosen, values, answers):
+            request = best_request(texts, cs, vs, self.agreement)
             if request is None:
                 bad += 1
             else:
                 items[k].append((request, w))
         return items, bad
+
+    def _chained_items(self, usable, report: SynthesisReport) -> list[list[tuple[list[str], list[int]]]]:
+        """Multi-turn synthesis: per usable trace, its (turn requests, chain) items (module docstring)."""
+        found = [chains(calls, self.difficulty.turns, self.tasks_per_trace) for _, calls in usable]
+        report.unchained = sum(1 for c in found if not c)
+        asks = []  # (trace, chain number, turn, prompt)
+        for k, ((_, calls), cs) in enumerate(zip(usable, found)):
+            for n, chain in enumerate(cs):
+                asks.append((k, n, 0, targeted_prompt([calls[chain[0]]], self.shots)))
+                for t in range(1, len(chain)):
+                    asks.append((k, n, t, follow_up_prompt(calls[chain[t - 1]], calls[chain[t]], self.follow_shots)))
+        owns = []  # per ask, the values its request must state
+        for k, n, t, _ in asks:
+            calls, chain = usable[k][1], found[k][n]
+            own = argument_values(calls[chain[t]][0].arguments)
+            if t > 0:  # a later turn does not state what it takes from the previous result
+                for v in carried(calls[chain[t - 1]], calls[chain[t]][0]):
+                    own.remove(v)
+            owns.append(own)
+        outs = self._requests([a[3] for a in asks], owns)
+        requests: dict[tuple[int, int], list[str | None]] = {}
+        for (k, n, t, _), own, out in zip(asks, owns, outs):
+            calls, chain = usable[k][1], found[k][n]
+            requests.setdefault((k, n), [None] * len(chain))[t] = best_request(
+                out, [calls[chain[t]][0]], own, self.agreement
+            )
+        items: list[list[tuple[list[str], list[int]]]] = [[] for _ in usable]
+        for (k, n), turns in requests.items():
+            if all(r is not None for r in turns):
+                items[k].append(([r for r in turns if r is not None], found[k][n]))
+            else:
+                report.unparseable += 1
+        return items
 
     def synthesize(
         self, traces: Sequence[ExplorationTrace], env_name: str, metadata: dict | None = None
@@ -181,27 +381,47 @@ class TaskSynthesizer:
         usable = [(t, calls) for t, calls in usable if calls]
         if not usable:
             return report
-        per_trace, report.unparseable = self._items(usable)
         report.calls = len(usable)
+        if self.difficulty.turns > 1:
+            for (trace, calls), chained in zip(usable, self._chained_items(usable, report)):
+                for turns, chain in chained:
+                    ref = [calls[i][0] for i in chain]
+                    meta = dict(metadata or {})
+                    meta.update(
+                        {
+                            "exploration_id": trace.exploration_id,
+                            "explored_steps": chain,
+                            "carried_values": [[]]  # per turn: the values it takes from the previous result
+                            + [carried(calls[a], calls[b][0]) for a, b in zip(chain, chain[1:])],
+                        }
+                    )
+                    report.tasks.append(self._task(env_name, turns, [[c] for c in ref], meta, trace.sandbox))
+            return report
+        per_trace, report.unparseable = self._items(usable)
         for (trace, calls), items in zip(usable, per_trace):
             for query, idx in items:
                 ref = [calls[i][0] for i in idx]
-                n_ops = len(ref)
-                n_attrs = len({k for c in ref for k in c.arguments})
                 meta = dict(metadata or {})
                 meta.update({"exploration_id": trace.exploration_id, "explored_steps": idx})
-                report.tasks.append(
-                    Task(
-                        task_id=new_id("syn"),
-                        env_name=env_name,
-                        query=query,
-                        initial_config=dict(trace.sandbox.get("initial_config") or {}),
-                        reference_solution=[ref],
-                        source=TaskSource.SYNTHETIC,
-                        difficulty=Difficulty(
-                            entities=len({c.name for c in ref}), attributes=n_attrs, operations=n_ops
-                        ),
-                        metadata=meta,
-                    )
-                )
+                report.tasks.append(self._task(env_name, query, [ref], meta, trace.sandbox))
         return report
+
+    @staticmethod
+    def _task(
+        env_name: str, query: str | list[str], reference: list[list[ToolCall]], meta: dict, sandbox: dict | None = None
+    ) -> Task:
+        calls = [c for turn in reference for c in turn]
+        return Task(
+            task_id=new_id("syn"),
+            env_name=env_name,
+            query=query,
+            initial_config=dict((sandbox or {}).get("initial_config") or {}),
+            reference_solution=reference,
+            source=TaskSource.SYNTHETIC,
+            difficulty=Difficulty(
+                entities=len({c.name for c in calls}),
+                attributes=len({k for c in calls for k in c.arguments}),
+                operations=len(calls),
+            ),
+            metadata=meta,
+        )
