@@ -57,8 +57,8 @@ def markdown(ev, spec) -> str:
         "",
         "| row | seeds | "
         + " | ".join(f"{k} before | {k} after | Δ{k} vs {ev.baseline}" for k in keys)
-        + " | Steps@0.9 | AUC |",
-        "|" + "---|" * (2 + 3 * len(keys) + 2),
+        + " | Steps@0.9 | AUC | code |",
+        "|" + "---|" * (2 + 3 * len(keys) + 3),
     ]
     for name, r in ev.rows.items():
         cells = []
@@ -70,7 +70,7 @@ def markdown(ev, spec) -> str:
         lines.append(
             f"| {name} | {len(r.seeds)}/{len(spec.seeds)} | "
             + " | ".join(cells)
-            + f" | {_fmt(r.steps_at_09, 0)} | {_fmt(r.auc)} |"
+            + f" | {_fmt(r.steps_at_09, 0)} | {_fmt(r.auc)} | {r.commit or ev.commit} |"
         )
     if base is not None and base.steps_at_09 is not None:
         lines.append("")
@@ -145,13 +145,19 @@ def main() -> None:
     ap.add_argument("--no-run", action="store_true", help="report on finished runs only")
     ap.add_argument("--baseline", default="grpo")
     ap.add_argument("--out", default=None, help="results prefix (default benchmarks/results/evidence_<family>)")
+    ap.add_argument(
+        "--merge",
+        default=None,
+        help="a committed results file (.json): its rows without finished runs here are kept as committed (with "
+        "their commit), and new rows are paired with its baseline row when that has no runs here",
+    )
     args = ap.parse_args()
 
     from evolvekit.cli.common import setup_logging
     from evolvekit.config import load_config
     from evolvekit.report.ablate import load_spec, run_ablation
     from evolvekit.report.collection import load_groups
-    from evolvekit.report.evidence import EvidenceFile, budget_of, row_results
+    from evolvekit.report.evidence import EvidenceFile, budget_of, load_evidence, merge_rows, row_results
 
     setup_logging("INFO")
     spec = load_spec(Path(args.spec))
@@ -162,13 +168,19 @@ def main() -> None:
     groups = load_groups(Path(spec.out_dir))
     order = [r.name for r in spec.rows]
     groups = sorted([g for g in groups if g.name in order], key=lambda g: order.index(g.name))
+    rows = row_results(groups, args.baseline)
+    commit = commit_of_code()
+    if args.merge:
+        merged = merge_rows(rows, load_evidence(args.merge), args.baseline, commit)
+        rows = {n: merged[n] for n in sorted(merged, key=lambda n: order.index(n) if n in order else len(order))}
+        commit = ", ".join(sorted({r.commit for r in rows.values() if r.commit}))
     ev = EvidenceFile(
         family=cfg.env.family or cfg.env.name,
         budget=budget_of(cfg),
         baseline=args.baseline,
-        rows=row_results(groups, args.baseline),
+        rows=rows,
         command=" ".join(shlex.quote(a) for a in [".venv/bin/python", *sys.argv]),
-        commit=commit_of_code(),
+        commit=commit,
     )
     out = Path(args.out or f"benchmarks/results/evidence_{ev.family}")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -116,3 +116,24 @@ def test_a_run_prints_the_committed_baseline_only_for_the_same_family_and_budget
     assert "no committed baseline" in comparison_line(tmp_path / "missing.json", cfg, {})
     (tmp_path / "bad.json").write_text("{}")
     assert "not a results file" in comparison_line(tmp_path / "bad.json", cfg, {})
+
+
+def test_merge_keeps_committed_rows_and_pairs_fresh_rows_with_the_committed_baseline():
+    from evolvekit.report.evidence import merge_rows
+
+    grpo = RunGroup("grpo", [_run("grpo", s, 0.1, 0.2, a) for s, a in ((0, 0.3), (1, 0.4), (2, 0.5))])
+    committed = EvidenceFile(
+        family="arith", budget={}, baseline="grpo", rows=row_results([grpo], "grpo"), command="c", commit="old"
+    )
+    committed.rows["grpo"].curve = []  # a file written before curves were kept: no Steps@0.9 for new rows
+    new = RunGroup("overall", [_run("overall", s, 0.1, 0.4, a) for s, a in ((0, 0.4), (1, 0.6), (2, 0.6))])
+    fresh = row_results([new], "grpo")
+    assert not fresh["overall"].vs_baseline  # the baseline has no runs here
+    rows = merge_rows(fresh, committed, "grpo", "new")
+    assert list(rows) == ["grpo", "overall"] and rows["grpo"].commit == "old" and rows["overall"].commit == "new"
+    assert rows["grpo"].after == committed.rows["grpo"].after
+    d = rows["overall"].vs_baseline["avg@4"]  # pairs 0.4-0.3, 0.6-0.4, 0.6-0.5
+    assert d.mean == pytest.approx(0.4 / 3) and d.n == 3
+    assert rows["overall"].steps_at_09 is None
+    committed.rows["grpo"].curve = [(0, 0.1), (3, 0.2), (4, 0.4)]  # with its curve: target 0.36, reached at 3
+    assert merge_rows(fresh, committed, "grpo", "new")["overall"].steps_at_09 == 3.0

@@ -110,6 +110,8 @@ class RowResult(BaseModel):
     steps_at_09: float | None = None  # iterations to reach 90% of the baseline's best held-out avg (mean curve)
     auc: float | None = None  # area under the mean held-out curve
     health: list[RunHealth] = Field(default_factory=list)
+    curve: list[tuple[float, float]] = Field(default_factory=list)  # the mean held-out curve (iteration, value)
+    commit: str | None = None  # the code the row's runs were made at (None: the file's commit)
 
 
 class EvidenceFile(BaseModel):
@@ -225,6 +227,7 @@ def row_results(groups: list[RunGroup], baseline: str) -> dict[str, RowResult]:
                 theirs = [float(base_runs[s].evaluations["after"].get(k, float("nan"))) for _, s in paired]
                 res.vs_baseline[k] = difference(ours, theirs)
         xs, ys = RunGroup(g.name, runs).mean_curve()
+        res.curve = list(zip(xs, ys))
         res.auc = area_under_curve(xs, ys) if len(ys) > 1 else None
         res.steps_at_09 = steps_to_fraction(xs, ys, target) if target is not None and ys else None
         res.health = [run_health(r, _seed_of(r)) for r in runs]
@@ -234,3 +237,31 @@ def row_results(groups: list[RunGroup], baseline: str) -> dict[str, RowResult]:
 
 def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def merge_rows(
+    fresh: dict[str, RowResult], committed: EvidenceFile, baseline: str, commit: str
+) -> dict[str, RowResult]:
+    """``fresh`` rows (finished runs here, made at ``commit``) over a committed results file: every committed row
+    without fresh runs keeps its committed figures (and commit); a fresh row whose baseline has no runs here is
+    paired with the committed baseline's per-seed values (same seeds), and gets Steps@0.9 only if the committed
+    baseline has its curve."""
+    out = {
+        name: row.model_copy(update={"commit": row.commit or committed.commit}) for name, row in committed.rows.items()
+    }
+    base = fresh.get(baseline) or committed.rows.get(baseline)
+    for name, row in fresh.items():
+        row = row.model_copy(update={"commit": commit})
+        if baseline not in fresh and base is not None and name != baseline:
+            theirs = {k: dict(zip(base.seeds, v)) for k, v in base.per_seed_after.items()}
+            for k, ours in row.per_seed_after.items():
+                other = theirs.get(k, {})
+                pairs = [(v, other[s]) for v, s in zip(ours, row.seeds) if s in other]
+                if len(pairs) >= 2:
+                    row.vs_baseline[k] = difference([a for a, _ in pairs], [b for _, b in pairs])
+            ys = [y for _, y in base.curve]
+            target = 0.9 * max(ys) if ys and max(ys) > 0 else None
+            xs_r, ys_r = [x for x, _ in row.curve], [y for _, y in row.curve]
+            row.steps_at_09 = steps_to_fraction(xs_r, ys_r, target) if target is not None and ys_r else None
+        out[name] = row
+    return out
