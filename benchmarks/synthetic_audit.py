@@ -14,6 +14,11 @@ an audit-only reading of MathAPI requests that no run uses:
 - *follow-up wording*: the request refers to an earlier result ("that", "the result", "the number") although a
   synthesized task has a single turn, so there is none.
 
+A multi-turn synthesized task (``questioning.difficulty.turns``) is read turn by turn: each turn names its own
+call's operation, only its first turn counts for follow-up wording (a later turn is meant to refer to the earlier
+result), and a later subtract or divide must take the earlier result as its first operand ("Divide that by 4." is
+divide(result, 4); a chain whose explored call divided *by* the result reads the other way round).
+
 Needs nothing but the stores and the embedded embedding model; takes seconds.
 """
 
@@ -42,10 +47,32 @@ FOLLOW_UP = re.compile(r"\b(that|the result|the number|this)\b", re.IGNORECASE)
 MATH_SANDBOX = {"classes": ["MathAPI"], "tools": list(OPERATION_WORDS)}
 
 
+def _turn_pairs(task: Task) -> list[tuple[str, list]]:
+    refs = task.reference_solution or []
+    if len(task.turns) == len(refs) > 1:
+        return [(text.lower(), list(calls)) for text, calls in zip(task.turns, refs)]
+    return [(" ".join(task.turns).lower(), [c for turn in refs for c in turn])]
+
+
 def names_operations(task: Task) -> bool:
-    text = " ".join(task.turns).lower()
-    calls = [c for turn in task.reference_solution or [] for c in turn]
-    return all(any(w in text for w in OPERATION_WORDS.get(c.name, ())) for c in calls)
+    return all(
+        any(w in text for w in OPERATION_WORDS.get(c.name, ())) for text, calls in _turn_pairs(task) for c in calls
+    )
+
+
+def result_first(task: Task) -> bool:
+    """Every later turn's subtract or divide takes the value carried from the earlier result as its first operand."""
+    carried = task.metadata.get("carried_values") or []
+    for k, turn in enumerate(task.reference_solution or []):
+        taken = carried[k] if k < len(carried) else []
+        for c in turn:
+            if k > 0 and c.name in ("subtract", "divide") and taken and c.arguments.get("a") not in taken:
+                return False
+    return True
+
+
+def first_turn_refers(task: Task) -> bool:
+    return bool(FOLLOW_UP.search(task.turns[0] if len(task.turns) > 1 else " ".join(task.turns)))
 
 
 def synthetic_tasks(store: Path) -> list[Task]:
@@ -77,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             row = f"{root.name}/{store.parent.parent.name}"
             for t in synthetic_tasks(store):
-                well = numbers_exact(t) and names_operations(t)
+                well = numbers_exact(t) and names_operations(t) and result_first(t)
                 checks = {
                     "tasks": True,
                     "grounding 1.0": grounding(t) >= 1.0,
@@ -86,13 +113,15 @@ def main(argv: list[str] | None = None) -> int:
                     "exact + agreement": numbers_exact(t) and agreement.agrees(t),
                     "well posed": well,
                     "exact + agreement, well posed": numbers_exact(t) and agreement.agrees(t) and well,
-                    "follow-up wording": bool(FOLLOW_UP.search(" ".join(t.turns))),
+                    "follow-up wording": first_turn_refers(t),
+                    "two turns": len(t.turns) > 1,
                 }
                 for k, v in checks.items():
                     counts[row][k] += int(v)
                 if len(examples) < args.examples and not well:
-                    ref = "; ".join(
-                        f"{c.name}({', '.join(map(str, c.arguments.values()))})" for c in t.reference_solution[0]
+                    ref = " / ".join(
+                        "; ".join(f"{c.name}({', '.join(map(str, c.arguments.values()))})" for c in turn)
+                        for turn in t.reference_solution or []
                     )
                     examples.append(f"| {row} | {' / '.join(t.turns)} | {ref} |")
     if not counts:
@@ -107,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "Kept synthetic tasks of every run (after the runs' own curation: dedup, feasibility replay, grounding share "
         "1.0). Columns: the curation checks evolvekit ships (grounding share 1.0; exact numbers; tool agreement with "
-        "the embedded MiniLM; both) and the audit-only reading (well posed: exact numbers and the operation named; "
-        "follow-up wording: refers to an earlier result a single-turn task does not have).",
+        "the embedded MiniLM; both) and the audit-only reading (well posed: exact numbers, the operation named in its "
+        "turn and, in a later turn, the earlier result as the first operand of subtract/divide; follow-up wording: the "
+        "first (or only) turn refers to an earlier result it does not have).",
         "",
         "| runs | " + " | ".join(keys) + " |",
         "|---|" + "---|" * len(keys),
