@@ -44,7 +44,7 @@ def distill(trace: ExplorationTrace, max_chars: int = 300) -> list[tuple[ToolCal
 def synthesis_prompt(
     calls: Sequence[tuple[ToolCall, str]], difficulty: DifficultyConfig, rubrics: Sequence[str], n_tasks: int
 ) -> list[ChatMessage]:
-    listing = "\n".join(f"[{i}] {format_call(c)} -> {obs}" for i, (c, obs) in enumerate(calls))
+    listing = _listing(calls)
     prefs = (
         f"Each request should involve about {difficulty.entities} entities, {difficulty.attributes} attributes "
         f"and {difficulty.operations} operations (fewer if the calls do not allow it)."
@@ -83,14 +83,22 @@ TARGETED_ASK = (
 def targeted_prompt(calls: Sequence[tuple[ToolCall, str]], shots: Sequence[tuple[str, str]] = ()) -> list[ChatMessage]:
     """Scaffold for small synthesizers: the calls are chosen (a window of the exploration); the model only writes
     the request they solve. ``shots`` are (call listing, request) worked examples given as chat turns."""
+    return _asking(TARGETED_ASK, calls, shots)
+
+
+def _asking(ask: str, calls: Sequence[tuple[ToolCall, str]], shots: Sequence[tuple[str, str]]) -> list[ChatMessage]:
+    """The synthesizer's conversation: the worked examples as chat turns, then the listed calls and ``ask``."""
     msgs = [ChatMessage(role="system", content=SYNTH_SYSTEM)]
     for listing, request in shots:
         msgs += [
-            ChatMessage(role="user", content=f"Executed calls:\n{listing}\n\n{TARGETED_ASK}"),
+            ChatMessage(role="user", content=f"Executed calls:\n{listing}\n\n{ask}"),
             ChatMessage(role="assistant", content=request),
         ]
-    listing = "\n".join(f"[{i}] {format_call(c)} -> {obs}" for i, (c, obs) in enumerate(calls))
-    return msgs + [ChatMessage(role="user", content=f"Executed calls:\n{listing}\n\n{TARGETED_ASK}")]
+    return msgs + [ChatMessage(role="user", content=f"Executed calls:\n{_listing(calls)}\n\n{ask}")]
+
+
+def _listing(calls: Sequence[tuple[ToolCall, str]]) -> str:
+    return "\n".join(f"[{i}] {format_call(c)} -> {obs}" for i, (c, obs) in enumerate(calls))
 
 
 def parse_request(text: str) -> str | None:
@@ -216,22 +224,12 @@ FOLLOW_UP_ASK = (
 )
 
 
-def _listing(calls: Sequence[tuple[ToolCall, str]]) -> str:
-    return "\n".join(f"[{i}] {format_call(c)} -> {obs}" for i, (c, obs) in enumerate(calls))
-
-
 def follow_up_prompt(
     prev: tuple[ToolCall, str], call: tuple[ToolCall, str], shots: Sequence[tuple[str, str]] = ()
 ) -> list[ChatMessage]:
     """A later turn of a multi-turn task: the earlier call with its result and this turn's call; the model writes
     the request that refers to the earlier result. ``shots``: (listing, request) worked examples as chat turns."""
-    msgs = [ChatMessage(role="system", content=SYNTH_SYSTEM)]
-    for listing, request in shots:
-        msgs += [
-            ChatMessage(role="user", content=f"Executed calls:\n{listing}\n\n{FOLLOW_UP_ASK}"),
-            ChatMessage(role="assistant", content=request),
-        ]
-    return msgs + [ChatMessage(role="user", content=f"Executed calls:\n{_listing([prev, call])}\n\n{FOLLOW_UP_ASK}")]
+    return _asking(FOLLOW_UP_ASK, [prev, call], shots)
 
 
 def follow_up_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
