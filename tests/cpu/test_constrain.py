@@ -205,7 +205,7 @@ def test_number_constraint_lets_only_the_given_numbers_through():
     c.advance(0)  # "1": complete, and "1." is no prefix, so "." is the full stop
     assert allowed() == [3, 4, 5, 7]
     c.advance(3)
-    assert c.run == "" and allowed() == [3, 4, 5, 7]  # "1." then "2" would read as 1.2
+    assert c.run == "" and allowed() == [4, 7]  # after "1." a space or the end: not "2" (1.2), nor "and" (1.and)
     c.advance(4)
     assert allowed() == [0, 1, 3, 4, 5, 7]
 

@@ -252,6 +252,12 @@ class NumberVocabulary:
                 if text == ".":
                     self.dots.append(i)
         self.free = torch.tensor(free, dtype=torch.long)
+        # what may follow a full stop after a number: a token that starts with whitespace, or the end ("1." then
+        # "amber" is a small model's 1.13 cut short by the constraint)
+        eos = set(eos_ids)
+        self.after_stop = torch.tensor(
+            [i for i in free if i in eos or tokenizer.decode([i])[:1].isspace()], dtype=torch.long
+        )
         self._cache: dict[tuple, torch.Tensor] = {}
 
     def tensor(self, free: bool, extra: tuple[int, ...]) -> torch.Tensor:
@@ -274,7 +280,7 @@ class NumberConstraint:
         self.complete = set(numbers)
         self.prefixes = {n[:k] for n in self.complete for k in range(1, len(n) + 1)}
         self.run = ""  # the number being written ("" between numbers)
-        self.full_stop = False  # the last token was a "." right after a complete number: no digit may follow
+        self.full_stop = False  # the last token was a "." right after a complete number: a space or the end follows
 
     def _ended(self) -> bool:
         """Another token may follow: no number is open, or the open one is complete (a trailing "." was the
@@ -284,7 +290,9 @@ class NumberConstraint:
 
     def allowed(self) -> torch.Tensor:
         v, r = self.vocab, self.run
-        digits = () if self.full_stop else tuple(sorted(i for i, d in v.digits.items() if r + d in self.prefixes))
+        if self.full_stop:
+            return v.after_stop
+        digits = tuple(sorted(i for i, d in v.digits.items() if r + d in self.prefixes))
         dots = tuple(v.dots) if r and r + "." in self.prefixes else ()
         ended = self._ended()
         if not ended and not digits and not dots:  # cannot happen for prefixes of allowed numbers
