@@ -151,6 +151,13 @@ def main() -> None:
         help="a committed results file (.json): its rows without finished runs here are kept as committed (with "
         "their commit), and new rows are paired with its baseline row when that has no runs here",
     )
+    ap.add_argument(
+        "--row-commit",
+        action="append",
+        default=[],
+        metavar="ROW=REV",
+        help="the code a row's runs were made at, where it is not the checkout's (runs do not record it)",
+    )
     args = ap.parse_args()
 
     from evolvekit.cli.common import setup_logging
@@ -173,7 +180,13 @@ def main() -> None:
     if args.merge:
         merged = merge_rows(rows, load_evidence(args.merge), args.baseline, commit)
         rows = {n: merged[n] for n in sorted(merged, key=lambda n: order.index(n) if n in order else len(order))}
-        commit = ", ".join(sorted({r.commit for r in rows.values() if r.commit}))
+    for item in args.row_commit:
+        name, _, rev = item.partition("=")
+        if name not in rows or not rev:
+            ap.error(f"--row-commit {item}: no row {name!r} (rows: {', '.join(rows)}) or no commit")
+        rows[name] = rows[name].model_copy(update={"commit": rev})
+    if args.merge or args.row_commit:
+        commit = ", ".join(sorted({r.commit or commit for r in rows.values()}))
     ev = EvidenceFile(
         family=cfg.env.family or cfg.env.name,
         budget=budget_of(cfg),
