@@ -637,6 +637,8 @@ def test_targeted_synthesis_parsing_windows_and_shots():
     assert parse_request("**Add 5 to 8.**") == "Add 5 to 8."
     assert parse_request("   \n") is None and parse_request("ok") is None
     assert parse_request('<tool_call>{"name": "add"}') is None
+    assert parse_request("Result of [1] is 1.0.") is None  # points into the listing
+    assert parse_request("The user asked for call [0]. Write the user's next request, which call [1] solves") is None
     assert windows(5, 1, 3) == [[0], [2], [4]]
     assert windows(5, 2, 2) == [[0, 1], [3, 4]]
     assert windows(2, 3, 3) == [[0, 1]]  # fewer calls than the difficulty asks for

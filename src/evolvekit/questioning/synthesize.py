@@ -102,14 +102,19 @@ def _listing(calls: Sequence[tuple[ToolCall, str]]) -> str:
 
 
 def parse_request(text: str) -> str | None:
-    """The request of a targeted-synthesis answer: its first line, without a 'Task:' label or quotes."""
+    """The request of a targeted-synthesis answer: its first line, without a 'Task:' label or quotes. None for an
+    answer that is no request: a call, or a line that points into the call listing ("Result of [1] is 1.0.", an
+    echo of the instruction "... which call [1] solves")."""
     line = next((ln.strip() for ln in (text or "").splitlines() if ln.strip()), "")
     line = re.sub(r"^(task|request|user)\s*[:：]\s*", "", re.sub(r"[*_#`]", "", line), flags=re.IGNORECASE).strip(
         " \"'"
     )
-    if len(line) < 8 or len(line) > 400 or "<tool" in line or line.startswith("{"):
+    if len(line) < 8 or len(line) > 400 or "<tool" in line or line.startswith("{") or _LISTING_REF.search(line):
         return None
     return line
+
+
+_LISTING_REF = re.compile(r"\[\d+\]")  # "[1]": a numbered call of the synthesizer's listing
 
 
 def best_request(
