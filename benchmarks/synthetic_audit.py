@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("roots", nargs="+", type=Path, help="evidence run roots (<root>/<row>/seed<k>/run.sqlite)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/synthetic_task_audit.md"))
     ap.add_argument("--examples", type=int, default=12)
+    ap.add_argument("--rows", nargs="*", default=None, help="only these rows")
     args = ap.parse_args(argv)
 
     cfg = load_config(None, ["env.family=arith_turns"])
@@ -101,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     for root in args.roots:
         for store in sorted(root.glob("*/seed*/run.sqlite")):
             if store.parent.parent.is_symlink():  # a row linked from another root is counted there
+                continue
+            if args.rows and store.parent.parent.name not in args.rows:
                 continue
             row = f"{root.name}/{store.parent.parent.name}"
             for t in synthetic_tasks(store):
@@ -130,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     keys = list(next(iter(counts.values())))
     total = {k: sum(c[k] for c in counts.values()) for k in keys}
     lines = [
-        "$ .venv/bin/python benchmarks/synthetic_audit.py " + " ".join(map(str, args.roots)) + f" --out {args.out}",
+        "$ .venv/bin/python benchmarks/synthetic_audit.py "
+        + " ".join(map(str, args.roots))
+        + (" --rows " + " ".join(args.rows) if args.rows else "")
+        + f" --out {args.out}",
         "",
         "# Synthesized tasks the evidence runs trained on: do the requests ask for what their references do?",
         "",
