@@ -102,7 +102,7 @@ def markdown(ev, spec) -> str:
     return "\n".join(lines) + "\n"
 
 
-def figure(ev, groups, path: Path) -> None:
+def figure(ev, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -112,12 +112,10 @@ def figure(ev, groups, path: Path) -> None:
     if key is None:
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for g in groups:
-        if g.name not in ev.rows:
-            continue
-        xs, ys = g.mean_curve()
-        if xs:
-            left.plot(xs, ys, marker="o", label=g.name, linewidth=2.5 if g.name == "overall" else 1.2)
+    for name, row in ev.rows.items():  # a row merged from a file written before curves were kept has none
+        if row.curve:
+            xs, ys = zip(*row.curve)
+            left.plot(xs, ys, marker="o", label=name, linewidth=2.5 if name == "overall" else 1.2)
     left.set_xlabel("iteration")
     left.set_ylabel(f"held-out {key} (mean over seeds)")
     left.set_title("held-out curve")
@@ -199,7 +197,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(ev.model_dump_json(indent=2))
     out.with_suffix(".md").write_text(markdown(ev, spec))
-    figure(ev, groups, out.with_suffix(".png"))
+    figure(ev, out.with_suffix(".png"))
     print(out.with_suffix(".md").read_text())
 
 
