@@ -108,7 +108,10 @@ def test_a_run_prints_the_committed_baseline_only_for_the_same_family_and_budget
     path.write_text(ev.model_dump_json())
     line = comparison_line(path, cfg, {"avg@4": 0.45})
     assert "grpo 0.100 -> 0.400 ± 0.100" in line and "3 seeds" in line and "this run -> 0.45" in line
-    assert "abc1234" in line
+    assert "committed at abc1234:" in line
+    ev.commit, ev.rows["grpo"].commit = "abc1234, def5678", "def5678"  # a merged file: the baseline row's own code
+    path.write_text(ev.model_dump_json())
+    assert "committed at def5678:" in comparison_line(path, cfg, {})
     other = load_config(Path("configs/grpo.yaml"), ["train.iterations=2"])
     assert "not comparable" in comparison_line(path, other, {}) and "train.iterations" in comparison_line(
         path, other, {}

@@ -154,7 +154,7 @@ def comparison_line(path: Path | str, cfg: Config, after: dict | None) -> str:
             if b
             else f"{key}: {ev.baseline} -> {iv.mean:.3f} ± {iv.std:.3f}"
         )
-    return f"same family and budget, committed at {ev.commit}: " + "; ".join(parts)
+    return f"same family and budget, committed at {row.commit or ev.commit}: " + "; ".join(parts)
 
 
 def total(metrics: dict[int, dict[str, float]], key: str) -> float:
