@@ -944,3 +944,19 @@ def test_numbers_constrained_synthesizer_states_only_its_calls_values(smollm2):
     assert any(found - {float(v) for v in vals} for found, vals in zip(free, own))
     for found, vals in zip(numbers(True), own):
         assert found and found <= {float(v) for v in vals}
+
+
+def test_malformed_carried_values_in_a_task_file_are_ignored_not_trusted():
+    """``metadata.carried_values`` comes from task files too: any shape other than a list of lists counts as none, and
+    nothing in it is evaluated."""
+    from evolvekit.questioning.curate import carried_values, grounding, numbers_exact
+
+    ref = [
+        [ToolCall(name="add", arguments={"a": 15, "b": 5})],
+        [ToolCall(name="multiply", arguments={"a": 20, "b": 5})],
+    ]
+    turns = ["Add 15 and 5.", "Multiply that by 5."]
+    for bad in ("__import__('os').system('x')", {"a": 1}, [None, "20"], 7, [[{"x": 1}], [[20]]]):
+        t = Task(env_name="bfcl", query=turns, reference_solution=ref, metadata={"carried_values": bad})
+        assert all(isinstance(vs, list) for vs in carried_values(t))
+        assert grounding(t) == 3 / 4 and not numbers_exact(t)  # 20 is not excused: it must be stated

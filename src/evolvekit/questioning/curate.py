@@ -28,7 +28,7 @@ from evolvekit.env.base import Action, Environment, ToolSchema
 from evolvekit.types import Task, ToolCall
 
 _WORD = re.compile(r"[a-z0-9_.]+")
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 def words(text: str) -> set[str]:
@@ -152,7 +152,7 @@ def stated_count(text: str, values: Sequence) -> int:
     """How many of ``values`` the text states: a number when the text contains the same number, a string when it
     appears in the text (case- and whitespace-insensitively)."""
     text = " ".join(text.lower().split())
-    numbers = {float(x) for x in _NUMBER.findall(text)}
+    numbers = {float(x) for x in NUMBER.findall(text)}
     return sum(
         (float(v) in numbers) if isinstance(v, (int, float)) else (" ".join(v.lower().split()) in text) for v in values
     )
@@ -169,7 +169,7 @@ def _without(carried: list, values: list) -> list:
     """``values`` less the ``carried`` ones that occur in them, once each."""
     values = list(values)
     for c in carried:
-        hit = next((i for i, v in enumerate(values) if _equal(v, c)), None)
+        hit = next((i for i, v in enumerate(values) if same_value(v, c)), None)
         if hit is not None:
             del values[hit]
     return values
@@ -183,11 +183,12 @@ def reference_values(task: Task) -> list:
     return _without([v for vs in carried_values(task) for v in vs], values)
 
 
-def _equal(a, b) -> bool:
+def same_value(a, b) -> bool:
+    """Two literal argument values are the same: numbers by value (3 and 3.0), strings without surrounding spaces."""
     num = (int, float)
     if isinstance(a, num) and isinstance(b, num) and not isinstance(a, bool) and not isinstance(b, bool):
         return float(a) == float(b)
-    return a == b
+    return isinstance(a, str) and isinstance(b, str) and a.strip() == b.strip()
 
 
 def numbers_exact(task: Task) -> bool:
@@ -195,7 +196,7 @@ def numbers_exact(task: Task) -> bool:
     numeric argument values of its reference calls (each value as often as the calls use it, and no other number).
     "Add 3 and 3." for add(3, 3) passes; "Multiply that by -1." for add(-1, -1) and "Add 2 and 5, then 4." for
     add(2, 5) do not."""
-    stated = sorted(float(x) for x in _NUMBER.findall(" ".join(task.turns)))
+    stated = sorted(float(x) for x in NUMBER.findall(" ".join(task.turns)))
     return stated == sorted(float(v) for v in reference_values(task) if isinstance(v, (int, float)))
 
 

@@ -27,7 +27,7 @@ from evolvekit.agent.parser import format_call
 from evolvekit.config import DifficultyConfig
 from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams
 from evolvekit.llm.constrain import NumberConstraint, NumberVocabulary, number_strings
-from evolvekit.questioning.curate import ToolAgreement, argument_values, stated_count
+from evolvekit.questioning.curate import NUMBER, ToolAgreement, argument_values, same_value, stated_count
 from evolvekit.questioning.explore import ExplorationTrace
 from evolvekit.types import ChatMessage, Difficulty, Task, TaskSource, ToolCall, new_id
 
@@ -164,9 +164,6 @@ def shots_from_examples(examples: Sequence[ChatMessage]) -> list[tuple[str, str]
     return shots
 
 
-_NUM = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
-
-
 def result_values(observation: str) -> list:
     """The literal values a call's result shows: the leaves of the JSON object in its observation
     (``[add] {"result": 11}`` -> [11]), else the numbers in its text."""
@@ -176,13 +173,7 @@ def result_values(observation: str) -> list:
             return argument_values(json.loads(observation[start : end + 1]))
         except ValueError:
             pass
-    return [float(x) for x in _NUM.findall(observation)]
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return float(a) == float(b)
-    return isinstance(a, str) and isinstance(b, str) and a.strip() == b.strip()
+    return [float(x) for x in NUMBER.findall(observation)]
 
 
 def carried(prev: tuple[ToolCall, str], call: ToolCall) -> list:
@@ -192,7 +183,7 @@ def carried(prev: tuple[ToolCall, str], call: ToolCall) -> list:
     return [
         v
         for v in argument_values(call.arguments)
-        if any(_same(v, x) for x in shown) and not any(_same(v, x) for x in own)
+        if any(same_value(v, x) for x in shown) and not any(same_value(v, x) for x in own)
     ]
 
 
