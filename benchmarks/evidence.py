@@ -14,22 +14,8 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import subprocess
 import sys
 from pathlib import Path
-
-
-def commit_of_code() -> str:
-    import evolvekit
-
-    root = Path(evolvekit.__file__).resolve().parents[2]
-    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(
-        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "src", "configs"],
-        capture_output=True,
-        text=True,
-    )
-    return head.stdout.strip() + (" (uncommitted changes)" if dirty.stdout.strip() else "")
 
 
 def _fmt(v, digits: int = 3) -> str:
@@ -154,12 +140,13 @@ def main() -> None:
         action="append",
         default=[],
         metavar="ROW=REV",
-        help="the code a row's runs were made at, where it is not the checkout's (runs do not record it)",
+        help="the code a row's runs were made at, for runs made before runs recorded it (meta.code)",
     )
     args = ap.parse_args()
 
     from evolvekit.cli.common import setup_logging
     from evolvekit.config import load_config
+    from evolvekit.provenance import code_commit
     from evolvekit.report.ablate import load_spec, run_ablation
     from evolvekit.report.collection import load_groups
     from evolvekit.report.evidence import EvidenceFile, budget_of, load_evidence, merge_rows, row_results
@@ -174,7 +161,7 @@ def main() -> None:
     order = [r.name for r in spec.rows]
     groups = sorted([g for g in groups if g.name in order], key=lambda g: order.index(g.name))
     rows = row_results(groups, args.baseline)
-    commit = commit_of_code()
+    commit = code_commit()
     if args.merge:
         merged = merge_rows(rows, load_evidence(args.merge), args.baseline, commit)
         rows = {n: merged[n] for n in sorted(merged, key=lambda n: order.index(n) if n in order else len(order))}
@@ -183,7 +170,7 @@ def main() -> None:
         if name not in rows or not rev:
             ap.error(f"--row-commit {item}: no row {name!r} (rows: {', '.join(rows)}) or no commit")
         rows[name] = rows[name].model_copy(update={"commit": rev})
-    if args.merge or args.row_commit:
+    if rows:  # the code of every row: recorded by its runs, committed, given by --row-commit, or this checkout's
         commit = ", ".join(sorted({r.commit or commit for r in rows.values()}))
     ev = EvidenceFile(
         family=cfg.env.family or cfg.env.name,

@@ -140,3 +140,39 @@ def test_merge_keeps_committed_rows_and_pairs_fresh_rows_with_the_committed_base
     assert rows["overall"].steps_at_09 is None
     committed.rows["grpo"].curve = [(0, 0.1), (3, 0.2), (4, 0.4)]  # with its curve: target 0.36, reached at 3
     assert merge_rows(fresh, committed, "grpo", "new")["overall"].steps_at_09 == 3.0
+
+
+def test_a_row_names_the_code_its_runs_recorded():
+    from evolvekit.report.evidence import merge_rows
+
+    runs = [_run("overall", s, 0.1, 0.4, 0.5) for s in (0, 1)]
+    for r in runs:
+        r.code = "abc1234"
+    row = row_results([RunGroup("overall", runs)], "grpo")["overall"]
+    assert row.commit == "abc1234"
+    committed = EvidenceFile(family="arith", budget={}, baseline="grpo", rows={}, command="c", commit="old")
+    assert merge_rows({"overall": row}, committed, "grpo", "checkout")["overall"].commit == "abc1234"
+    runs[1].code = "def5678"  # two codes in one row: both named
+    assert row_results([RunGroup("overall", runs)], "grpo")["overall"].commit == "abc1234, def5678"
+    runs[1].code = None  # a run made before runs recorded their code: the row's code is not known from its runs
+    assert row_results([RunGroup("overall", runs)], "grpo")["overall"].commit is None
+
+
+def test_code_commit_names_the_checkout_and_its_uncommitted_changes(tmp_path):
+    import subprocess
+
+    from evolvekit.provenance import DIRTY, code_commit
+
+    assert code_commit(tmp_path).startswith("evolvekit ")  # not a git checkout
+    git = ["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "m.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert code_commit(tmp_path) == head
+    (tmp_path / "notes.txt").write_text("untracked, outside src: not a change of the code")
+    assert code_commit(tmp_path) == head
+    (tmp_path / "src" / "m.py").write_text("x = 2\n")
+    assert code_commit(tmp_path) == head + DIRTY

@@ -310,3 +310,10 @@ def test_periodic_evaluation_leaves_the_last_point_to_the_evaluation_after_train
     assert "eval/avg@1" in run.metrics[0] and "eval/avg@1" not in run.metrics[1]  # not evaluated twice at the end
     xs, ys, key = run.heldout_curve()
     assert xs == [0.0, 1.0, 2.0] and key == "avg@1" and ys[-1] == run.evaluations["after"]["avg@1"]
+
+
+def test_a_run_records_the_code_that_made_it(run_dir):
+    from evolvekit.provenance import code_commit
+    from evolvekit.report.figures import load_summary
+
+    assert load_summary(run_dir).code == code_commit()  # this checkout's commit (results files name it per row)

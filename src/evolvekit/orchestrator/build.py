@@ -27,6 +27,7 @@ from evolvekit.errors import ConfigError
 from evolvekit.llm.base import InProcessLLM, RolloutEngine
 from evolvekit.orchestrator.loop import MasterLoop, Stages
 from evolvekit.orchestrator.stages import FixedTaskSupply, GRPOSamples, NoExperience, TrainerUpdate, VanillaRollouts
+from evolvekit.provenance import code_commit
 from evolvekit.store.sqlite import RunStore
 
 if TYPE_CHECKING:
@@ -77,6 +78,7 @@ def open_run(cfg: Config | None, resume: Path | None, fixed_dir: Path | None = N
     store.set_meta("config", cfg.model_dump_json())
     store.set_meta("helper_sources", json.dumps(helper_sources(cfg)))  # what each helper role's 'auto' became
     store.set_meta("created", datetime.now().isoformat(timespec="seconds"))
+    store.set_meta("code", code_commit())  # the commit of the code that made the run (results files name it)
     return cfg, run_dir, store
 
 

@@ -231,6 +231,9 @@ def row_results(groups: list[RunGroup], baseline: str) -> dict[str, RowResult]:
         res.auc = area_under_curve(xs, ys) if len(ys) > 1 else None
         res.steps_at_09 = steps_to_fraction(xs, ys, target) if target is not None and ys else None
         res.health = [run_health(r, _seed_of(r)) for r in runs]
+        codes = {r.code for r in runs if r.code}
+        # None when some run was made before runs recorded their code
+        res.commit = ", ".join(sorted(codes)) if all(r.code for r in runs) else None
         out[g.name] = res
     return out
 
@@ -251,7 +254,7 @@ def merge_rows(
     }
     base = fresh.get(baseline) or committed.rows.get(baseline)
     for name, row in fresh.items():
-        row = row.model_copy(update={"commit": commit})
+        row = row.model_copy(update={"commit": row.commit or commit})
         if baseline not in fresh and base is not None and name != baseline:
             theirs = {k: dict(zip(base.seeds, v)) for k, v in base.per_seed_after.items()}
             for k, ours in row.per_seed_after.items():

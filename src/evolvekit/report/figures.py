@@ -29,6 +29,7 @@ class RunSummary:
     task_sources: dict[str, int] = field(default_factory=dict)
     signal_tasks: dict[str, int] = field(default_factory=dict)
     helper_sources: dict[str, str] = field(default_factory=dict)  # role -> where its answers come from
+    code: str | None = None  # the commit of the code that made the run (None: made before runs recorded it)
 
     def heldout_curve(self) -> tuple[list[float], list[float], str]:
         """(steps, values, key): held-out avg@k before training (step 0), periodically, and after."""
@@ -69,7 +70,16 @@ def load_summary(run_dir: Path) -> RunSummary:
             sig = (t.get("metadata") or {}).get("signal")
             if sig:
                 signals[sig["kind"]] = signals.get(sig["kind"], 0) + 1
-        return RunSummary(Path(run_dir), metrics_table(con), evaluations, sources, signals, _helper_sources(con))
+        code = con.execute("SELECT value FROM meta WHERE key = 'code'").fetchone()
+        return RunSummary(
+            Path(run_dir),
+            metrics_table(con),
+            evaluations,
+            sources,
+            signals,
+            _helper_sources(con),
+            code[0] if code else None,
+        )
     finally:
         con.close()
 
