@@ -639,6 +639,11 @@ def test_targeted_synthesis_parsing_windows_and_shots():
     assert parse_request('<tool_call>{"name": "add"}') is None
     assert parse_request("Result of [1] is 1.0.") is None  # points into the listing
     assert parse_request("The user asked for call [0]. Write the user's next request, which call [1] solves") is None
+    # echoes of the instruction's words, seen in an fs_chain evidence run, are no request; real requests pass
+    assert parse_request("Only 1 sentence, self-contained, with every value it needs.") is None
+    assert parse_request("Write the user's request that lists the files.") is None
+    assert parse_request("Now multiply the result by 4.") == "Now multiply the result by 4."
+    assert parse_request("Create a folder named fiction and move notes.txt into it.") is not None
     assert windows(5, 1, 3) == [[0], [2], [4]]
     assert windows(5, 2, 2) == [[0, 1], [3, 4]]
     assert windows(2, 3, 3) == [[0, 1]]  # fewer calls than the difficulty asks for

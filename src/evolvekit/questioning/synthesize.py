@@ -103,18 +103,30 @@ def _listing(calls: Sequence[tuple[ToolCall, str]]) -> str:
 
 def parse_request(text: str) -> str | None:
     """The request of a targeted-synthesis answer: its first line, without a 'Task:' label or quotes. None for an
-    answer that is no request: a call, or a line that points into the call listing ("Result of [1] is 1.0.", an
-    echo of the instruction "... which call [1] solves")."""
+    answer that is no request: a call, a line that points into the call listing ("Result of [1] is 1.0.", an
+    echo of the instruction "... which call [1] solves"), or one that repeats the instruction's words."""
     line = next((ln.strip() for ln in (text or "").splitlines() if ln.strip()), "")
     line = re.sub(r"^(task|request|user)\s*[:：]\s*", "", re.sub(r"[*_#`]", "", line), flags=re.IGNORECASE).strip(
         " \"'"
     )
     if len(line) < 8 or len(line) > 400 or "<tool" in line or line.startswith("{") or _LISTING_REF.search(line):
         return None
-    return line
+    return None if echoes_instruction(line) else line
 
 
 _LISTING_REF = re.compile(r"\[\d+\]")  # "[1]": a numbered call of the synthesizer's listing
+_ECHO_WORDS = 4
+
+
+def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
+    w = re.findall(r"[a-z0-9']+", text.lower())
+    return {tuple(w[i : i + n]) for i in range(len(w) - n + 1)}
+
+
+def echoes_instruction(line: str) -> bool:
+    """True when ``line`` repeats four or more consecutive words of the synthesizer's own instruction ("Only 1
+    sentence, self-contained, with every value it needs." echoes the targeted ask): an echo, not a request."""
+    return bool(_ngrams(line, _ECHO_WORDS) & (_ngrams(TARGETED_ASK, _ECHO_WORDS) | _ngrams(FOLLOW_UP_ASK, _ECHO_WORDS)))
 
 
 def best_request(
