@@ -657,6 +657,30 @@ def test_targeted_synthesis_parsing_windows_and_shots():
     assert len(shots) == 1 and shots[0][1] == "What is 1 plus 2?" and '"add"' in shots[0][0] and "3" in shots[0][0]
 
 
+def test_a_family_is_explored_in_the_initial_state_of_its_first_training_task():
+    """fs_chain's explorer starts in a real training task's file tree, so reading, entering and moving its files can
+    succeed (in an empty file system only ls and creations could: an fs_chain evidence run synthesized mostly
+    ls(a=True) tasks); a family without state (arith_turns) keeps an empty one."""
+    from evolvekit.env.base import Action
+    from evolvekit.env.registry import env_tasks
+    from evolvekit.questioning.pipeline import sandbox_for
+
+    cfg = load_config(None, ["env.family=fs_chain"])
+    sandbox = sandbox_for(cfg)
+    first = env_tasks(cfg.env, cfg.env.train_split)[0]
+    assert sandbox["initial_config"] == first.initial_config and sandbox["tools"][0] == "ls"
+    files = sandbox["initial_config"]["GorillaFileSystem"]["root"]["workspace"]["contents"]
+    name = next(n for n, f in files.items() if f["type"] == "file")
+    env = make_env(cfg.env)
+    try:
+        env.reset(None, sandbox)
+        res = env.step(Action(tool_calls=[ToolCall(name="cat", arguments={"file_name": name})]))
+        assert res.call_results[0].ok and files[name]["content"] in res.call_results[0].output
+    finally:
+        env.close()
+    assert sandbox_for(load_config(None, ["env.family=arith_turns"]))["initial_config"] == {}
+
+
 def test_shots_skip_follow_up_turns_of_multi_turn_examples():
     """arith_turns' worked examples have a second turn ("Multiply that by 3.") that does not state the first
     result; as a synthesis shot it taught the synthesizer to write requests that leave values out."""

@@ -35,15 +35,19 @@ class Funnel:
 
 
 def sandbox_for(cfg: Config) -> dict:
-    """The sandbox the explorer starts in: a task family's tool subset, or the configured backends in the
-    initial state of a real training task that uses them (BFCL)."""
+    """The sandbox the explorer starts in: a task family's tool subset in the initial state of its first training
+    task (a file tree for ``fs_chain``; an empty file system leaves an explorer little but ``ls`` that succeeds), or
+    the configured backends in the initial state of a real training task that uses them (BFCL)."""
+    from evolvekit.env.registry import env_tasks, has_task_source
+
     env = cfg.env
     if env.family:
         from evolvekit.env.bfcl.families import get_family
 
         fam = get_family(env.family)
-        return {"classes": list(fam.classes), "tools": list(fam.tools), "initial_config": {}, "family": fam.name}
-    from evolvekit.env.registry import env_tasks, has_task_source
+        first = env_tasks(env, env.train_split)[0] if fam.generator is not None else None
+        state = first.initial_config if first is not None else {}
+        return {"classes": list(fam.classes), "tools": list(fam.tools), "initial_config": state, "family": fam.name}
 
     classes = list(env.backends)
     if not has_task_source(env):  # an environment nobody wrote tasks for: explore from its initial state
