@@ -18,6 +18,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from training_groups import print_table, run_stores  # benchmarks/, the script's own folder
+
 
 def phase_figures(store: Path, phase: str) -> tuple[int, float, float, list[tuple[str, int]]]:
     """(samples, share with ≥ 2 calls that executed, share passed, the three tools called most)."""
@@ -44,22 +46,14 @@ def main(argv: list[str] | None = None) -> int:
         "| row | seed | 2+ calls executed, before → after | passed, before → after | tools called most after |",
         "|---|---|---|---|---|",
     ]
-    for root in args.roots:
-        for store in sorted(root.glob("*/seed*/run.sqlite")):
-            row, seed = store.parent.parent.name, store.parent.name
-            if args.rows and row not in args.rows:
-                continue
-            n0, two0, pass0, _ = phase_figures(store, "eval_before")
-            n1, two1, pass1, tools = phase_figures(store, "eval_after")
-            if not n0 or not n1:
-                continue  # an unfinished run
-            most = ", ".join(f"{name} {count}" for name, count in tools)
-            lines.append(f"| {row} | {seed[4:]} | {two0:.2f} → {two1:.2f} | {pass0:.3f} → {pass1:.3f} | {most} |")
-    if len(lines) == 2:
-        print("no finished run stores under " + ", ".join(map(str, args.roots)), file=sys.stderr)
-        return 2
-    print("\n".join(lines))
-    return 0
+    for row, seed, store in run_stores(args.roots, args.rows):
+        n0, two0, pass0, _ = phase_figures(store, "eval_before")
+        n1, two1, pass1, tools = phase_figures(store, "eval_after")
+        if not n0 or not n1:
+            continue  # an unfinished run
+        most = ", ".join(f"{name} {count}" for name, count in tools)
+        lines.append(f"| {row} | {seed} | {two0:.2f} → {two1:.2f} | {pass0:.3f} → {pass1:.3f} | {most} |")
+    return print_table(lines, args.roots)
 
 
 if __name__ == "__main__":

@@ -58,19 +58,31 @@ def main(argv: list[str] | None = None) -> int:
         "| synthetic rollouts passed |",
         "|---|---|---|---|---|---|",
     ]
-    for root in args.roots:
+    for row, seed, store in run_stores(args.roots, args.rows):
+        s = summary(store)
+        cells = []
+        for source in ("real", "synthetic"):
+            n, mixed, passed = s.get(source, (0, 0, 0.0))
+            cells += [f"{n} ({mixed})", f"{passed:.2f}" if n else "—"]
+        lines.append(f"| {row} | {seed} | " + " | ".join(cells) + " |")
+    return print_table(lines, args.roots)
+
+
+def run_stores(roots: list[Path], rows: list[str] | None) -> list[tuple[str, str, Path]]:
+    """(row, seed number, store) of every ``<root>/<row>/seed<k>/run.sqlite``, only ``rows`` when given."""
+    out = []
+    for root in roots:
         for store in sorted(root.glob("*/seed*/run.sqlite")):
-            row, seed = store.parent.parent.name, store.parent.name
-            if args.rows and row not in args.rows:
-                continue
-            s = summary(store)
-            cells = []
-            for source in ("real", "synthetic"):
-                n, mixed, passed = s.get(source, (0, 0, 0.0))
-                cells += [f"{n} ({mixed})", f"{passed:.2f}" if n else "—"]
-            lines.append(f"| {row} | {seed[4:]} | " + " | ".join(cells) + " |")
+            row, seed = store.parent.parent.name, store.parent.name[4:]
+            if not rows or row in rows:
+                out.append((row, seed, store))
+    return out
+
+
+def print_table(lines: list[str], roots: list[Path]) -> int:
+    """Print a markdown table (header and separator first); exit status 2 when it has no row."""
     if len(lines) == 2:
-        print("no run stores under " + ", ".join(map(str, args.roots)), file=sys.stderr)
+        print("no finished run stores under " + ", ".join(map(str, roots)), file=sys.stderr)
         return 2
     print("\n".join(lines))
     return 0
