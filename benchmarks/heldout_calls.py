@@ -11,14 +11,13 @@ seconds.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sqlite3
 import sys
 from collections import Counter
 from pathlib import Path
 
-from training_groups import print_table, run_stores  # benchmarks/, the script's own folder
+from training_groups import print_table, run_stores, store_arguments  # benchmarks/, the script's own folder
 
 
 def phase_figures(store: Path, phase: str) -> tuple[int, float, float, list[tuple[str, int]]]:
@@ -38,10 +37,7 @@ def phase_figures(store: Path, phase: str) -> tuple[int, float, float, list[tupl
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("roots", nargs="+", type=Path)
-    ap.add_argument("--rows", nargs="*", default=None, help="only these rows")
-    args = ap.parse_args(argv)
+    args = store_arguments(__doc__ or "", argv)
     lines = [
         "| row | seed | 2+ calls executed, before → after | passed, before → after | tools called most after |",
         "|---|---|---|---|---|",

@@ -49,10 +49,7 @@ def summary(store: Path) -> dict[str, tuple[int, int, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("roots", nargs="+", type=Path)
-    ap.add_argument("--rows", nargs="*", default=None, help="only these rows")
-    args = ap.parse_args(argv)
+    args = store_arguments(__doc__ or "", argv)
     lines = [
         "| row | seed | real groups (mixed) | real rollouts passed | synthetic groups (mixed) "
         "| synthetic rollouts passed |",
@@ -66,6 +63,14 @@ def main(argv: list[str] | None = None) -> int:
             cells += [f"{n} ({mixed})", f"{passed:.2f}" if n else "—"]
         lines.append(f"| {row} | {seed} | " + " | ".join(cells) + " |")
     return print_table(lines, args.roots)
+
+
+def store_arguments(doc: str, argv: list[str] | None) -> argparse.Namespace:
+    """The command line of a run-store reader: evidence roots, optionally only some rows."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("roots", nargs="+", type=Path)
+    ap.add_argument("--rows", nargs="*", default=None, help="only these rows")
+    return ap.parse_args(argv)
 
 
 def run_stores(roots: list[Path], rows: list[str] | None) -> list[tuple[str, str, Path]]:
