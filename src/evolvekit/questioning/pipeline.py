@@ -94,6 +94,7 @@ def explorer_and_synthesizer(
     synth_llm: LLM,
     synth_params: SamplingParams,
     make_env: Callable[[], Environment],
+    sandbox: dict,
     agreement: ToolAgreement | None = None,
 ) -> tuple[Explorer, TaskSynthesizer]:
     q = cfg.questioning
@@ -113,7 +114,7 @@ def explorer_and_synthesizer(
         # requests for a task's first turn, follow-up turns (which refer to an earlier result) for its later ones
         env = make_env()
         try:
-            examples = env.reset(None, sandbox_for(cfg)).examples
+            examples = env.reset(None, sandbox).examples
         finally:
             env.close()
         shots, follow = shots_from_examples(examples), follow_up_shots(examples)
@@ -159,7 +160,7 @@ def synthesize_tasks(
     sandbox = sandbox_for(cfg)
     checks = curation_checks(cfg, make_env, sandbox, embed)
     explorer, synth = explorer_and_synthesizer(
-        cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env, checks.agreement
+        cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env, sandbox, checks.agreement
     )
     dedup = Deduplicator(embed, q.lexical_dedup_threshold, q.semantic_dedup_threshold)
     dedup.seed(list(existing) + list(resume))
@@ -273,7 +274,7 @@ def goal_explorer(
     sandbox = sandbox_for(cfg)
     checks = curation_checks(cfg, make_env, sandbox, dedup.embed)
     explorer, synth = explorer_and_synthesizer(
-        cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env, checks.agreement
+        cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env, sandbox, checks.agreement
     )
     meta = synthetic_metadata(sandbox)
 

@@ -16,6 +16,7 @@ asked of the request by the grounding checks.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -126,7 +127,12 @@ def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
 def echoes_instruction(line: str) -> bool:
     """True when ``line`` repeats four or more consecutive words of the synthesizer's own instruction ("Only 1
     sentence, self-contained, with every value it needs." echoes the targeted ask): an echo, not a request."""
-    return bool(_ngrams(line, _ECHO_WORDS) & (_ngrams(TARGETED_ASK, _ECHO_WORDS) | _ngrams(FOLLOW_UP_ASK, _ECHO_WORDS)))
+    return bool(_ngrams(line, _ECHO_WORDS) & _instruction_ngrams())
+
+
+@functools.cache
+def _instruction_ngrams() -> set[tuple[str, ...]]:
+    return _ngrams(TARGETED_ASK, _ECHO_WORDS) | _ngrams(FOLLOW_UP_ASK, _ECHO_WORDS)
 
 
 def best_request(
