@@ -24,6 +24,13 @@ def _fmt(v, digits: int = 3) -> str:
     return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
 
+def _steps(r) -> str:
+    """A row's Steps@0.9 cell: the iteration, "not reached" within the budget, or n/a (not measurable)."""
+    if r.steps_at_09 is None and r.target is not None:
+        return f"not reached ({r.target:.3f})"
+    return _fmt(r.steps_at_09, 0)
+
+
 def markdown(ev, spec) -> str:
     from evolvekit.report.evidence import RowResult
 
@@ -56,13 +63,14 @@ def markdown(ev, spec) -> str:
         lines.append(
             f"| {name} | {len(r.seeds)}/{len(spec.seeds)} | "
             + " | ".join(cells)
-            + f" | {_fmt(r.steps_at_09, 0)} | {_fmt(r.auc)} | {r.commit or ev.commit} |"
+            + f" | {_steps(r)} | {_fmt(r.auc)} | {r.commit or ev.commit} |"
         )
     if base is not None and base.steps_at_09 is not None:
         lines.append("")
         lines.append(
             f"Steps@0.9: the first evaluated iteration at which a row's mean held-out curve reaches 90% of the "
-            f"{ev.baseline} row's best mean value; AUC: the area under the mean curve over its span."
+            f"{ev.baseline} row's best mean value (not reached: never within the budget; n/a: the row or the "
+            f"baseline has no curve); AUC: the area under the mean curve over its span."
         )
     lines += [
         "",

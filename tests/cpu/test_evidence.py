@@ -142,6 +142,30 @@ def test_merge_keeps_committed_rows_and_pairs_fresh_rows_with_the_committed_base
     assert merge_rows(fresh, committed, "grpo", "new")["overall"].steps_at_09 == 3.0
 
 
+def test_steps_against_a_committed_baseline_without_its_curve_use_its_final_value_when_that_is_its_best():
+    from evolvekit.report.evidence import baseline_best, merge_rows
+
+    grpo = RunGroup("grpo", [_run("grpo", s, 0.1, 0.2, a) for s, a in ((0, 0.3), (1, 0.4), (2, 0.5))])
+    committed = EvidenceFile(
+        family="arith", budget={"train.iterations": 4}, baseline="grpo", rows=row_results([grpo], "grpo"),
+        command="c", commit="old",
+    )  # fmt: skip
+    base = committed.rows["grpo"]
+    base.curve = []  # written before curves were kept; its own Steps@0.9 was 4, the last evaluation
+    assert base.steps_at_09 == 4.0 and baseline_best(base, 4) == pytest.approx(0.4)  # the mean final avg@4
+    new = RunGroup("overall", [_run("overall", s, 0.1, 0.4, a) for s, a in ((0, 0.4), (1, 0.6), (2, 0.6))])
+    slow = RunGroup("slow", [_run("slow", s, 0.1, 0.2, a) for s, a in ((0, 0.3), (1, 0.3), (2, 0.3))])
+    rows = merge_rows(row_results([new, slow], "grpo"), committed, "grpo", "new")
+    assert rows["overall"].steps_at_09 == 3.0 and rows["overall"].target == pytest.approx(0.36)
+    assert rows["slow"].steps_at_09 is None and rows["slow"].target == pytest.approx(0.36)  # never reached 0.36
+    committed.rows["overall"] = rows["overall"].model_copy(update={"steps_at_09": None, "target": None})
+    assert merge_rows({}, committed, "grpo", "new")["overall"].steps_at_09 == 3.0  # a committed row with its curve
+    # its Steps@0.9 before the end: an earlier point may have been its best, which is not known
+    base.steps_at_09 = 3.0
+    assert baseline_best(base, 4) is None
+    assert merge_rows(row_results([new], "grpo"), committed, "grpo", "new")["overall"].target is None
+
+
 def test_a_row_names_the_code_its_runs_recorded():
     from evolvekit.report.evidence import merge_rows
 

@@ -108,6 +108,7 @@ class RowResult(BaseModel):
     per_seed_after: dict[str, list[float]] = Field(default_factory=dict)
     vs_baseline: dict[str, Interval] = Field(default_factory=dict)  # paired after-training difference
     steps_at_09: float | None = None  # iterations to reach 90% of the baseline's best held-out avg (mean curve)
+    target: float | None = None  # the value Steps@0.9 was measured against (None: not measurable)
     auc: float | None = None  # area under the mean held-out curve
     health: list[RunHealth] = Field(default_factory=list)
     curve: list[tuple[float, float]] = Field(default_factory=list)  # the mean held-out curve (iteration, value)
@@ -230,6 +231,7 @@ def row_results(groups: list[RunGroup], baseline: str) -> dict[str, RowResult]:
         res.curve = list(zip(xs, ys))
         res.auc = area_under_curve(xs, ys) if len(ys) > 1 else None
         res.steps_at_09 = steps_to_fraction(xs, ys, target) if target is not None and ys else None
+        res.target = target if ys else None
         res.health = [run_health(r, _seed_of(r)) for r in runs]
         codes = {r.code for r in runs if r.code}
         # None when some run was made before runs recorded their code
@@ -242,13 +244,24 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def baseline_best(base: RowResult, last: int) -> float | None:
+    """The best value of the baseline's mean held-out curve: the curve's maximum; for a row committed without its
+    curve, its mean final avg@k when its own Steps@0.9 is ``last`` (the final evaluated iteration): a higher
+    earlier point would have reached 90% of the best before the end, so the best is the final point. None when
+    neither is known."""
+    if base.curve:
+        return max(y for _, y in base.curve)
+    final = next((iv.mean for k, iv in sorted(base.after.items()) if k.startswith("avg@")), None)
+    return final if base.steps_at_09 is not None and last > 0 and base.steps_at_09 == last else None
+
+
 def merge_rows(
     fresh: dict[str, RowResult], committed: EvidenceFile, baseline: str, commit: str
 ) -> dict[str, RowResult]:
     """``fresh`` rows (finished runs here, made at ``commit``) over a committed results file: every committed row
     without fresh runs keeps its committed figures (and commit); a fresh row whose baseline has no runs here is
-    paired with the committed baseline's per-seed values (same seeds), and gets Steps@0.9 only if the committed
-    baseline has its curve."""
+    paired with the committed baseline's per-seed values (same seeds). Every row with a curve (fresh or committed)
+    gets its Steps@0.9 against the baseline's best mean value, when that is known (``baseline_best``)."""
     out = {
         name: row.model_copy(update={"commit": row.commit or committed.commit}) for name, row in committed.rows.items()
     }
@@ -262,9 +275,12 @@ def merge_rows(
                 pairs = [(v, other[s]) for v, s in zip(ours, row.seeds) if s in other]
                 if len(pairs) >= 2:
                     row.vs_baseline[k] = difference([a for a, _ in pairs], [b for _, b in pairs])
-            ys = [y for _, y in base.curve]
-            target = 0.9 * max(ys) if ys and max(ys) > 0 else None
-            xs_r, ys_r = [x for x, _ in row.curve], [y for _, y in row.curve]
-            row.steps_at_09 = steps_to_fraction(xs_r, ys_r, target) if target is not None and ys_r else None
         out[name] = row
+    best = baseline_best(base, int(committed.budget.get("train.iterations", 0))) if base is not None else None
+    target = 0.9 * best if best else None
+    for name, row in out.items():
+        if name != baseline and row.curve:
+            xs, ys = [x for x, _ in row.curve], [y for _, y in row.curve]
+            row.steps_at_09 = steps_to_fraction(xs, ys, target) if target is not None else None
+            row.target = target
     return out
