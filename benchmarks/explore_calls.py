@@ -6,7 +6,7 @@
 Runs the self-questioning explorer (embedded SmolLM2-135M, scaffold on, T = 1, seed 0) for 4 parallel runs x 6
 steps (N_b = 3 breadth steps, then depth steps) in the configured sandbox and prints one JSON line: steps, parsed
 calls, successful calls (executed without an error or a refusal), and the rest of the parsed calls (refused by the
-backend or rejected by the argument check). Arguments are config overrides (``--set`` style).
+backend or rejected by the argument check), also per tool. Arguments are config overrides (``--set`` style).
 
 It also prints how varied the successful calls' numeric arguments are (``argument_variety``): the share of calls with
 a negative number, the share with two equal numbers (such as ``multiply(-1, -1)``), and the share of distinct calls.
@@ -35,6 +35,18 @@ def argument_variety(calls) -> dict[str, float | int]:
         "with_equal_values": round(sum(len(set(vs)) < len(vs) for vs in values) / n, 3),
         "distinct": round(len({(c.name, json.dumps(c.arguments, sort_keys=True)) for c in numeric}) / n, 3),
     }
+
+
+def per_tool(steps) -> dict[str, str]:
+    """Per tool: "successful/called" over the steps' calls (on a file system, whether cd, cat and mv named
+    something that exists)."""
+    called: dict[str, list[int]] = {}
+    for s in steps:
+        for c in s.tool_calls:
+            called.setdefault(c.name, [0, 0])
+            called[c.name][0] += int(s.ok)
+            called[c.name][1] += 1
+    return {name: f"{ok}/{n}" for name, (ok, n) in sorted(called.items())}
 
 
 def _is_number(v) -> bool:
@@ -73,6 +85,7 @@ def main() -> None:
                 "successful": sum(s.ok for s in steps),
                 "failed_calls": sum(bool(s.tool_calls) and not s.ok for s in steps),
                 "argument_variety": argument_variety([c for s in steps if s.ok for c in s.tool_calls]),
+                "per_tool": per_tool(steps),
             }
         )
     )

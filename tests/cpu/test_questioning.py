@@ -681,6 +681,38 @@ def test_a_family_is_explored_in_the_initial_state_of_its_first_training_task():
     assert sandbox_for(load_config(None, ["env.family=arith_turns"]))["initial_config"] == {}
 
 
+def test_the_explorer_is_shown_what_its_sandbox_holds():
+    """The sandbox's first observation names the files and folders of its initial state and the explorer's first
+    message shows it, so its cd/cat/mv calls can name things that exist (shown nothing, the 135M explorer guessed:
+    0 of 9 cd calls and 3 of 15 cat calls succeeded in an fs_chain probe)."""
+    from evolvekit.env.bfcl.env import describe_state
+    from evolvekit.questioning.pipeline import sandbox_for
+
+    sandbox = sandbox_for(load_config(None, ["env.family=fs_chain"]))
+    files = sandbox["initial_config"]["GorillaFileSystem"]["root"]["workspace"]["contents"]
+    text = describe_state(sandbox["initial_config"])
+    assert text.startswith("Current directory: workspace. It holds: ")
+    for name, node in files.items():
+        assert (f"{name}/ (nothing)" if node["type"] == "directory" else name) in text
+    assert describe_state({}) == "" and describe_state({"MathAPI": {}}) == ""
+    nested = {"GorillaFileSystem": {"root": {"w": {"type": "directory", "contents": {
+        "a": {"type": "directory", "contents": {"b.txt": {"type": "file", "content": "x"},
+                                                "c": {"type": "directory", "contents": {}}}}}}}}}  # fmt: skip
+    assert describe_state(nested) == "Current directory: w. It holds: a/ (b.txt, c/)."  # one level into folders
+    assert describe_state({"TwitterAPI": {"username": "x" * 400}}).endswith("...")  # another backend: shortened
+
+    seen = []
+
+    def answer(conv):
+        seen.append(conv)
+        return _explorer_answer(conv)
+
+    explorer = Explorer(_Scripted(answer), SamplingParams(temperature=1.0), n_breadth=2, n_depth=10)
+    explorer.explore(lambda: make_env(EnvConfig(name="bfcl")), sandbox, runs=1, max_steps=2)
+    firsts = [next(m.content for m in c if m.content.startswith("You are exploring")) for c in seen]
+    assert len(firsts) == 2 and all(text in f for f in firsts)  # every step's context starts with it
+
+
 def test_shots_skip_follow_up_turns_of_multi_turn_examples():
     """arith_turns' worked examples have a second turn ("Multiply that by 3.") that does not state the first
     result; as a synthesis shot it taught the synthesizer to write requests that leave values out."""

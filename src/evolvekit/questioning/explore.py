@@ -104,8 +104,10 @@ def explorer_messages(
     examples: Sequence[ChatMessage] = (),
     goal: str | None = None,
     run: int = 0,
+    start: str = "",
 ) -> list[ChatMessage]:
-    """The explorer's context before step ``step_index``.
+    """The explorer's context before step ``step_index``; ``start``: the sandbox's own first observation (what its
+    initial state holds, such as the files in the current directory), shown in the first message.
 
     Every message is rendered as it was first shown (each hint is the one of the step it preceded), so while the
     window keeps all steps the context of step t is an exact prefix of the context of step t+1 and a kept KV cache
@@ -120,6 +122,7 @@ def explorer_messages(
         ChatMessage(
             role="user",
             content="You are exploring this environment to learn what it can do. "
+            + (start.strip() + "\n" if start.strip() else "")
             + (goal + "\n" if goal else "")
             + step_hint(tools, steps, first, n_breadth, run),
         ),
@@ -250,6 +253,7 @@ class Explorer:
         traces: list[ExplorationTrace] = []
         tools: list[list] = []
         examples: list[list] = []
+        starts: list[str] = []  # each run's first observation (the sandbox's initial state)
         for _ in range(runs):
             env = make_env()
             trace = ExplorationTrace(exploration_id=new_id("explore"), sandbox=dict(sandbox))
@@ -258,6 +262,7 @@ class Explorer:
                 envs.append(env)
                 tools.append(reset.tools)
                 examples.append(reset.examples)
+                starts.append(reset.observation)
                 traces.append(trace)
             except Exception as err:
                 trace.error = f"reset: {err}"
@@ -265,6 +270,7 @@ class Explorer:
                 envs.append(None)
                 tools.append([])
                 examples.append([])
+                starts.append("")
         profiles = envs[0].profile() if envs and envs[0] is not None else []
         classes = set(sandbox.get("classes") or [])
         profiles = [p for p in profiles if not classes or p.name in classes]
@@ -285,6 +291,7 @@ class Explorer:
                     examples[i],
                     goal,
                     run=i,
+                    start=starts[i],
                 )
                 for i in live
             ]

@@ -9,6 +9,7 @@ keyword-form strings of the calls that were actually executed.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import uuid
 from typing import Any
@@ -145,8 +146,9 @@ class BfclEnv:
             from evolvekit.env.bfcl.families import get_family
 
             examples = [m for d in get_family(config.family).demonstrations for m in d.messages(format_call)]
+        state = describe_state(config.initial_config)
         return ResetResult(
-            observation=f"Sandbox of {desc}: explore freely with the tools.",
+            observation=f"Sandbox of {desc}: explore freely with the tools." + (f"\n{state}" if state else ""),
             tools=self.tools(),
             turn_index=0,
             num_turns=1,
@@ -375,6 +377,43 @@ class BfclEnv:
 
     def close(self) -> None:
         self.instances = {}
+
+
+_SHOWN_ENTRIES = 40  # a state description names at most this many files and folders
+_SHOWN_CHARS = 300  # and shows at most this much of another backend's scenario
+
+
+def describe_state(initial_config: dict[str, Any]) -> str:
+    """What a sandbox's initial state holds, in words, for the explorer (its tools then act on names that exist):
+    GorillaFileSystem's current directory with its files and folders, one level into each folder; another stateful
+    backend's scenario as (shortened) JSON. Empty for no state."""
+    parts = []
+    for cls, scenario in initial_config.items():
+        if not isinstance(scenario, dict) or not scenario:
+            continue
+        root = scenario.get("root") if cls == "GorillaFileSystem" else None
+        if isinstance(root, dict) and len(root) == 1:
+            name, node = next(iter(root.items()))
+            parts.append(f"Current directory: {name}. It holds: {_entries(node, 1)}.")
+        else:
+            text = json.dumps(scenario, sort_keys=True, default=str)
+            parts.append(f"{cls}: {text[:_SHOWN_CHARS]}" + ("..." if len(text) > _SHOWN_CHARS else ""))
+    return "\n".join(parts)
+
+
+def _entries(node: Any, depth: int) -> str:
+    """A directory's entries: files by name, folders as ``name/`` with their own entries ``depth`` levels down."""
+    contents = node.get("contents") if isinstance(node, dict) else None
+    if not isinstance(contents, dict) or not contents:
+        return "nothing"
+    shown = []
+    for name, child in list(contents.items())[:_SHOWN_ENTRIES]:
+        if isinstance(child, dict) and child.get("type") == "directory":
+            shown.append(f"{name}/ ({_entries(child, depth - 1)})" if depth > 0 else f"{name}/")
+        else:
+            shown.append(str(name))
+    more = len(contents) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
 def _plain(obj: Any, seen: frozenset[int] = frozenset(), depth: int = 0) -> Any:
