@@ -309,6 +309,10 @@ class QuestioningConfig(_Section):
     n_depth: int = F(27, "N_d myopic depth-first window/steps (§3.1, Eq. 9; BFCL: 27)", ge=0)
     explore_runs: int = F(4, "parallel exploration runs per synthesis round (§3.1)", ge=1)
     explore_steps: int = F(30, "steps per exploration run (N_b + N_d = 30 on BFCL)", ge=1)
+    explore_state: bool = F(
+        True,
+        "the explorer's first message shows the sandbox's own first observation, which names what its initial state holds (BFCL: the current directory's files and folders), so its calls can name things that exist (evolvekit's own, not in the paper; off = the profile and the hint only)",
+    )
     synthetic_tasks: int = F(64, "synthetic tasks to build before training when self-questioning is on", ge=0)
     scaffold: Literal["auto", "on", "off"] = F(
         "auto",

@@ -711,6 +711,20 @@ def test_the_explorer_is_shown_what_its_sandbox_holds():
     explorer.explore(lambda: make_env(EnvConfig(name="bfcl")), sandbox, runs=1, max_steps=2)
     firsts = [next(m.content for m in c if m.content.startswith("You are exploring")) for c in seen]
     assert len(firsts) == 2 and all(text in f for f in firsts)  # every step's context starts with it
+    seen.clear()  # questioning.explore_state=false: not shown
+    Explorer(_Scripted(answer), SamplingParams(temperature=1.0), 2, 10, show_start=False).explore(
+        lambda: make_env(EnvConfig(name="bfcl")), sandbox, runs=1, max_steps=1
+    )
+    assert seen and not any("Current directory" in m.content for c in seen for m in c)
+    from evolvekit.questioning.pipeline import explorer_and_synthesizer
+
+    for on in (True, False):  # the config switch reaches the explorer a run builds
+        cfg = load_config(None, ["env.family=fs_chain", f"questioning.explore_state={str(on).lower()}"])
+        explorer, _ = explorer_and_synthesizer(
+            cfg, _Scripted(answer), SamplingParams(), _Scripted(answer), SamplingParams(),
+            lambda: make_env(cfg.env), sandbox_for(cfg),
+        )  # fmt: skip
+        assert explorer.show_start is on
 
 
 def test_shots_skip_follow_up_turns_of_multi_turn_examples():

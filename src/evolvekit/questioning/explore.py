@@ -168,8 +168,10 @@ class Explorer:
         n_depth: int = 27,
         rendering: str = "compact",
         scaffold: bool = False,
+        show_start: bool = True,
     ) -> None:
         self.llm, self.n_breadth, self.n_depth, self.rendering = llm, n_breadth, n_depth, rendering
+        self.show_start = show_start  # the sandbox's first observation (its initial state) in the first message
         # the call-prefix scaffold needs a backend that continues a given reply start (the local one)
         self.scaffold = scaffold and hasattr(llm, "decode_batch")
         self.local = cast(InProcessLLM, llm)  # used only when scaffolding (an in-process model)
@@ -262,7 +264,7 @@ class Explorer:
                 envs.append(env)
                 tools.append(reset.tools)
                 examples.append(reset.examples)
-                starts.append(reset.observation)
+                starts.append(reset.observation if self.show_start else "")
                 traces.append(trace)
             except Exception as err:
                 trace.error = f"reset: {err}"

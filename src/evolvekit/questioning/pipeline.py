@@ -105,6 +105,7 @@ def explorer_and_synthesizer(
         q.n_depth,
         cfg.env.tool_rendering,
         scaffold=scaffold_on(cfg, explorer_llm),
+        show_start=q.explore_state,
     )
     targeted = scaffold_on(cfg, synth_llm)
     shots: list[tuple[str, str]] = []
