@@ -2,6 +2,7 @@
 replay (a hallucinated reference solution is dropped), and the pipeline on the real BFCL sandbox."""
 
 import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -722,7 +723,7 @@ def test_the_explorer_is_shown_what_its_sandbox_holds():
         cfg = load_config(None, ["env.family=fs_chain", f"questioning.explore_state={str(on).lower()}"])
         explorer, _ = explorer_and_synthesizer(
             cfg, _Scripted(answer), SamplingParams(), _Scripted(answer), SamplingParams(),
-            lambda: make_env(cfg.env), sandbox_for(cfg),
+            partial(make_env, cfg.env), sandbox_for(cfg),
         )  # fmt: skip
         assert explorer.show_start is on
 
