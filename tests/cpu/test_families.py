@@ -170,3 +170,33 @@ def test_two_turn_family_needs_the_first_result_in_the_second_turn():
     msgs = fam.demonstrations[0].messages(lambda c: c.name)
     assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant"] * 2
     assert msgs[4].content == fam.demonstrations[0].next_turns[0].request
+
+
+def test_file_system_turns_need_the_first_turns_cd():
+    """fs_turns: two user turns, one call each; the reference passes the official checker, and the second turn's
+    creation without the first turn's cd (it lands in the wrong folder), or the cd alone, fails."""
+    from evolvekit.env.base import Action
+    from evolvekit.env.bfcl.env import BfclEnv
+    from evolvekit.env.bfcl.families import get_family
+
+    fam = get_family("fs_turns")
+    train, test = fam.tasks("train", 40), fam.tasks("test", 40)
+    assert not {tuple(t.turns) for t in train} & {tuple(t.turns) for t in test}
+    assert {c.name for t in test for turn in t.reference_solution for c in turn} == {"cd", "touch", "mkdir"}
+    for task in test[:12]:
+        (cd,), (make,) = task.reference_solution
+        assert cd.name == "cd" and cd.arguments["folder"] in task.turns[0] and len(task.turns) == 2
+        outcomes = []
+        for first, second in ((cd, make), (None, make), (cd, None)):
+            env = BfclEnv()
+            assert env.reset(task).num_turns == 2
+            if first is not None:
+                env.step(Action(tool_calls=[first]))
+            assert env.step(Action(text="done")).observation == task.turns[1]
+            if second is not None:
+                env.step(Action(tool_calls=[second]))
+            env.step(Action(text="done"))
+            outcomes.append(env.evaluate().passed)
+        assert outcomes == [True, False, False], task.turns
+    msgs = fam.demonstrations[0].messages(lambda c: c.name)
+    assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant"] * 2

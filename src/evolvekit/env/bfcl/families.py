@@ -335,6 +335,64 @@ def _fs_chain(rng: random.Random) -> Draw:
     return query, calls, config
 
 
+_FS_TURN_PHRASES = (
+    ("Go into the {s} folder.", "Now create a file named {n} there."),
+    ("Change into the {s} directory.", "Make an empty file called {n} in it."),
+    ("Open the {s} folder.", "Create a new folder named {d} inside it."),
+    ("Move into the {s} folder.", "Now make a folder called {d} there."),
+)
+
+
+def _fs_turns(rng: random.Random) -> Draw:
+    """Two user turns on GorillaFileSystem, one call each, end state checked: enter a folder; then (next turn)
+    create a file or folder *there*, which lands in the right place only if the first turn's call was made."""
+    files = [f"{n}.txt" for n in rng.sample(_FILES, 3)]
+    sub, new = rng.sample(_FOLDERS, 2)
+    name = f"{rng.choice(_FILES)}_{rng.randint(1, 99)}.txt"
+    contents = {f: {"type": "file", "content": f"{f.split('.')[0]} {rng.randint(1, 999)}"} for f in files}
+    config = {
+        "GorillaFileSystem": {
+            "root": {
+                "workspace": {"type": "directory", "contents": {**contents, sub: {"type": "directory", "contents": {}}}}
+            }
+        }
+    }
+    first, second = rng.choice(_FS_TURN_PHRASES)
+    make = _call("touch", file_name=name) if "{n}" in second else _call("mkdir", dir_name=new)
+    return [first.format(s=sub), second.format(n=name, d=new)], [[_call("cd", folder=sub)], [make]], config
+
+
+def _fs_turns_demo(sub: str, made: ToolCall, phrases: tuple[str, str], final: str) -> Demonstration:
+    return Demonstration(
+        phrases[0].format(s=sub),
+        _call("cd", folder=sub),
+        f'{{"current_working_directory": "{sub}"}}',
+        f"I am in {sub} now.",
+        next_turns=(Demonstration(phrases[1].format(**made.arguments), made, "None", final),),
+    )
+
+
+_FS_TURNS_DEMOS = (
+    _fs_turns_demo(
+        "games",
+        _call("touch", file_name="scores.txt"),
+        ("Go into the {s} folder.", "Now create a file named {file_name} there."),
+        "Created scores.txt in games.",
+    ),
+    _fs_turns_demo(
+        "books",
+        _call("mkdir", dir_name="fiction"),
+        ("Open the {s} folder.", "Create a new folder named {dir_name} inside it."),
+        "Created the folder fiction inside books.",
+    ),
+    _fs_turns_demo(
+        "music",
+        _call("touch", file_name="playlist.txt"),
+        ("Change into the {s} directory.", "Make an empty file called {file_name} in it."),
+        "Created playlist.txt in music.",
+    ),
+)
+
 _FS_CHAIN_DEMOS = (
     Demonstration(
         "Make a new folder called papers and move essay.txt into it.",
@@ -422,6 +480,17 @@ FAMILIES: dict[str, TaskFamily] = {
         demonstrations=_FS_CHAIN_DEMOS,
         generator=_fs_chain,
         split_seeds={"train": 21, "dev": 22, "test": 23},
+    ),
+    "fs_turns": TaskFamily(
+        name="fs_turns",
+        classes=("GorillaFileSystem",),
+        tools=("ls", "cd", "mkdir", "mv", "touch", "cat"),
+        description="two user turns on GorillaFileSystem, one call each, end state checked: cd into a folder; then "
+        "touch or mkdir there (it lands in the right folder only after the first turn's cd); three worked two-turn "
+        "examples",
+        demonstrations=_FS_TURNS_DEMOS,
+        generator=_fs_turns,
+        split_seeds={"train": 51, "dev": 52, "test": 53},
     ),
 }
 
