@@ -137,15 +137,16 @@ def test_multi_step_families_need_both_dependent_calls(name):
     assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant", "user", "assistant"]
 
 
-def test_two_turn_family_needs_the_first_result_in_the_second_turn():
-    """arith_turns: two user turns, one call each; the reference passes the official checker, a second turn that
-    does not use the first call's result fails, and the worked examples are two-turn chat transcripts."""
+@pytest.mark.parametrize("name", ["arith_turns", "add_turns"])
+def test_two_turn_family_needs_the_first_result_in_the_second_turn(name):
+    """arith_turns and add_turns: two user turns, one call each; the reference passes the official checker, a second
+    turn that does not use the first call's result fails, and the worked examples are two-turn chat transcripts."""
     from evolvekit.env.base import Action
     from evolvekit.env.bfcl.env import BfclEnv
     from evolvekit.env.bfcl.families import get_family
     from evolvekit.types import ToolCall
 
-    fam = get_family("arith_turns")
+    fam = get_family(name)
     train, test = fam.tasks("train", 40), fam.tasks("test", 40)
     assert not {tuple(t.turns) for t in train} & {tuple(t.turns) for t in test}
     for task in test[:12]:
@@ -153,7 +154,7 @@ def test_two_turn_family_needs_the_first_result_in_the_second_turn():
         (add,), (mul,) = task.reference_solution
         assert mul.arguments["a"] == add.arguments["a"] + add.arguments["b"]
         assert str(mul.arguments["a"]) not in task.turns[1]  # the sum is only in the first call's result
-        wrong = ToolCall(name="multiply", arguments={"a": add.arguments["a"], "b": mul.arguments["b"]})
+        wrong = ToolCall(name=mul.name, arguments={"a": add.arguments["a"], "b": mul.arguments["b"]})
         outcomes = []
         for second in (mul, wrong, None):
             env = BfclEnv()

@@ -254,6 +254,47 @@ _ARITH_TURNS_DEMOS = (
     _turns_demo(9, 6, 5, ("Compute the sum of {a} and {b}.", "Now take that sum times {c}.")),
 )
 
+_ADD_TURN_PHRASES = (
+    ("Add {a} and {b}.", "Now add {c} to the result."),
+    ("What is {a} plus {b}?", "Add {c} to that."),
+    ("Compute the sum of {a} and {b}.", "Now take that sum plus {c}."),
+)
+
+
+def _add_turns(rng: random.Random) -> Draw:
+    """Two user turns, one call each, the second on the first's result: add two numbers; then (next turn) add a
+    third to the sum, which appears only in the first call's result. The same tool in both turns: the easier
+    sibling of arith_turns, whose second turn needs another tool."""
+    a, b, c = rng.randint(2, 40), rng.randint(2, 40), rng.randint(2, 40)
+    first, second = rng.choice(_ADD_TURN_PHRASES)
+    return (
+        [first.format(a=a, b=b), second.format(c=c)],
+        [[_call("add", a=a, b=b)], [_call("add", a=a + b, b=c)]],
+        {},
+    )
+
+
+def _add_turns_demo(a: int, b: int, c: int, phrases: tuple[str, str]) -> Demonstration:
+    s = a + b
+    return Demonstration(
+        phrases[0].format(a=a, b=b),
+        _call("add", a=a, b=b),
+        f'{{"result": {s}}}',
+        f"{a} plus {b} is {s}.",
+        next_turns=(
+            Demonstration(
+                phrases[1].format(c=c), _call("add", a=s, b=c), f'{{"result": {s + c}}}', f"{s} plus {c} is {s + c}."
+            ),
+        ),
+    )
+
+
+_ADD_TURNS_DEMOS = (
+    _add_turns_demo(5, 7, 3, ("Add {a} and {b}.", "Now add {c} to the result.")),
+    _add_turns_demo(20, 4, 12, ("What is {a} plus {b}?", "Add {c} to that.")),
+    _add_turns_demo(9, 6, 25, ("Compute the sum of {a} and {b}.", "Now take that sum plus {c}.")),
+)
+
 _FILES = (
     "notes",
     "budget",
@@ -470,6 +511,16 @@ FAMILIES: dict[str, TaskFamily] = {
         demonstrations=_ARITH_TURNS_DEMOS,
         generator=_arith_turns,
         split_seeds={"train": 41, "dev": 42, "test": 43},
+    ),
+    "add_turns": TaskFamily(
+        name="add_turns",
+        classes=("MathAPI",),
+        tools=("add", "subtract", "multiply", "divide"),
+        description="two user turns, one add each, the second on the first's result (add; then add a third number "
+        "to the sum, which only the first call's result shows); three worked two-turn examples",
+        demonstrations=_ADD_TURNS_DEMOS,
+        generator=_add_turns,
+        split_seeds={"train": 61, "dev": 62, "test": 63},
     ),
     "fs_chain": TaskFamily(
         name="fs_chain",
