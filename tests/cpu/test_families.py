@@ -137,12 +137,27 @@ def test_multi_step_families_need_both_dependent_calls(name):
     assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant", "user", "assistant"]
 
 
+def _two_turns_pass(task, first, second) -> bool:
+    """Whether the official checker passes a two-turn episode of ``task`` that makes ``first`` in the first turn and
+    ``second`` in the second (None: no call in that turn)."""
+    from evolvekit.env.base import Action
+    from evolvekit.env.bfcl.env import BfclEnv
+
+    env = BfclEnv()
+    assert env.reset(task).num_turns == 2
+    for call, turn in ((first, 0), (second, 1)):
+        if call is not None:
+            env.step(Action(tool_calls=[call]))
+        step = env.step(Action(text="done"))
+        if turn == 0:
+            assert step.observation == task.turns[1]  # the next user turn
+    return env.evaluate().passed
+
+
 @pytest.mark.parametrize("name", ["arith_turns", "add_turns"])
 def test_two_turn_family_needs_the_first_result_in_the_second_turn(name):
     """arith_turns and add_turns: two user turns, one call each; the reference passes the official checker, a second
     turn that does not use the first call's result fails, and the worked examples are two-turn chat transcripts."""
-    from evolvekit.env.base import Action
-    from evolvekit.env.bfcl.env import BfclEnv
     from evolvekit.env.bfcl.families import get_family
     from evolvekit.types import ToolCall
 
@@ -155,18 +170,7 @@ def test_two_turn_family_needs_the_first_result_in_the_second_turn(name):
         assert mul.arguments["a"] == add.arguments["a"] + add.arguments["b"]
         assert str(mul.arguments["a"]) not in task.turns[1]  # the sum is only in the first call's result
         wrong = ToolCall(name=mul.name, arguments={"a": add.arguments["a"], "b": mul.arguments["b"]})
-        outcomes = []
-        for second in (mul, wrong, None):
-            env = BfclEnv()
-            obs = env.reset(task)
-            assert obs.num_turns == 2
-            env.step(Action(tool_calls=[add]))
-            step = env.step(Action(text="done"))
-            assert step.observation == task.turns[1]  # the next user turn
-            if second is not None:
-                env.step(Action(tool_calls=[second]))
-            env.step(Action(text="done"))
-            outcomes.append(env.evaluate().passed)
+        outcomes = [_two_turns_pass(task, add, second) for second in (mul, wrong, None)]
         assert outcomes == [True, False, False], task.turns
     msgs = fam.demonstrations[0].messages(lambda c: c.name)
     assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant"] * 2
@@ -176,8 +180,6 @@ def test_two_turn_family_needs_the_first_result_in_the_second_turn(name):
 def test_file_system_turns_need_the_first_turns_cd():
     """fs_turns: two user turns, one call each; the reference passes the official checker, and the second turn's
     creation without the first turn's cd (it lands in the wrong folder), or the cd alone, fails."""
-    from evolvekit.env.base import Action
-    from evolvekit.env.bfcl.env import BfclEnv
     from evolvekit.env.bfcl.families import get_family
 
     fam = get_family("fs_turns")
@@ -187,17 +189,7 @@ def test_file_system_turns_need_the_first_turns_cd():
     for task in test[:12]:
         (cd,), (make,) = task.reference_solution
         assert cd.name == "cd" and cd.arguments["folder"] in task.turns[0] and len(task.turns) == 2
-        outcomes = []
-        for first, second in ((cd, make), (None, make), (cd, None)):
-            env = BfclEnv()
-            assert env.reset(task).num_turns == 2
-            if first is not None:
-                env.step(Action(tool_calls=[first]))
-            assert env.step(Action(text="done")).observation == task.turns[1]
-            if second is not None:
-                env.step(Action(tool_calls=[second]))
-            env.step(Action(text="done"))
-            outcomes.append(env.evaluate().passed)
+        outcomes = [_two_turns_pass(task, first, second) for first, second in ((cd, make), (None, make), (cd, None))]
         assert outcomes == [True, False, False], task.turns
     msgs = fam.demonstrations[0].messages(lambda c: c.name)
     assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant"] * 2

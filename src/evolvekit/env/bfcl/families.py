@@ -218,20 +218,30 @@ _TURN_PHRASES = (
 )
 
 
-def _arith_turns(rng: random.Random) -> Draw:
-    """Two user turns, one call each, the second on the first's result: add two numbers; then (next turn)
-    multiply the sum, which appears only in the first call's result."""
-    a, b, c = rng.randint(2, 40), rng.randint(2, 40), rng.randint(2, 9)
-    first, second = rng.choice(_TURN_PHRASES)
+# the second turn's operation on the first turn's sum: (its result, its word in a closing message)
+_SECOND_OPS = {"multiply": (lambda s, c: s * c, "times"), "add": (lambda s, c: s + c, "plus")}
+
+
+def _sum_then(rng: random.Random, second: str, phrases: tuple[tuple[str, str], ...], c_max: int) -> Draw:
+    """Two user turns, one call each, the second on the first's result: add two numbers; then (next turn) apply
+    ``second`` to the sum and a third number, with the sum appearing only in the first call's result."""
+    a, b, c = rng.randint(2, 40), rng.randint(2, 40), rng.randint(2, c_max)
+    first, then = rng.choice(phrases)
     return (
-        [first.format(a=a, b=b), second.format(c=c)],
-        [[_call("add", a=a, b=b)], [_call("multiply", a=a + b, b=c)]],
+        [first.format(a=a, b=b), then.format(c=c)],
+        [[_call("add", a=a, b=b)], [_call(second, a=a + b, b=c)]],
         {},
     )
 
 
-def _turns_demo(a: int, b: int, c: int, phrases: tuple[str, str]) -> Demonstration:
+def _arith_turns(rng: random.Random) -> Draw:
+    """add two numbers; then (next turn) multiply the sum (``_sum_then``)."""
+    return _sum_then(rng, "multiply", _TURN_PHRASES, 9)
+
+
+def _turns_demo(a: int, b: int, c: int, phrases: tuple[str, str], second: str = "multiply") -> Demonstration:
     s = a + b
+    op, word = _SECOND_OPS[second]
     return Demonstration(
         phrases[0].format(a=a, b=b),
         _call("add", a=a, b=b),
@@ -240,9 +250,9 @@ def _turns_demo(a: int, b: int, c: int, phrases: tuple[str, str]) -> Demonstrati
         next_turns=(
             Demonstration(
                 phrases[1].format(c=c),
-                _call("multiply", a=s, b=c),
-                f'{{"result": {s * c}}}',
-                f"{s} times {c} is {s * c}.",
+                _call(second, a=s, b=c),
+                f'{{"result": {op(s, c)}}}',
+                f"{s} {word} {c} is {op(s, c)}.",
             ),
         ),
     )
@@ -262,37 +272,14 @@ _ADD_TURN_PHRASES = (
 
 
 def _add_turns(rng: random.Random) -> Draw:
-    """Two user turns, one call each, the second on the first's result: add two numbers; then (next turn) add a
-    third to the sum, which appears only in the first call's result. The same tool in both turns: the easier
-    sibling of arith_turns, whose second turn needs another tool."""
-    a, b, c = rng.randint(2, 40), rng.randint(2, 40), rng.randint(2, 40)
-    first, second = rng.choice(_ADD_TURN_PHRASES)
-    return (
-        [first.format(a=a, b=b), second.format(c=c)],
-        [[_call("add", a=a, b=b)], [_call("add", a=a + b, b=c)]],
-        {},
-    )
+    """add two numbers; then (next turn) add a third to the sum (``_sum_then``): the same tool in both turns, the
+    easier sibling of arith_turns, whose second turn needs another tool."""
+    return _sum_then(rng, "add", _ADD_TURN_PHRASES, 40)
 
 
-def _add_turns_demo(a: int, b: int, c: int, phrases: tuple[str, str]) -> Demonstration:
-    s = a + b
-    return Demonstration(
-        phrases[0].format(a=a, b=b),
-        _call("add", a=a, b=b),
-        f'{{"result": {s}}}',
-        f"{a} plus {b} is {s}.",
-        next_turns=(
-            Demonstration(
-                phrases[1].format(c=c), _call("add", a=s, b=c), f'{{"result": {s + c}}}', f"{s} plus {c} is {s + c}."
-            ),
-        ),
-    )
-
-
-_ADD_TURNS_DEMOS = (
-    _add_turns_demo(5, 7, 3, ("Add {a} and {b}.", "Now add {c} to the result.")),
-    _add_turns_demo(20, 4, 12, ("What is {a} plus {b}?", "Add {c} to that.")),
-    _add_turns_demo(9, 6, 25, ("Compute the sum of {a} and {b}.", "Now take that sum plus {c}.")),
+_ADD_TURNS_DEMOS = tuple(
+    _turns_demo(a, b, c, phrases, "add")
+    for (a, b, c), phrases in zip(((5, 7, 3), (20, 4, 12), (9, 6, 25)), _ADD_TURN_PHRASES)
 )
 
 _FILES = (
@@ -333,9 +320,9 @@ _FOLDERS = (
 )
 
 
-def _fs_chain(rng: random.Random) -> Draw:
-    """Two dependent calls on GorillaFileSystem whose end state is checked: the second call acts on what the first
-    made or where the first moved (a new folder, then a move into it; a cd, then a new file or folder there)."""
+def _workspace(rng: random.Random) -> tuple[list[str], str, str, str, dict]:
+    """A file-system task's draw: three files and an empty folder ``sub`` in the workspace, a folder name ``new``
+    and a file name ``name`` that do not exist yet, and the initial_config holding them."""
     files = [f"{n}.txt" for n in rng.sample(_FILES, 3)]
     sub, new = rng.sample(_FOLDERS, 2)
     name = f"{rng.choice(_FILES)}_{rng.randint(1, 99)}.txt"
@@ -347,6 +334,13 @@ def _fs_chain(rng: random.Random) -> Draw:
             }
         }
     }
+    return files, sub, new, name, config
+
+
+def _fs_chain(rng: random.Random) -> Draw:
+    """Two dependent calls on GorillaFileSystem whose end state is checked: the second call acts on what the first
+    made or where the first moved (a new folder, then a move into it; a cd, then a new file or folder there)."""
+    files, sub, new, name, config = _workspace(rng)
     kind = rng.randrange(3)
     if kind == 0:
         f = rng.choice(files)
@@ -387,17 +381,7 @@ _FS_TURN_PHRASES = (
 def _fs_turns(rng: random.Random) -> Draw:
     """Two user turns on GorillaFileSystem, one call each, end state checked: enter a folder; then (next turn)
     create a file or folder *there*, which lands in the right place only if the first turn's call was made."""
-    files = [f"{n}.txt" for n in rng.sample(_FILES, 3)]
-    sub, new = rng.sample(_FOLDERS, 2)
-    name = f"{rng.choice(_FILES)}_{rng.randint(1, 99)}.txt"
-    contents = {f: {"type": "file", "content": f"{f.split('.')[0]} {rng.randint(1, 999)}"} for f in files}
-    config = {
-        "GorillaFileSystem": {
-            "root": {
-                "workspace": {"type": "directory", "contents": {**contents, sub: {"type": "directory", "contents": {}}}}
-            }
-        }
-    }
+    _, sub, new, name, config = _workspace(rng)
     first, second = rng.choice(_FS_TURN_PHRASES)
     make = _call("touch", file_name=name) if "{n}" in second else _call("mkdir", dir_name=new)
     return [first.format(s=sub), second.format(n=name, d=new)], [[_call("cd", folder=sub)], [make]], config
