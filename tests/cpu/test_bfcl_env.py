@@ -146,3 +146,28 @@ def test_profiles_and_compact_rendering():
     text = render_compact(reset.tools)
     assert "add(a: float, b: float) - Add two numbers." in text
     assert len(text.splitlines()) == len(reset.tools)
+
+
+def test_a_sandbox_state_description_survives_odd_and_hostile_configs():
+    """The sandbox's first observation describes its initial state from a caller's config (the env service passes a
+    request body's): odd shapes degrade to "nothing" or shortened JSON, long listings are cut, and the names are only
+    ever text in the observation."""
+    from evolvekit.env.bfcl.env import describe_state
+
+    many = {f"f{i}.txt": {"type": "file", "content": ""} for i in range(100)}
+    fs = lambda root: {"GorillaFileSystem": {"root": root}}  # noqa: E731
+    empty = "Current directory: w. It holds: nothing."
+    assert describe_state(fs({"w": {"type": "directory", "contents": ["x"]}})) == empty
+    assert describe_state(fs({"w": "not a folder"})) == empty
+    assert describe_state(fs({"w": {"contents": many}})).endswith("f39.txt and 60 more.")
+    two_roots = describe_state(fs({"a": {}, "b": {}}))  # not one root folder: shown as shortened JSON
+    assert two_roots.startswith("GorillaFileSystem: {") and len(two_roots) <= len("GorillaFileSystem: ") + 303
+    hostile = "__import__('os').system('echo pwned')"
+    env = BfclEnv()
+    config = fs({hostile: {"type": "directory", "contents": {hostile: {"type": "file", "content": hostile}}}})
+    out = env.reset(None, {"classes": ["GorillaFileSystem"], "initial_config": config})
+    assert f"Current directory: {hostile}. It holds: {hostile}." in out.observation
+    with pytest.raises(EnvError):  # a malformed or unknown scenario is refused with a clear error, never described
+        env.reset(None, {"classes": ["GorillaFileSystem"], "initial_config": fs({"w": {"contents": {"x": {}}}})})
+    with pytest.raises(EnvError):
+        env.reset(None, {"classes": ["GorillaFileSystem"], "initial_config": {"os.system": {}}})
