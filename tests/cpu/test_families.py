@@ -154,9 +154,9 @@ def _two_turns_pass(task, first, second) -> bool:
     return env.evaluate().passed
 
 
-@pytest.mark.parametrize("name", ["arith_turns", "add_turns"])
+@pytest.mark.parametrize("name", ["arith_turns", "add_turns", "arith_turns_named"])
 def test_two_turn_family_needs_the_first_result_in_the_second_turn(name):
-    """arith_turns and add_turns: two user turns, one call each; the reference passes the official checker, a second
+    """arith_turns, add_turns and arith_turns_named: two user turns, one call each; the reference passes the official checker, a second
     turn that does not use the first call's result fails, and the worked examples are two-turn chat transcripts."""
     from evolvekit.env.bfcl.families import get_family
     from evolvekit.types import ToolCall
@@ -175,6 +175,8 @@ def test_two_turn_family_needs_the_first_result_in_the_second_turn(name):
     msgs = fam.demonstrations[0].messages(lambda c: c.name)
     assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant"] * 2
     assert msgs[4].content == fam.demonstrations[0].next_turns[0].request
+    if name == "arith_turns_named":  # every turn names the tool its call needs
+        assert all(c.name in turn for t in test for turn, (c,) in zip(t.turns, t.reference_solution))
 
 
 def test_file_system_turns_need_the_first_turns_cd():

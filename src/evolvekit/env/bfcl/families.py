@@ -264,6 +264,23 @@ _ARITH_TURNS_DEMOS = (
     _turns_demo(9, 6, 5, ("Compute the sum of {a} and {b}.", "Now take that sum times {c}.")),
 )
 
+# arith_turns with each turn naming its tool: at 135M the second turn of arith_turns is mostly answered in text
+_NAMED_TURN_PHRASES = (
+    ("Use add to add {a} and {b}.", "Now use multiply to multiply the result by {c}."),
+    ("Call add on {a} and {b}.", "Call multiply on that result and {c}."),
+    ("With the add tool, compute {a} plus {b}.", "Now with the multiply tool, take that sum times {c}."),
+)
+
+
+def _arith_turns_named(rng: random.Random) -> Draw:
+    """arith_turns (``_sum_then`` with multiply) whose turns name the tool they need."""
+    return _sum_then(rng, "multiply", _NAMED_TURN_PHRASES, 9)
+
+
+_NAMED_TURNS_DEMOS = tuple(
+    _turns_demo(a, b, c, phrases) for (a, b, c), phrases in zip(((5, 7, 3), (20, 4, 2), (9, 6, 5)), _NAMED_TURN_PHRASES)
+)
+
 _ADD_TURN_PHRASES = (
     ("Add {a} and {b}.", "Now add {c} to the result."),
     ("What is {a} plus {b}?", "Add {c} to that."),
@@ -495,6 +512,16 @@ FAMILIES: dict[str, TaskFamily] = {
         demonstrations=_ARITH_TURNS_DEMOS,
         generator=_arith_turns,
         split_seeds={"train": 41, "dev": 42, "test": 43},
+    ),
+    "arith_turns_named": TaskFamily(
+        name="arith_turns_named",
+        classes=("MathAPI",),
+        tools=("add", "subtract", "multiply", "divide"),
+        description="arith_turns whose two user turns name the tool each needs (add; then multiply the sum, which "
+        "only the first call's result shows); three worked two-turn examples",
+        demonstrations=_NAMED_TURNS_DEMOS,
+        generator=_arith_turns_named,
+        split_seeds={"train": 71, "dev": 72, "test": 73},
     ),
     "add_turns": TaskFamily(
         name="add_turns",
