@@ -348,6 +348,12 @@ class QuestioningConfig(_Section):
         False,
         "drop a synthesized task unless each turn's reference tools are the tools whose name and description are closest to its request in the embedding space (evolvekit's own filter, not in the paper; uses embedding.model)",
     )
+    pass_filter_samples: int = F(
+        0,
+        "k: before training, the initial policy attempts every curated synthetic task k times, and a task is kept only if its k rewards are not all equal (some but not all succeed, by the environment's own check of the reference's state), the groups whose GRPO advantages are not all zero; synthesis runs more rounds (at most 5) to keep questioning.synthetic_tasks of them (evolvekit's own filter, not in the paper; 0 = off)",
+        ge=0,
+        le=32,
+    )
     hybrid_lambda: float = F(
         1.0,
         "λ share of proxy tasks in the hybrid distribution (Eq. 12; paper default trains on synthetic only), realized over the run: a batch whose λ·B is not whole alternates, e.g. 2, 1, 2, 1 of 3 at λ = 0.5",
@@ -678,6 +684,11 @@ def cross_field_problem(cfg: Config) -> str | None:
                 f"{option}: {value} needs an in-process {role} (forced choice reads its log-probabilities); "
                 f"models.{role}.backend is openai"
             )
+    if cfg.questioning.pass_filter_samples == 1:
+        return (
+            "questioning.pass_filter_samples: 1 attempt cannot show mixed outcomes; use 0 (off) or 2 or more "
+            "(a group's size, rollout.group_size, is the natural choice)"
+        )
     if cfg.questioning.numbers_constrained == "on" and not _in_process(cfg.models.synthesizer):
         return (
             "questioning.numbers_constrained: on needs an in-process synthesizer (it masks the model's next-token "

@@ -156,8 +156,9 @@ def _two_turns_pass(task, first, second) -> bool:
 
 @pytest.mark.parametrize("name", ["arith_turns", "add_turns", "arith_turns_named"])
 def test_two_turn_family_needs_the_first_result_in_the_second_turn(name):
-    """arith_turns, add_turns and arith_turns_named: two user turns, one call each; the reference passes the official checker, a second
-    turn that does not use the first call's result fails, and the worked examples are two-turn chat transcripts."""
+    """arith_turns, add_turns and arith_turns_named: two user turns, one call each; the reference passes the
+    official checker, a second turn that does not use the first call's result fails, and the worked examples are
+    two-turn chat transcripts."""
     from evolvekit.env.bfcl.families import get_family
     from evolvekit.types import ToolCall
 

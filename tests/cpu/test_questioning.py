@@ -1036,3 +1036,60 @@ def test_malformed_carried_values_in_a_task_file_are_ignored_not_trusted():
         t = Task(env_name="bfcl", query=turns, reference_solution=ref, metadata={"carried_values": bad})
         assert all(isinstance(vs, list) for vs in carried_values(t))
         assert grounding(t) == 3 / 4 and not numbers_exact(t)  # 20 is not excused: it must be stated
+
+
+def test_pass_filter_keeps_only_tasks_on_which_the_policy_has_mixed_outcomes():
+    """questioning.pass_filter_samples = k: the policy attempts each curated task k times (the run's own probe,
+    scored by the real environment's check); a task it always solves or never solves is dropped and counted, one it
+    solves in some attempts is kept with its attempts' rewards. Off (k = 0), all three are kept."""
+    from evolvekit.orchestrator.build import pass_probe
+
+    def synth(conv):
+        return (
+            "Task: What is 2 plus 5?\nSolution: 0\n"
+            "Task: Multiply 7 by 3.\nSolution: 1\n"
+            "Task: Divide 21 by 7.\nSolution: 2\n"
+        )
+
+    attempts = {"multiply": 0}
+
+    def policy_answer(conv):
+        if conv[-1].content.startswith("Tool results:"):
+            return "Done."
+        request = conv[-1].content
+        if "2 plus 5" in request:  # always solved
+            return format_call(ToolCall(name="add", arguments={"a": 2, "b": 5}))
+        if "Multiply 7 by 3" in request:  # solved in every other attempt
+            attempts["multiply"] += 1
+            if attempts["multiply"] % 2:
+                return format_call(ToolCall(name="multiply", arguments={"a": 7, "b": 3}))
+            return format_call(ToolCall(name="multiply", arguments={"a": 7, "b": 4}))
+        return "It is 3."  # never a call: never solved
+
+    for k, kept in ((0, ["What is 2 plus 5?", "Multiply 7 by 3.", "Divide 21 by 7."]), (4, ["Multiply 7 by 3."])):
+        cfg = load_config(None, _ONE_EXPLORATION + [f"questioning.pass_filter_samples={k}"])
+        tasks, funnel, _ = synthesize_tasks(
+            cfg,
+            5,
+            _Scripted(_explorer_answer),
+            SamplingParams(),
+            _Scripted(synth),
+            SamplingParams(),
+            lambda: make_env(cfg.env),  # noqa: B023
+            None,
+            max_rounds=1,
+            probe=pass_probe(cfg, _Scripted(policy_answer), lambda: make_env(cfg.env)),  # noqa: B023
+        )
+        assert [t.turns[0] for t in tasks] == kept
+        assert funnel.unlearnable == (2 if k else 0) and funnel.kept == len(kept)
+    assert sorted(tasks[0].metadata["curation"]["policy_rewards"]) == [0.0, 0.0, 1.0, 1.0]
+    assert attempts["multiply"] == 4
+
+
+def test_pass_filter_of_one_attempt_is_refused_in_one_line():
+    from evolvekit.config import cross_field_problem
+    from evolvekit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="pass_filter_samples: 1 attempt cannot show mixed outcomes"):
+        load_config(None, ["questioning.pass_filter_samples=1"])
+    assert cross_field_problem(load_config(None, ["questioning.pass_filter_samples=6"])) is None

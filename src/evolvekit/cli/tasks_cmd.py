@@ -31,6 +31,7 @@ def synthesize(
     from evolvekit.config import load_config
     from evolvekit.env.registry import make_env
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
+    from evolvekit.orchestrator.build import pass_probe
     from evolvekit.questioning.pipeline import known_tasks, synthesize_tasks
 
     cfg = load_config(config, list(overrides or []) + [f"env.name={env}"])
@@ -63,6 +64,7 @@ def synthesize(
             existing=known_tasks(cfg),  # as in a run: no copy of a real training or held-out task
             max_rounds=max_rounds,
             on_round=on_round,
+            probe=pass_probe(cfg, role_llm(cfg.models, "policy"), lambda: make_env(cfg.env)),
         )
     summary = {**funnel.as_dict(), "out": str(out), "explorations": str(explorations)}
     emit_json(summary) if as_json else sys.stdout.write(" ".join(f"{k}={v}" for k, v in summary.items()) + "\n")

@@ -516,10 +516,37 @@ def _synthesize(cfg: Config, store: RunStore, train_tasks, policy, env_factory, 
         on_round=keep_round,
         resume=stored,
         funnel=funnel,
+        probe=pass_probe(cfg, policy, env_factory),
     )
     store.set_meta(SYNTHESIS_DONE, json.dumps(funnel.as_dict()))
     log.info("self-questioning funnel: %s", funnel.as_dict())
     return tasks
+
+
+def pass_probe(cfg: Config, policy, env_factory):
+    """The pass filter's probe (``questioning.pass_filter_samples`` = k > 0, else None): the policy attempts each
+    task k times with the run's rollout settings and the environment's own check scores every attempt."""
+    k = cfg.questioning.pass_filter_samples
+    if not k:
+        return None
+    from evolvekit.agent.evaluate import evaluate_policy
+    from evolvekit.llm.factory import sampling_for
+
+    def probe(tasks):
+        report, _ = evaluate_policy(
+            tasks,
+            env_factory,
+            policy,
+            cfg.rollout,
+            sampling_for(cfg.models.policy, seed=cfg.run.seed),
+            k,
+            cfg.env.tool_rendering,
+            show_progress=False,
+            template=rollout_template(cfg),
+        )
+        return [row["scores"] for row in report.per_task]
+
+    return probe
 
 
 def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory, existing):

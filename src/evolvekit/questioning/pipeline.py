@@ -29,6 +29,7 @@ class Funnel:
     kept: int = 0
     synthesis_unparseable: int = 0
     unchained: int = 0  # multi-turn synthesis (difficulty.turns > 1): explorations with no chain of dependent calls
+    unlearnable: int = 0  # removed by the pass filter: the policy's attempts all succeeded or all failed
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -147,6 +148,7 @@ def synthesize_tasks(
     on_round: Callable[[Funnel, list[ExplorationTrace], list[Task]], None] | None = None,
     resume: Sequence[Task] = (),
     funnel: Funnel | None = None,
+    probe: PassProbe | None = None,
 ) -> tuple[list[Task], Funnel, list[ExplorationTrace]]:
     """Rounds of exploration → synthesis → curation until ``n`` tasks are kept or ``max_rounds`` ran.
 
@@ -156,6 +158,9 @@ def synthesize_tasks(
 
     ``resume`` continues an interrupted synthesis: the tasks it had kept count towards ``n`` (and take part in
     dedup), and ``funnel`` carries its counts on. ``max_rounds`` counts the rounds of this call only.
+
+    ``probe`` (with ``questioning.pass_filter_samples`` > 0) scores the policy's attempts at each curated task; only
+    tasks with mixed outcomes are kept (``learnable``).
     """
     q = cfg.questioning
     sandbox = sandbox_for(cfg)
@@ -181,12 +186,41 @@ def synthesize_tasks(
         funnel.unchained += rep.unchained
         for t in rep.tasks:
             t.metadata["bfcl_id"] = t.task_id
-        new_kept = curate_new(rep.tasks, dedup, make_env, funnel, checks)[: n - len(kept)]
+        new_kept = curate_new(rep.tasks, dedup, make_env, funnel, checks)
+        if probe is not None and q.pass_filter_samples:
+            new_kept = learnable(new_kept, probe, funnel)
+        new_kept = new_kept[: n - len(kept)]
         kept += new_kept
         funnel.kept = len(kept)  # the tasks returned (a round may pass more than were asked for)
         if on_round:
             on_round(funnel, new, new_kept)
     return kept, funnel, traces
+
+
+# the rewards of the policy's attempts at each task, one list per task (questioning.pass_filter_samples attempts)
+PassProbe = Callable[[Sequence[Task]], list[list[float]]]
+
+
+def mixed(rewards: Sequence[float]) -> bool:
+    """A group whose rewards are not all equal: the only kind whose group-normalised advantages (Eq. 15) are not
+    all zero, i.e. the only kind GRPO learns from."""
+    return len(set(rewards)) > 1
+
+
+def learnable(tasks: Sequence[Task], probe: PassProbe, funnel: Funnel) -> list[Task]:
+    """evolvekit's pass filter (not in the papers): keep the tasks on which the policy's attempts have mixed
+    outcomes; each kept task records its attempts' rewards in ``metadata["curation"]["policy_rewards"]``."""
+    if not tasks:
+        return []
+    kept = []
+    for task, rewards in zip(tasks, probe(tasks), strict=True):
+        if mixed(rewards):
+            task.metadata.setdefault("curation", {})["policy_rewards"] = [round(r, 3) for r in rewards]
+            kept.append(task)
+        else:
+            log.debug("task dropped by the pass filter (rewards %s): %s", rewards, task.query)
+    funnel.unlearnable += len(tasks) - len(kept)
+    return kept
 
 
 @dataclass
