@@ -208,7 +208,7 @@ _ONE_EXPLORATION = [
 ]
 
 
-def _synthesize_once(cfg, synth, embed=None):
+def _synthesize_once(cfg, synth, embed=None, probe=None):
     """One round of exploration (the scripted explorer) and synthesis (``synth``) for up to 5 tasks."""
     return synthesize_tasks(
         cfg,
@@ -220,6 +220,7 @@ def _synthesize_once(cfg, synth, embed=None):
         lambda: make_env(cfg.env),
         embed,
         max_rounds=1,
+        probe=probe,
     )
 
 
@@ -419,16 +420,7 @@ def test_run_trains_on_synthetic_tasks_and_evaluates_on_real_ones(tmp_path):
     )
     # the synthetic task set as self-questioning would have stored it (explorer/synthesizer scripted here)
     synth = lambda conv: "Task: What is 2 plus 5?\nSolution: 0\nTask: Multiply 7 by 3.\nSolution: 1\n"  # noqa: E731
-    tasks, funnel, _ = synthesize_tasks(
-        cfg,
-        5,
-        _Scripted(_explorer_answer),
-        SamplingParams(),
-        _Scripted(synth),
-        SamplingParams(),
-        lambda: make_env(cfg.env),
-        max_rounds=1,
-    )
+    tasks, funnel, _ = _synthesize_once(cfg, synth)
     assert funnel.kept == 2
     cfg, run_dir, store = open_run(cfg, None)
     with store.transaction() as c:
@@ -1068,18 +1060,8 @@ def test_pass_filter_keeps_only_tasks_on_which_the_policy_has_mixed_outcomes():
 
     for k, kept in ((0, ["What is 2 plus 5?", "Multiply 7 by 3.", "Divide 21 by 7."]), (4, ["Multiply 7 by 3."])):
         cfg = load_config(None, _ONE_EXPLORATION + [f"questioning.pass_filter_samples={k}"])
-        tasks, funnel, _ = synthesize_tasks(
-            cfg,
-            5,
-            _Scripted(_explorer_answer),
-            SamplingParams(),
-            _Scripted(synth),
-            SamplingParams(),
-            lambda: make_env(cfg.env),  # noqa: B023
-            None,
-            max_rounds=1,
-            probe=pass_probe(cfg, _Scripted(policy_answer), lambda: make_env(cfg.env)),  # noqa: B023
-        )
+        probe = pass_probe(cfg, _Scripted(policy_answer), lambda: make_env(cfg.env))  # noqa: B023
+        tasks, funnel, _ = _synthesize_once(cfg, synth, probe=probe)
         assert [t.turns[0] for t in tasks] == kept
         assert funnel.unlearnable == (2 if k else 0) and funnel.kept == len(kept)
     assert sorted(tasks[0].metadata["curation"]["policy_rewards"]) == [0.0, 0.0, 1.0, 1.0]
