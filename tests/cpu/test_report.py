@@ -258,9 +258,13 @@ def test_ablation_runner_table_and_resume(tmp_path, monkeypatch):
     table = run_ablation(spec).read_text()
     assert "| base_model |" in table and "| grpo_real |" in table and "±" in table
     assert len(list((tmp_path / "abl").glob("*/seed*/summary.json"))) == 4
+    assert (tmp_path / "abl" / "grpo_real" / "seed0" / "checkpoints").is_dir()  # kept unless asked otherwise
     stamp = (tmp_path / "abl" / "grpo_real" / "seed0" / "summary.json").stat().st_mtime
-    run_ablation(spec)  # finished runs are skipped, not redone
+    spec.write_text(yaml.safe_dump({**yaml.safe_load(spec.read_text()), "drop_checkpoints": True}))
+    run_ablation(spec)  # finished runs are skipped, not redone; their checkpoints are dropped
     assert (tmp_path / "abl" / "grpo_real" / "seed0" / "summary.json").stat().st_mtime == stamp
+    assert not list((tmp_path / "abl").glob("*/seed*/checkpoints"))
+    assert len(list((tmp_path / "abl").glob("*/seed*/run.sqlite"))) == 4
 
 
 @pytest.mark.slow

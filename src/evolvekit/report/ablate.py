@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import shutil
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -38,6 +39,9 @@ class AblationSpec(BaseModel):
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
     budget: list[str] = Field(default_factory=list)  # overrides shared by every row (iterations, tasks, eval size)
     isolate: bool = True  # one spawned process per run: memory is freed between runs, a crash does not stop the table
+    # delete a finished run's checkpoints/ (about 1.6 GB for the embedded 135M policy with its optimizer state); its
+    # store, metrics and summary stay, and so does an unfinished run's checkpoint (it is resumed from it)
+    drop_checkpoints: bool = False
     rows: list[AblationRow]
 
 
@@ -93,6 +97,8 @@ def run_ablation(spec_path: Path, only: list[str] | None = None) -> Path:
                     failed[f"{row.name}/seed{seed}"] = error
             if summary_file.is_file():
                 per_seed.append(json.loads(summary_file.read_text()))
+                if spec.drop_checkpoints and (run_dir / "checkpoints").is_dir():
+                    shutil.rmtree(run_dir / "checkpoints")
         results[row.name] = {**_aggregate(per_seed), "seeds_total": len(spec.seeds)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({**results, "failed": failed} if failed else results, indent=2))
