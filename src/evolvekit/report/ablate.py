@@ -97,8 +97,9 @@ def run_ablation(spec_path: Path, only: list[str] | None = None) -> Path:
                     failed[f"{row.name}/seed{seed}"] = error
             if summary_file.is_file():
                 per_seed.append(json.loads(summary_file.read_text()))
-                if spec.drop_checkpoints and (run_dir / "checkpoints").is_dir():
-                    shutil.rmtree(run_dir / "checkpoints")
+                ckpt = run_dir / "checkpoints"
+                if spec.drop_checkpoints and ckpt.is_dir() and not ckpt.is_symlink():  # a link's target is not ours
+                    shutil.rmtree(ckpt)
         results[row.name] = {**_aggregate(per_seed), "seeds_total": len(spec.seeds)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({**results, "failed": failed} if failed else results, indent=2))
