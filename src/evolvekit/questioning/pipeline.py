@@ -202,7 +202,7 @@ PassProbe = Callable[[Sequence[Task]], list[list[float]]]
 
 
 def mixed(rewards: Sequence[float]) -> bool:
-    """A group whose rewards are not all equal: the only kind whose group-normalised advantages (Eq. 15) are not
+    """A group whose rewards are not all equal: the only kind whose group-normalised advantages (Eq. 16) are not
     all zero, i.e. the only kind GRPO learns from."""
     return len(set(rewards)) > 1
 
