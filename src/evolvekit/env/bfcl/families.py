@@ -464,11 +464,15 @@ _FS_CHAIN_DEMOS = (
     ),
 )
 
+# the tool subsets the families expose: MathAPI's four operations, GorillaFileSystem's navigation and creation calls
+_MATH_TOOLS = ("add", "subtract", "multiply", "divide")
+_FS_TOOLS = ("ls", "cd", "mkdir", "mv", "touch", "cat")
+
 FAMILIES: dict[str, TaskFamily] = {
     "arith": TaskFamily(
         name="arith",
         classes=("MathAPI",),
-        tools=("add", "subtract", "multiply", "divide"),
+        tools=_MATH_TOOLS,
         description="MathAPI restricted to add/subtract/multiply/divide (shared arguments a, b); one call per task",
         demonstrations=_ARITH_DEMOS,
         generator=_arith,
@@ -478,7 +482,7 @@ FAMILIES: dict[str, TaskFamily] = {
     "arith_wide": TaskFamily(
         name="arith_wide",
         classes=("MathAPI",),
-        tools=("add", "subtract", "multiply", "divide", "power", "absolute_value", "max_value"),
+        tools=(*_MATH_TOOLS, "power", "absolute_value", "max_value"),
         description="arith plus power(base, exponent), absolute_value(number), max_value(numbers); one call per task",
         demonstrations=_ARITH_DEMOS
         + (
@@ -496,7 +500,7 @@ FAMILIES: dict[str, TaskFamily] = {
     "arith_chain": TaskFamily(
         name="arith_chain",
         classes=("MathAPI",),
-        tools=("add", "subtract", "multiply", "divide"),
+        tools=_MATH_TOOLS,
         description="two dependent MathAPI calls: add two numbers, then multiply the sum (the result feeds the "
         "second call); three worked two-call examples",
         demonstrations=_ARITH_CHAIN_DEMOS,
@@ -506,7 +510,7 @@ FAMILIES: dict[str, TaskFamily] = {
     "arith_turns": TaskFamily(
         name="arith_turns",
         classes=("MathAPI",),
-        tools=("add", "subtract", "multiply", "divide"),
+        tools=_MATH_TOOLS,
         description="two user turns, one MathAPI call each, the second on the first's result (add; then multiply "
         "the sum, which only the first call's result shows); three worked two-turn examples",
         demonstrations=_ARITH_TURNS_DEMOS,
@@ -516,7 +520,7 @@ FAMILIES: dict[str, TaskFamily] = {
     "arith_turns_named": TaskFamily(
         name="arith_turns_named",
         classes=("MathAPI",),
-        tools=("add", "subtract", "multiply", "divide"),
+        tools=_MATH_TOOLS,
         description="arith_turns whose two user turns name the tool each needs (add; then multiply the sum, which "
         "only the first call's result shows); three worked two-turn examples",
         demonstrations=_NAMED_TURNS_DEMOS,
@@ -526,7 +530,7 @@ FAMILIES: dict[str, TaskFamily] = {
     "add_turns": TaskFamily(
         name="add_turns",
         classes=("MathAPI",),
-        tools=("add", "subtract", "multiply", "divide"),
+        tools=_MATH_TOOLS,
         description="two user turns, one add each, the second on the first's result (add; then add a third number "
         "to the sum, which only the first call's result shows); three worked two-turn examples",
         demonstrations=_ADD_TURNS_DEMOS,
@@ -536,7 +540,7 @@ FAMILIES: dict[str, TaskFamily] = {
     "fs_chain": TaskFamily(
         name="fs_chain",
         classes=("GorillaFileSystem",),
-        tools=("ls", "cd", "mkdir", "mv", "touch", "cat"),
+        tools=_FS_TOOLS,
         description="two dependent GorillaFileSystem calls whose end state is checked (mkdir then mv into it; cd "
         "then touch or mkdir there); three worked two-call examples",
         demonstrations=_FS_CHAIN_DEMOS,
@@ -546,7 +550,7 @@ FAMILIES: dict[str, TaskFamily] = {
     "fs_turns": TaskFamily(
         name="fs_turns",
         classes=("GorillaFileSystem",),
-        tools=("ls", "cd", "mkdir", "mv", "touch", "cat"),
+        tools=_FS_TOOLS,
         description="two user turns on GorillaFileSystem, one call each, end state checked: cd into a folder; then "
         "touch or mkdir there (it lands in the right folder only after the first turn's cd); three worked two-turn "
         "examples",
