@@ -7,17 +7,24 @@ Reads every ``<root>/<row>/seed<k>/`` that holds a ``run.sqlite`` (the folders e
 (``eval/avg@k``), and, over the run, the experience-guided and vanilla rollouts' mean training reward
 (``navigating/guided_reward``, ``navigating/vanilla_reward``, weighted by their rollout counts), the share of guided
 tokens the Eq. 17 clip bound (``train/guided_clip_frac``, mean over iterations) and the groups whose attribution
-channel was live (``attribution/mixed_groups_nondegenerate`` of ``attribution/mixed_groups``). A figure a run did
-not log is "—". Prints a markdown table; takes seconds.
+channel was live (``attribution/mixed_groups_nondegenerate`` of ``attribution/mixed_groups``). For runs with step
+labels in their store, the attribution channel's part of the step advantages (Eq. 18-21 recomputed from the stored
+labels and outcomes with the run's α: Σ|A − A_outcome-only| / Σ|A| over the training steps) and the groups without
+mixed outcomes (no GRPO gradient) that the attribution channel alone gave one. A figure a run did not log is "—".
+Prints a markdown table; takes seconds.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
 from training_groups import print_table, run_stores, store_arguments  # benchmarks/, the script's own folder
+
+from evolvekit.attributing.credit import group_step_advantages
+from evolvekit.types import StepLabel
 
 
 def _metrics(run_dir: Path) -> list[dict[str, float]]:
@@ -70,16 +77,57 @@ def mechanism_cells(run_dir: Path) -> list[str]:
     ]
 
 
+def attribution_cells(store: Path) -> list[str]:
+    """The attribution channel's share of |step advantage| and the unmixed groups it alone gave a gradient."""
+    alphas = {
+        int(m.get("iteration", -1)): m["attribution/alpha"] for m in _metrics(store.parent) if "attribution/alpha" in m
+    }
+    if not alphas:
+        return ["—", "—"]
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as con:
+        rows = con.execute(
+            "SELECT t.iteration, t.group_id, t.trajectory_id, t.outcome_reward, s.label FROM trajectories t "
+            "JOIN steps s ON s.trajectory_id = t.trajectory_id WHERE t.phase = 'train' "
+            "ORDER BY t.group_id, t.trajectory_id, s.step_index"
+        ).fetchall()
+    groups: dict[str, dict[str, tuple[int, float, list[StepLabel | None]]]] = {}
+    for it, gid, tid, outcome, label in rows:
+        entry = groups.setdefault(gid, {}).setdefault(tid, (int(it), float(outcome or 0.0), []))
+        entry[2].append(StepLabel(label) if label else None)
+    total = attr = 0.0
+    unmixed = unmixed_live = 0
+    for trajs in groups.values():
+        its, outcomes = [t[0] for t in trajs.values()], [t[1] for t in trajs.values()]
+        labels = [lab if lab and all(x is not None for x in lab) else None for _, _, lab in trajs.values()]
+        steps = [len(t[2]) for t in trajs.values()]
+        alpha = alphas.get(its[0], next(iter(alphas.values())))
+        both = group_step_advantages(labels, outcomes, steps, alpha, "both")  # type: ignore[arg-type]
+        out = group_step_advantages(labels, outcomes, steps, alpha, "outcome_only")  # type: ignore[arg-type]
+        flat_both = [a for adv in both for a in adv]
+        flat_out = [a for adv in out for a in adv]
+        total += sum(abs(a) for a in flat_both)
+        attr += sum(abs(a - b) for a, b in zip(flat_both, flat_out))
+        if len(set(outcomes)) == 1:
+            unmixed += 1
+            unmixed_live += any(abs(a) > 1e-9 for a in flat_both)
+    return [f"{attr / total:.2f}" if total else "—", f"{unmixed_live} of {unmixed}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = store_arguments(__doc__ or "", argv)
     lines = [
         "| row | seed | held-out avg@k: before, after each iteration | guided reward | vanilla reward "
-        "| guided clip frac | attribution live (mixed groups) |",
-        "|---|---|---|---|---|---|---|",
+        "| guided clip frac | attribution live (mixed groups) | attribution share of abs(A) "
+        "| unmixed groups given a gradient by attribution |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row, seed, store in run_stores(args.roots, args.rows):
         points = " / ".join(f"{p:.3f}" for p in curve(store.parent))
-        lines.append(f"| {row} | {seed} | {points} | " + " | ".join(mechanism_cells(store.parent)) + " |")
+        lines.append(
+            f"| {row} | {seed} | {points} | "
+            + " | ".join(mechanism_cells(store.parent) + attribution_cells(store))
+            + " |"
+        )
     return print_table(lines, args.roots)
 
 

@@ -1,12 +1,13 @@
 """benchmarks/run_curves.py: per-run held-out curves and mechanism figures read from a run's folder."""
 
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from run_curves import curve, mechanism_cells  # noqa: E402
+from run_curves import attribution_cells, curve, mechanism_cells  # noqa: E402
 
 
 def _run(tmp_path: Path, metrics: list[dict], after_iteration: int = 2) -> Path:
@@ -62,3 +63,39 @@ def test_guided_and_vanilla_rewards_are_weighted_by_rollouts(tmp_path):
 
 def test_a_run_without_the_mechanisms_shows_dashes(tmp_path):
     assert mechanism_cells(_run(tmp_path, [{"iteration": 0, "eval/avg@8": 0.5}])) == ["—", "—", "—", "—"]
+
+
+def _store(run: Path, trajectories: dict[str, tuple[str, float, list[str]]]) -> Path:
+    store = run / "run.sqlite"
+    with sqlite3.connect(store) as con:
+        con.execute(
+            "CREATE TABLE trajectories "
+            "(trajectory_id TEXT, iteration INT, phase TEXT, group_id TEXT, outcome_reward REAL)"
+        )
+        con.execute("CREATE TABLE steps (trajectory_id TEXT, step_index INT, label TEXT)")
+        for tid, (gid, outcome, labels) in trajectories.items():
+            con.execute("INSERT INTO trajectories VALUES (?, 0, 'train', ?, ?)", (tid, gid, outcome))
+            con.executemany("INSERT INTO steps VALUES (?, ?, ?)", [(tid, i, lab) for i, lab in enumerate(labels)])
+    return store
+
+
+def test_attribution_share_and_unmixed_groups_from_hand_computed_advantages(tmp_path):
+    run = _run(tmp_path, [{"iteration": 0, "attribution/alpha": 0.1}])
+    store = _store(
+        run,
+        {
+            "a": ("mixed", 1.0, ["GOOD", "GOOD"]),
+            "b": ("mixed", 0.0, ["GOOD", "BAD"]),
+            "c": ("failed", 0.0, ["GOOD", "GOOD"]),
+            "d": ("failed", 0.0, ["BAD", "BAD"]),
+        },
+    )
+    # Eq. 18-21 by hand, α = 0.1, s = 1/√2: mixed group A = [1.2s, 1.1s] and [−1.2s, −1.3s], outcome-only ±s per
+    # step; failed group (outcome channel degenerate) A = [0.2s, 0.1s] and [−0.2s, −0.1s], all from attribution.
+    # Σ|A − A_out| / Σ|A| = (0.8s + 0.6s) / (4.8s + 0.6s) = 0.259
+    assert attribution_cells(store) == ["0.26", "1 of 1"]
+
+
+def test_a_run_without_attribution_has_no_attribution_figures(tmp_path):
+    run = _run(tmp_path, [{"iteration": 0, "eval/avg@8": 0.5}])
+    assert attribution_cells(_store(run, {"a": ("g", 1.0, ["GOOD"])})) == ["—", "—"]
