@@ -24,54 +24,38 @@ from pathlib import Path
 from training_groups import print_table, run_stores, store_arguments  # benchmarks/, the script's own folder
 
 from evolvekit.attributing.credit import group_step_advantages
+from evolvekit.report.evidence import total, weighted
+from evolvekit.report.figures import RunSummary
 from evolvekit.types import StepLabel
 
 
-def _metrics(run_dir: Path) -> list[dict[str, float]]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def load_run(run_dir: Path) -> RunSummary:
+    """The run's per-iteration metrics (``metrics.jsonl``) and its evaluations before and after (``summary.json``),
+    read once, as the report's ``RunSummary``."""
+    path, summary_path = run_dir / "metrics.jsonl", run_dir / "summary.json"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    evaluations = {phase: summary[f"eval_{phase}"] for phase in ("before", "after") if summary.get(f"eval_{phase}")}
+    return RunSummary(run_dir, {int(m.get("iteration", i)): m for i, m in enumerate(rows)}, evaluations)
 
 
 def curve(run_dir: Path) -> list[float]:
-    """Held-out avg@k before training and after each evaluated iteration (in order; the last one from the
-    summary's ``eval_after`` when the metrics do not hold it)."""
-    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
-    before = summary.get("eval_before") or {}
-    key = next((k for k in before if k.startswith("avg@")), None)
-    points = [float(before[key])] if key else []
-    for m in _metrics(run_dir):
-        k = next((k for k in m if k.startswith("eval/avg@")), None)
-        if k is not None:
-            points.append(float(m[k]))
-    after = summary.get("eval_after") or {}
-    if key and key in after and len(points) <= int(after.get("iteration", 0)):  # the final one, when not logged
-        points.append(float(after[key]))
-    return points
-
-
-def weighted_reward(rows: list[dict[str, float]], kind: str) -> float | None:
-    """Mean training reward of the ``kind`` (guided / vanilla) rollouts over the run, weighted by their counts."""
-    pairs = [
-        (m[f"navigating/{kind}_reward"], m.get(f"navigating/{kind}_rollouts", 0.0))
-        for m in rows
-        if f"navigating/{kind}_reward" in m
-    ]
-    n = sum(w for _, w in pairs)
-    return sum(r * w for r, w in pairs) / n if n else None
+    """Held-out avg@k before training and after each evaluated iteration (``RunSummary.heldout_curve``: the last one
+    from the summary's ``eval_after`` when the metrics do not hold it)."""
+    return load_run(run_dir).heldout_curve()[1]
 
 
 def mechanism_cells(run_dir: Path) -> list[str]:
-    rows = _metrics(run_dir)
-    guided, vanilla = weighted_reward(rows, "guided"), weighted_reward(rows, "vanilla")
-    clip = [m["train/guided_clip_frac"] for m in rows if m.get("train/guided_tokens", 0.0) > 0]
-    mixed = sum(m.get("attribution/mixed_groups", 0.0) for m in rows)
-    live = sum(m.get("attribution/mixed_groups_nondegenerate", 0.0) for m in rows)
-    has_attr = any("attribution/mixed_groups" in m for m in rows)
+    m = load_run(run_dir).metrics
+    cells = []
+    for kind in ("guided", "vanilla"):  # mean training reward of the kind's rollouts, weighted by their counts
+        reward, n = weighted(m, f"navigating/{kind}_reward", f"navigating/{kind}_rollouts")
+        cells.append(f"{reward / n:.2f}" if n else "—")
+    clip = [it["train/guided_clip_frac"] for it in m.values() if it.get("train/guided_tokens", 0.0) > 0]
+    has_attr = any("attribution/mixed_groups" in it for it in m.values())
+    live, mixed = total(m, "attribution/mixed_groups_nondegenerate"), total(m, "attribution/mixed_groups")
     return [
-        f"{guided:.2f}" if guided is not None else "—",
-        f"{vanilla:.2f}" if vanilla is not None else "—",
+        *cells,
         f"{sum(clip) / len(clip):.4f}" if clip else "—",
         f"{live:.0f} of {mixed:.0f}" if has_attr else "—",
     ]
@@ -80,7 +64,7 @@ def mechanism_cells(run_dir: Path) -> list[str]:
 def attribution_cells(store: Path) -> list[str]:
     """The attribution channel's share of |step advantage| and the unmixed groups it alone gave a gradient."""
     alphas = {
-        int(m.get("iteration", -1)): m["attribution/alpha"] for m in _metrics(store.parent) if "attribution/alpha" in m
+        it: m["attribution/alpha"] for it, m in load_run(store.parent).metrics.items() if "attribution/alpha" in m
     }
     if not alphas:
         return ["—", "—"]
