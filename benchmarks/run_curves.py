@@ -9,8 +9,9 @@ Reads every ``<root>/<row>/seed<k>/`` that holds a ``run.sqlite`` (the folders e
 tokens the Eq. 17 clip bound (``train/guided_clip_frac``, mean over iterations) and the groups whose attribution
 channel was live (``attribution/mixed_groups_nondegenerate`` of ``attribution/mixed_groups``). For runs with step
 labels in their store, the attribution channel's part of the step advantages (Eq. 18-21 recomputed from the stored
-labels and outcomes with the run's α: Σ|A − A_outcome-only| / Σ|A| over the training steps) and the groups without
-mixed outcomes (no GRPO gradient) that the attribution channel alone gave one. A figure a run did not log is "—".
+labels and outcomes with the run's α and Eq. 18 population: Σ|A − A_outcome-only| / Σ|A| over the training steps)
+and the groups without mixed outcomes (no GRPO gradient) that the attribution channel alone gave one. A figure a
+run did not log is "—".
 Prints a markdown table; takes seconds.
 """
 
@@ -68,6 +69,9 @@ def attribution_cells(store: Path) -> list[str]:
     }
     if not alphas:
         return ["—", "—"]
+    config_path = store.parent / "config.json"
+    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    population = config.get("attributing", {}).get("normalization", "trajectory")  # Eq. 18's (runs before §7.1's)
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as con:
         rows = con.execute(
             "SELECT t.iteration, t.group_id, t.trajectory_id, t.outcome_reward, s.label FROM trajectories t "
@@ -85,7 +89,7 @@ def attribution_cells(store: Path) -> list[str]:
         labels = [lab if lab and all(x is not None for x in lab) else None for _, _, lab in trajs.values()]
         steps = [len(t[2]) for t in trajs.values()]
         alpha = alphas.get(its[0], next(iter(alphas.values())))
-        both = group_step_advantages(labels, outcomes, steps, alpha, "both")  # type: ignore[arg-type]
+        both = group_step_advantages(labels, outcomes, steps, alpha, "both", population=population)  # type: ignore[arg-type]
         out = group_step_advantages(labels, outcomes, steps, alpha, "outcome_only")  # type: ignore[arg-type]
         flat_both = [a for adv in both for a in adv]
         flat_out = [a for adv in out for a in adv]

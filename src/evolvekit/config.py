@@ -451,6 +451,10 @@ class AttributingConfig(_Section):
     )
     alpha: float = F(0.1, "α weight of the attribution channel (Eq. 20; §7.5: 0.1)", ge=0)
     alpha_schedule: list[float] = F([], "optional per-iteration α values (curriculum); empty = constant α")
+    normalization: Literal["trajectory", "step"] = F(
+        "trajectory",
+        "population of Eq. 18's μ and σ: trajectory = each trajectory's average attribution reward (§5.2, equal weight per trajectory); step = every attributed step of the group (§7.1's 'step-level normalization (within group)'): a group whose trajectories all average the same (each a GOOD call, then a BAD early answer) keeps its per-step signal instead of being neutralised",
+    )
     eps: float = F(1e-8, "ε in the standardisations of Eq. 18 and Eq. 19", gt=0)
     max_retries: int = F(2, "retries of an unparseable attribution before neutralising the channel", ge=0)
     concurrency: int = F(4, "concurrent attributor calls", ge=1)

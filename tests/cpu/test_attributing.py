@@ -285,3 +285,23 @@ def test_llm_labels_are_scored_against_grounded_ones_where_a_reference_exists(tm
     assert win.attribution_source == "llm" and win.step_attributions == [StepLabel.BAD, StepLabel.BAD]
     assert metrics["attribution/mixed_groups"] == 1.0 and metrics["attribution/mixed_groups_nondegenerate"] == 1.0
     store.close()
+
+
+def test_step_population_by_hand_keeps_a_group_whose_trajectories_average_the_same():
+    # every trajectory a GOOD call then a BAD early answer, all failed: Eq. 18's trajectory averages are all 0, so
+    # the channel is neutralised; over the group's steps (§7.1) μ = 0 and σ = stdev(1, −1, 1, −1) = sqrt(4/3)
+    labels, outcomes = [[G, B], [G, B]], [0.0, 0.0]
+    assert group_step_advantages(labels, outcomes, [2, 2], alpha=0.1, eps=0.0) == [[0.0, 0.0], [0.0, 0.0]]
+    z = 1 / math.sqrt(4 / 3)
+    step = group_step_advantages(labels, outcomes, [2, 2], alpha=0.1, eps=0.0, population="step")
+    # Eq. 20-21: the call's return-to-go is 0.1·(z − z) = 0, the answer's 0.1·(−z)
+    assert step == [pytest.approx([0.0, -0.1 * z]), pytest.approx([0.0, -0.1 * z])]
+    # the example of test_eq_18_to_21_by_hand over steps: values 1, −1, 1, −1, −1, 1 → μ = 0, σ = sqrt(6/5)
+    adv = group_step_advantages([[G, B, G], [B, B], [G]], [1.0, 0.0, 0.0], [3, 2, 1], 0.1, eps=0.0, population="step")
+    s = math.sqrt(6 / 5)
+    o = [(1 - 1 / 3) / math.sqrt(1 / 3), (0 - 1 / 3) / math.sqrt(1 / 3)]
+    assert adv[0] == pytest.approx([0.1 / s + o[0], 0.0 + o[0], 0.1 / s + o[0]])
+    assert adv[1] == pytest.approx([-0.2 / s + o[1], -0.1 / s + o[1]])
+    assert adv[2] == pytest.approx([0.1 / s + o[1]])
+    # degenerate over steps too: every step GOOD
+    assert standardize_attribution([[1.0, 1.0], [1.0]], population="step") == [[0.0, 0.0], [0.0]]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from evolvekit.agent.calls import call_key, normalise
 from evolvekit.attributing.credit import attribution_degenerate, attribution_rewards
 from evolvekit.attributing.grounded import agreement, grounded_labels
@@ -206,3 +208,42 @@ def test_mixed_outcomes_give_a_non_degenerate_channel():
     labels = [grounded_labels(win, ref, True), grounded_labels(lose, ref, False)]
     assert labels == [[G, G], [B, B]]
     assert not attribution_degenerate([attribution_rewards(lab) for lab in labels])
+
+
+def test_step_population_credits_an_all_failed_chain_group_that_eq_18_neutralises(tmp_path):
+    """The sparse chain (add, then multiply the sum, one request): every rollout makes the right add and then
+    answers without the multiply. Grounded labels are GOOD, BAD in each; with Eq. 18's trajectory statistics the
+    group's channel is constant and neutralised (no gradient at all: the outcomes are all 0 too); with
+    ``attributing.normalization=step`` the early answer gets a negative advantage and the add none."""
+    from evolvekit.attributing.stage import AttributedSamples
+    from evolvekit.config import load_config
+    from evolvekit.orchestrator.stages import IterationContext
+    from evolvekit.store.sqlite import RunStore
+    from evolvekit.types import Trajectory
+
+    ref = [[ToolCall(name="add", arguments={"a": 3, "b": 4}), ToolCall(name="multiply", arguments={"a": 7, "b": 2})]]
+    task = Task(
+        task_id="chain-1",
+        env_name="bfcl",
+        query="Add 3 and 4, then multiply the sum by 2.",
+        reference_solution=ref,
+        metadata={"involved_classes": ["MathAPI"], "category": "multi_turn_base"},
+    )
+    store = RunStore(tmp_path / "run.db")
+    with store.transaction() as c:
+        store.put_tasks(c, [task], -1)
+    trajs = []
+    for _ in range(3):
+        steps, _ = _episode(task, [call("add", a=3, b=4), Action(text="7")])
+        trajs.append(Trajectory(task_id=task.task_id, group_id="g", outcome_reward=0.0, steps=steps))
+    assert grounded_labels(trajs[0].steps, ref, False) == [G, B]
+    ctx = IterationContext(iteration=0, seed=0, run_dir=tmp_path, store=store)
+    base = ["attributing.enabled=true", "attributing.source=grounded"]
+    eq18, m18 = AttributedSamples(load_config(None, base), None).step_advantages(ctx, trajs)
+    assert all(a == {0: 0.0, 1: 0.0} for a in eq18) and m18["attribution/constant_channel_groups"] == 1
+    cfg = load_config(None, [*base, "attributing.normalization=step"])
+    step, m = AttributedSamples(cfg, None).step_advantages(ctx, trajs)
+    assert m["attribution/constant_channel_groups"] == 0
+    for a in step:
+        assert a[0] == pytest.approx(0.0, abs=1e-9) and a[1] < -0.05  # the early answer is pushed down
+    store.close()

@@ -57,7 +57,8 @@ class AttributedSamples(GRPOSamples):
         mixed = mixed_live = 0  # groups with mixed outcomes, and those whose attribution channel was not constant
         for idx in groups.values():
             degenerate = attribution_degenerate(
-                [attribution_rewards(labels[i]) if labels[i] is not None else None for i in idx]
+                [attribution_rewards(labels[i]) if labels[i] is not None else None for i in idx],
+                population=acfg.normalization,
             )
             constant += degenerate
             # mixed by the environment's check (a judge's constant score can hide a group's real spread)
@@ -71,6 +72,7 @@ class AttributedSamples(GRPOSamples):
                 alpha,
                 acfg.mode,
                 acfg.eps,
+                population=acfg.normalization,
             )
             for i, a in zip(idx, advs):
                 step_adv[i] = {s.index: a[k] for k, s in enumerate(live[i].steps)}
