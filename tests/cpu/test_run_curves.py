@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from run_curves import attribution_cells, curve, mechanism_cells  # noqa: E402
+from run_curves import attribution_cells, chain_cells, curve, mechanism_cells  # noqa: E402
 
 
 def _run(tmp_path: Path, metrics: list[dict], after_iteration: int = 2) -> Path:
@@ -99,3 +99,35 @@ def test_attribution_share_and_unmixed_groups_from_hand_computed_advantages(tmp_
 def test_a_run_without_attribution_has_no_attribution_figures(tmp_path):
     run = _run(tmp_path, [{"iteration": 0, "eval/avg@8": 0.5}])
     assert attribution_cells(_store(run, {"a": ("g", 1.0, ["GOOD"])})) == ["—", "—"]
+
+
+def test_the_step_population_of_a_run_gives_an_all_failed_chain_group_a_gradient(tmp_path):
+    # every rollout a GOOD add then a BAD early answer, all failed: Eq. 18 over trajectory averages is degenerate,
+    # over the group's steps (the run's attributing.normalization=step) it is not
+    failed = {"a": ("failed", 0.0, ["GOOD", "BAD"]), "b": ("failed", 0.0, ["GOOD", "BAD"])}
+    run = _run(tmp_path, [{"iteration": 0, "attribution/alpha": 0.1}])
+    assert attribution_cells(_store(run, failed)) == ["—", "0 of 1"]  # no |A| at all
+    (run / "run.sqlite").unlink()
+    (run / "config.json").write_text(json.dumps({"attributing": {"normalization": "step"}}))
+    assert attribution_cells(_store(run, failed)) == ["1.00", "1 of 1"]
+
+
+def test_chain_cells_count_held_out_rollouts_with_two_or_more_calls(tmp_path):
+    store = tmp_path / "run.sqlite"
+    call = {"name": "add", "arguments": {"a": 1, "b": 2}}
+    rollouts = [
+        ("eval_before", [[call], []]),  # one call, then an answer
+        ("eval_before", [[]]),
+        ("eval_after", [[call], [call], []]),  # two calls
+        ("eval_after", [[call, call]]),  # two calls in one step
+        ("eval_after", [[call], []]),
+        ("eval_after", [[call], [call], [call]]),
+        ("train", [[call], [call]]),  # not held out
+    ]
+    with sqlite3.connect(store) as con:
+        con.execute("CREATE TABLE trajectories (phase TEXT, json TEXT)")
+        con.executemany(
+            "INSERT INTO trajectories VALUES (?, ?)",
+            [(phase, json.dumps({"steps": [{"tool_calls": c} for c in steps]})) for phase, steps in rollouts],
+        )
+    assert chain_cells(store) == ["0.00", "0.75"]
