@@ -39,6 +39,17 @@ def _task(reference, query=("Make a folder 'out' and move a.txt into it.", "Now 
     )
 
 
+def _math_task(task_id: str, query: str | tuple[str, ...], reference: list[list[ToolCall]]) -> Task:
+    """A task on BFCL's stateless MathAPI backend."""
+    return Task(
+        task_id=task_id,
+        env_name="bfcl",
+        query=query if isinstance(query, str) else list(query),
+        reference_solution=reference,
+        metadata={"involved_classes": ["MathAPI"], "category": "multi_turn_base"},
+    )
+
+
 REFERENCE = [
     [
         ToolCall(name="mkdir", arguments={"dir_name": "out"}),
@@ -132,13 +143,7 @@ def test_turn_ended_short_is_bad_and_parse_errors_are_bad():
 
 def test_stateless_backend_non_reference_call_is_bad_and_numbers_normalise():
     ref = [[ToolCall(name="add", arguments={"a": 3, "b": 4})]]
-    task = Task(
-        task_id="m-1",
-        env_name="bfcl",
-        query="3 plus 4?",
-        reference_solution=ref,
-        metadata={"involved_classes": ["MathAPI"], "category": "multi_turn_base"},
-    )
+    task = _math_task("m-1", "3 plus 4?", ref)
     steps, _ = _episode(
         task, [call("multiply", a=3, b=4), call("multiply", a=3, b=4), call("add", a=3.0, b=4.0), Action(text="7")]
     )
@@ -149,13 +154,7 @@ def test_stateless_backend_non_reference_call_is_bad_and_numbers_normalise():
 def test_another_solution_the_check_accepted_is_good_only_when_the_episode_passed():
     """Rule 6: add(a=4, b=3) for the reference add(a=3, b=4) is what passed the check (stateless MathAPI)."""
     ref = [[ToolCall(name="add", arguments={"a": 3, "b": 4})], [ToolCall(name="multiply", arguments={"a": 7, "b": 2})]]
-    task = Task(
-        task_id="m-2",
-        env_name="bfcl",
-        query=("Add 3 and 4.", "Now multiply the result by 2."),
-        reference_solution=ref,
-        metadata={"involved_classes": ["MathAPI"], "category": "multi_turn_base"},
-    )
+    task = _math_task("m-2", ("Add 3 and 4.", "Now multiply the result by 2."), ref)
     acts = [call("add", a=4, b=3), Action(text="7"), call("multiply", a=7, b=2), Action(text="14")]
     steps, _ = _episode(task, acts)
     # passed: the first turn's call and its answer (ended "short" of the literal reference) are GOOD
@@ -196,13 +195,7 @@ def test_normalisation_and_agreement():
 def test_mixed_outcomes_give_a_non_degenerate_channel():
     # a success (reference call then answer) and a failure (wrong call then answer) of one task
     ref = [[ToolCall(name="add", arguments={"a": 3, "b": 4})]]
-    task = Task(
-        task_id="m-2",
-        env_name="bfcl",
-        query="3 plus 4?",
-        reference_solution=ref,
-        metadata={"involved_classes": ["MathAPI"], "category": "multi_turn_base"},
-    )
+    task = _math_task("m-2", "3 plus 4?", ref)
     win, _ = _episode(task, [call("add", a=3, b=4), Action(text="7")])
     lose, _ = _episode(task, [call("add", a=3, b=5), Action(text="8")])
     labels = [grounded_labels(win, ref, True), grounded_labels(lose, ref, False)]
@@ -222,13 +215,7 @@ def test_step_population_credits_an_all_failed_chain_group_that_eq_18_neutralise
     from evolvekit.types import Trajectory
 
     ref = [[ToolCall(name="add", arguments={"a": 3, "b": 4}), ToolCall(name="multiply", arguments={"a": 7, "b": 2})]]
-    task = Task(
-        task_id="chain-1",
-        env_name="bfcl",
-        query="Add 3 and 4, then multiply the sum by 2.",
-        reference_solution=ref,
-        metadata={"involved_classes": ["MathAPI"], "category": "multi_turn_base"},
-    )
+    task = _math_task("chain-1", "Add 3 and 4, then multiply the sum by 2.", ref)
     store = RunStore(tmp_path / "run.db")
     with store.transaction() as c:
         store.put_tasks(c, [task], -1)
