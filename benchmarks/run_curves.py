@@ -10,9 +10,8 @@ tokens the Eq. 17 clip bound (``train/guided_clip_frac``, mean over iterations) 
 channel was live (``attribution/mixed_groups_nondegenerate`` of ``attribution/mixed_groups``). For runs with step
 labels in their store, the attribution channel's part of the step advantages (Eq. 18-21 recomputed from the stored
 labels and outcomes with the run's α and Eq. 18 population: Σ|A − A_outcome-only| / Σ|A| over the training steps)
-and the groups without mixed outcomes (no GRPO gradient) that the attribution channel alone gave one; and the share
-of held-out rollouts that made two or more tool calls, before and after training. A figure a run did not log is
-"—".
+and the groups without mixed outcomes (no GRPO gradient) that the attribution channel alone gave one. A figure a
+run did not log is "—" (what the held-out samples did: ``benchmarks/heldout_calls.py``).
 Prints a markdown table; takes seconds.
 """
 
@@ -102,34 +101,19 @@ def attribution_cells(store: Path) -> list[str]:
     return [f"{attr / total:.2f}" if total else "—", f"{unmixed_live} of {unmixed}"]
 
 
-def chain_cells(store: Path) -> list[str]:
-    """Share of held-out rollouts that made two or more tool calls, before and after training: on a chain family
-    whose failures answer after the first call (arith_chain), whether training taught the policy to go on."""
-    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as con:
-        rows = con.execute(
-            "SELECT phase, json FROM trajectories WHERE phase IN ('eval_before', 'eval_after')"
-        ).fetchall()
-    counts: dict[str, list[int]] = {"eval_before": [0, 0], "eval_after": [0, 0]}
-    for phase, js in rows:
-        calls = sum(len(step.get("tool_calls") or []) for step in json.loads(js).get("steps", []))
-        counts[phase][0] += calls >= 2
-        counts[phase][1] += 1
-    return [f"{n / total:.2f}" if total else "—" for n, total in counts.values()]
-
-
 def main(argv: list[str] | None = None) -> int:
     args = store_arguments(__doc__ or "", argv)
     lines = [
         "| row | seed | held-out avg@k: before, after each iteration | guided reward | vanilla reward "
         "| guided clip frac | attribution live (mixed groups) | attribution share of abs(A) "
-        "| unmixed groups given a gradient by attribution | held-out rollouts with 2+ calls: before | after |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| unmixed groups given a gradient by attribution |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row, seed, store in run_stores(args.roots, args.rows):
         points = " / ".join(f"{p:.3f}" for p in curve(store.parent))
         lines.append(
             f"| {row} | {seed} | {points} | "
-            + " | ".join(mechanism_cells(store.parent) + attribution_cells(store) + chain_cells(store))
+            + " | ".join(mechanism_cells(store.parent) + attribution_cells(store))
             + " |"
         )
     return print_table(lines, args.roots)

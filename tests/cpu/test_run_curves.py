@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from run_curves import attribution_cells, chain_cells, curve, mechanism_cells  # noqa: E402
+from run_curves import attribution_cells, curve, mechanism_cells  # noqa: E402
 
 
 def _run(tmp_path: Path, metrics: list[dict], after_iteration: int = 2) -> Path:
@@ -110,24 +110,3 @@ def test_the_step_population_of_a_run_gives_an_all_failed_chain_group_a_gradient
     (run / "run.sqlite").unlink()
     (run / "config.json").write_text(json.dumps({"attributing": {"normalization": "step"}}))
     assert attribution_cells(_store(run, failed)) == ["1.00", "1 of 1"]
-
-
-def test_chain_cells_count_held_out_rollouts_with_two_or_more_calls(tmp_path):
-    store = tmp_path / "run.sqlite"
-    call = {"name": "add", "arguments": {"a": 1, "b": 2}}
-    rollouts = [
-        ("eval_before", [[call], []]),  # one call, then an answer
-        ("eval_before", [[]]),
-        ("eval_after", [[call], [call], []]),  # two calls
-        ("eval_after", [[call, call]]),  # two calls in one step
-        ("eval_after", [[call], []]),
-        ("eval_after", [[call], [call], [call]]),
-        ("train", [[call], [call]]),  # not held out
-    ]
-    with sqlite3.connect(store) as con:
-        con.execute("CREATE TABLE trajectories (phase TEXT, json TEXT)")
-        con.executemany(
-            "INSERT INTO trajectories VALUES (?, ?)",
-            [(phase, json.dumps({"steps": [{"tool_calls": c} for c in steps]})) for phase, steps in rollouts],
-        )
-    assert chain_cells(store) == ["0.00", "0.75"]
