@@ -130,13 +130,23 @@ def figure(ev, path: Path) -> None:
     plt.close(fig)
 
 
+def default_out(spec: Path, family: str) -> Path:
+    """Where a report goes without ``--out``: ``benchmarks/results/<spec name>`` for a spec named ``evidence_*``
+    (every committed spec's results carry its name), else ``benchmarks/results/evidence_<family>``. Two specs of
+    one family (evidence_arith_chain, evidence_arith_chain_credit) so never overwrite each other's results."""
+    name = spec.stem if spec.stem.startswith("evidence_") else f"evidence_{family}"
+    return Path("benchmarks/results") / name
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("spec", help="ablation file (base config, budget, seeds, rows)")
     ap.add_argument("--only", nargs="*", default=None, help="run only these rows (the report covers every row)")
     ap.add_argument("--no-run", action="store_true", help="report on finished runs only")
     ap.add_argument("--baseline", default="grpo")
-    ap.add_argument("--out", default=None, help="results prefix (default benchmarks/results/evidence_<family>)")
+    ap.add_argument(
+        "--out", default=None, help="results prefix (default: benchmarks/results/ and the spec's name, see default_out)"
+    )
     ap.add_argument(
         "--merge",
         default=None,
@@ -188,7 +198,7 @@ def main() -> None:
         command=" ".join(shlex.quote(a) for a in [".venv/bin/python", *sys.argv]),
         commit=commit,
     )
-    out = Path(args.out or f"benchmarks/results/evidence_{ev.family}")
+    out = Path(args.out or default_out(Path(args.spec), ev.family))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(ev.model_dump_json(indent=2))
     out.with_suffix(".md").write_text(markdown(ev, spec))
