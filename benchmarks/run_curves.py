@@ -25,6 +25,7 @@ from pathlib import Path
 from training_groups import print_table, run_stores, store_arguments  # benchmarks/, the script's own folder
 
 from evolvekit.attributing.credit import group_step_advantages
+from evolvekit.config import config_from_dict, migrate_stored
 from evolvekit.report.evidence import total, weighted
 from evolvekit.report.figures import RunSummary
 from evolvekit.types import StepLabel
@@ -69,9 +70,9 @@ def attribution_cells(store: Path) -> list[str]:
     }
     if not alphas:
         return ["—", "—"]
-    config_path = store.parent / "config.json"
-    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
-    population = config.get("attributing", {}).get("normalization", "trajectory")  # Eq. 18's (runs before §7.1's)
+    config_path = store.parent / "config.json"  # the run's validated config; defaults for what older runs lack
+    stored = migrate_stored(json.loads(config_path.read_text())) if config_path.is_file() else {}
+    population = config_from_dict(stored, str(config_path)).attributing.normalization
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as con:
         rows = con.execute(
             "SELECT t.iteration, t.group_id, t.trajectory_id, t.outcome_reward, s.label FROM trajectories t "
