@@ -98,6 +98,21 @@ class ModelsConfig(_Section):
     attributor: ModelConfig = F(_role(0.0, 512), "step-wise GOOD/BAD attributor (§5.1)")
     summarizer: ModelConfig = F(_role(0.0, 512), "experience extractor/validator (§4.1)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _keep_role_defaults(cls, data):
+        # a role given in part (`judge: {max_new_tokens: 64}`, `--set models.judge.max_new_tokens=64`) keeps its
+        # role's own defaults for the rest: the judge stays at temperature 0, the policy at 1.0
+        if not isinstance(data, dict):
+            return data
+        fixed = dict(data)
+        for name, value in data.items():
+            field = cls.model_fields.get(name)
+            if isinstance(value, dict) and field is not None and field.default_factory is not None:
+                role = field.default_factory()  # type: ignore[call-arg]
+                fixed[name] = {**role.model_dump(include=role.model_fields_set), **value}
+        return fixed
+
 
 class EmbeddingConfig(_Section):
     model: str = F(EMBEDDED_EMBEDDER, "sentence embedding model; 'embedded:all-minilm-l6-v2' ships offline")

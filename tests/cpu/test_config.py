@@ -79,6 +79,41 @@ def test_quickstart_is_valid_and_dump_round_trips(tmp_path):
     assert load_config(p) == cfg
 
 
+def test_a_role_given_in_part_keeps_its_role_defaults(tmp_path):
+    """`models.judge.max_new_tokens=64` must not move the judge off temperature 0 (nor the policy off 1.0): a
+    role written in part takes the rest from its role, not from ModelConfig's generic defaults."""
+    p = tmp_path / "c.yaml"
+    p.write_text("models:\n  policy: {max_new_tokens: 48}\n  judge: {max_new_tokens: 64}\n")
+    for cfg in (
+        load_config(p),
+        load_config(None, ["models.policy.max_new_tokens=48", "models.judge.max_new_tokens=64"]),
+    ):
+        assert (cfg.models.policy.temperature, cfg.models.policy.max_new_tokens) == (1.0, 48)
+        assert (cfg.models.judge.temperature, cfg.models.judge.max_new_tokens) == (0.0, 64)
+        assert cfg.models.synthesizer.max_new_tokens == 512  # an untouched role keeps all of its own
+    # a value written out still wins over the role's default
+    assert load_config(None, ["models.judge.temperature=0.3"]).models.judge.temperature == 0.3
+
+
+def test_evidence_quickstart_rows_are_grpo_yaml_and_quickstart_yaml():
+    """The figures the main job prints next to its own are of exactly configs/grpo.yaml and configs/quickstart.yaml
+    (budget_of: the same family and budget, so train.compare_with compares them)."""
+    from evolvekit.report.ablate import load_spec
+    from evolvekit.report.evidence import budget_of
+
+    spec_path = Path("configs/evidence_quickstart.yaml")
+    spec = load_spec(spec_path)
+    rows = {row.name: row.overrides for row in spec.rows}
+    quickstart = load_config("configs/quickstart.yaml")
+    for name, target in (("grpo", load_config("configs/grpo.yaml")), ("quickstart", quickstart)):
+        cfg = load_config(spec_path.parent / spec.base, [*spec.budget, *rows[name], f"run.name={target.run.name}"])
+        cfg.train.compare_with = target.train.compare_with
+        assert cfg == target, name
+        assert budget_of(cfg) == budget_of(quickstart)
+    assert Path(quickstart.train.compare_with or "").name == "evidence_quickstart.json"
+    assert quickstart.questioning.enabled and quickstart.navigating.enabled and quickstart.attributing.enabled
+
+
 @pytest.mark.parametrize(
     "content,needle", [("foo: 1\n", "unknown key 'foo'"), ("train: {iterations: x}\n", "train.iterations")]
 )
