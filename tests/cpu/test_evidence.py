@@ -116,6 +116,14 @@ def test_a_run_prints_the_committed_baseline_only_for_the_same_family_and_budget
     assert "not comparable" in comparison_line(path, other, {}) and "train.iterations" in comparison_line(
         path, other, {}
     )
+    # the row named like the run (its configuration over seeds) is printed next to the baseline's, with Δ
+    ours = RunGroup("quickstart", [_run("quickstart", s, 0.1, 0.2, a) for s, a in ((0, 0.6), (1, 0.7), (2, 0.8))])
+    ev.rows = row_results([grpo, ours], "grpo")
+    path.write_text(ev.model_dump_json())
+    line = comparison_line(path, cfg.model_copy(update={"run": cfg.run.model_copy(update={"name": "quickstart"})}), {})
+    assert "grpo 0.100 -> 0.400 ± 0.100" in line and "quickstart (this config) 0.100 -> 0.700 ± 0.100" in line
+    assert "Δ +0.300 [+0.300, +0.300]" in line and "this run" not in line
+    assert "this config" not in comparison_line(path, cfg, {})  # a run named like the baseline: the baseline only
     assert "no committed baseline" in comparison_line(tmp_path / "missing.json", cfg, {})
     (tmp_path / "bad.json").write_text("{}")
     assert "not a results file" in comparison_line(tmp_path / "bad.json", cfg, {})

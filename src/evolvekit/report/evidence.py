@@ -129,8 +129,18 @@ def load_evidence(path: Path | str) -> EvidenceFile:
     return EvidenceFile.model_validate_json(Path(path).read_text())
 
 
+def _figure(name: str, row: RowResult, key: str) -> str:
+    iv, b = row.after[key], row.before.get(key)
+    return (
+        f"{name} {'' if b is None else f'{b.mean:.3f} -> '}{iv.mean:.3f} ± {iv.std:.3f} "
+        f"(95% CI {iv.low:.3f}..{iv.high:.3f}, {iv.n} seed{'s' if iv.n != 1 else ''})"
+    )
+
+
 def comparison_line(path: Path | str, cfg: Config, after: dict | None) -> str:
-    """The line a run prints at its end: the baseline row's committed figures for the same family and budget."""
+    """The line a run prints at its end: the baseline row's committed figures for the same family and budget, and
+    those of the row named like the run (``run.name``: this configuration over seeds, so one run's seed is seen
+    against its own spread), with the seed-paired difference between the two."""
     path = Path(path)
     if not path.is_file():
         return f"no committed baseline figures at {path} (train.compare_with)"
@@ -145,17 +155,21 @@ def comparison_line(path: Path | str, cfg: Config, after: dict | None) -> str:
         return f"{path}: no finished '{ev.baseline}' row yet"
     if diff:
         return f"{path}: not comparable (its budget differs in {', '.join(diff)})"
+    own = ev.rows.get(cfg.run.name) if cfg.run.name != ev.baseline else None
     parts = []
-    for key, iv in row.after.items():
-        b = row.before.get(key)
-        ours_after = (after or {}).get(key)
-        parts.append(
-            f"{key}: {ev.baseline} {b.mean:.3f} -> {iv.mean:.3f} ± {iv.std:.3f} (95% CI {iv.low:.3f}..{iv.high:.3f}, "
-            f"{iv.n} seeds)" + (f", this run -> {ours_after}" if ours_after is not None else "")
-            if b
-            else f"{key}: {ev.baseline} -> {iv.mean:.3f} ± {iv.std:.3f}"
-        )
-    return f"same family and budget, committed at {row.commit or ev.commit}: " + "; ".join(parts)
+    for key in row.after:
+        figures = [_figure(ev.baseline, row, key)]
+        if own is not None and key in own.after:
+            figures.append(_figure(f"{cfg.run.name} (this config)", own, key))
+            if (d := own.vs_baseline.get(key)) is not None:
+                figures.append(f"Δ {d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]")
+        if (ours_after := (after or {}).get(key)) is not None:
+            figures.append(f"this run -> {ours_after}")
+        parts.append(f"{key}: " + ", ".join(figures))
+    commits = row.commit or ev.commit
+    if own is not None and own.commit and own.commit != commits:
+        commits += f" ({cfg.run.name}: {own.commit})"
+    return f"same family and budget, committed at {commits}: " + "; ".join(parts)
 
 
 def total(metrics: dict[int, dict[str, float]], key: str) -> float:
