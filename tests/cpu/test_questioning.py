@@ -1075,3 +1075,34 @@ def test_pass_filter_of_one_attempt_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="pass_filter_samples: 1 attempt cannot show mixed outcomes"):
         load_config(None, ["questioning.pass_filter_samples=1"])
     assert cross_field_problem(load_config(None, ["questioning.pass_filter_samples=6"])) is None
+
+
+@pytest.mark.slow
+def test_run_seed_pins_self_questioning_and_rounds_draw_anew(tmp_path):
+    """Two syntheses at one `run.seed` explore and write exactly the same tasks (before, the explorer and synthesizer
+    sampled unseeded and a run's seed did not pin its self-questioning); within one, each round draws anew."""
+    import json
+    import subprocess
+    import sys
+
+    def synthesize(name: str, seed: int) -> tuple[list, list]:
+        out = tmp_path / f"{name}.jsonl"
+        sets = ["env.family=arith_chain", "questioning.explore_runs=2", "questioning.explore_steps=2",
+                "models.explorer.max_new_tokens=32", "models.synthesizer.max_new_tokens=48",
+                f"run.seed={seed}"]  # fmt: skip
+        res = subprocess.run(
+            [sys.executable, "-m", "evolvekit.cli.main", "tasks", "synthesize", "--n", "8", "--max-rounds", "2",
+             "--out", str(out), "--json", *[a for s in sets for a in ("--set", s)]],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr[-2000:]
+        tasks = [(t["query"], t["reference_solution"]) for t in map(json.loads, out.read_text().splitlines())]
+        steps = [t["steps"] for t in map(json.loads, out.with_suffix(".explorations.jsonl").read_text().splitlines())]
+        return tasks, steps
+
+    tasks_a, steps_a = synthesize("a", 0)
+    tasks_b, steps_b = synthesize("b", 0)
+    assert (tasks_a, steps_a) == (tasks_b, steps_b) and len(steps_a) == 4  # 2 rounds × 2 explorations
+    assert steps_a[:2] != steps_a[2:]  # the second round is not the first one again
+    _, steps_c = synthesize("c", 1)
+    assert steps_c != steps_a

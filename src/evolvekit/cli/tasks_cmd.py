@@ -56,9 +56,9 @@ def synthesize(
             cfg,
             n,
             role_llm(cfg.models, "explorer"),
-            sampling_for(cfg.models.explorer),
+            sampling_for(cfg.models.explorer, seed=cfg.run.seed),  # as in a run: run.seed pins the samples
             role_llm(cfg.models, "synthesizer"),
-            sampling_for(cfg.models.synthesizer),
+            sampling_for(cfg.models.synthesizer, seed=cfg.run.seed + 1),
             lambda: make_env(cfg.env),
             embedder.embed,
             existing=known_tasks(cfg),  # as in a run: no copy of a real training or held-out task

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Sequence
 
 from evolvekit.config import Config, forced_choice
@@ -134,6 +134,10 @@ def explorer_and_synthesizer(
     )
 
 
+# seed offset per exploration already made: a round's seeds never repeat an earlier round's (the explorer adds its step)
+_ROUND_STRIDE = 1_000
+
+
 def synthesize_tasks(
     cfg: Config,
     n: int,
@@ -176,6 +180,11 @@ def synthesize_tasks(
     for _ in range(max_rounds):
         if len(kept) >= n:
             break
+        # seeded: each round its own draws; a resumed synthesis goes on from its count
+        if explorer_params.seed is not None:
+            explorer.params = replace(explorer.params, seed=explorer_params.seed + _ROUND_STRIDE * funnel.explored)
+        if synth_params.seed is not None:
+            synth.params = replace(synth.params, seed=synth_params.seed + _ROUND_STRIDE * funnel.explored)
         new = explorer.explore(make_env, sandbox, q.explore_runs, q.explore_steps)
         traces += new
         funnel.explored += len(new)
