@@ -316,6 +316,10 @@ class DifficultyConfig(_Section):
         ge=1,
         le=8,
     )
+    chained: bool = F(
+        False,
+        "one request over dependent calls (evolvekit's own, not in the paper): with turns = 1 and operations = k ≥ 2, the synthesizer takes a chain of k explored calls in which each call takes a value from the previous call's result (add(1, 10) -> 11, then multiply(11, 10)) and writes one request that states the first call's values and refers to each earlier result instead of repeating it ('Add 1 and 10, then multiply the sum by 10.'), as in a single-request chain family such as arith_chain; the agent must make every call before it answers",
+    )
 
 
 class QuestioningConfig(_Section):
@@ -703,6 +707,13 @@ def cross_field_problem(cfg: Config) -> str | None:
                 f"{option}: {value} needs an in-process {role} (forced choice reads its log-probabilities); "
                 f"models.{role}.backend is openai"
             )
+    d = cfg.questioning.difficulty
+    if d.chained and (d.turns > 1 or d.operations < 2):
+        return (
+            "questioning.difficulty.chained writes one request over a chain of questioning.difficulty.operations "
+            f"dependent calls: it needs turns: 1 and operations of 2 or more (turns: {d.turns}, operations: "
+            f"{d.operations})"
+        )
     if cfg.questioning.pass_filter_samples == 1:
         return (
             "questioning.pass_filter_samples: 1 attempt cannot show mixed outcomes; use 0 (off) or 2 or more "

@@ -10,6 +10,7 @@ import pytest
 
 from evolvekit.agent.parser import format_call
 from evolvekit.config import EnvConfig, load_config
+from evolvekit.env.base import Action
 from evolvekit.env.registry import make_env
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.questioning.curate import Deduplicator, lexical_overlap, replay_feasible
@@ -937,6 +938,114 @@ def test_pipeline_turns_2_writes_two_turn_tasks_from_linked_calls():
         assert tasks[0].metadata["carried_values"] == [[], [7]] and tasks[1].metadata["carried_values"] == [[], [21]]
         for t in tasks:  # every reference replays turn by turn and passes the official checker
             assert replay_feasible(t, lambda env_cfg=cfg.env: make_env(env_cfg))[0]
+
+
+def test_pipeline_chained_writes_one_request_over_linked_calls():
+    """difficulty.chained with operations = 2: the scripted explorer's add(2, 5) -> 7, multiply(7, 3) -> 21 and
+    divide(21, 7) become single-turn tasks whose one request covers two dependent calls; the reference is the chain,
+    so an agent that answers after the first call fails the environment's check, and the values taken from a result
+    are not asked of the request. Off, the same explorations give one-call tasks."""
+    from evolvekit.questioning.curate import grounding, numbers_exact
+    from evolvekit.questioning.synthesize import CHAIN_ASK
+
+    seen = []
+
+    def synth(conv):
+        ask = conv[-1].content
+        if "Solution:" in ask:  # the paper's free prompt (one-request tasks, chosen calls)
+            return "Task: Add 2 and 5.\nSolution: 0\n"
+        seen.append(conv)
+        listing = ask.split("[1]")[0]
+        return (
+            "Add 2 and 5, then multiply the sum by 3."
+            if '"add"' in listing
+            else "Multiply 7 by 3, then divide that by 7."
+        )
+
+    chained = ["questioning.difficulty.chained=true", "questioning.difficulty.operations=2"]
+    cfg = load_config(None, _ONE_EXPLORATION + chained + ["questioning.grounding_threshold=1.0"])
+    tasks, funnel, _ = _synthesize_once(cfg, synth)
+    assert funnel.unchained == 0 and funnel.infeasible == 0 and funnel.ungrounded == 0
+    assert [t.query for t in tasks] == [
+        "Add 2 and 5, then multiply the sum by 3.",
+        "Multiply 7 by 3, then divide that by 7.",
+    ]
+    assert [[[c.name for c in turn] for turn in t.reference_solution] for t in tasks] == [
+        [["add", "multiply"]],
+        [["multiply", "divide"]],
+    ]
+    assert [t.metadata["carried_values"] for t in tasks] == [[[7]], [[21]]]
+    assert all(grounding(t) == 1.0 and numbers_exact(t) for t in tasks)
+    # the arith family's examples have no chained request: the synthesizer's chain prompt has no worked example
+    assert seen and all(CHAIN_ASK in conv[-1].content for conv in seen)
+    assert all(m.role != "assistant" for conv in seen for m in conv)
+    for t in tasks:
+        assert replay_feasible(t, lambda env_cfg=cfg.env: make_env(env_cfg))[0]
+        first_only = t.model_copy(update={"reference_solution": [t.reference_solution[0][:1]]})
+        env = make_env(cfg.env)  # the first call alone, judged against the chain: the check fails
+        try:
+            env.reset(t)
+            env.step(Action(tool_calls=first_only.reference_solution[0]))
+            env.step(Action(text="done"))
+            assert env.evaluate(None).score < 1.0
+        finally:
+            env.close()
+    off = load_config(None, _ONE_EXPLORATION + ["questioning.difficulty.operations=1"])
+    tasks, _, _ = _synthesize_once(off, synth)
+    assert tasks and all(len(t.reference_solution) == 1 and len(t.reference_solution[0]) == 1 for t in tasks)
+
+
+def test_a_request_over_a_chain_prefers_each_calls_values_in_order():
+    """The 135M synthesizer writes "Compute the sum of 2.5 and 1.5, and multiply it by 2.5." for add(2.5, 1.5) ->
+    4.0, multiply(4.0, 1.5): every value stated, the multiplier wrong. Among candidates, one that gives each call
+    its own numbers wins."""
+    from evolvekit.questioning.synthesize import best_request, states_in_order
+
+    assert states_in_order("Add 2 and 5, then multiply the sum by 3.", [[2, 5], [3]])
+    assert states_in_order("Add 2 and 3, then multiply that by 3.", [[2, 3], [3]])  # a value both calls use
+    assert not states_in_order("Add 2 and 3, then multiply it by 5.", [[2, 5], [3]])
+    assert not states_in_order("Compute the sum of 2.5 and 1.5, and multiply it by 2.5.", [[2.5, 1.5], [1.5]])
+    assert states_in_order("Multiply it by 3.", [[2, 5], [3]])  # unstated values are not judged
+    calls = [
+        ToolCall(name="add", arguments={"a": 2.5, "b": 1.5}),
+        ToolCall(name="multiply", arguments={"a": 4.0, "b": 1.5}),
+    ]
+    texts = [
+        "Compute the sum of 2.5 and 1.5, and multiply it by 2.5.",
+        "Add 2.5 and 1.5, then multiply the sum by 1.5.",
+    ]
+    assert best_request(texts, calls, [2.5, 1.5, 1.5]) == texts[0]  # without the order: the first on a tie
+    assert best_request(texts, calls, [2.5, 1.5, 1.5], order=[[2.5, 1.5], [1.5]]) == texts[1]
+
+
+def test_chain_shots_come_from_the_real_arith_chain_examples():
+    from evolvekit.questioning.pipeline import sandbox_for
+    from evolvekit.questioning.synthesize import chain_shots
+
+    cfg = load_config(None, ["env.family=arith_chain"])
+    env = make_env(cfg.env)
+    shots = chain_shots(env.reset(None, sandbox_for(cfg)).examples)
+    env.close()
+    assert [r for _, r in shots] == [
+        "Add 5 and 7, then multiply the sum by 3.",
+        "What is (20 plus 4) times 2?",
+        "Compute the sum of 9 and 6, and multiply it by 5.",
+    ]
+    assert '"result": 12' in shots[0][0] and '"a": 12' in shots[0][0]  # the first result and the call that takes it
+    for family in ("arith", "arith_turns"):  # one call per request: nothing chained to show
+        cfg = load_config(None, [f"env.family={family}"])
+        env = make_env(cfg.env)
+        assert chain_shots(env.reset(None, sandbox_for(cfg)).examples) == []
+        env.close()
+
+
+def test_chained_needs_one_turn_and_two_operations():
+    from evolvekit.errors import ConfigError
+
+    for bad in (["questioning.difficulty.operations=1"], ["questioning.difficulty.turns=2"]):
+        with pytest.raises(ConfigError, match="questioning.difficulty.chained"):
+            load_config(None, ["questioning.difficulty.chained=true", *bad])
+    assert load_config(None, ["questioning.difficulty.chained=true", "questioning.difficulty.operations=2"])
 
 
 class _Candidates:

@@ -11,7 +11,7 @@ from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.questioning.curate import Deduplicator, ToolAgreement, grounding, numbers_exact, replay_feasible
 from evolvekit.questioning.explore import ExplorationTrace, Explorer
-from evolvekit.questioning.synthesize import TaskSynthesizer, follow_up_shots, shots_from_examples
+from evolvekit.questioning.synthesize import TaskSynthesizer, chain_shots, follow_up_shots, shots_from_examples
 from evolvekit.types import Task
 
 log = logging.getLogger(__name__)
@@ -111,15 +111,17 @@ def explorer_and_synthesizer(
     targeted = scaffold_on(cfg, synth_llm)
     shots: list[tuple[str, str]] = []
     follow: list[tuple[str, str]] = []
-    if targeted or q.difficulty.turns > 1:
+    chained: list[tuple[str, str]] = []
+    if targeted or q.difficulty.turns > 1 or q.difficulty.chained:
         # the environment's worked examples become (calls -> request) examples for the synthesizer: self-contained
-        # requests for a task's first turn, follow-up turns (which refer to an earlier result) for its later ones
+        # requests for a task's first turn, follow-up turns (which refer to an earlier result) for its later ones,
+        # and one request over several dependent calls (difficulty.chained)
         env = make_env()
         try:
             examples = env.reset(None, sandbox).examples
         finally:
             env.close()
-        shots, follow = shots_from_examples(examples), follow_up_shots(examples)
+        shots, follow, chained = shots_from_examples(examples), follow_up_shots(examples), chain_shots(examples)
     return explorer, TaskSynthesizer(
         synth_llm,
         synth_params,
@@ -128,6 +130,7 @@ def explorer_and_synthesizer(
         targeted=targeted,
         shots=shots,
         follow_shots=follow,
+        chain_shots=chained,
         candidates=q.request_candidates,
         agreement=agreement,
         numbers_constrained=forced_choice(q.numbers_constrained, cfg.models.synthesizer),

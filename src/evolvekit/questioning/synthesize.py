@@ -12,6 +12,11 @@ call. The first turn's request states its values; each later turn's request refe
 repeating it ("Now multiply the result by 10."), so the agent must read the value from the tool's answer, as in a
 multi-turn family. The values a turn takes from an earlier result are recorded (``carried_values``) and are not
 asked of the request by the grounding checks.
+
+One request over dependent calls (``difficulty.chained``, evolvekit's own): the same chains, of
+``difficulty.operations`` calls, become a single-turn task whose one request states the first call's values and
+refers to each earlier result ("Add 1 and 10, then multiply the sum by 10."), as in a single-request chain family;
+the reference is the whole chain, so the agent must make every call before it answers.
 """
 
 from __future__ import annotations
@@ -132,23 +137,48 @@ def echoes_instruction(line: str) -> bool:
 
 @functools.cache
 def _instruction_ngrams() -> set[tuple[str, ...]]:
-    return _ngrams(TARGETED_ASK, _ECHO_WORDS) | _ngrams(FOLLOW_UP_ASK, _ECHO_WORDS)
+    return _ngrams(TARGETED_ASK, _ECHO_WORDS) | _ngrams(FOLLOW_UP_ASK, _ECHO_WORDS) | _ngrams(CHAIN_ASK, _ECHO_WORDS)
 
 
 def best_request(
-    texts: Sequence[str], calls: Sequence[ToolCall], values: Sequence, agreement: ToolAgreement | None = None
+    texts: Sequence[str],
+    calls: Sequence[ToolCall],
+    values: Sequence,
+    agreement: ToolAgreement | None = None,
+    order: Sequence[Sequence] = (),
 ) -> str | None:
     """Of several sampled answers for ``calls``, the request that states most of ``values`` (the calls' own values)
-    and, with ``agreement``, asks for the calls' tools (questioning.tool_agreement's test); the first such one on a
-    tie, None if no answer is a request."""
+    and, with ``agreement``, asks for the calls' tools (questioning.tool_agreement's test), then, with ``order``
+    (per call, the values its request states), states them in call order (``states_in_order``); the first such one
+    on a tie, None if no answer is a request."""
     requests = [r for r in (parse_request(t) for t in texts) if r is not None]
     if not requests:
         return None
 
-    def key(r: str) -> tuple[int, bool]:
-        return stated_count(r, values), agreement is not None and agreement.turn_agrees(r, calls)
+    def key(r: str) -> tuple[int, bool, bool]:
+        agrees = agreement is not None and agreement.turn_agrees(r, calls)
+        return stated_count(r, values), agrees, bool(order) and states_in_order(r, order)
 
     return max(requests, key=key)
+
+
+def states_in_order(text: str, per_call: Sequence[Sequence]) -> bool:
+    """Each call's numbers occur in the request after the previous calls' numbers ("Add 2 and 5, then multiply the
+    sum by 3." for add(2, 5), multiply(7, 3); not "Add 2 and 3, then multiply it by 5."), so a request over a chain
+    gives each call its own values. Values the request does not state, and strings, are not judged."""
+    found = [float(x) for x in NUMBER.findall(text)]
+    last = -1  # where the previous calls' numbers end
+    for vals in per_call:
+        chosen = []
+        for v in vals:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            at = [i for i, x in enumerate(found) if x == float(v)]
+            if at and not any(i > last for i in at):
+                return False
+            chosen += [next(i for i in at if i > last)] if at else []
+        last = max(chosen, default=last)
+    return True
 
 
 def windows(n_calls: int, size: int, count: int) -> list[list[int]]:
@@ -269,12 +299,50 @@ def follow_up_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
     return shots
 
 
+CHAIN_ASK = (
+    "Write the user's request that these calls solve in order: one request with the values of call [0], in which "
+    "each later call uses the result before it without repeating that value."
+)
+
+
+def chain_prompt(calls: Sequence[tuple[ToolCall, str]], shots: Sequence[tuple[str, str]] = ()) -> list[ChatMessage]:
+    """One request over a chain of dependent calls (``difficulty.chained``). ``shots``: (listing, request) worked
+    examples as chat turns (``chain_shots``)."""
+    return _asking(CHAIN_ASK, calls, shots)
+
+
+def chain_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
+    """(listing, request) pairs out of an environment's worked examples in which one user request is answered by
+    two or more calls, each taking a value from the previous call's result ("Add 5 and 7, then multiply the sum by
+    3." for add(5, 7) -> 12, multiply(12, 3))."""
+    from evolvekit.agent.parser import parse_action
+
+    def is_result(m: ChatMessage) -> bool:
+        return m.role == "user" and (m.content or "").startswith("Tool results")
+
+    shots = []
+    for i, user in enumerate(examples):
+        if user.role != "user" or is_result(user):
+            continue
+        steps: list[tuple[ToolCall, str]] = []
+        j = i + 1
+        while j + 1 < len(examples) and examples[j].role == "assistant" and is_result(examples[j + 1]):
+            calls = parse_action(examples[j].content or "").tool_calls
+            if len(calls) != 1:
+                break
+            steps.append((calls[0], (examples[j + 1].content or "").replace("Tool results:\n", "").strip()[:300]))
+            j += 2
+        if len(steps) >= 2 and all(links(a, b[0]) for a, b in zip(steps, steps[1:])):
+            shots.append((_listing(steps), user.content or ""))
+    return shots
+
+
 @dataclass
 class SynthesisReport:
     tasks: list[Task] = field(default_factory=list)
     calls: int = 0
     unparseable: int = 0
-    unchained: int = 0  # multi-turn synthesis: explorations without a chain of dependent calls of that length
+    unchained: int = 0  # chained synthesis: explorations without a chain of dependent calls of that length
 
 
 class TaskSynthesizer:
@@ -288,6 +356,7 @@ class TaskSynthesizer:
         targeted: bool = False,
         shots: Sequence[tuple[str, str]] = (),
         follow_shots: Sequence[tuple[str, str]] = (),
+        chain_shots: Sequence[tuple[str, str]] = (),
         candidates: int = 1,
         agreement: ToolAgreement | None = None,
         numbers_constrained: bool = False,
@@ -295,6 +364,7 @@ class TaskSynthesizer:
         self.llm, self.params, self.difficulty = llm, params, difficulty
         self.rubrics, self.tasks_per_trace = list(rubrics), tasks_per_trace
         self.targeted, self.shots, self.follow_shots = targeted, list(shots), list(follow_shots)
+        self.chain_shots = list(chain_shots)
         self.candidates = candidates  # sampled requests per ask; the one that states most of its values is kept
         self.agreement = agreement  # with several candidates: prefer one that asks for its calls' tools
         # a request's numbers decoded under NumberConstraint (an in-process synthesizer): only its calls' own values
@@ -385,6 +455,34 @@ class TaskSynthesizer:
                 report.unparseable += 1
         return items
 
+    def _one_request_chains(self, usable, report: SynthesisReport) -> list[list[tuple[str, list[int]]]]:
+        """``difficulty.chained``: per usable trace, its (request, chain) items, one request over each chain of
+        ``difficulty.operations`` dependent calls (module docstring)."""
+        found = [chains(calls, self.difficulty.operations, self.tasks_per_trace) for _, calls in usable]
+        report.unchained = sum(1 for c in found if not c)
+        asks = [(k, chain) for k, cs in enumerate(found) for chain in cs]
+        per_call = []  # per ask, per call, the values its request must state (less what it takes from a result)
+        for k, chain in asks:
+            calls = usable[k][1]
+            own = [argument_values(calls[chain[0]][0].arguments)]
+            for a, b in zip(chain, chain[1:]):
+                vals = argument_values(calls[b][0].arguments)
+                for v in carried(calls[a], calls[b][0]):
+                    vals.remove(v)
+                own.append(vals)
+            per_call.append(own)
+        owns = [[v for vals in own for v in vals] for own in per_call]
+        prompts = [chain_prompt([usable[k][1][i] for i in chain], self.chain_shots) for k, chain in asks]
+        outs = self._requests(prompts, owns)
+        items: list[list[tuple[str, list[int]]]] = [[] for _ in usable]
+        for (k, chain), own, order, out in zip(asks, owns, per_call, outs):
+            request = best_request(out, [usable[k][1][i][0] for i in chain], own, self.agreement, order)
+            if request is None:
+                report.unparseable += 1
+            else:
+                items[k].append((request, chain))
+        return items
+
     def synthesize(
         self, traces: Sequence[ExplorationTrace], env_name: str, metadata: dict | None = None
     ) -> SynthesisReport:
@@ -394,6 +492,23 @@ class TaskSynthesizer:
         if not usable:
             return report
         report.calls = len(usable)
+        if self.difficulty.chained:
+            for (trace, calls), items in zip(usable, self._one_request_chains(usable, report)):
+                for request, chain in items:
+                    meta = dict(metadata or {})
+                    meta.update(
+                        {
+                            "exploration_id": trace.exploration_id,
+                            "explored_steps": chain,
+                            # one reference turn: every value the chain takes from a result, not asked of the request
+                            "carried_values": [
+                                [v for a, b in zip(chain, chain[1:]) for v in carried(calls[a], calls[b][0])]
+                            ],
+                        }
+                    )
+                    whole = [[calls[i][0] for i in chain]]  # one reference turn: the whole chain
+                    report.tasks.append(self._task(env_name, request, whole, meta, trace.sandbox))
+            return report
         if self.difficulty.turns > 1:
             for (trace, calls), chained in zip(usable, self._chained_items(usable, report)):
                 for turns, chain in chained:
