@@ -8,6 +8,8 @@ resumed), then writes ``<out>.md``, ``<out>.json`` (report/evidence.py: ``Eviden
 reads) and ``<out>.png``: held-out avg@k / best@k after training as mean ± std with a 95% t-interval over seeds,
 the seed-paired difference against the baseline row, Steps@0.9 and AUC of the mean held-out curve against the
 baseline (AgentEvolver Table 6), and every run's helper-health figures. Run nothing else on the machine meanwhile.
+An existing ``<out>.md``'s part written by hand (from report/evidence.py's ``HAND_MARK`` on) is kept below the new
+tables.
 """
 
 from __future__ import annotations
@@ -167,7 +169,14 @@ def main() -> None:
     from evolvekit.provenance import code_commit
     from evolvekit.report.ablate import load_spec, run_ablation
     from evolvekit.report.collection import load_groups
-    from evolvekit.report.evidence import EvidenceFile, budget_of, load_evidence, merge_rows, row_results
+    from evolvekit.report.evidence import (
+        EvidenceFile,
+        budget_of,
+        load_evidence,
+        merge_rows,
+        row_results,
+        with_hand_part,
+    )
 
     setup_logging("INFO")
     spec = load_spec(Path(args.spec))
@@ -201,7 +210,8 @@ def main() -> None:
     out = Path(args.out or default_out(Path(args.spec), ev.family))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(ev.model_dump_json(indent=2))
-    out.with_suffix(".md").write_text(markdown(ev, spec))
+    md = out.with_suffix(".md")  # a part written by hand below HAND_MARK is kept
+    md.write_text(with_hand_part(markdown(ev, spec), md.read_text() if md.exists() else None))
     figure(ev, out.with_suffix(".png"))
     print(out.with_suffix(".md").read_text())
 

@@ -208,3 +208,15 @@ def test_code_commit_names_the_checkout_and_its_uncommitted_changes(tmp_path):
     assert code_commit(tmp_path) == head
     (tmp_path / "src" / "m.py").write_text("x = 2\n")
     assert code_commit(tmp_path) == head + DIRTY
+
+
+def test_a_regenerated_results_file_keeps_its_part_written_by_hand():
+    from evolvekit.report.evidence import HAND_MARK, with_hand_part
+
+    old = f"# tables of then\n| a | 0.1 |\n\n{HAND_MARK}\n## Reading\nGRPO never learned.\n"
+    new = "# tables\n| a | 0.2 |\n"
+    kept = with_hand_part(new, old)
+    assert kept.startswith(new.rstrip()) and "0.1" not in kept
+    assert kept.endswith(f"{HAND_MARK}\n## Reading\nGRPO never learned.\n")
+    assert with_hand_part(new, "# tables of then\n## Reading\nno mark\n") == new  # nothing marked: nothing kept
+    assert with_hand_part(new, None) == new

@@ -298,3 +298,14 @@ def merge_rows(
             row.steps_at_09 = steps_to_fraction(xs, ys, target) if target is not None else None
             row.target = target
     return out
+
+
+HAND_MARK = "<!-- written by hand below: kept when the report is regenerated -->"
+
+
+def with_hand_part(generated: str, previous: str | None) -> str:
+    """A regenerated results file keeps what was written by hand: everything of ``previous`` from ``HAND_MARK`` on
+    (the runs' explanation and their reading) follows the ``generated`` tables; without the mark, nothing is kept."""
+    if not previous or HAND_MARK not in previous:
+        return generated
+    return generated.rstrip("\n") + "\n\n" + previous[previous.index(HAND_MARK) :]
