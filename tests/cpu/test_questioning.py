@@ -833,6 +833,48 @@ def test_coevolve_config_reaches_the_tracker_and_regenerator():
     assert "co.success_threshold" in src and "max_contexts=co.max_contexts" in src
 
 
+def test_coevolve_reexploration_is_seeded_and_each_call_draws_anew():
+    """CoEvolve's re-exploration samples with the seeds it is given: one call's explorer seeds are the same in a new
+    re-explorer built with the same params (run.seed pins it), a second call's are its own, and the run's hook seeds
+    every role it builds from run.seed."""
+    import inspect
+
+    from evolvekit.orchestrator import build
+    from evolvekit.questioning.curate import Deduplicator
+    from evolvekit.questioning.pipeline import Funnel, goal_explorer
+
+    def reexplorer(seeds):
+        def answer(conv, params):
+            seeds.append(params.seed)
+            return _explorer_answer(conv)
+
+        class _Recording(_Scripted):
+            def chat(self, conversations, params):
+                return [[Completion(text=answer(c, params))] for c in conversations]
+
+        co = ["questioning.enabled=true", "coevolve.enabled=true", "coevolve.reexplore_rounds=1"]
+        cfg = load_config(None, _ONE_EXPLORATION + co + ["coevolve.reexplore_steps=2"])
+        dedup = Deduplicator(lambda texts: np.ones((len(texts), 4)), 0.8, 0.9)
+        return goal_explorer(cfg, _Recording(None), SamplingParams(seed=500), _Scripted(lambda c: "x"),
+                             SamplingParams(seed=501), lambda: make_env(cfg.env), dedup, Funnel())  # fmt: skip
+
+    first: list = []
+    run = reexplorer(first)
+    run("forgetting", "practise add")
+    n = len(first)
+    run("forgetting", "practise add")
+    again: list = []
+    reexplorer(again)("forgetting", "practise add")
+    assert n and None not in first and again == first[:n]  # the same seed, the same draws
+    assert not set(first[:n]) & set(first[n:])  # the second re-exploration draws anew
+    src = inspect.getsource(build._coevolve_hook)
+    assert "seed = cfg.run.seed + _COEVOLVE_SEED" in src and "sampling_for(cfg.models.explorer, seed=seed)" in src
+    assert (
+        src.count("sampling_for(cfg.models.synthesizer, seed=seed + ") == 2
+        and "sampling_for(cfg.models.synthesizer)" not in src
+    )
+
+
 def test_a_synthesis_dedups_against_the_real_training_tasks_and_the_synthetic_heldout_file(tmp_path):
     """`evolvekit tasks synthesize` and a run's synthesis dedup against the same tasks (known_tasks)."""
     from evolvekit.config import load_config

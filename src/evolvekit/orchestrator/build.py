@@ -549,6 +549,10 @@ def pass_probe(cfg: Config, policy, env_factory):
     return probe
 
 
+# CoEvolve's re-exploration seeds sit between the first synthesis's (run.seed + 1000 per exploration + step)
+_COEVOLVE_SEED = 500
+
+
 def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory, existing):
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
     from evolvekit.questioning.coevolve import CoEvolveRegenerator, SignalTracker
@@ -565,17 +569,21 @@ def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory, existing):
     explorer = role_llm(cfg.models, "explorer")
     if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
         explorer = policy  # the current policy re-explores
+    seed = cfg.run.seed + _COEVOLVE_SEED  # run.seed pins re-exploration too, apart from the first synthesis's draws
     run = goal_explorer(
         cfg,
         explorer,
-        sampling_for(cfg.models.explorer),
+        sampling_for(cfg.models.explorer, seed=seed),
         role_llm(cfg.models, "synthesizer"),
-        sampling_for(cfg.models.synthesizer),
+        sampling_for(cfg.models.synthesizer, seed=seed + 1),
         env_factory,
         dedup,
         Funnel(),
     )
     regen = CoEvolveRegenerator(
-        role_llm(cfg.models, "synthesizer"), sampling_for(cfg.models.synthesizer), run, max_contexts=co.max_contexts
+        role_llm(cfg.models, "synthesizer"),
+        sampling_for(cfg.models.synthesizer, seed=seed + 2),
+        run,
+        max_contexts=co.max_contexts,
     )
     return CoEvolveHook(tracker, regen, co.every_iterations)

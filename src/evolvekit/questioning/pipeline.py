@@ -141,6 +141,17 @@ def explorer_and_synthesizer(
 _ROUND_STRIDE = 1_000
 
 
+def _reseed(
+    explorer: Explorer, synth: TaskSynthesizer, explorer_params: SamplingParams, synth_params: SamplingParams, done: int
+) -> None:
+    """Seeded sampling (``run.seed``): a round of exploration and synthesis after ``done`` explorations draws its own
+    samples, offset from the role's seed; unseeded params stay unseeded."""
+    if explorer_params.seed is not None:
+        explorer.params = replace(explorer.params, seed=explorer_params.seed + _ROUND_STRIDE * done)
+    if synth_params.seed is not None:
+        synth.params = replace(synth.params, seed=synth_params.seed + _ROUND_STRIDE * done)
+
+
 def synthesize_tasks(
     cfg: Config,
     n: int,
@@ -183,11 +194,7 @@ def synthesize_tasks(
     for _ in range(max_rounds):
         if len(kept) >= n:
             break
-        # seeded: each round its own draws; a resumed synthesis goes on from its count
-        if explorer_params.seed is not None:
-            explorer.params = replace(explorer.params, seed=explorer_params.seed + _ROUND_STRIDE * funnel.explored)
-        if synth_params.seed is not None:
-            synth.params = replace(synth.params, seed=synth_params.seed + _ROUND_STRIDE * funnel.explored)
+        _reseed(explorer, synth, explorer_params, synth_params, funnel.explored)  # a resumed synthesis goes on
         new = explorer.explore(make_env, sandbox, q.explore_runs, q.explore_steps)
         traces += new
         funnel.explored += len(new)
@@ -325,8 +332,12 @@ def goal_explorer(
     )
     meta = synthetic_metadata(sandbox)
 
+    def explore(goal: str) -> list[ExplorationTrace]:
+        _reseed(explorer, synth, explorer_params, synth_params, funnel.explored)  # each re-exploration draws anew
+        return explorer.explore(make_env, sandbox, co.reexplore_rounds, co.reexplore_steps, goal=goal)
+
     return _Reexplore(
-        lambda goal: explorer.explore(make_env, sandbox, co.reexplore_rounds, co.reexplore_steps, goal=goal),
+        explore,
         lambda tasks: curate_new(tasks, dedup, make_env, funnel, checks),
         synth,
         cfg.env.name,
