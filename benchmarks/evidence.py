@@ -198,7 +198,7 @@ def main() -> None:
             ap.error(f"--row-commit {item}: no row {name!r} (rows: {', '.join(rows)}) or no commit")
         rows[name] = rows[name].model_copy(update={"commit": rev})
     if rows:  # the code of every row: recorded by its runs, committed, given by --row-commit, or this checkout's
-        commit = ", ".join(sorted({r.commit or commit for r in rows.values()}))
+        commit = ", ".join(sorted({c for r in rows.values() for c in (r.commit or commit).split(", ")}))
     ev = EvidenceFile(
         family=cfg.env.family or cfg.env.name,
         budget=budget_of(cfg),
