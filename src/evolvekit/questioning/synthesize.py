@@ -188,6 +188,24 @@ def windows(n_calls: int, size: int, count: int) -> list[list[int]]:
     return [list(range(st, st + size)) for st in starts][:count]
 
 
+def _observation(result: ChatMessage) -> str:
+    """A worked example's tool result as a listing shows it (without its "Tool results:" header, shortened)."""
+    return (result.content or "").replace("Tool results:\n", "").strip()[:300]
+
+
+def chain_values(calls: Sequence[tuple[ToolCall, str]], chain: Sequence[int]) -> list[list]:
+    """Per call of ``chain``, the argument values a request must state: its own, less those it takes from the
+    previous call's result (``carried``)."""
+    out = []
+    for t, i in enumerate(chain):
+        own = argument_values(calls[i][0].arguments)
+        if t > 0:
+            for v in carried(calls[chain[t - 1]], calls[i][0]):
+                own.remove(v)
+        out.append(own)
+    return out
+
+
 def shots_from_examples(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
     """(call listing, request) pairs out of an environment's worked examples (user turn, call, tool result).
 
@@ -205,7 +223,7 @@ def shots_from_examples(examples: Sequence[ChatMessage]) -> list[tuple[str, str]
             continue
         calls = parse_action(call.content or "").tool_calls
         if calls and grounding(Task(env_name="", query=user.content or "", reference_solution=[calls])) >= 1.0:
-            obs = (result.content or "").replace("Tool results:\n", "").strip()[:300]
+            obs = _observation(result)
             shots.append(
                 ("\n".join(f"[{j}] {format_call(c)} -> {obs}" for j, c in enumerate(calls)), user.content or "")
             )
@@ -291,7 +309,7 @@ def follow_up_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
         calls = parse_action(reply.content or "").tool_calls
         if len(calls) != 1:
             continue
-        obs = (result.content or "").replace("Tool results:\n", "").strip()[:300]
+        obs = _observation(result)
         request = user.content or ""
         if last is not None and not request.startswith("Tool results") and carried(last, calls[0]):
             shots.append((_listing([last, (calls[0], obs)]), request))
@@ -330,7 +348,7 @@ def chain_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
             calls = parse_action(examples[j].content or "").tool_calls
             if len(calls) != 1:
                 break
-            steps.append((calls[0], (examples[j + 1].content or "").replace("Tool results:\n", "").strip()[:300]))
+            steps.append((calls[0], _observation(examples[j + 1])))
             j += 2
         if len(steps) >= 2 and all(links(a, b[0]) for a, b in zip(steps, steps[1:])):
             shots.append((_listing(steps), user.content or ""))
@@ -432,14 +450,8 @@ class TaskSynthesizer:
                 asks.append((k, n, 0, targeted_prompt([calls[chain[0]]], self.shots)))
                 for t in range(1, len(chain)):
                     asks.append((k, n, t, follow_up_prompt(calls[chain[t - 1]], calls[chain[t]], self.follow_shots)))
-        owns = []  # per ask, the values its request must state
-        for k, n, t, _ in asks:
-            calls, chain = usable[k][1], found[k][n]
-            own = argument_values(calls[chain[t]][0].arguments)
-            if t > 0:  # a later turn does not state what it takes from the previous result
-                for v in carried(calls[chain[t - 1]], calls[chain[t]][0]):
-                    own.remove(v)
-            owns.append(own)
+        # per ask, the values its request must state (a later turn not what it takes from the previous result)
+        owns = [chain_values(usable[k][1], found[k][n])[t] for k, n, t, _ in asks]
         outs = self._requests([a[3] for a in asks], owns)
         requests: dict[tuple[int, int], list[str | None]] = {}
         for (k, n, t, _), own, out in zip(asks, owns, outs):
@@ -461,16 +473,7 @@ class TaskSynthesizer:
         found = [chains(calls, self.difficulty.operations, self.tasks_per_trace) for _, calls in usable]
         report.unchained = sum(1 for c in found if not c)
         asks = [(k, chain) for k, cs in enumerate(found) for chain in cs]
-        per_call = []  # per ask, per call, the values its request must state (less what it takes from a result)
-        for k, chain in asks:
-            calls = usable[k][1]
-            own = [argument_values(calls[chain[0]][0].arguments)]
-            for a, b in zip(chain, chain[1:]):
-                vals = argument_values(calls[b][0].arguments)
-                for v in carried(calls[a], calls[b][0]):
-                    vals.remove(v)
-                own.append(vals)
-            per_call.append(own)
+        per_call = [chain_values(usable[k][1], chain) for k, chain in asks]  # per ask, per call
         owns = [[v for vals in own for v in vals] for own in per_call]
         prompts = [chain_prompt([usable[k][1][i] for i in chain], self.chain_shots) for k, chain in asks]
         outs = self._requests(prompts, owns)
