@@ -114,6 +114,17 @@ def test_evidence_quickstart_rows_are_grpo_yaml_and_quickstart_yaml():
     assert quickstart.questioning.enabled and quickstart.navigating.enabled and quickstart.attributing.enabled
 
 
+def test_evidence_quickstart_replication_repeats_the_spec_on_new_seeds():
+    """The replication runs exactly the original rows and budget into the same run folder, on seeds not run before."""
+    from evolvekit.report.ablate import load_spec
+
+    first = load_spec(Path("configs/evidence_quickstart.yaml"))
+    again = load_spec(Path("configs/evidence_quickstart_replication.yaml"))
+    fields = ("base", "budget", "out_dir", "rows")
+    assert [getattr(again, f) for f in fields] == [getattr(first, f) for f in fields]
+    assert len(again.seeds) == 10 and not set(again.seeds) & set(first.seeds)
+
+
 @pytest.mark.parametrize(
     "content,needle", [("foo: 1\n", "unknown key 'foo'"), ("train: {iterations: x}\n", "train.iterations")]
 )
