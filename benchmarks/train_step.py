@@ -11,6 +11,7 @@ autocast when the CPU supports it (``--autocast``), micro-batches of ``--micro``
 prepared batch, so generation is excluded from every timing. The first (warm-up) step of each side starts from the
 same weights, and its loss is checked equal across the three. Prints wall seconds of the timed (second) step,
 tokens/s (the batch's tokens per second of update) and the speed ratio of each of ours against TRL.
+``--device cuda`` runs our two sides on a GPU (TRL's side stays CPU-only and is reported as not run).
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ def _batch(args, vocab):
     return prompt, completion, adv
 
 
+def _sync(args) -> None:
+    import torch
+
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
 def _bf16(args) -> bool:
     """bf16 autocast exactly where our trainer would use it (``auto``: CUDA, or a CPU with AVX512-BF16), so both
     sides run the same precision: on a CPU without native bf16 both run fp32."""
@@ -39,10 +47,10 @@ def _bf16(args) -> bool:
 
     from evolvekit.train.trainer import autocast_dtype
 
-    return autocast_dtype(args.autocast, torch.device("cpu")) is not None
+    return autocast_dtype(args.autocast, torch.device(args.device)) is not None
 
 
-def _reference(model):
+def _reference(model, device: str = "cpu"):
     """The frozen KL reference shared by every side: the initial weights plus small seeded noise."""
     import torch
 
@@ -50,8 +58,8 @@ def _reference(model):
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in ref.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 1e-3)
-    return ref
+            p.add_(torch.randn(p.shape, generator=g).to(p.device) * 1e-3)
+    return ref.to(device)
 
 
 def ours(args, model, tok, prompt, completion, adv, shared=True):
@@ -60,8 +68,8 @@ def ours(args, model, tok, prompt, completion, adv, shared=True):
     from evolvekit.train.trainer import GRPOTrainer
     from evolvekit.types import TrainingSample
 
-    ref = _reference(model)
-    llm = LocalLLM(tokenizer=tok, hf_model=model, device="cpu")
+    ref = _reference(model, args.device)
+    llm = LocalLLM(tokenizer=tok, hf_model=model, device=args.device)
     cfg = TrainConfig(
         micro_batch_size=args.micro, kl_beta=0.001, learning_rate=1e-6, autocast=args.autocast, shared_prefix=shared
     )
@@ -79,8 +87,10 @@ def ours(args, model, tok, prompt, completion, adv, shared=True):
         for i in range(len(adv))
     ]
     first = trainer.update(samples)  # warm-up, from the initial weights: its loss is compared
+    _sync(args)
     t0 = time.perf_counter()
     trainer.update(samples)
+    _sync(args)
     return time.perf_counter() - t0, first.loss
 
 
@@ -92,6 +102,9 @@ def trl(args, model, tok, prompt, completion, adv):
     import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
+
+    if args.device != "cpu":
+        raise NotImplementedError("the TRL side runs on CPU only")
 
     ref = _reference(model)
     B = len(adv)
@@ -166,6 +179,7 @@ def main() -> None:
     ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--autocast", choices=["auto", "off"], default="auto")
     ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
+    ap.add_argument("--device", default="cpu", help="where our trainer runs (cpu, cuda); TRL's side runs on cpu only")
     args = ap.parse_args()
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -184,6 +198,8 @@ def main() -> None:
             rows[name] = {"seconds": round(dt, 2), "tokens_per_s": round(tokens / dt, 1), "first_loss": round(loss, 6)}
         except ImportError as err:
             rows[name] = {"error": f"not installed: {err}"}
+        except NotImplementedError as err:
+            rows[name] = {"error": str(err)}
         print(f"{name:>16}: {rows[name]}", flush=True)
     out = {
         "batch": args.batch,
@@ -191,6 +207,7 @@ def main() -> None:
         "completion": args.completion,
         "micro": args.micro,
         "autocast": args.autocast,
+        "device": args.device,
         "bf16": _bf16(args),
         **rows,
     }
