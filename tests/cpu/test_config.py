@@ -115,7 +115,8 @@ def test_evidence_quickstart_rows_are_grpo_yaml_and_quickstart_yaml():
 
 
 def test_evidence_quickstart_replication_repeats_the_spec_on_new_seeds():
-    """The replication runs exactly the original rows and budget into the same run folder, on seeds not run before."""
+    """The replication runs exactly the original rows and budget into the same run folder, on seeds not run before;
+    the pooled file reports both sets of seeds."""
     from evolvekit.report.ablate import load_spec
 
     first = load_spec(Path("configs/evidence_quickstart.yaml"))
@@ -123,6 +124,9 @@ def test_evidence_quickstart_replication_repeats_the_spec_on_new_seeds():
     fields = ("base", "budget", "out_dir", "rows")
     assert [getattr(again, f) for f in fields] == [getattr(first, f) for f in fields]
     assert len(again.seeds) == 10 and not set(again.seeds) & set(first.seeds)
+    pooled = load_spec(Path("configs/evidence_quickstart_pooled.yaml"))
+    assert [getattr(pooled, f) for f in fields] == [getattr(first, f) for f in fields]
+    assert pooled.seeds == [*first.seeds, *again.seeds]
 
 
 @pytest.mark.parametrize(
