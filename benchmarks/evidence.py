@@ -174,6 +174,7 @@ def main() -> None:
         budget_of,
         load_evidence,
         merge_rows,
+        only_seeds,
         row_results,
         with_hand_part,
     )
@@ -184,7 +185,7 @@ def main() -> None:
     cfg = load_config(base_cfg, spec.budget)
     if not args.no_run:
         run_ablation(Path(args.spec), args.only)
-    groups = load_groups(Path(spec.out_dir))
+    groups = only_seeds(load_groups(Path(spec.out_dir)), spec.seeds)
     order = [r.name for r in spec.rows]
     groups = sorted([g for g in groups if g.name in order], key=lambda g: order.index(g.name))
     rows = row_results(groups, args.baseline)

@@ -13,6 +13,7 @@ from evolvekit.report.evidence import (
     comparison_line,
     difference,
     interval,
+    only_seeds,
     row_results,
     run_health,
 )
@@ -59,6 +60,17 @@ def test_rows_get_intervals_paired_differences_and_efficiency_against_the_baseli
     assert g.steps_at_09 == 4.0 and o.steps_at_09 == 3.0
     assert o.auc == pytest.approx(((0.1 + 0.4) / 2 * 3 + (0.4 + 1.6 / 3) / 2) / 4)
     assert "split" not in o.after
+
+
+def test_specs_sharing_a_run_folder_report_only_their_own_seeds():
+    grpo = RunGroup("grpo", [_run("grpo", s, 0.0, 0.0, 0.0) for s in range(4)])
+    full = RunGroup("overall", [_run("overall", s, 0.0, 0.1, a) for s, a in enumerate((0.2, 0.4, 0.6, 0.8))])
+    first = row_results(only_seeds([grpo, full], [0, 1]), "grpo")
+    again = row_results(only_seeds([grpo, full], [2, 3, 9]), "grpo")
+    assert first["overall"].seeds == [0, 1] and first["overall"].after["avg@4"].mean == pytest.approx(0.3)
+    assert again["overall"].seeds == [2, 3] and again["grpo"].seeds == [2, 3]
+    assert again["overall"].vs_baseline["avg@4"].mean == pytest.approx(0.7)
+    assert len(full.runs) == 4  # the loaded groups are left as they were
 
 
 def test_steps_at_09_is_undefined_when_the_baseline_never_learned():

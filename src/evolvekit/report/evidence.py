@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +214,13 @@ def run_health(run: RunSummary, seed: int) -> RunHealth:
 def _seed_of(run: RunSummary) -> int:
     name = run.run_dir.name
     return int(name[4:]) if name.startswith("seed") and name[4:].isdigit() else -1
+
+
+def only_seeds(groups: list[RunGroup], seeds: Sequence[int]) -> list[RunGroup]:
+    """Each group with only the runs of ``seeds`` (``<row>/seed<k>``): evidence files that share one run folder (an
+    original set of seeds and its replication) each report their own seeds."""
+    keep = set(seeds)
+    return [RunGroup(g.name, [r for r in g.runs if _seed_of(r) in keep]) for g in groups]
 
 
 def row_results(groups: list[RunGroup], baseline: str) -> dict[str, RowResult]:
