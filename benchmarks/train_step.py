@@ -58,7 +58,7 @@ def _reference(model, device: str = "cpu"):
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in ref.parameters():
-            p.add_(torch.randn(p.shape, generator=g).to(p.device) * 1e-3)
+            p.add_(torch.randn(p.shape, generator=g) * 1e-3)
     return ref.to(device)
 
 
