@@ -297,6 +297,55 @@ def test_ablation_validates_every_row_first_and_survives_a_dying_run(tmp_path, m
     assert (tmp_path / "abl" / "crash" / "seed0" / "run.sqlite").is_file()  # kept, to resume
 
 
+_ORPHAN_SCRIPT = """
+import multiprocessing, os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+
+def work(parent):
+    from evolvekit.report.ablate import exit_when_orphaned
+    exit_when_orphaned(parent, 0.05)
+    print(os.getpid(), flush=True)
+    time.sleep(120)
+
+if __name__ == "__main__":
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool.submit(work, os.getpid()).result()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"  # a zombie has exited (its new parent may not reap it at once)
+
+
+def test_a_run_worker_ends_when_the_ablation_process_is_killed(tmp_path):
+    """A killed table process (SIGKILL: no handler runs) takes its spawned run worker with it, so a restart never
+    has two processes writing one run folder; while the table lives, the worker runs on."""
+    import os
+    import signal
+    import sys
+
+    script = tmp_path / "table.py"
+    script.write_text(_ORPHAN_SCRIPT)
+    table = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(table.stdout.readline())
+        time.sleep(0.5)  # ten watch intervals with the parent alive
+        assert _alive(worker) and table.poll() is None
+        os.kill(table.pid, signal.SIGKILL)
+        table.wait(10)
+        deadline = time.monotonic() + 10
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(worker)
+    finally:
+        table.kill()
+        table.stdout.close()
+
+
 def test_heldout_curve_of_a_run_evaluated_only_after_training():
     from evolvekit.report.figures import RunSummary
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import os
 import shutil
 import statistics
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -107,11 +110,39 @@ def run_ablation(spec_path: Path, only: list[str] | None = None) -> Path:
     return out / "results.md"
 
 
-def _run_one(cfg_json: str, run_dir_str: str, log_level: int | None = None) -> str | None:
-    """One (row, seed) run, new or resumed; returns None, or the error that stopped it."""
+ORPHAN_EXIT_CODE = 3
+
+
+def exit_when_orphaned(parent_pid: int, interval_s: float = 1.0) -> threading.Thread:
+    """Ends this process (exit code 3) once ``parent_pid`` is no longer its parent, checked every ``interval_s``.
+
+    A run worker is a spawned child of the table's process; if that process is killed (SIGTERM, SIGKILL), the
+    worker would otherwise go on alone, and a restarted table would then have two processes writing one run
+    folder. The run store survives the hard exit (SQLite's journal), and the restarted table resumes the run
+    from its last checkpoint.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval_s)
+        log.error("the ablation process %d is gone; this run worker (%d) stops too", parent_pid, os.getpid())
+        os._exit(ORPHAN_EXIT_CODE)
+
+    thread = threading.Thread(target=watch, name="exit-when-orphaned", daemon=True)
+    thread.start()
+    return thread
+
+
+def _run_one(
+    cfg_json: str, run_dir_str: str, log_level: int | None = None, parent_pid: int | None = None
+) -> str | None:
+    """One (row, seed) run, new or resumed; returns None, or the error that stopped it. ``parent_pid``: in a
+    spawned worker, the table's process, whose death ends this one too."""
     from evolvekit.config import Config
     from evolvekit.orchestrator.build import build_loop, open_run
 
+    if parent_pid is not None:
+        exit_when_orphaned(parent_pid)
     if log_level is not None:  # in a spawned child: log like the parent
         from evolvekit.cli.common import setup_logging
 
@@ -136,7 +167,7 @@ def _run_isolated(cfg, run_dir: Path) -> str | None:
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         try:
             return pool.submit(
-                _run_one, cfg.model_dump_json(), str(run_dir), logging.getLogger().getEffectiveLevel()
+                _run_one, cfg.model_dump_json(), str(run_dir), logging.getLogger().getEffectiveLevel(), os.getpid()
             ).result()
         except Exception as err:  # noqa: BLE001 - the child died (BrokenProcessPool) or could not be started
             return f"{type(err).__name__}: {err}"
