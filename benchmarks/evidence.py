@@ -5,7 +5,8 @@
 
 Runs every (row, seed) of the file one at a time (``evolvekit ablate``: finished runs are skipped, unfinished ones
 resumed), then writes ``<out>.md``, ``<out>.json`` (report/evidence.py: ``EvidenceFile``, which ``train.compare_with``
-reads) and ``<out>.png``: held-out avg@k / best@k after training as mean ± std with a 95% t-interval over seeds,
+reads) and ``<out>.png``: held-out avg@k / best@k after training as mean ± std with a t-interval over seeds (95%,
+or the spec's ``confidence``),
 the seed-paired difference against the baseline row, Steps@0.9 and AUC of the mean held-out curve against the
 baseline (AgentEvolver Table 6), and every run's helper-health figures. Run nothing else on the machine meanwhile.
 An existing ``<out>.md``'s part written by hand (from report/evidence.py's ``HAND_MARK`` on) is kept below the new
@@ -33,8 +34,20 @@ def _steps(r) -> str:
     return _fmt(r.steps_at_09, 0)
 
 
+def _other_levels(ev, confidence: float) -> str:
+    """A note naming the rows whose intervals are at another level (rows merged from a committed file)."""
+    from evolvekit.report.evidence import level
+
+    other = {n: iv.confidence for n, r in ev.rows.items() for iv in r.after.values() if iv.confidence != confidence}
+    return (
+        (" Intervals at another level: " + ", ".join(f"{n} {level(c)}" for n, c in other.items()) + ".")
+        if other
+        else ""
+    )
+
+
 def markdown(ev, spec) -> str:
-    from evolvekit.report.evidence import RowResult
+    from evolvekit.report.evidence import RowResult, level
 
     keys = sorted({k for r in ev.rows.values() for k in r.after})
     base: RowResult | None = ev.rows.get(ev.baseline)
@@ -48,7 +61,8 @@ def markdown(ev, spec) -> str:
         "Shared overrides: " + (", ".join(spec.budget) or "none"),
         "",
         "Held-out tasks: the family's test split (never trained or tuned on). After training: mean ± std over seeds "
-        "[95% t-interval of the mean]; Δ: seed-paired difference against the baseline row [95% t-interval].",
+        f"[{level(spec.confidence)} t-interval of the mean]; Δ: seed-paired difference against the baseline row "
+        f"[{level(spec.confidence)} t-interval]." + _other_levels(ev, spec.confidence),
         "",
         "| row | seeds | "
         + " | ".join(f"{k} before | {k} after | Δ{k} vs {ev.baseline}" for k in keys)
@@ -101,6 +115,8 @@ def markdown(ev, spec) -> str:
 def figure(ev, path: Path) -> None:
     import matplotlib
 
+    from evolvekit.report.evidence import level
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -125,7 +141,8 @@ def figure(ev, path: Path) -> None:
     right.bar(range(len(names)), means, yerr=err, capsize=4, color="tab:blue")
     right.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
     right.set_ylabel(f"held-out {key} after training")
-    right.set_title("after training: mean and 95% interval over seeds")
+    levels = ", ".join(sorted({level(ev.rows[n].after[key].confidence) for n in names}))
+    right.set_title(f"after training: mean and {levels} interval over seeds")
     fig.suptitle(f"{ev.family}: {ev.commit}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -188,10 +205,10 @@ def main() -> None:
     groups = only_seeds(load_groups(Path(spec.out_dir)), spec.seeds)
     order = [r.name for r in spec.rows]
     groups = sorted([g for g in groups if g.name in order], key=lambda g: order.index(g.name))
-    rows = row_results(groups, args.baseline)
+    rows = row_results(groups, args.baseline, spec.confidence)
     commit = code_commit()
     if args.merge:
-        merged = merge_rows(rows, load_evidence(args.merge), args.baseline, commit)
+        merged = merge_rows(rows, load_evidence(args.merge), args.baseline, commit, spec.confidence)
         rows = {n: merged[n] for n in sorted(merged, key=lambda n: order.index(n) if n in order else len(order))}
     for item in args.row_commit:
         name, _, rev = item.partition("=")

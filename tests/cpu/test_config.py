@@ -127,6 +127,17 @@ def test_evidence_quickstart_replication_repeats_the_spec_on_new_seeds():
     pooled = load_spec(Path("configs/evidence_quickstart_pooled.yaml"))
     assert [getattr(pooled, f) for f in fields] == [getattr(first, f) for f in fields]
     assert pooled.seeds == [*first.seeds, *again.seeds]
+    assert pooled.confidence == 0.975 and first.confidence == again.confidence == 0.95  # the second look: 97.5%
+
+
+def test_ablation_confidence_out_of_range_is_a_config_error(tmp_path):
+    from evolvekit.errors import ConfigError
+    from evolvekit.report.ablate import load_spec
+
+    spec = tmp_path / "a.yaml"
+    spec.write_text("base: quickstart.yaml\nconfidence: 95\nrows: [{name: grpo}]\n")
+    with pytest.raises(ConfigError, match="confidence"):
+        load_spec(spec)
 
 
 @pytest.mark.parametrize(

@@ -16,21 +16,43 @@ from evolvekit.report.evidence import (
     only_seeds,
     row_results,
     run_health,
+    t_quantile,
 )
 from evolvekit.report.figures import RunSummary
 
 
 def test_interval_is_the_t_interval_of_the_mean():
     iv = interval([0.1, 0.2, 0.3])
-    # mean 0.2, s = 0.1, t_{0.975,2} = 4.303: half-width 4.303 · 0.1 / √3 = 0.24843
-    assert iv.mean == pytest.approx(0.2) and iv.std == pytest.approx(0.1) and iv.n == 3
-    assert iv.low == pytest.approx(0.2 - 0.248434, abs=1e-5) and iv.high == pytest.approx(0.448434, abs=1e-5)
+    # mean 0.2, s = 0.1, t_{0.975,2} = 0.95 / √(2 · 0.975 · 0.025) = 4.30265: half-width 4.30265 · 0.1 / √3 = 0.248414
+    assert iv.mean == pytest.approx(0.2) and iv.std == pytest.approx(0.1) and iv.n == 3 and iv.confidence == 0.95
+    assert iv.low == pytest.approx(0.2 - 0.248414, abs=1e-5) and iv.high == pytest.approx(0.448414, abs=1e-5)
     one = interval([0.5])
     assert (one.low, one.high, one.std) == (0.5, 0.5, 0.0)
     d = difference([0.3, 0.5], [0.1, 0.2])  # pairs: 0.2, 0.3 -> mean 0.25, s = 0.0707, t_{0.975,1} = 12.706
     assert d.mean == pytest.approx(0.25) and d.high - d.mean == pytest.approx(12.706 * 0.070711 / 2**0.5, rel=1e-4)
     with pytest.raises(ValueError):
         difference([0.1], [0.1, 0.2])
+
+
+def test_intervals_at_another_level_use_that_levels_t_quantile():
+    """A second look at the same data reports 97.5% intervals (spec ``confidence``); hand values: at df = 1 the t
+    quantile is tan(π(p − ½)), at df = 2 it is (2p − 1) / √(2p(1 − p)), with p = (1 + confidence) / 2."""
+    import math
+
+    assert t_quantile(0.95, 1) == pytest.approx(12.706, abs=1e-3) and t_quantile(0.95, 10) == pytest.approx(
+        2.228, abs=1e-3
+    )
+    assert t_quantile(0.975, 1) == pytest.approx(math.tan(math.pi * 0.4875), rel=1e-9)  # 25.452
+    assert t_quantile(0.975, 2) == pytest.approx(0.975 / math.sqrt(2 * 0.9875 * 0.0125), rel=1e-9)  # 6.205
+    d = difference([0.3, 0.5], [0.1, 0.2], confidence=0.975)  # pairs 0.2, 0.3: s = 0.070711, half = 25.452 · s / √2
+    assert d.confidence == 0.975 and d.high - d.mean == pytest.approx(25.4517 * 0.070711 / 2**0.5, rel=1e-4)
+    assert interval([0.1, 0.2, 0.3], 0.975).high > interval([0.1, 0.2, 0.3]).high  # wider than at 95%
+    grpo = RunGroup("grpo", [_run("grpo", s, 0.1, 0.2, a) for s, a in ((0, 0.3), (1, 0.4), (2, 0.5))])
+    full = RunGroup("overall", [_run("overall", s, 0.1, 0.4, a) for s, a in ((0, 0.4), (1, 0.6), (2, 0.6))])
+    rows = row_results([grpo, full], "grpo", confidence=0.975)
+    diff = rows["overall"].vs_baseline["avg@4"]  # pairs 0.1, 0.2, 0.1: s = 0.057735, t_{0.9875,2} = 6.2054
+    assert diff.confidence == 0.975 and diff.high - diff.mean == pytest.approx(6.20537 * 0.057735 / 3**0.5, rel=1e-4)
+    assert {iv.confidence for r in rows.values() for iv in [*r.after.values(), *r.before.values()]} == {0.975}
 
 
 def _run(row: str, seed: int, before: float, mid: float, after: float, metrics=None) -> RunSummary:

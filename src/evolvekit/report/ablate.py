@@ -45,6 +45,9 @@ class AblationSpec(BaseModel):
     # delete a finished run's checkpoints/ (about 1.6 GB for the embedded 135M policy with its optimizer state); its
     # store, metrics and summary stay, and so does an unfinished run's checkpoint (it is resumed from it)
     drop_checkpoints: bool = False
+    # the level of the evidence report's t-intervals (benchmarks/evidence.py): 0.975 for a second look at the same
+    # data (two looks at 2.5% each, Bonferroni)
+    confidence: float = Field(0.95, gt=0.5, lt=1.0)
     rows: list[AblationRow]
 
 

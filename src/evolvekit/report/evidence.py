@@ -1,4 +1,5 @@
-"""Learning results as claims: per-row held-out figures over seeds (mean ± std and a 95% t-interval), Steps@0.9 and
+"""Learning results as claims: per-row held-out figures over seeds (mean ± std and a t-interval, 95% unless the spec
+names another level), Steps@0.9 and
 AUC against the baseline row (AgentEvolver Table 6), and each run's helper-health figures.
 
 ``benchmarks/evidence.py`` writes a results file of this shape (``EvidenceFile``); a run configured with
@@ -45,16 +46,23 @@ def budget_of(cfg: Config) -> dict[str, Any]:
     return out
 
 
-# two-sided 95% Student t quantiles t_{0.975, df}, df = 1..30
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
+DEFAULT_CONFIDENCE = 0.95
+
+
+def t_quantile(confidence: float, df: int) -> float:
+    """The two-sided Student t quantile t_{(1 + confidence) / 2, df} (12.706 for 95% at df = 1)."""
+    from scipy import stats
+
+    return float(stats.t.ppf((1 + confidence) / 2, df))
+
+
+def level(confidence: float) -> str:
+    """``0.975`` -> ``97.5%``."""
+    return f"{confidence * 100:g}%"
 
 
 class Interval(BaseModel):
-    """Mean ± sample std over seeds and the 95% t-interval of the mean (a point when n = 1)."""
+    """Mean ± sample std over seeds and the t-interval of the mean at ``confidence`` (a point when n = 1)."""
 
     model_config = ConfigDict(extra="forbid")
     mean: float
@@ -62,26 +70,27 @@ class Interval(BaseModel):
     n: int
     low: float
     high: float
+    confidence: float = DEFAULT_CONFIDENCE
 
 
-def interval(values: list[float]) -> Interval:
-    """mean ± t_{0.975, n-1} · s / √n over the seeds' values."""
+def interval(values: list[float], confidence: float = DEFAULT_CONFIDENCE) -> Interval:
+    """mean ± t_{(1 + confidence) / 2, n-1} · s / √n over the seeds' values."""
     n = len(values)
     if n == 0:
         raise ValueError("no values")
     mean = statistics.fmean(values)
     if n == 1:
-        return Interval(mean=mean, std=0.0, n=1, low=mean, high=mean)
+        return Interval(mean=mean, std=0.0, n=1, low=mean, high=mean, confidence=confidence)
     std = statistics.stdev(values)
-    half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96) * std / math.sqrt(n)
-    return Interval(mean=mean, std=std, n=n, low=mean - half, high=mean + half)
+    half = t_quantile(confidence, n - 1) * std / math.sqrt(n)
+    return Interval(mean=mean, std=std, n=n, low=mean - half, high=mean + half, confidence=confidence)
 
 
-def difference(a: list[float], b: list[float]) -> Interval:
+def difference(a: list[float], b: list[float], confidence: float = DEFAULT_CONFIDENCE) -> Interval:
     """The row-minus-baseline difference of seed-paired values (same seeds), as an interval over the pairs."""
     if len(a) != len(b):
         raise ValueError("paired difference needs the same seeds in both rows")
-    return interval([x - y for x, y in zip(a, b)])
+    return interval([x - y for x, y in zip(a, b)], confidence)
 
 
 class RunHealth(BaseModel):
@@ -134,7 +143,7 @@ def _figure(name: str, row: RowResult, key: str) -> str:
     iv, b = row.after[key], row.before.get(key)
     return (
         f"{name} {'' if b is None else f'{b.mean:.3f} -> '}{iv.mean:.3f} ± {iv.std:.3f} "
-        f"(95% CI {iv.low:.3f}..{iv.high:.3f}, {iv.n} seed{'s' if iv.n != 1 else ''})"
+        f"({level(iv.confidence)} CI {iv.low:.3f}..{iv.high:.3f}, {iv.n} seed{'s' if iv.n != 1 else ''})"
     )
 
 
@@ -223,8 +232,9 @@ def only_seeds(groups: list[RunGroup], seeds: Sequence[int]) -> list[RunGroup]:
     return [RunGroup(g.name, [r for r in g.runs if _seed_of(r) in keep]) for g in groups]
 
 
-def row_results(groups: list[RunGroup], baseline: str) -> dict[str, RowResult]:
-    """Every row's figures over its finished seeds, with paired differences and Steps@0.9/AUC against ``baseline``."""
+def row_results(groups: list[RunGroup], baseline: str, confidence: float = DEFAULT_CONFIDENCE) -> dict[str, RowResult]:
+    """Every row's figures over its finished seeds, with paired differences and Steps@0.9/AUC against ``baseline``
+    (intervals at ``confidence``)."""
     finished = {g.name: [r for r in g.runs if r.evaluations.get("after")] for g in groups}
     base_runs = {_seed_of(r): r for r in finished.get(baseline, [])}
     base = next((g for g in groups if g.name == baseline), None)
@@ -240,15 +250,15 @@ def row_results(groups: list[RunGroup], baseline: str) -> dict[str, RowResult]:
         res = RowResult(name=g.name, seeds=[_seed_of(r) for r in runs])
         for k in keys:
             res.per_seed_after[k] = [float(r.evaluations["after"][k]) for r in runs]
-            res.after[k] = interval(res.per_seed_after[k])
+            res.after[k] = interval(res.per_seed_after[k], confidence)
             before = [float(r.evaluations["before"][k]) for r in runs if k in (r.evaluations.get("before") or {})]
             if before:
-                res.before[k] = interval(before)
+                res.before[k] = interval(before, confidence)
             paired = [(float(r.evaluations["after"][k]), _seed_of(r)) for r in runs if _seed_of(r) in base_runs]
             if g.name != baseline and len(paired) >= 2:
                 ours = [v for v, _ in paired]
                 theirs = [float(base_runs[s].evaluations["after"].get(k, float("nan"))) for _, s in paired]
-                res.vs_baseline[k] = difference(ours, theirs)
+                res.vs_baseline[k] = difference(ours, theirs, confidence)
         xs, ys = RunGroup(g.name, runs).mean_curve()
         res.curve = list(zip(xs, ys))
         res.auc = area_under_curve(xs, ys) if len(ys) > 1 else None
@@ -278,7 +288,11 @@ def baseline_best(base: RowResult, last: int) -> float | None:
 
 
 def merge_rows(
-    fresh: dict[str, RowResult], committed: EvidenceFile, baseline: str, commit: str
+    fresh: dict[str, RowResult],
+    committed: EvidenceFile,
+    baseline: str,
+    commit: str,
+    confidence: float = DEFAULT_CONFIDENCE,
 ) -> dict[str, RowResult]:
     """``fresh`` rows (finished runs here, made at ``commit``) over a committed results file: every committed row
     without fresh runs keeps its committed figures (and commit); a fresh row whose baseline has no runs here is
@@ -296,7 +310,7 @@ def merge_rows(
                 other = theirs.get(k, {})
                 pairs = [(v, other[s]) for v, s in zip(ours, row.seeds) if s in other]
                 if len(pairs) >= 2:
-                    row.vs_baseline[k] = difference([a for a, _ in pairs], [b for _, b in pairs])
+                    row.vs_baseline[k] = difference([a for a, _ in pairs], [b for _, b in pairs], confidence)
         out[name] = row
     best = baseline_best(base, int(committed.budget.get("train.iterations", 0))) if base is not None else None
     target = 0.9 * best if best else None
