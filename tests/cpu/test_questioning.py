@@ -1257,3 +1257,24 @@ def test_run_seed_pins_self_questioning_and_rounds_draw_anew(tmp_path):
     assert steps_a[:2] != steps_a[2:]  # the second round is not the first one again
     _, steps_c = synthesize("c", 1)
     assert steps_c != steps_a
+
+
+def test_each_round_of_exploration_and_synthesis_draws_from_its_own_seed():
+    """Seeded roles: a round after ``done`` explorations samples at the role's seed + 1000 · done (a resumed
+    synthesis goes on where it stopped); an unseeded role stays unseeded in every round."""
+    from evolvekit.config import DifficultyConfig
+    from evolvekit.questioning.explore import Explorer
+    from evolvekit.questioning.pipeline import _reseed
+    from evolvekit.questioning.synthesize import TaskSynthesizer
+
+    explorer = Explorer(object(), SamplingParams(temperature=0.7, seed=7))  # type: ignore[arg-type]
+    synth = TaskSynthesizer(object(), SamplingParams(seed=11), DifficultyConfig())  # type: ignore[arg-type]
+    _reseed(explorer, synth, 4)
+    assert (explorer.params.seed, synth.params.seed) == (4007, 4011)
+    assert explorer.params.temperature == 0.7 and explorer.params.stop_on_balanced_json  # only the seed moves
+    _reseed(explorer, synth, 0)
+    assert (explorer.params.seed, synth.params.seed) == (7, 11)  # not cumulative: always from the role's seed
+    free = Explorer(object(), SamplingParams())  # type: ignore[arg-type]
+    free_synth = TaskSynthesizer(object(), SamplingParams(), DifficultyConfig())  # type: ignore[arg-type]
+    _reseed(free, free_synth, 3)
+    assert free.params.seed is None and free_synth.params.seed is None

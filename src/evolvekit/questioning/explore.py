@@ -187,6 +187,12 @@ class Explorer:
             seed=params.seed,
             stop_on_balanced_json=True,
         )
+        self._seed = params.seed
+
+    def start_round(self, offset: int) -> None:
+        """Seeded sampling: the next exploration round draws from the role's seed + ``offset`` (a round's own
+        samples); an unseeded explorer stays unseeded."""
+        self.params = replace(self.params, seed=None if self._seed is None else self._seed + offset)
 
     def _arguments(self, tool):
         """Scaffold: the tool's arguments object decoded under its parameter schema (argument names, required

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from evolvekit.config import Config, forced_choice
@@ -141,15 +141,11 @@ def explorer_and_synthesizer(
 _ROUND_STRIDE = 1_000
 
 
-def _reseed(
-    explorer: Explorer, synth: TaskSynthesizer, explorer_params: SamplingParams, synth_params: SamplingParams, done: int
-) -> None:
+def _reseed(explorer: Explorer, synth: TaskSynthesizer, done: int) -> None:
     """Seeded sampling (``run.seed``): a round of exploration and synthesis after ``done`` explorations draws its own
-    samples, offset from the role's seed; unseeded params stay unseeded."""
-    if explorer_params.seed is not None:
-        explorer.params = replace(explorer.params, seed=explorer_params.seed + _ROUND_STRIDE * done)
-    if synth_params.seed is not None:
-        synth.params = replace(synth.params, seed=synth_params.seed + _ROUND_STRIDE * done)
+    samples, offset from each role's seed; unseeded roles stay unseeded."""
+    explorer.start_round(_ROUND_STRIDE * done)
+    synth.start_round(_ROUND_STRIDE * done)
 
 
 def synthesize_tasks(
@@ -194,7 +190,7 @@ def synthesize_tasks(
     for _ in range(max_rounds):
         if len(kept) >= n:
             break
-        _reseed(explorer, synth, explorer_params, synth_params, funnel.explored)  # a resumed synthesis goes on
+        _reseed(explorer, synth, funnel.explored)  # a resumed synthesis goes on
         new = explorer.explore(make_env, sandbox, q.explore_runs, q.explore_steps)
         traces += new
         funnel.explored += len(new)
@@ -333,7 +329,7 @@ def goal_explorer(
     meta = synthetic_metadata(sandbox)
 
     def explore(goal: str) -> list[ExplorationTrace]:
-        _reseed(explorer, synth, explorer_params, synth_params, funnel.explored)  # each re-exploration draws anew
+        _reseed(explorer, synth, funnel.explored)  # each re-exploration draws anew
         return explorer.explore(make_env, sandbox, co.reexplore_rounds, co.reexplore_steps, goal=goal)
 
     return _Reexplore(

@@ -388,6 +388,12 @@ class TaskSynthesizer:
         # a request's numbers decoded under NumberConstraint (an in-process synthesizer): only its calls' own values
         self.numbers_constrained = numbers_constrained and hasattr(llm, "decode_batch")
         self._numbers: NumberVocabulary | None = None
+        self._seed = params.seed
+
+    def start_round(self, offset: int) -> None:
+        """Seeded sampling: the next synthesis round draws from the role's seed + ``offset``; an unseeded
+        synthesizer stays unseeded."""
+        self.params = replace(self.params, seed=None if self._seed is None else self._seed + offset)
 
     def _requests(self, prompts: Sequence[list[ChatMessage]], values: Sequence[Sequence]) -> list[list[str]]:
         """``candidates`` sampled answers per prompt, one line each; with ``numbers_constrained`` every number an
