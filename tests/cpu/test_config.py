@@ -110,7 +110,11 @@ def test_evidence_quickstart_rows_are_grpo_yaml_and_quickstart_yaml():
         cfg.train.compare_with = target.train.compare_with
         assert cfg == target, name
         assert budget_of(cfg) == budget_of(quickstart)
-    assert Path(quickstart.train.compare_with or "").name == "evidence_quickstart.json"
+    assert Path(quickstart.train.compare_with or "").name == "evidence_quickstart_pooled.json"  # all 20 seeds
+    from evolvekit.report.evidence import comparison_line
+
+    line = comparison_line(quickstart.train.compare_with or "", quickstart, {"avg@8": 0.0})
+    assert "quickstart (this config)" in line and "20 seeds" in line and "97.5% CI" in line, line  # the committed file
     assert quickstart.questioning.enabled and quickstart.navigating.enabled and quickstart.attributing.enabled
 
 

@@ -156,7 +156,7 @@ def test_a_run_prints_the_committed_baseline_only_for_the_same_family_and_budget
     path.write_text(ev.model_dump_json())
     line = comparison_line(path, cfg.model_copy(update={"run": cfg.run.model_copy(update={"name": "quickstart"})}), {})
     assert "grpo 0.100 -> 0.400 ± 0.100" in line and "quickstart (this config) 0.100 -> 0.700 ± 0.100" in line
-    assert "Δ +0.300 [+0.300, +0.300]" in line and "this run" not in line
+    assert "Δ +0.300 (95% CI +0.300..+0.300)" in line and "this run" not in line
     assert "this config" not in comparison_line(path, cfg, {})  # a run named like the baseline: the baseline only
     assert "no committed baseline" in comparison_line(tmp_path / "missing.json", cfg, {})
     (tmp_path / "bad.json").write_text("{}")

@@ -172,7 +172,7 @@ def comparison_line(path: Path | str, cfg: Config, after: dict | None) -> str:
         if own is not None and key in own.after:
             figures.append(_figure(f"{cfg.run.name} (this config)", own, key))
             if (d := own.vs_baseline.get(key)) is not None:
-                figures.append(f"Δ {d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]")
+                figures.append(f"Δ {d.mean:+.3f} ({level(d.confidence)} CI {d.low:+.3f}..{d.high:+.3f})")
         if (ours_after := (after or {}).get(key)) is not None:
             figures.append(f"this run -> {ours_after}")
         parts.append(f"{key}: " + ", ".join(figures))
