@@ -1,6 +1,6 @@
 """Learning results as claims: per-row held-out figures over seeds (mean ± std and a t-interval, 95% unless the spec
-names another level), Steps@0.9 and
-AUC against the baseline row (AgentEvolver Table 6), and each run's helper-health figures.
+names another level), Steps@0.9 and AUC against the baseline row (AgentEvolver Table 6), and each run's
+helper-health figures.
 
 ``benchmarks/evidence.py`` writes a results file of this shape (``EvidenceFile``); a run configured with
 ``train.compare_with`` prints the baseline row's figures next to its own when the family and budget match
