@@ -134,6 +134,22 @@ def test_evidence_quickstart_replication_repeats_the_spec_on_new_seeds():
     assert pooled.confidence == 0.975 and first.confidence == again.confidence == 0.95  # the second look: 97.5%
 
 
+def test_evidence_quickstart_parts_split_the_main_jobs_overrides():
+    """The parts spec reuses the original's grpo and quickstart rows (same run folder and budget, its first five
+    seeds), and its two new rows split the quickstart's overrides: self-questioning's settings, and the rest."""
+    from evolvekit.report.ablate import load_spec
+
+    first = load_spec(Path("configs/evidence_quickstart.yaml"))
+    parts = load_spec(Path("configs/evidence_quickstart_parts.yaml"))
+    assert (parts.base, parts.budget, parts.out_dir) == (first.base, first.budget, first.out_dir)
+    assert set(parts.seeds) <= set(first.seeds)
+    rows = {r.name: r.overrides for r in parts.rows}
+    assert all(rows[r.name] == r.overrides for r in first.rows)
+    questioning = [o for o in rows["quickstart"] if o.startswith(("questioning.", "models."))]
+    assert rows["questioning_only"] == questioning
+    assert rows["quickstart_no_questioning"] == [o for o in rows["quickstart"] if o not in questioning]
+
+
 def test_ablation_confidence_out_of_range_is_a_config_error(tmp_path):
     from evolvekit.errors import ConfigError
     from evolvekit.report.ablate import load_spec
