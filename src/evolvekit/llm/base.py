@@ -34,6 +34,11 @@ class SamplingParams:
 RETRY_TEMPERATURE = 0.7
 
 
+def offset_seed(seed: int | None, offset: int) -> int | None:
+    """``seed + offset`` for seeded sampling; an unseeded call (None) stays unseeded."""
+    return None if seed is None else seed + offset
+
+
 def retry_params(params: SamplingParams, attempt: int) -> SamplingParams:
     """Sampling for attempt ``attempt`` (0 = first) of a call whose answer could not be parsed.
 
@@ -42,7 +47,7 @@ def retry_params(params: SamplingParams, attempt: int) -> SamplingParams:
     """
     if attempt == 0 or params.temperature > 0:
         return params
-    return replace(params, temperature=RETRY_TEMPERATURE, seed=None if params.seed is None else params.seed + attempt)
+    return replace(params, temperature=RETRY_TEMPERATURE, seed=offset_seed(params.seed, attempt))
 
 
 @dataclass

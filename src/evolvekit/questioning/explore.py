@@ -19,7 +19,7 @@ import torch
 from evolvekit.agent.parser import CLOSE, format_call, parse_action
 from evolvekit.agent.prompts import system_prompt
 from evolvekit.env.base import Environment, EnvProfile
-from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams
+from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams, offset_seed
 from evolvekit.llm.constrain import SchemaConstraint, SchemaVocabulary, TokenTrie
 from evolvekit.types import ChatMessage, ToolCall, new_id
 
@@ -192,7 +192,7 @@ class Explorer:
     def start_round(self, offset: int) -> None:
         """Seeded sampling: the next exploration round draws from the role's seed + ``offset`` (a round's own
         samples); an unseeded explorer stays unseeded."""
-        self.params = replace(self.params, seed=None if self._seed is None else self._seed + offset)
+        self.params = replace(self.params, seed=offset_seed(self._seed, offset))
 
     def _arguments(self, tool):
         """Scaffold: the tool's arguments object decoded under its parameter schema (argument names, required
@@ -237,7 +237,7 @@ class Explorer:
     def _generate(
         self, convs: list[list[ChatMessage]], prefixes: list[str], step: int, keys: list[int], batch=None, tools=None
     ) -> list[str]:
-        params = replace(self.params, seed=None if self.params.seed is None else self.params.seed + step)
+        params = replace(self.params, seed=offset_seed(self.params.seed, step))
         if not self.scaffold:
             return [o[0].text for o in self.llm.chat(convs, params)]
         # one decode batch per exploration (keep_rows): a run's next step prefills only what is new in its context

@@ -31,7 +31,7 @@ import torch
 
 from evolvekit.agent.parser import format_call
 from evolvekit.config import DifficultyConfig
-from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams
+from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams, offset_seed
 from evolvekit.llm.constrain import NumberConstraint, NumberVocabulary, number_strings
 from evolvekit.questioning.curate import NUMBER, ToolAgreement, argument_values, same_value, stated_count
 from evolvekit.questioning.explore import ExplorationTrace
@@ -393,7 +393,7 @@ class TaskSynthesizer:
     def start_round(self, offset: int) -> None:
         """Seeded sampling: the next synthesis round draws from the role's seed + ``offset``; an unseeded
         synthesizer stays unseeded."""
-        self.params = replace(self.params, seed=None if self._seed is None else self._seed + offset)
+        self.params = replace(self.params, seed=offset_seed(self._seed, offset))
 
     def _requests(self, prompts: Sequence[list[ChatMessage]], values: Sequence[Sequence]) -> list[list[str]]:
         """``candidates`` sampled answers per prompt, one line each; with ``numbers_constrained`` every number an
