@@ -46,6 +46,51 @@ def _other_levels(ev, confidence: float) -> str:
     )
 
 
+def _name(name: str, row) -> str:
+    """A row's name as the tables print it: 'oracle' marked where person-written gold reached its training."""
+    return f"{name} (ORACLE)" if row.oracle else name
+
+
+def over_base_model(ev, keys: list[str], confidence: float) -> list[str]:
+    """The table of every row's lift over the base model (each run's evaluation before training, paired by seed):
+    mean ± std of after − before, its t-interval, the exact sign-flip p, the share of seeds above 0, and the share of
+    the lift-reference row's mean lift that the row recovers."""
+    from evolvekit.report.evidence import level, recovered_share
+
+    ref = ev.rows.get(ev.lift_reference) if ev.lift_reference else None
+    lines = [
+        "",
+        "## Lift over the base model (after − before, paired by seed)",
+        "",
+        "The base model is each run's held-out evaluation before training (same weights, tasks and seed). Δ: mean ± "
+        f"std [{level(confidence)} t-interval]; p: exact two-sided sign-flip test; improved: share of seeds with "
+        "Δ > 0"
+        + (f"; recovered: mean Δ as a share of `{ev.lift_reference}`'s mean Δ" if ev.lift_reference else "")
+        + ".",
+        "",
+        "| row | seeds | "
+        + " | ".join(f"Δ{k} | p | improved" + (" | recovered" if ev.lift_reference else "") for k in keys)
+        + " |",
+        "|" + "---|" * (2 + (4 if ev.lift_reference else 3) * len(keys)),
+    ]
+    for name, r in ev.rows.items():
+        cells = []
+        for k in keys:
+            d = r.vs_before.get(k)
+            if d is None:
+                cells += ["—", "—", "—"] + (["—"] if ev.lift_reference else [])
+                continue
+            iv = d.interval
+            cells += [f"{iv.mean:+.3f} ± {iv.std:.3f} [{iv.low:+.3f}, {iv.high:+.3f}]", f"{d.sign_flip_p:.4f}"]
+            cells.append(f"{d.improved:.0%} ({round(d.improved * len(d.diffs))}/{len(d.diffs)})")
+            if ev.lift_reference:
+                rd = ref.vs_before.get(k) if ref is not None else None
+                share = recovered_share(iv.mean, rd.interval.mean) if rd is not None else None
+                cells.append("n/a" if share is None else f"{share:.0%}")
+        lines.append(f"| {_name(name, r)} | {len(r.seeds)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(ev, spec) -> str:
     from evolvekit.report.evidence import RowResult, level
 
@@ -77,10 +122,11 @@ def markdown(ev, spec) -> str:
             cells.append(f"{a.mean:.3f} ± {a.std:.3f} [{a.low:.3f}, {a.high:.3f}]" if a else "—")
             cells.append(f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]" if d else "—")
         lines.append(
-            f"| {name} | {len(r.seeds)}/{len(spec.seeds)} | "
+            f"| {_name(name, r)} | {len(r.seeds)}/{len(spec.seeds)} | "
             + " | ".join(cells)
             + f" | {_steps(r)} | {_fmt(r.auc)} | {r.commit or ev.commit} |"
         )
+    lines += over_base_model(ev, keys, spec.confidence)
     if base is not None and base.steps_at_09 is not None:
         lines.append("")
         lines.append(
@@ -224,6 +270,7 @@ def main() -> None:
         rows=rows,
         command=" ".join(shlex.quote(a) for a in [".venv/bin/python", *sys.argv]),
         commit=commit,
+        lift_reference=spec.lift_reference,
     )
     out = Path(args.out or default_out(Path(args.spec), ev.family))
     out.parent.mkdir(parents=True, exist_ok=True)

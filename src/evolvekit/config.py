@@ -572,6 +572,10 @@ class RunConfig(_Section):
     out_dir: str = F("runs", "where run directories are created")
     seed: int = F(0, "global seed")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = F("INFO", "logging level")
+    oracle: bool = F(
+        False,
+        "let person-written tasks' gold (reference solutions and reference end states) reach the training side: step credit, experiences, cold start (src/evolvekit/boundary.py); off = the environment's outcome check is the only use of gold, as in GRPO; every output of an oracle run says 'oracle'",
+    )
 
 
 class Config(_Section):
@@ -661,6 +665,7 @@ def helper_sources(cfg: Config) -> dict[str, str]:
     synth_judge = cfg.questioning.enabled and cfg.questioning.reward != "state"
     out["judge"] = ("llm-constrained" if judge_mode(cfg) == "constrained" else "llm") if synth_judge else "off"
     out["extraction"] = extraction_mode(cfg) if cfg.navigating.enabled else "off"
+    out["gold"] = "oracle" if cfg.run.oracle else "none (environment outcome check only)"
     return out
 
 

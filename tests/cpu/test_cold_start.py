@@ -62,7 +62,7 @@ def test_reference_pairs_mask_the_calls_and_the_closing_turn_only(tmp_path):
 
 
 @pytest.mark.slow
-def test_run_with_cold_start_warms_up_checkpoints_and_never_uses_held_out_tasks(tmp_path):
+def test_oracle_run_with_cold_start_warms_up_checkpoints_and_never_uses_held_out_tasks(tmp_path):
     tiny = make_tiny_model(tmp_path / "tiny")
     fam = get_family("arith")
     train, held = fam.tasks("train", 3), fam.tasks("test", 1)
@@ -84,6 +84,7 @@ def test_run_with_cold_start_warms_up_checkpoints_and_never_uses_held_out_tasks(
             "train.autocast=off",
             "cold_start.enabled=true",
             f"cold_start.tasks_file={tasks_file}",
+            "run.oracle=true",  # the family's tasks are person-written: their references are gold
             "cold_start.epochs=3",
             "cold_start.batch_size=2",
         ],

@@ -95,27 +95,51 @@ def test_a_role_given_in_part_keeps_its_role_defaults(tmp_path):
     assert load_config(None, ["models.judge.temperature=0.3"]).models.judge.temperature == 0.3
 
 
-def test_evidence_quickstart_rows_are_grpo_yaml_and_quickstart_yaml():
-    """The figures the main job prints next to its own are of exactly configs/grpo.yaml and configs/quickstart.yaml
-    (budget_of: the same family and budget, so train.compare_with compares them)."""
+def test_evidence_quickstart_rows_are_grpo_yaml_and_the_archived_oracle_main_job():
+    """The figures of the earlier main job (evidence_quickstart*.md) are of exactly configs/grpo.yaml and the archived
+    configs/oracle_quickstart_arith_chain.yaml (budget_of: the same family and budget), which names its use of
+    person-written gold with run.oracle."""
     from evolvekit.report.ablate import load_spec
-    from evolvekit.report.evidence import budget_of
+    from evolvekit.report.evidence import budget_of, comparison_line
 
     spec_path = Path("configs/evidence_quickstart.yaml")
     spec = load_spec(spec_path)
     rows = {row.name: row.overrides for row in spec.rows}
-    quickstart = load_config("configs/quickstart.yaml")
-    for name, target in (("grpo", load_config("configs/grpo.yaml")), ("quickstart", quickstart)):
-        cfg = load_config(spec_path.parent / spec.base, [*spec.budget, *rows[name], f"run.name={target.run.name}"])
+    archived = load_config("configs/oracle_quickstart_arith_chain.yaml")
+    assert archived.run.oracle
+    for name, target, extra in (
+        ("grpo", load_config("configs/grpo.yaml"), []),
+        ("quickstart", archived, ["run.oracle=true"]),
+    ):
+        cfg = load_config(
+            spec_path.parent / spec.base, [*spec.budget, *rows[name], f"run.name={target.run.name}", *extra]
+        )
         cfg.train.compare_with = target.train.compare_with
         assert cfg == target, name
-        assert budget_of(cfg) == budget_of(quickstart)
-    assert Path(quickstart.train.compare_with or "").name == "evidence_quickstart_pooled.json"  # all 20 seeds
-    from evolvekit.report.evidence import comparison_line
-
-    line = comparison_line(quickstart.train.compare_with or "", quickstart, {"avg@8": 0.0})
+        assert budget_of(cfg) == budget_of(archived)
+    line = comparison_line(archived.train.compare_with or "", archived, {"avg@8": 0.0})
     assert "quickstart (this config)" in line and "20 seeds" in line and "97.5% CI" in line, line  # the committed file
-    assert quickstart.questioning.enabled and quickstart.navigating.enabled and quickstart.attributing.enabled
+
+
+def test_the_main_job_runs_on_the_environment_alone():
+    """configs/quickstart.yaml: no person-written training task (λ = 1, self-questioning on), no oracle, every mechanism
+    on; and the pre-registered spec's env_only row is exactly it."""
+    from evolvekit.report.ablate import load_spec
+
+    quickstart = load_config("configs/quickstart.yaml")
+    assert quickstart.questioning.enabled and quickstart.questioning.hybrid_lambda == 1.0
+    assert not quickstart.run.oracle and not quickstart.cold_start.enabled
+    assert quickstart.navigating.enabled and quickstart.attributing.enabled
+    assert Path(quickstart.train.compare_with or "").name == "evidence_env_only.json"
+    spec_path = Path("configs/evidence_env_only.yaml")
+    spec = load_spec(spec_path)
+    rows = {row.name: row.overrides for row in spec.rows}
+    assert len(spec.seeds) >= 10 and spec.lift_reference == "grpo_person"
+    cfg = load_config(spec_path.parent / spec.base, [*spec.budget, *rows["env_only"]])
+    cfg.train.compare_with = quickstart.train.compare_with
+    assert cfg == quickstart
+    person = load_config(spec_path.parent / spec.base, [*spec.budget, *rows["grpo_person"]])
+    assert not (person.questioning.enabled or person.navigating.enabled or person.attributing.enabled)
 
 
 def test_evidence_quickstart_replication_repeats_the_spec_on_new_seeds():

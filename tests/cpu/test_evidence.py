@@ -254,3 +254,34 @@ def test_a_regenerated_results_file_keeps_its_part_written_by_hand():
     assert kept.endswith(f"{HAND_MARK}\n## Reading\nGRPO never learned.\n")
     assert with_hand_part(new, "# tables of then\n## Reading\nno mark\n") == new  # nothing marked: nothing kept
     assert with_hand_part(new, None) == new
+
+
+def test_sign_flip_p_against_hand_enumeration():
+    from evolvekit.report.evidence import improved_share, paired, recovered_share, sign_flip_p
+
+    # [1, 1, 1]: of 8 sign assignments, |sum| >= 3 only for all + and all -: 2/8
+    assert sign_flip_p([1.0, 1.0, 1.0]) == 0.25
+    # [2, 1]: sums 3, 1, -1, -3; |sum| >= 3 twice: 2/4
+    assert sign_flip_p([2.0, 1.0]) == 0.5
+    assert sign_flip_p([1.0, -1.0]) == 1.0  # observed 0: every assignment is as extreme
+    assert sign_flip_p([0.1] * 10) == 2 / 1024
+    assert improved_share([0.2, 0.0, -0.1, 0.3]) == 0.5  # a tie is not an improvement
+    p = paired([0.5, 0.4, 0.3], [0.2, 0.2, 0.2])
+    assert [round(d, 9) for d in p.diffs] == [0.3, 0.2, 0.1] and p.sign_flip_p == 0.25 and p.improved == 1.0
+    assert abs(p.interval.mean - 0.2) < 1e-12
+    assert recovered_share(0.1, 0.4) == 0.25 and recovered_share(0.1, 0.0) is None
+    with pytest.raises(ValueError):
+        sign_flip_p([0.1] * 25)
+
+
+def test_rows_report_their_lift_over_the_base_model_and_an_oracle_mark():
+    from evolvekit.report.evidence import row_results
+
+    runs = [_run("env_only", s, 0.2, 0.3, a) for s, a in ((0, 0.5), (1, 0.4), (2, 0.1))]
+    oracle = [_run("oracle", s, 0.2, 0.3, 0.6) for s in (0, 1)]
+    for r in oracle:
+        r.helper_sources["gold"] = "oracle"
+    rows = row_results([RunGroup("env_only", runs), RunGroup("oracle", oracle)], "grpo")
+    d = rows["env_only"].vs_before["avg@4"]
+    assert [round(x, 9) for x in d.diffs] == [0.3, 0.2, -0.1] and d.improved == 2 / 3
+    assert not rows["env_only"].oracle and rows["oracle"].oracle

@@ -204,8 +204,8 @@ def test_mixed_outcomes_give_a_non_degenerate_channel():
 
 
 def test_step_population_credits_an_all_failed_chain_group_that_eq_18_neutralises(tmp_path):
-    """The sparse chain (add, then multiply the sum, one request): every rollout makes the right add and then
-    answers without the multiply. Grounded labels are GOOD, BAD in each; with Eq. 18's trajectory statistics the
+    """ORACLE (the task is person-written). The sparse chain (add, then multiply the sum, one request): every rollout
+    makes the right add and then answers without the multiply. Grounded labels are GOOD, BAD in each; with Eq. 18's trajectory statistics the
     group's channel is constant and neutralised (no gradient at all: the outcomes are all 0 too); with
     ``attributing.normalization=step`` the early answer gets a negative advantage and the add none."""
     from evolvekit.attributing.stage import AttributedSamples
@@ -225,7 +225,13 @@ def test_step_population_credits_an_all_failed_chain_group_that_eq_18_neutralise
         trajs.append(Trajectory(task_id=task.task_id, group_id="g", outcome_reward=0.0, steps=steps))
     assert grounded_labels(trajs[0].steps, ref, False) == [G, B]
     ctx = IterationContext(iteration=0, seed=0, run_dir=tmp_path, store=store)
-    base = ["attributing.enabled=true", "attributing.source=grounded"]
+    # the task is person-written: without the oracle switch its reference is closed and the all-failed group has no
+    # success of its own to credit against, so no step gets a verdict and the channel is constant (no gold credit)
+    closed = ["attributing.enabled=true", "attributing.source=grounded", "attributing.normalization=step"]
+    adv, mc = AttributedSamples(load_config(None, closed), None).step_advantages(ctx, trajs)
+    assert mc["attribution/constant_channel_groups"] == 1 and mc["attribution/self_referenced"] == 0
+    assert all(a == {0: 0.0, 1: 0.0} for a in adv)
+    base = ["attributing.enabled=true", "attributing.source=grounded", "run.oracle=true"]
     eq18, m18 = AttributedSamples(load_config(None, base), None).step_advantages(ctx, trajs)
     assert all(a == {0: 0.0, 1: 0.0} for a in eq18) and m18["attribution/constant_channel_groups"] == 1
     cfg = load_config(None, [*base, "attributing.normalization=step"])

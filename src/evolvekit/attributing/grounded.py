@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Hashable, Sequence
 
 from evolvekit.agent.calls import call_key
-from evolvekit.types import Step, StepLabel, ToolCall
+from evolvekit.types import Step, StepLabel, ToolCall, Trajectory
 
 
 def _calls_ok(step: Step) -> list[bool]:
@@ -119,3 +119,23 @@ def agreement(labels: Sequence[StepLabel], grounded: Sequence[StepLabel]) -> tup
     steps carry no verdict and are not compared."""
     pairs = [(a, b) for a, b in zip(labels, grounded) if b != StepLabel.NEUTRAL]
     return sum(a == b for a, b in pairs), len(pairs)
+
+
+def self_reference(group: Sequence[Trajectory], success_threshold: float) -> list[list[ToolCall]] | None:
+    """A reference the run derived itself: the executed calls, per turn, of the group's shortest episode that passed
+    the environment's check (fewest steps; the first among equals). None when no episode passed. Only calls that ran
+    without error count; a step without calls ends its turn, as in ``grounded_labels``."""
+    passed = [t for t in group if t.checked_outcome >= success_threshold]
+    if not passed:
+        return None
+    best = min(passed, key=lambda t: len(t.steps))
+    turns: list[list[ToolCall]] = [[]]
+    for step in best.steps:
+        if not step.tool_calls:
+            if step.parse_error is None:
+                turns.append([])
+            continue
+        turns[-1].extend(c for c, ok in zip(step.tool_calls, _calls_ok(step)) if ok)
+    if not turns[-1] and len(turns) > 1:
+        turns.pop()
+    return turns

@@ -7,17 +7,32 @@ from typing import Sequence
 from evolvekit.attributing.attributor import StepAttributor
 from evolvekit.attributing.credit import attribution_degenerate, attribution_rewards, group_step_advantages
 from evolvekit.attributing.gigpo import gigpo_advantages, step_groups_summary
-from evolvekit.attributing.grounded import agreement, grounded_labels
+from evolvekit.attributing.grounded import agreement, grounded_labels, self_reference
+from evolvekit.boundary import InformationBoundary
 from evolvekit.config import Config, attribution_source
 from evolvekit.protocols import IterationContext
 from evolvekit.train.sample_stage import AdvantageScale, GRPOSamples
-from evolvekit.types import StepLabel, Task, Trajectory
+from evolvekit.types import StepLabel, Task, ToolCall, Trajectory
 
 
-def grounded_for(task: Task | None, traj: Trajectory, success_threshold: float) -> list[StepLabel]:
-    """Grounded labels of one trajectory (attributing/grounded.py); the generic fallback when the task is unknown."""
-    reference = task.reference_solution if task is not None else None
-    return grounded_labels(traj.steps, reference, traj.checked_outcome >= success_threshold)
+def grounded_for(
+    task: Task | None,
+    traj: Trajectory,
+    success_threshold: float,
+    boundary: InformationBoundary | None = None,
+    own_reference: list[list[ToolCall]] | None = None,
+) -> list[StepLabel]:
+    """Grounded labels of one trajectory (attributing/grounded.py). The reference is the task's own where the
+    boundary lets the training side read it (a synthesized task's, or any under ``run.oracle``), else
+    ``own_reference``: the calls of a successful episode of the same task from this run (``self_reference``); with
+    neither, the generic fallback (errors BAD, the rest NEUTRAL). Closed gold also drops the steps' distances to the
+    reference end state (``InformationBoundary.steps_view``)."""
+    gate = boundary if boundary is not None else InformationBoundary()
+    reference = gate.reference(task)
+    steps = gate.steps_view(task, traj.steps)
+    if reference is None:
+        reference = own_reference
+    return grounded_labels(steps, reference, traj.checked_outcome >= success_threshold)
 
 
 def alpha_for(cfg: Config, iteration: int) -> float:
@@ -32,10 +47,18 @@ class AttributedSamples(GRPOSamples):
     """Replaces ``GRPOSamples``' advantages with step-level ones from both channels; the rest of the build is shared."""
 
     def __init__(
-        self, cfg: Config, attributor: StepAttributor | None, advantage_scale: AdvantageScale | None = None
+        self,
+        cfg: Config,
+        attributor: StepAttributor | None,
+        advantage_scale: AdvantageScale | None = None,
+        boundary: InformationBoundary | None = None,
     ) -> None:
         super().__init__(cfg, advantage_scale)
         self.attributor = attributor
+        self.boundary = boundary if boundary is not None else InformationBoundary(cfg.run.oracle)
+        # per task, the calls of the shortest successful episode this run has seen (the self-derived reference of a
+        # task whose gold is closed); in memory: a resumed run starts it afresh
+        self.own_successes: dict[str, list[list[ToolCall]]] = {}
 
     def step_advantages(
         self, ctx: IterationContext, live: Sequence[Trajectory]
@@ -89,7 +112,8 @@ class AttributedSamples(GRPOSamples):
         task has a reference (``attribution/agreement_with_grounded``: the attributor's measured accuracy)."""
         tasks = ctx.store.task_index()
         threshold = self.cfg.navigating.success_threshold
-        grounded = [grounded_for(tasks.get(t.task_id), t, threshold) for t in live]
+        own = self._own_references(live, tasks, threshold, metrics)
+        grounded = [grounded_for(tasks.get(t.task_id), t, threshold, self.boundary, own.get(t.task_id)) for t in live]
         if source == "grounded":
             labels: list[list[StepLabel] | None] = list(grounded)
             flat = [lab for labs in grounded for lab in labs]
@@ -98,13 +122,13 @@ class AttributedSamples(GRPOSamples):
                 sum(lab == StepLabel.NEUTRAL for lab in flat) / len(flat) if flat else 0.0
             )
         elif self.attributor is not None:
-            result = self.attributor.attribute(live, tasks)
+            result = self.attributor.attribute(live, self.boundary.tasks_view(tasks))
             labels = result.labels
             metrics.update(result.metrics())
             agree = compared = 0
             for t, lab, ground in zip(live, labels, grounded):
                 task = tasks.get(t.task_id)
-                if lab is not None and task is not None and task.reference_solution is not None:
+                if lab is not None and (self.boundary.reference(task) is not None or t.task_id in own):
                     a, n = agreement(lab, ground)
                     agree, compared = agree + a, compared + n
             if compared:
@@ -116,6 +140,22 @@ class AttributedSamples(GRPOSamples):
             t.attribution_source = source if lab is not None else None  # type: ignore[assignment]
             t.flags.attribution_neutralised = lab is None
         return labels
+
+    def _own_references(
+        self, live: Sequence[Trajectory], tasks: dict[str, Task], threshold: float, metrics: dict[str, float]
+    ) -> dict[str, list[list[ToolCall]]]:
+        """Self-derived references for the tasks whose gold the boundary closes: this batch's successful episodes of
+        the task (the shortest), else an earlier one of this run. ``attribution/self_referenced`` counts the closed
+        tasks that had one, ``attribution/closed_tasks`` all closed tasks of the batch."""
+        closed = {t.task_id for t in live if not self.boundary.gold_allowed(tasks.get(t.task_id))}
+        for task_id in closed:
+            ref = self_reference([t for t in live if t.task_id == task_id], threshold)
+            if ref is not None:
+                self.own_successes[task_id] = ref
+        own = {k: self.own_successes[k] for k in closed if k in self.own_successes}
+        metrics["attribution/closed_tasks"] = float(len(closed))
+        metrics["attribution/self_referenced"] = float(len(own))
+        return own
 
     def _gigpo(self, live: Sequence[Trajectory]) -> tuple[list[dict[int, float]], dict[str, float]]:
         """GiGPO's two-level advantages per GRPO group (attributing/gigpo.py); no helper model, no labels."""

@@ -57,8 +57,9 @@ def config_show(
 
     cfg = load_config(config, overrides)
     sources = ", ".join(f"{role}: {src}" for role, src in helper_sources(cfg).items())
+    oracle = "# ORACLE: run.oracle lets person-written gold reach training\n" if cfg.run.oracle else ""
     sys.stdout.write(
-        f"# helper sources ('auto' resolved for these models): {sources}\n" + dump_commented_yaml(cfg) + "\n"
+        oracle + f"# helper sources ('auto' resolved for these models): {sources}\n" + dump_commented_yaml(cfg) + "\n"
     )
 
 

@@ -68,7 +68,12 @@ def run_command(
         before, after = summary.get("eval_before") or {}, summary.get("eval_after") or {}
         keys = [k for k in before if "@" in k] or [k for k in after if "@" in k]
         sys.stdout.write(
-            " ".join([f"run_dir={run_dir}"] + [f"{k}: {before.get(k)} -> {after.get(k)}" for k in keys]) + "\n"
+            " ".join(
+                [f"run_dir={run_dir}"]
+                + (["ORACLE (run.oracle: person-written gold reached training)"] if cfg.run.oracle else [])
+                + [f"{k}: {before.get(k)} -> {after.get(k)}" for k in keys]
+            )
+            + "\n"
         )
         if cfg.train.compare_with:
             from evolvekit.report.evidence import comparison_line

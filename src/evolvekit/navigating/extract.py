@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence, cast
 
 from evolvekit.agent.calls import call_key
+from evolvekit.boundary import InformationBoundary
 from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams
 from evolvekit.llm.choice import ChoiceScorer, calibrated
 from evolvekit.types import ChatMessage, Experience, ExperienceProvenance, Task, ToolCall, Trajectory
@@ -219,6 +220,7 @@ class ExtractionReport:
     jobs: int = 0  # extraction jobs (one per task: a success, a failure or a comparison)
     validated_jobs: int = 0  # jobs that yielded at least one validated experience
     grounded: int = 0  # experiences written from execution (no LLM call)
+    closed_failures: int = 0  # grounded failure-only jobs skipped: no success and no reference the run may read
 
     @property
     def validated_share(self) -> float:
@@ -228,8 +230,10 @@ class ExtractionReport:
 class ExperienceExtractor:
     """Ω_process. ``constrained``: the summarizer writes under a forced structure and validates by a calibrated
     forced yes/no (in-process model); ``grounded``: jobs are split by the environment's check, comparison and
-    success-only jobs are written from execution without the summarizer, and every candidate is validated
-    against its job's execution (``grounded_valid``)."""
+    success-only jobs are written from execution without the summarizer, failure-only jobs from the task's reference
+    where the boundary lets the run read it (a synthesized task's; a person-written one's only under ``run.oracle``)
+    and skipped otherwise, and every candidate is validated against its job's execution (``grounded_valid``).
+    ``boundary``: what the extractor may read of a task (closed by default)."""
 
     def __init__(
         self,
@@ -241,8 +245,11 @@ class ExperienceExtractor:
         constrained: bool = False,
         grounded: bool = False,
         field_tokens: int = 64,
+        boundary: InformationBoundary | None = None,
     ) -> None:
         self.llm, self.params, self.validate = llm, params, validate
+        # what the extractor may read of a task: a person-written task's reference only under run.oracle
+        self.boundary = boundary if boundary is not None else InformationBoundary()
         self.success_threshold, self.batch = success_threshold, batch
         self.constrained, self.grounded, self.field_tokens = constrained, grounded, field_tokens
         self.scorer = ChoiceScorer(llm) if constrained else None
@@ -322,6 +329,7 @@ class ExperienceExtractor:
         self, trajectories: Sequence[Trajectory], tasks: dict[str, Task], iteration: int | None = None
     ) -> ExtractionReport:
         report = ExtractionReport()
+        tasks = self.boundary.tasks_view(tasks)  # person-written references stay closed unless run.oracle
         jobs = self.jobs(trajectories)
         report.jobs = len(jobs)
         candidates: list[tuple[int, Experience]] = []  # (job index, experience)
@@ -350,7 +358,12 @@ class ExperienceExtractor:
         for j, (kind, ts) in enumerate(jobs):
             task = tasks.get(ts[0].task_id)
             from_reference = kind == "failure" and task is not None and bool(task.reference_solution)
-            if self.grounded and (kind != "failure" or from_reference):  # written from execution, no model call
+            if self.grounded and kind == "failure" and not from_reference:
+                # only failed episodes and no reference the run may read (a person-written task's gold is closed):
+                # nothing executed well to write from, so no experience (and no 135M summarizer guess)
+                report.closed_failures += 1
+                continue
+            if self.grounded:  # written from execution, no model call
                 pair = (
                     reference_experience(task, ts[0])
                     if from_reference and task is not None

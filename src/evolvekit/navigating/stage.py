@@ -191,6 +191,7 @@ class ExperienceSummarisation:
                 "navigating/extraction_jobs": float(report.jobs),
                 "navigating/validated_share": report.validated_share,
                 "navigating/grounded_experiences": float(report.grounded),
+                "navigating/closed_failures": float(report.closed_failures),
                 "navigating/rejected": float(report.rejected),
                 "navigating/utility_dropped": float(dropped),
             }

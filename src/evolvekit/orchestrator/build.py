@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, cast
 
 from rich.console import Console
 
+from evolvekit.boundary import InformationBoundary
 from evolvekit.config import (
     Config,
     attribution_source,
@@ -302,6 +303,14 @@ def _cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory, s
             held += load_task_file(cfg.train.eval_synthetic)
         held_ids, held_queries = {t.task_id for t in held}, {str(t.query) for t in held}
         tasks = [t for t in tasks if t.task_id not in held_ids and str(t.query) not in held_queries]
+        gate = InformationBoundary(cfg.run.oracle)
+        closed = [t for t in tasks if not gate.gold_allowed(t)]
+        if closed and len(closed) == len(tasks):
+            raise ConfigError(
+                f"cold_start: the {len(closed)} warm-up tasks are person-written; their references are gold "
+                "(set run.oracle: true to let them through, or warm up on the run's own synthesized tasks)"
+            )
+        tasks = [t for t in tasks if gate.gold_allowed(t)]
         template = TemplateSettings(template=cfg.rollout.template, token_limit=cfg.rollout.context_token_limit)
         teach = cfg.cold_start.teach_search == "on" or (
             cfg.cold_start.teach_search == "auto" and cfg.navigating.enabled and cfg.navigating.as_tool
@@ -360,7 +369,7 @@ def _sample_stage(cfg: Config):
             cfg.attributing.concurrency,
             constrained=attributor_constrained(cfg),
         )
-    return AttributedSamples(cfg, attributor, scale)
+    return AttributedSamples(cfg, attributor, scale, InformationBoundary(cfg.run.oracle))
 
 
 def _navigation(
@@ -412,6 +421,7 @@ def _navigation(
         cfg.navigating.success_threshold,
         grounded=extraction == "grounded",
         constrained=constrained,
+        boundary=InformationBoundary(cfg.run.oracle),
     )
     rollouts = ExperienceMixedRollouts(
         policy,

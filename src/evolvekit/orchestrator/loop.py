@@ -107,6 +107,7 @@ class MasterLoop:
         cold = store.get_meta("cold_start")
         summary = {
             "run_dir": str(self.run_dir),
+            "gold": "oracle" if cfg.run.oracle else "none",  # src/evolvekit/boundary.py
             "iterations": len(store.completed_iterations()),
             "eval_before": evaluations.get("before"),
             "eval_after": evaluations.get("after"),

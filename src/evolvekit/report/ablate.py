@@ -48,6 +48,9 @@ class AblationSpec(BaseModel):
     # the level of the evidence report's t-intervals (benchmarks/evidence.py): 0.975 for a second look at the same
     # data (two looks at 2.5% each, Bonferroni)
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    # the row whose lift over the base model (after − before) the evidence report expresses the others' lift as a
+    # share of (e.g. GRPO on the person-written tasks); None = no such column
+    lift_reference: str | None = None
     rows: list[AblationRow]
 
 

@@ -86,6 +86,59 @@ def interval(values: list[float], confidence: float = DEFAULT_CONFIDENCE) -> Int
     return Interval(mean=mean, std=std, n=n, low=mean - half, high=mean + half, confidence=confidence)
 
 
+def sign_flip_p(diffs: Sequence[float]) -> float:
+    """The exact two-sided sign-flip (permutation) test of paired differences against 0: the share of the 2^n sign
+    assignments whose |mean| is at least the observed |mean| (the observed one included, so p >= 2^-n; ten
+    differences of one sign give 2/1024 = 0.00195). Exact enumeration: at most 24 differences."""
+    n = len(diffs)
+    if n == 0:
+        raise ValueError("no differences")
+    if n > 24:
+        raise ValueError(f"exact sign-flip enumeration is for at most 24 differences, got {n}")
+    observed = abs(sum(diffs)) - 1e-12
+    hits = 0
+    for mask in range(1 << n):
+        total = sum(-d if mask >> i & 1 else d for i, d in enumerate(diffs))
+        hits += abs(total) >= observed
+    return hits / (1 << n)
+
+
+def improved_share(diffs: Sequence[float]) -> float:
+    """The share of seeds whose paired difference is above 0 (a tie is not an improvement)."""
+    if not diffs:
+        raise ValueError("no differences")
+    return sum(d > 0 for d in diffs) / len(diffs)
+
+
+class Paired(BaseModel):
+    """A seed-paired difference: its interval, the exact sign-flip p and the share of seeds above 0."""
+
+    model_config = ConfigDict(extra="forbid")
+    interval: Interval
+    sign_flip_p: float
+    improved: float
+    diffs: list[float]
+
+
+def paired(after: Sequence[float], before: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> Paired:
+    """after − before per seed (same seeds, same order) with its interval, sign-flip p and improved share."""
+    if len(after) != len(before):
+        raise ValueError("paired difference needs the same seeds on both sides")
+    diffs = [a - b for a, b in zip(after, before)]
+    return Paired(
+        interval=interval(diffs, confidence),
+        sign_flip_p=sign_flip_p(diffs),
+        improved=improved_share(diffs),
+        diffs=diffs,
+    )
+
+
+def recovered_share(lift: float, reference_lift: float) -> float | None:
+    """The share of a reference row's mean lift over the base model that a row recovers (None when the reference
+    did not lift: a share of a non-positive lift means nothing)."""
+    return lift / reference_lift if reference_lift > 0 else None
+
+
 def difference(a: list[float], b: list[float], confidence: float = DEFAULT_CONFIDENCE) -> Interval:
     """The row-minus-baseline difference of seed-paired values (same seeds), as an interval over the pairs."""
     if len(a) != len(b):
@@ -117,6 +170,9 @@ class RowResult(BaseModel):
     after: dict[str, Interval] = Field(default_factory=dict)
     per_seed_after: dict[str, list[float]] = Field(default_factory=dict)
     vs_baseline: dict[str, Interval] = Field(default_factory=dict)  # paired after-training difference
+    # after − before per seed (the base model is every run's evaluation before training): interval, sign-flip p
+    vs_before: dict[str, Paired] = Field(default_factory=dict)
+    oracle: bool = False  # some run of the row let person-written gold reach training (run.oracle)
     steps_at_09: float | None = None  # iterations to reach 90% of the baseline's best held-out avg (mean curve)
     target: float | None = None  # the value Steps@0.9 was measured against (None: not measurable)
     auc: float | None = None  # area under the mean held-out curve
@@ -133,6 +189,7 @@ class EvidenceFile(BaseModel):
     rows: dict[str, RowResult]
     command: str
     commit: str
+    lift_reference: str | None = None  # the row whose lift over the base model the others' recovered share is of
 
 
 def load_evidence(path: Path | str) -> EvidenceFile:
@@ -254,10 +311,12 @@ def row_results(groups: list[RunGroup], baseline: str, confidence: float = DEFAU
             before = [float(r.evaluations["before"][k]) for r in runs if k in (r.evaluations.get("before") or {})]
             if before:
                 res.before[k] = interval(before, confidence)
-            paired = [(float(r.evaluations["after"][k]), _seed_of(r)) for r in runs if _seed_of(r) in base_runs]
-            if g.name != baseline and len(paired) >= 2:
-                ours = [v for v, _ in paired]
-                theirs = [float(base_runs[s].evaluations["after"].get(k, float("nan"))) for _, s in paired]
+            if before and len(before) == len(runs):
+                res.vs_before[k] = paired(res.per_seed_after[k], before, confidence)
+            matched = [(float(r.evaluations["after"][k]), _seed_of(r)) for r in runs if _seed_of(r) in base_runs]
+            if g.name != baseline and len(matched) >= 2:
+                ours = [v for v, _ in matched]
+                theirs = [float(base_runs[s].evaluations["after"].get(k, float("nan"))) for _, s in matched]
                 res.vs_baseline[k] = difference(ours, theirs, confidence)
         xs, ys = RunGroup(g.name, runs).mean_curve()
         res.curve = list(zip(xs, ys))
@@ -265,6 +324,7 @@ def row_results(groups: list[RunGroup], baseline: str, confidence: float = DEFAU
         res.steps_at_09 = steps_to_fraction(xs, ys, target) if target is not None and ys else None
         res.target = target if ys else None
         res.health = [run_health(r, _seed_of(r)) for r in runs]
+        res.oracle = any(h.helper_sources.get("gold") == "oracle" for h in res.health)
         codes = {r.code for r in runs if r.code}
         # None when some run was made before runs recorded their code
         res.commit = ", ".join(sorted(codes)) if all(r.code for r in runs) else None
