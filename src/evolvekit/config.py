@@ -570,7 +570,7 @@ class RunConfig(_Section):
         return v
 
     out_dir: str = F("runs", "where run directories are created")
-    seed: int = F(0, "global seed")
+    seed: int = F(0, "global seed (0 to 2^32 - 1: what numpy, torch and Python all accept)", ge=0, le=2**32 - 1)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = F("INFO", "logging level")
     oracle: bool = F(
         False,

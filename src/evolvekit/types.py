@@ -6,11 +6,12 @@ Every model round-trips through JSON (``model_dump_json`` / ``model_validate_jso
 
 from __future__ import annotations
 
+import re
 import uuid
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = 2  # 2: Step.info, reward parts and Evolving-RL roles became typed fields (old data migrates)
 
@@ -19,9 +20,37 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable(value: Any) -> Any:
+    """``value`` with every string made encodable as UTF-8 (a lone surrogate such as ``"\\ud800"`` from an
+    environment or a model becomes U+FFFD), through dicts and lists; anything else unchanged. Applied to every field
+    of the data model at construction and assignment, so no text that crosses a module boundary can crash a JSON
+    dump or an SQLite insert."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        if not value or isinstance(value[0], (int, float)):  # token ids, log-probs: no text
+            return value
+        return [storable(v) for v in value]
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    return value
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
     schema_version: int = SCHEMA_VERSION
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _storable(cls, v: Any) -> Any:
+        return storable(v)
 
 
 class TaskSource(str, Enum):
@@ -53,6 +82,11 @@ class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant", "tool"]
     content: str
     name: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _storable(cls, v: Any) -> Any:
+        return storable(v)
 
 
 class Task(_Model):

@@ -109,7 +109,8 @@ actions = st.one_of(
 @pytest.fixture(scope="module")
 def client():
     app = create_app(ServiceSettings(token=TOKEN, max_instances=100_000, idle_ttl_s=3600))
-    with TestClient(app, raise_server_exceptions=True) as c:  # an exception escaping the app fails the test
+    # a loopback base URL: the service answers only loopback Host names
+    with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=True) as c:
         yield c
 
 

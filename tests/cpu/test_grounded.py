@@ -205,8 +205,9 @@ def test_mixed_outcomes_give_a_non_degenerate_channel():
 
 def test_step_population_credits_an_all_failed_chain_group_that_eq_18_neutralises(tmp_path):
     """ORACLE (the task is person-written). The sparse chain (add, then multiply the sum, one request): every rollout
-    makes the right add and then answers without the multiply. Grounded labels are GOOD, BAD in each; with Eq. 18's trajectory statistics the
-    group's channel is constant and neutralised (no gradient at all: the outcomes are all 0 too); with
+    makes the right add and then answers without the multiply. Grounded labels are GOOD, BAD in each; with Eq. 18's
+    trajectory statistics the group's channel is constant and neutralised (no gradient at all: the outcomes are all 0
+    too); with
     ``attributing.normalization=step`` the early answer gets a negative advantage and the add none."""
     from evolvekit.attributing.stage import AttributedSamples
     from evolvekit.config import load_config

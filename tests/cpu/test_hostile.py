@@ -532,3 +532,83 @@ def test_eval_policy_without_a_model_exits_2_with_one_line(tmp_path, folder):
     out = _evolvekit("eval", "--policy", str(target), "--limit", "1", "--k", "1", cwd=tmp_path)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-800:]
     assert str(target) in out.stderr
+
+
+def test_a_lone_surrogate_from_an_environment_or_model_is_stored_not_a_crash(tmp_path):
+    """Issue 52 (5): "\\ud800" in an observation, a request or a model's text used to crash put_tasks and the step
+    insert (UnicodeEncodeError); the data model makes every string storable at construction and assignment."""
+    from evolvekit.store.sqlite import RunStore
+    from evolvekit.types import Step, Task, Trajectory
+
+    store = RunStore(tmp_path / "run.sqlite")
+    task = Task(task_id="t", env_name="x", query="add \ud800 and 2", metadata={"note\udfff": ["x\ud800"]})
+    step = Step(index=0, action_text="\ud801", tool_calls=[], observation="ok")
+    step.observation = "result \udc00"  # assignment is checked too
+    traj = Trajectory(task_id="t", group_id="g", steps=[step])
+    with store.transaction() as c:
+        store.put_tasks(c, [task], 0)
+        store.put_trajectories(c, [traj], 0, "train")
+    back = store.trajectories(0)[0].steps[0]
+    assert back.observation == "result \ufffd" and back.action_text == "\ufffd"
+    assert store.task_index()["t"].query == "add \ufffd and 2"
+    store.close()
+
+
+def test_the_service_refuses_foreign_host_headers_and_non_json_bodies():
+    """Issue 52 (8): a web page must not drive the loopback service: a rebound Host name gets 421, a text/plain or
+    form POST (no CORS preflight) gets 415; the loopback names with any port pass."""
+    from evolvekit.env.service.server import host_name
+
+    assert host_name("127.0.0.1:8765") == "127.0.0.1" and host_name("[::1]:80") == "::1"
+    assert host_name("LocalHost") == "localhost" and host_name("evil.example:80") == "evil.example"
+    with serving(create_app(ServiceSettings())) as url:
+        assert httpx.get(url + "/healthz").status_code == 200
+        assert httpx.get(url + "/healthz", headers={"Host": "localhost:1"}).status_code == 200
+        r = httpx.get(url + "/healthz", headers={"Host": "attacker.example"})
+        assert r.status_code == 421 and "Host" in r.json()["detail"]
+        r = httpx.post(url + "/create", content=b'{"env": "bfcl"}', headers={"Content-Type": "text/plain"})
+        assert r.status_code == 415 and "application/json" in r.json()["detail"]
+        r = httpx.post(url + "/create", content=b"env=bfcl")  # a form without a content type
+        assert r.status_code == 415
+
+
+def test_env_serve_beyond_loopback_without_a_token_exits_2_in_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "EVOLVEKIT_ENV_TOKEN"}
+    out = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "env", "serve", "--host", "0.0.0.0", "--port", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "token" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(
+    "line, cause",
+    [
+        ('"reference_solution":[[{"name":"__import__","arguments":{"a":1}}]]', "unknown tool '__import__'"),
+        ('"reference_solution":[[{"name":"add","arguments":{"a":NaN,"b":1}}]]', "not finite"),
+    ],
+)
+def test_tasks_check_refuses_a_task_the_environment_refuses_with_exit_2(tmp_path, line, cause):
+    """Issue 52 (10): docs/environments.md says a reference naming anything but a tool of the task (or a non-finite
+    argument) is refused, exit 2 for `tasks check`; it used to count as infeasible and exit 0."""
+    path = tmp_path / "tasks.jsonl"
+    meta = '"metadata":{"category":"synthetic","involved_classes":["MathAPI"]}'
+    path.write_text('{"task_id":"t1","env_name":"bfcl","query":"x",' + line + "," + meta + "}\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "tasks", "check", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and cause in out.stderr, out.stderr
+
+
+def test_a_seed_past_what_the_generators_accept_is_a_config_error():
+    from evolvekit.config import load_config
+    from evolvekit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="run.seed"):
+        load_config(None, [f"run.seed={2**70}"])

@@ -12,6 +12,7 @@ import typer
 from rich.progress import Progress
 
 from evolvekit.cli.common import console, emit_json, setup_logging
+from evolvekit.errors import ConfigError
 
 env_app = typer.Typer(help="Environments: list, self-check, serve over HTTP.", no_args_is_help=True)
 
@@ -109,11 +110,19 @@ def env_serve(
     idle_ttl_s: float = typer.Option(600.0),
 ) -> None:
     """Serve environment instances over HTTP (Gym-like API)."""
-    from evolvekit.env.service.server import ServiceSettings, serve
+    from evolvekit.env.service.server import ServiceSettings, host_name, serve
 
     setup_logging("INFO")
     token = os.environ.get(token_env) or None
+    loopback = host_name(host) in ServiceSettings.allowed_hosts
+    if not loopback and token is None:
+        raise ConfigError(f"--host {host}: serving beyond loopback needs a bearer token (set {token_env})")
+    allowed = ServiceSettings.allowed_hosts + (() if loopback else (host_name(host),))
     console.print(f"environment service on http://{host}:{port} (auth: {'bearer token' if token else 'none'})")
     serve(
-        host, port, ServiceSettings(token=token, step_timeout_s=step_timeout_s, idle_ttl_s=idle_ttl_s, default_env=env)
+        host,
+        port,
+        ServiceSettings(
+            token=token, step_timeout_s=step_timeout_s, idle_ttl_s=idle_ttl_s, default_env=env, allowed_hosts=allowed
+        ),
     )

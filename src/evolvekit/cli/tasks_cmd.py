@@ -80,6 +80,7 @@ def check(
     """Replay every task's reference solution in a fresh environment and report feasibility."""
     from evolvekit.config import load_config
     from evolvekit.env.registry import make_env
+    from evolvekit.errors import ConfigError, EnvError
     from evolvekit.questioning.curate import replay_feasible
     from evolvekit.safejson import read_jsonl
     from evolvekit.types import Task
@@ -87,10 +88,18 @@ def check(
     cfg = load_config(config, overrides)
     setup_logging(cfg.run.log_level)
     rows = []
+    refused: list[str] = []
     for task in read_jsonl(path, Task, "a task"):
         env_cfg = cfg.env.model_copy(update={"name": task.env_name})
-        ok, reason = replay_feasible(task, lambda: make_env(env_cfg))  # noqa: B023  (called before the next task)
+        try:
+            ok, reason = replay_feasible(task, lambda: make_env(env_cfg), refuse_invalid=True)  # noqa: B023
+        except EnvError as err:  # the environment refuses the task itself (docs/environments.md: exit 2)
+            refused.append(f"{task.task_id[:64]}: {str(err)[:200]}")
+            continue
         rows.append({"task_id": task.task_id, "feasible": ok, "reason": reason})
+    if refused:
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        raise ConfigError(f"{path}: task {refused[0]}{more}")
     summary = {
         "tasks": len(rows),
         "feasible": sum(bool(r["feasible"]) for r in rows),

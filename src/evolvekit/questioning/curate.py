@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from evolvekit.env.base import Action, Environment, ToolSchema
+from evolvekit.errors import EnvError
 from evolvekit.types import Task, ToolCall
 
 _WORD = re.compile(r"[a-z0-9_.]+")
@@ -89,13 +90,17 @@ class Deduplicator:
         return out
 
 
-def replay_feasible(task: Task, make_env: Callable[[], Environment]) -> tuple[bool, str]:
-    """Replay the reference solution turn by turn in a fresh environment; (feasible, reason)."""
+def replay_feasible(task: Task, make_env: Callable[[], Environment], refuse_invalid: bool = False) -> tuple[bool, str]:
+    """Replay the reference solution turn by turn in a fresh environment; (feasible, reason). ``refuse_invalid``:
+    a task the environment refuses at reset (a reference naming no tool of it, a non-finite or out-of-bounds
+    argument) raises its ``EnvError`` instead of counting as infeasible."""
     if not task.reference_solution:
         return False, "no reference solution"
     env = make_env()
+    reset_done = False
     try:
         env.reset(task)
+        reset_done = True
         for turn in task.reference_solution:
             for call in turn:
                 res = env.step(Action(tool_calls=[call]))
@@ -105,6 +110,10 @@ def replay_feasible(task: Task, make_env: Callable[[], Environment]) -> tuple[bo
             env.step(Action(text="done"))
         result = env.evaluate(None)
         return (result.score >= 1.0, "" if result.score >= 1.0 else f"check failed: {result.details}")
+    except EnvError as err:
+        if refuse_invalid and not reset_done:
+            raise
+        return False, f"{type(err).__name__}: {err}"
     except Exception as err:
         return False, f"{type(err).__name__}: {err}"
     finally:

@@ -62,6 +62,9 @@ class ServiceSettings:
     max_body_depth: int = 32
     max_instances: int = 1024
     default_env: str = "bfcl"
+    # the Host header names one of these (a port after it is ignored): a web page that rebinds its own name to
+    # 127.0.0.1 still sends its name, and is refused (DNS rebinding); `env serve --host` adds the bind address
+    allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
 
 
 class EnvService:
@@ -121,6 +124,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     app = FastAPI(title="evolvekit environment service", version="1", lifespan=lifespan)
     app.state.service = service
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, max_depth=settings.max_body_depth)
+    app.add_middleware(OriginGuard, allowed_hosts=settings.allowed_hosts)
 
     def auth(request: Request) -> None:
         if settings.token is None:
@@ -294,6 +298,36 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         return upstream.reply(True) if foreign else {"released": req_id}
 
     return app
+
+
+def host_name(header: str) -> str:
+    """The name of a Host header without its port: ``127.0.0.1:8765`` -> ``127.0.0.1``, ``[::1]:80`` -> ``::1``."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].split("]", 1)[0]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class OriginGuard:
+    """ASGI middleware against a web page driving the service: 421 for a ``Host`` header that names no allowed host
+    (DNS rebinding), 415 for a request with a body that is not ``application/json`` (a cross-site form or
+    ``text/plain`` POST needs no CORS preflight; a JSON one does, and this service answers none)."""
+
+    def __init__(self, app, allowed_hosts: tuple[str, ...]) -> None:
+        self.app, self.allowed = app, {h.lower() for h in allowed_hosts}
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        host = headers.get(b"host", b"").decode("latin-1")
+        if host_name(host) not in self.allowed:
+            return await _answer(send, 421, f"Host header names no host this service answers for: {host[:80]!r}")
+        if scope.get("method") in ("POST", "PUT", "PATCH"):
+            ctype = headers.get(b"content-type", b"").decode("latin-1").split(";", 1)[0].strip().lower()
+            if ctype != "application/json":
+                return await _answer(send, 415, f"Content-Type must be application/json, not {ctype[:60]!r}")
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:
