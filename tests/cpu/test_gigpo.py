@@ -93,3 +93,30 @@ def test_a_run_with_gigpo_credit_records_anchor_states_and_groups_steps(tmp_path
     trajs = store.trajectories(0, "train")
     assert all(s.state_key for t in trajs for s in t.steps)
     store.close()
+
+
+def test_anchor_states_repeat_on_a_stateless_backend_only_where_the_observations_do():
+    """On BFCL's MathAPI the backend state never changes, so the backend key alone made every turn one step group.
+    The anchor adds the episode's observations (agent/rollout.py anchor_key, verl-agent's observation anchor): all
+    rollouts share the start state; after a call, two rollouts share a state only if they saw the same result."""
+    from evolvekit.agent.rollout import anchor_key
+    from evolvekit.env.base import Action
+    from evolvekit.env.bfcl.env import BfclEnv
+    from evolvekit.env.bfcl.families import get_family
+    from evolvekit.types import Step, ToolCall
+
+    task = get_family("arith").tasks("train", 1)[0]
+    anchors = []
+    for a in (3, 3, 5):  # two rollouts call add(3, 4), one add(5, 4)
+        env = BfclEnv()
+        env.reset(task)
+        start = anchor_key(env.state_key(), [])
+        res = env.step(Action(tool_calls=[ToolCall(name="add", arguments={"a": a, "b": 4})]))
+        step = Step(index=0, action_text="", tool_calls=[], observation=res.observation)
+        backend_after = env.state_key()
+        anchors.append((start, backend_after, anchor_key(backend_after, [step])))
+        env.close()
+    (s1, b1, k1), (s2, b2, k2), (s3, b3, k3) = anchors
+    assert s1 == s2 == s3  # the start state is shared
+    assert b1 == b3 and s1 != k1  # the backend alone cannot tell the two results apart; the anchor can
+    assert k1 == k2 and k1 != k3

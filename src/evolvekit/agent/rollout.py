@@ -10,6 +10,7 @@ on.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import traceback
@@ -31,6 +32,19 @@ from evolvekit.types import CallOutcome, Step, Task, Trajectory, new_id
 log = logging.getLogger(__name__)
 
 STOP = (CLOSE,)  # decoding economy: a step ends as soon as its call is complete
+
+
+def anchor_key(backend_state: str | None, earlier: Sequence[Step]) -> str:
+    """GiGPO's anchor state of the next step: the environment state the agent acts from, as verl-agent identifies
+    it by its observation. Here that is the backend state (``state_key()``, where the environment has one) together
+    with every observation the episode has shown so far, so two rollouts of a task share an anchor exactly when the
+    environment told them the same things in the same order and left the backend in the same state: all rollouts at
+    their first step, the rollouts whose calls returned the same results after that. On a stateless backend
+    (BFCL's MathAPI) the backend state alone never changes, and every turn became one step group."""
+    h = hashlib.sha1((backend_state or "").encode("utf-8", "replace"))
+    for step in earlier:
+        h.update(b"\x00" + step.observation.encode("utf-8", "replace"))
+    return h.hexdigest()
 
 
 @dataclass
@@ -103,8 +117,8 @@ def _advance(ep: _Episode, prompt_ids: list[int], comp: Completion, max_steps: i
     ep.context.events.clear()
     ep.prompt_tokens += len(prompt_ids) or comp.usage_prompt_tokens
     ep.completion_tokens += comp.num_completion_tokens
-    state_key = getattr(ep.env, "state_key", None)  # the anchor state of this step (GiGPO), where the env has one
-    anchor = state_key() if callable(state_key) else None
+    state_key = getattr(ep.env, "state_key", None)  # the backend state (GiGPO's anchor), where the env has one
+    anchor = anchor_key(state_key() if callable(state_key) else None, ep.trajectory.steps)
     result = ep.env.step(action)
     ep.trajectory.steps.append(
         Step(

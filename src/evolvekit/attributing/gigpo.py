@@ -11,9 +11,11 @@ Within one GRPO group (the trajectories of one task):
   a step group of one, or with zero spread, gives A^S = 0;
 - the step's advantage is A^E(τ_i) + ω·A^S_t (ω = 1, γ = 0.95: verl-agent's defaults).
 
-"Same state" is the environment's ``state_key()`` before the step, recorded by the rollout in
-``Step.state_key``; for BFCL it is the turn index with a hash of every backend instance's full attribute
-tree (env/bfcl/env.py). Steps without a key form no step group (A^S = 0).
+"Same state" is the anchor the rollout records in ``Step.state_key`` (agent/rollout.py ``anchor_key``): the
+environment's ``state_key()`` before the step together with every observation the episode has shown so far, as
+verl-agent identifies a state by its observation; for BFCL the backend part is the turn index with a hash of every
+backend instance's full attribute tree (env/bfcl/env.py); an environment without ``state_key()`` is anchored by
+its observations alone. Steps without a key (trajectories recorded before anchors) form no step group (A^S = 0).
 """
 
 from __future__ import annotations
