@@ -43,6 +43,10 @@ class InformationBoundary:
             return None
         return task.reference_solution
 
+    def references(self, tasks: Sequence[Task]) -> dict[str, list[list[ToolCall]] | None]:
+        """Per task id, the reference the training side may read (None where closed or absent)."""
+        return {t.task_id: self.reference(t) for t in tasks}
+
     def task_view(self, task: Task) -> Task:
         """The task as the training side sees it: a person-written task without its reference solution (the rest,
         the request and the initial state the agent is shown, stays)."""

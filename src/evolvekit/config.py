@@ -553,6 +553,11 @@ class RewardConfig(_Section):
         "w_r, weight of the reasoning reward of the reasoning template (§6.2.1; train/rewards.py: reasoning_reward); 0.1 with rollout.template: reasoning unless set",
         ge=0,
     )
+    w_partial: float = F(
+        0.0,
+        "w_p, weight of partial credit: the share of the task's reference calls the episode executed (train/rewards.py: partial_credit; evolvekit's own, not in the papers). It reads a reference: synthesized tasks' always, person-written tasks' only under run.oracle",
+        ge=0,
+    )
     format: Literal["calls", "evolver"] = F(
         "calls",
         "R_format: calls = execution-checked call credit; evolver = EvolveR Eq. 4 adapted (complete episode · (call credit + search score)/2, rewarding the search_experience action); with navigating.as_tool it is 'evolver' unless set",

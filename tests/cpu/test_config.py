@@ -222,3 +222,22 @@ def test_committed_ablation_specs_validate_every_row(spec):
         cfg = load_config(path.parent / parsed.base, [*parsed.budget, *row.overrides, "run.seed=0"])
         families.add(cfg.env.family)
     assert len(families) == 1
+
+
+def test_the_gold_table_is_oracle_and_shares_the_person_task_reference_row():
+    """configs/evidence_env_only_gold.yaml: its grpo_person row is the first spec's exactly (same folder, budget,
+    seeds), and every other row opens the gold through run.oracle, so its outputs say ORACLE."""
+    from evolvekit.report.ablate import load_spec
+
+    first, gold = (
+        load_spec(Path("configs/evidence_env_only.yaml")),
+        load_spec(Path("configs/evidence_env_only_gold.yaml")),
+    )
+    assert (gold.base, gold.budget, gold.out_dir, gold.seeds) == (first.base, first.budget, first.out_dir, first.seeds)
+    rows = {r.name: r.overrides for r in gold.rows}
+    assert rows["grpo_person"] == {r.name: r.overrides for r in first.rows}["grpo_person"]
+    for name, overrides in rows.items():
+        cfg = load_config(Path("configs") / gold.base, [*gold.budget, *overrides])
+        assert cfg.run.oracle == (name != "grpo_person"), name
+        assert not cfg.questioning.enabled  # every row trains on the person-written split
+    assert Path(load_config(Path("configs") / gold.base, rows["sft_then_grpo"]).cold_start.tasks_file or "").is_file()

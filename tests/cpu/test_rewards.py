@@ -64,3 +64,35 @@ def test_evolver_format_reward_eq4_by_hand():
     assert evolver_format_reward(plain) == 0.5  # never searched: at most half
     cut = searched.model_copy(update={"flags": TrajectoryFlags(truncated=True)})
     assert evolver_format_reward(cut) == 0.0  # 𝟙(τ complete)
+
+
+def test_partial_credit_by_hand_and_only_from_references_the_boundary_opens():
+    from evolvekit.boundary import InformationBoundary
+    from evolvekit.train.rewards import partial_credit, shape_rewards
+    from evolvekit.types import CallOutcome, Step, Task, TaskSource, ToolCall, Trajectory
+
+    add, mul = ToolCall(name="add", arguments={"a": 2, "b": 3}), ToolCall(name="multiply", arguments={"a": 5, "b": 4})
+    ref = [[add, mul]]
+
+    def traj(task_id: str, calls: list[tuple[ToolCall, bool]]) -> Trajectory:
+        steps = [
+            Step(index=i, action_text="", tool_calls=[c], observation="", calls=[CallOutcome(name=c.name, ok=ok)])
+            for i, (c, ok) in enumerate(calls)
+        ]
+        return Trajectory(task_id=task_id, group_id="g", steps=steps, outcome_reward=0.0)
+
+    same_add = ToolCall(name="add", arguments={"a": 2.0, "b": 3})  # 2.0 = 2 after normalising
+    assert partial_credit(traj("t", [(same_add, True)]), ref) == 0.5
+    assert partial_credit(traj("t", [(add, True), (add, True), (mul, False)]), ref) == 0.5  # once each; errors miss
+    assert partial_credit(traj("t", [(add, True), (mul, True)]), ref) == 1.0
+    assert partial_credit(traj("t", []), []) == 0.0
+    person = Task(task_id="p", env_name="x", query="q", reference_solution=ref)
+    made = Task(task_id="s", env_name="x", query="q", reference_solution=ref, source=TaskSource.SYNTHETIC)
+    closed = InformationBoundary().references([person, made])
+    assert closed == {"p": None, "s": ref}
+    trajs = [traj("p", [(add, True)]), traj("s", [(add, True)])]
+    shape_rewards(trajs, 1.0, 0.0, w_partial=0.2, references=closed)
+    assert [t.outcome_reward for t in trajs] == [0.0, 0.1]  # the person-written task's gold stays closed
+    opened = [traj("p", [(add, True)])]
+    shape_rewards(opened, 1.0, 0.0, w_partial=0.2, references=InformationBoundary(oracle=True).references([person]))
+    assert opened[0].outcome_reward == 0.1 and opened[0].metadata["partial_credit"] == 0.5

@@ -18,6 +18,7 @@ from typing import Callable
 
 from rich.console import Console
 
+from evolvekit.boundary import InformationBoundary
 from evolvekit.config import Config
 from evolvekit.orchestrator.metrics import MetricsSink, rollout_metrics
 from evolvekit.orchestrator.stages import (
@@ -60,8 +61,11 @@ class MasterLoop:
         evaluator: Evaluator | None = None,
         console: Console | None = None,
         warmup: Callable[[], dict] | None = None,
+        boundary: InformationBoundary | None = None,
     ) -> None:
         self.cfg, self.run_dir, self.store, self.stages = cfg, Path(run_dir), store, stages
+        # what the loop's reward shaping may read of a task (src/evolvekit/boundary.py)
+        self.boundary = boundary if boundary is not None else InformationBoundary(cfg.run.oracle)
         self.evaluator = evaluator
         self.warmup = warmup  # cold start (EvolveR): supervised warm-up before iteration 0
         self.console = console or Console(stderr=True)
@@ -144,9 +148,17 @@ class MasterLoop:
         else:
             tasks = st.supply.tasks(ctx)
             trajectories = st.rollouts.rollout(ctx, tasks)
+            # partial credit reads a reference: a person-written task's only under run.oracle
+            references = self.boundary.references(tasks) if cfg.reward.w_partial else None
             shape_rewards(
-                trajectories, cfg.reward.w_outcome, cfg.reward.w_format, cfg.reward.format, cfg.reward.w_reasoning
-            )  # EvolveR §3.3; the reasoning template's reward (§6.2.1)
+                trajectories,
+                cfg.reward.w_outcome,
+                cfg.reward.w_format,
+                cfg.reward.format,
+                cfg.reward.w_reasoning,
+                cfg.reward.w_partial,
+                references,
+            )  # EvolveR §3.3; the reasoning template's reward (§6.2.1); partial credit (evolvekit's own)
             with store.transaction() as c:
                 store.delete_iteration_trajectories(c, it, "train")
                 store.put_tasks(c, tasks, it)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from evolvekit.types import Trajectory
+from evolvekit.agent.calls import call_key
+from evolvekit.types import ToolCall, Trajectory
 
 SEARCH_TOOL = "search_experience"  # navigating/tool_env.py's action (EvolveR §3.2.2)
 
@@ -74,14 +75,40 @@ def reasoning_reward(traj: Trajectory) -> float:
     return sum(scores) / len(scores) if scores else 0.0
 
 
+def partial_credit(traj: Trajectory, reference: Sequence[Sequence[ToolCall]]) -> float:
+    """The share of the reference's calls that the episode executed without error (normalised call identity,
+    agent/calls.py; each reference call matched at most once, in any turn). evolvekit's own shaping, not in the
+    papers: a dense reward written from a reference. On a person-written task that reference is gold, so the run
+    reads it only under ``run.oracle`` (the information-matched control for what gold buys); 0 without a reference."""
+    todo = [call_key(c) for turn in reference for c in turn]
+    if not todo:
+        return 0.0
+    total = len(todo)
+    for step in traj.steps:
+        oks = [c.ok for c in step.calls] if len(step.calls) == len(step.tool_calls) else [True] * len(step.tool_calls)
+        for call, ok in zip(step.tool_calls, oks):
+            key = call_key(call)
+            if ok and key in todo:
+                todo.remove(key)
+    return (total - len(todo)) / total
+
+
 def shape_rewards(
-    trajectories: Sequence[Trajectory], w_outcome: float, w_format: float, kind: str = "calls", w_reasoning: float = 0.0
+    trajectories: Sequence[Trajectory],
+    w_outcome: float,
+    w_format: float,
+    kind: str = "calls",
+    w_reasoning: float = 0.0,
+    w_partial: float = 0.0,
+    references: dict[str, list[list[ToolCall]] | None] | None = None,
 ) -> dict[str, float]:
-    """Apply R = w_o·R_out + w_f·R_format (+ w_r·R_reasoning) in place (the parts kept in ``Trajectory.rewards``).
+    """Apply R = w_o·R_out + w_f·R_format (+ w_r·R_reasoning) (+ w_p·R_partial) in place (the parts kept in
+    ``Trajectory.rewards``; R_partial in ``metadata['partial_credit']``).
 
     ``kind``: ``calls`` (execution-checked call credit) or ``evolver`` (EvolveR Eq. 4 with the search action).
+    ``references``: per task id, the reference the run may read (src/evolvekit/boundary.py), for ``partial_credit``.
     Returns metrics."""
-    if w_outcome == 1.0 and w_format == 0.0 and w_reasoning == 0.0:
+    if w_outcome == 1.0 and w_format == 0.0 and w_reasoning == 0.0 and w_partial == 0.0:
         return {}
     fmt_fn = FORMAT_REWARDS[kind]
     fmt, out = [], []
@@ -96,6 +123,11 @@ def shape_rewards(
             r_reason = reasoning_reward(t)
             t.rewards = t.rewards.model_copy(update={"reasoning": r_reason})
             t.outcome_reward += w_reasoning * r_reason
+        if w_partial:
+            ref = (references or {}).get(t.task_id)
+            r_part = partial_credit(t, ref) if ref else 0.0
+            t.metadata = {**t.metadata, "partial_credit": r_part}
+            t.outcome_reward += w_partial * r_part
         fmt.append(r_fmt)
         out.append(r_out)
     n = len(fmt) or 1
