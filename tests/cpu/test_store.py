@@ -176,3 +176,42 @@ def test_tasks_are_parsed_once_and_follow_the_table(tmp_path):
             raise RuntimeError("crash")
     assert [t.task_id for t in store.tasks()] == ["a", "b"]  # nothing of the rolled-back transaction
     store.close()
+
+
+def test_rollback_to_before_training_keeps_self_questioning_tasks_and_their_marker(tmp_path):
+    """Issue 52 (2): with the only checkpoint damaged, resume rolls back to the initial policy. It deleted the
+    synthesized tasks (first_iteration -1) but kept the 'synthesis done' marker, so every later resume exited 2."""
+    from evolvekit.types import Task, TaskSource
+
+    store = RunStore(tmp_path / "run.sqlite")
+    made = Task(task_id="syn", env_name="x", query="q", source=TaskSource.SYNTHETIC, metadata={"curation": {}})
+    real = Task(task_id="real", env_name="x", query="q")
+    with store.transaction() as c:
+        store.put_tasks(c, [made], -1)
+        store.put_tasks(c, [real], 0)
+    store.set_meta("synthesis_funnel", "{}")
+    store.rollback_after(-2)
+    assert [t.task_id for t in store.tasks()] == ["syn"] and store.get_meta("synthesis_funnel") == "{}"
+    store.close()
+
+
+def test_checkpoint_paths_are_relative_so_a_copied_run_resumes_from_its_own_files(tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "iter-0000").mkdir(parents=True)
+    store = RunStore(run / "run.sqlite")
+    with store.transaction() as c:
+        store.put_checkpoint(c, 0, str(run / "checkpoints" / "iter-0000"))
+    stored = store._conn.execute("SELECT path FROM checkpoints").fetchone()[0]
+    assert stored == "checkpoints/iter-0000"
+    store.close()
+    shutil.copytree(run, tmp_path / "copy")
+    shutil.rmtree(run)
+    copy = RunStore(tmp_path / "copy" / "run.sqlite")
+    assert copy.latest_checkpoint().path == str(tmp_path / "copy" / "checkpoints" / "iter-0000")
+    # a store written before paths were relative: the absolute path is read from this folder's own copy
+    with copy.transaction() as c:
+        c.execute("UPDATE checkpoints SET path = ?", (str(run / "checkpoints" / "iter-0000"),))
+    assert copy.latest_checkpoint().path == str(tmp_path / "copy" / "checkpoints" / "iter-0000")
+    copy.close()

@@ -195,9 +195,15 @@ class RunStore:
             "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?)", [(iteration, k, float(v)) for k, v in metrics.items()]
         )
 
-    @staticmethod
-    def put_checkpoint(c: sqlite3.Connection, iteration: int, path: str) -> None:
-        c.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?)", (iteration, path, time.time()))
+    def put_checkpoint(self, c: sqlite3.Connection, iteration: int, path: str) -> None:
+        """Record a checkpoint; a path inside the run folder is stored relative to it, so a moved or copied run
+        resumes from its own files (``checkpoints`` resolves it against the store's folder)."""
+        p = Path(path)
+        try:
+            stored = str(p.resolve().relative_to(self.path.parent.resolve()))
+        except ValueError:  # outside the run folder: kept as given
+            stored = str(p)
+        c.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?)", (iteration, stored, time.time()))
 
     @staticmethod
     def put_experiences(c: sqlite3.Connection, experiences: Sequence[Experience], iteration: int, vectors=None) -> None:
@@ -239,7 +245,9 @@ class RunStore:
             c.execute("DELETE FROM trajectories WHERE iteration > ? AND phase != 'eval_before'", (iteration,))
             c.execute("DELETE FROM metrics WHERE iteration > ?", (iteration,))
             c.execute("DELETE FROM checkpoints WHERE iteration > ?", (iteration,))
-            c.execute("DELETE FROM tasks WHERE first_iteration > ?", (iteration,))
+            # self-questioning's tasks (first_iteration -1, built before training, their funnel marker in meta) stay:
+            # a rollback to before training must not leave the "synthesis done" marker without its tasks
+            c.execute("DELETE FROM tasks WHERE first_iteration > ?", (max(iteration, -1),))
             c.execute("DELETE FROM evaluations WHERE phase = 'after'")
             if iteration < -1:
                 c.execute("DELETE FROM evaluations WHERE phase = 'cold_start'")
@@ -307,8 +315,22 @@ class RunStore:
         return json.loads(row[0]) if row else None
 
     def checkpoints(self) -> list[CheckpointRow]:
+        """Every checkpoint, its path resolved against the run folder (the store's folder) when stored relative;
+        an absolute path inside a folder named like this run's, from a store written before paths were relative,
+        is read from this run's own copy when the original is gone."""
         rows = self._conn.execute("SELECT iteration, path, created FROM checkpoints ORDER BY iteration")
-        return [CheckpointRow(*r) for r in rows]
+        return [CheckpointRow(i, self._own_path(p), t) for i, p, t in rows]
+
+    def _own_path(self, stored: str) -> str:
+        p = Path(stored)
+        if not p.is_absolute():
+            return str(self.path.parent / p)
+        parts = p.parts
+        if "checkpoints" in parts:  # an old absolute path: prefer this run folder's copy of the same checkpoint
+            own = self.path.parent.joinpath(*parts[parts.index("checkpoints") :])
+            if own.exists() or not p.exists():
+                return str(own)
+        return stored
 
     def latest_checkpoint(self) -> CheckpointRow | None:
         rows = self.checkpoints()
