@@ -612,3 +612,59 @@ def test_a_seed_past_what_the_generators_accept_is_a_config_error():
 
     with pytest.raises(ConfigError, match="run.seed"):
         load_config(None, [f"run.seed={2**70}"])
+
+
+def test_a_task_over_the_turn_or_reference_caps_is_refused_at_once():
+    """Issue 52 (1): 2,000 turns in a 125 KB body took 81.6 s at /create (a snapshot of the whole state per turn of
+    the reference replay); the caps refuse it before any work, naming the field."""
+    from evolvekit.env.bfcl.env import MAX_REFERENCE_CALLS, MAX_TURNS
+
+    env = BfclEnv()
+    many = ["touch a"] * (MAX_TURNS + 1)
+    t0 = time.perf_counter()
+    with pytest.raises(EnvError, match="task.query: .* turns"):
+        env.reset(Task.model_validate(_task(query=many, reference_solution=[[]] * len(many))))
+    calls = [[{"name": "ls", "arguments": {}}] * (MAX_REFERENCE_CALLS + 1)]
+    with pytest.raises(EnvError, match="task.reference_solution: .* calls"):
+        env.reset(Task.model_validate(_task(reference_solution=calls)))
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_reset_replays_no_reference_and_steps_replay_only_the_turns_reached():
+    """The reference end state of a turn is replayed lazily, once, for the turns the episode reaches: a reset does
+    no replay at all, and a 60-turn task whose episode stays in turn 0 snapshots one turn."""
+    turns = [f"make folder d{i}" for i in range(60)]
+    ref = [[{"name": "mkdir", "arguments": {"dir_name": f"d{i}"}}] for i in range(60)]
+    env = BfclEnv()
+    env.reset(Task.model_validate(_task(query=turns, reference_solution=ref)))
+    assert env.reference_ends == {} and env._shadow is None
+    res = env.step(Action(tool_calls=[ToolCall(name="mkdir", arguments={"dir_name": "d0"})]))
+    assert list(env.reference_ends) == [0] and res.grounding.distance_after == 0 < res.grounding.distance_before
+    env.close()
+
+
+def test_more_calls_in_one_step_than_the_cap_are_refused_not_executed():
+    """Issue 52 (6): three steps of 30,000 `touch` calls took 5.9-12.3 s each."""
+    from evolvekit.env.bfcl.env import MAX_CALLS_PER_STEP
+
+    env = BfclEnv()
+    env.reset(Task.model_validate(_task()))
+    calls = [ToolCall(name="touch", arguments={"file_name": f"f{i}"}) for i in range(MAX_CALLS_PER_STEP + 1)]
+    res = env.step(Action(tool_calls=calls))
+    assert res.error == "too_many_calls" and not res.call_results[0].ok
+    from evolvekit.env.bfcl.env import _state_leaves
+
+    assert not any("f0" in k for k in _state_leaves(env.instances))  # nothing ran
+    ok = env.step(Action(tool_calls=calls[:MAX_CALLS_PER_STEP]))
+    assert all(r.ok for r in ok.call_results) and any("f0" in k for k in _state_leaves(env.instances))
+    env.close()
+
+
+def test_an_initial_config_over_the_state_cap_is_refused():
+    """Issue 52 (6): a 1.7 MB initial_config made every no-op step take 4-9 s (grounding walks the whole state)."""
+    from evolvekit.env.bfcl.env import MAX_CONFIG_LEAVES
+
+    big = {f"f{i}": {"type": "file", "content": "x"} for i in range(MAX_CONFIG_LEAVES)}
+    config = {"GorillaFileSystem": {"root": {"r": {"type": "directory", "contents": big}}}}
+    with pytest.raises(EnvError, match="task.initial_config: more than"):
+        BfclEnv().reset(Task.model_validate(_task(initial_config=config)))

@@ -39,6 +39,12 @@ from evolvekit.types import StepGrounding, Task, ToolCall, Trajectory
 log = logging.getLogger(__name__)
 
 MAX_CONFIG_DEPTH = 24  # nesting of an initial_config (BFCL's own deepest file trees are far shallower)
+# Work per request is linear in what it states, within these caps (docs/environments.md names them). BFCL's own
+# multi-turn entries have at most a handful of turns, tens of reference calls and a few hundred state leaves.
+MAX_TURNS = 64  # user turns of one task
+MAX_REFERENCE_CALLS = 512  # calls of one reference solution, all turns together
+MAX_CALLS_PER_STEP = 32  # tool calls of one action; more are refused, not executed
+MAX_CONFIG_LEAVES = 20_000  # leaves of an initial_config (file contents, entries, balances, ...)
 
 
 class SandboxConfig(BaseModel):
@@ -81,8 +87,12 @@ class BfclEnv:
         self.steps = 0
         self.done = False
         self.sandbox = False
-        # per turn, the stateful backends' leaves after the reference solution's calls up to that turn
-        self.reference_ends: list[dict[str, Any]] | None = None
+        # per turn reached, the stateful backends' leaves after the reference solution's calls up to that turn,
+        # replayed lazily on a private shadow of the backends (only the turns the episode reaches, once each)
+        self.reference_ends: dict[int, dict[str, Any]] = {}
+        self._shadow: dict[str, Any] | None = None
+        self._shadow_turn = -1  # the last reference turn replayed on the shadow
+        self._replay: tuple[list[list[ToolCall]], dict, bool] | None = None
 
     # -- protocol ------------------------------------------------------------------------------------------
     def profile(self) -> list[EnvProfile]:
@@ -98,6 +108,13 @@ class BfclEnv:
             return self._reset_sandbox(sandbox_config or {})
         if not task.turns or not all(isinstance(t, str) and t.strip() for t in task.turns):
             raise EnvError("task.query: must be a non-empty message (or a list of them)")
+        if len(task.turns) > MAX_TURNS:
+            raise EnvError(f"task.query: {len(task.turns)} turns, more than the {MAX_TURNS} a task may have")
+        ref_calls = sum(len(t) for t in task.reference_solution or [])
+        if ref_calls > MAX_REFERENCE_CALLS:
+            raise EnvError(
+                f"task.reference_solution: {ref_calls} calls, more than the {MAX_REFERENCE_CALLS} a reference may have"
+            )
         self.task = task
         self.meta = _task_meta(task)
         _check_initial_config(task.initial_config, "task.initial_config")
@@ -112,7 +129,8 @@ class BfclEnv:
         self._reveal(0)
         if task.reference_solution is not None:
             self._reference_strings(task.reference_solution)  # refuse a bad reference now, not at evaluate()
-            self.reference_ends = self._replay_reference(task.reference_solution, task.initial_config, long_context)
+            if not all(data.is_stateless(c) for c in self.instances):  # stateless: no state to approach
+                self._replay = (task.reference_solution, task.initial_config, long_context)
         examples = []
         if self.meta.allowed_tools:
             self._restrict(self.meta.allowed_tools, self.meta.involved_classes)
@@ -205,28 +223,33 @@ class BfclEnv:
             self.visible[name] = doc_to_schema(doc)
         return bool(names)
 
-    def _replay_reference(
-        self, reference: list[list[ToolCall]], initial_config: dict, long_context: bool
-    ) -> list[dict[str, Any]] | None:
-        """The state the reference solution reaches by the end of each turn (stateful backends' leaves), replayed on
-        a private copy of the backends; None when every backend is stateless (there is no state to approach)."""
-        if all(data.is_stateless(c) for c in self.instances):
+    def _reference_end(self, turn: int) -> dict[str, Any] | None:
+        """The state the reference solution reaches by the end of ``turn`` (stateful backends' leaves), replayed on a
+        private shadow of the backends as far as that turn and no further; None when there is nothing to approach
+        (no reference, or every backend stateless). Turns are reached in order, so each reference call runs at most
+        once per episode and a snapshot is taken only for the turns the episode reaches."""
+        if self._replay is None:
             return None
-        shadow = {c: self._new_instance(c, initial_config, long_context) for c in self.instances}
-        ends = []
-        for turn in reference:
-            for call in turn:
+        reference, initial_config, long_context = self._replay
+        turn = min(turn, len(reference) - 1)
+        if turn in self.reference_ends:
+            return self.reference_ends[turn]
+        if self._shadow is None:
+            self._shadow = {c: self._new_instance(c, initial_config, long_context) for c in self.instances}
+        while self._shadow_turn < turn:
+            self._shadow_turn += 1
+            for call in reference[self._shadow_turn]:
                 try:
-                    getattr(shadow[self.method_owner[call.name]], call.name)(**copy.deepcopy(call.arguments))
+                    owner = self._shadow[self.method_owner[call.name]]
+                    getattr(owner, call.name)(**copy.deepcopy(call.arguments))
                 except Exception as err:  # a reference call that fails does so for the agent too
                     log.debug("reference call %s failed on replay: %s", call.name, err)
-            ends.append(_state_leaves(shadow))
-        return ends
+        self.reference_ends[turn] = _state_leaves(self._shadow)
+        return self.reference_ends[turn]
 
     def _grounding(self, before: dict[str, Any], turn: int) -> StepGrounding:
         after = _state_leaves(self.instances)
-        ends = self.reference_ends
-        end = ends[min(turn, len(ends) - 1)] if ends else None
+        end = self._reference_end(turn)
         return StepGrounding(
             state_changed=after != before,
             distance_before=None if end is None else _distance(before, end),
@@ -251,6 +274,14 @@ class BfclEnv:
         turn, before = self.turn_index, _state_leaves(self.instances)
         if not action.tool_calls:
             return self._end_turn().model_copy(update={"grounding": self._grounding(before, turn)})
+        if len(action.tool_calls) > MAX_CALLS_PER_STEP:
+            return StepResult(
+                observation=f"Error: {len(action.tool_calls)} tool calls in one message; at most "
+                f"{MAX_CALLS_PER_STEP} are executed per step, so none was.",
+                turn_index=self.turn_index,
+                call_results=[CallResult(name=c.name[:64], ok=False, output="refused") for c in action.tool_calls[:1]],
+                error="too_many_calls",
+            )
         results = [self._execute(call) for call in action.tool_calls]
         obs = "\n".join(f"[{r.name}] " + "".join(f"Warning: {w}. " for w in r.warnings) + r.output for r in results)
         return StepResult(
@@ -464,9 +495,25 @@ def _distance(a: dict[str, Any], b: dict[str, Any]) -> int:
     return sum(1 for k in a.keys() | b.keys() if k not in a or k not in b or a[k] != b[k])
 
 
+def _leaf_count(value: Any, limit: int) -> int:
+    """Leaves of a JSON value, counting stops once past ``limit`` (so a huge value costs at most ``limit`` steps)."""
+    count, stack = 0, [value]
+    while stack and count <= limit:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        else:
+            count += 1
+    return count
+
+
 def _check_initial_config(config: Any, where: str) -> None:
     if not isinstance(config, dict):
         raise EnvError(f"{where}: must be an object of backend class -> scenario")
+    if _leaf_count(config, MAX_CONFIG_LEAVES) > MAX_CONFIG_LEAVES:
+        raise EnvError(f"{where}: more than {MAX_CONFIG_LEAVES} values (files, entries, balances) in one state")
     deep = json_depth_path(config, MAX_CONFIG_DEPTH)
     if deep is not None:
         raise EnvError(f"{where}.{deep}: nested deeper than {MAX_CONFIG_DEPTH} levels")
