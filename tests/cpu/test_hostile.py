@@ -668,3 +668,75 @@ def test_an_initial_config_over_the_state_cap_is_refused():
     config = {"GorillaFileSystem": {"root": {"r": {"type": "directory", "contents": big}}}}
     with pytest.raises(EnvError, match="task.initial_config: more than"):
         BfclEnv().reset(Task.model_validate(_task(initial_config=config)))
+
+
+class _Hostile:
+    """A local HTTP server that answers every request with one of three hostile replies."""
+
+    def __init__(self, mode: str) -> None:
+        import http.server
+
+        mode_ = mode
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _reply(self):
+                if mode_ == "trickle":  # a valid reply, one byte every 0.2 s: no single read ever times out
+                    body = b'{"detail": "' + b"x" * 200 + b'"}'
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    for b in body:
+                        self.wfile.write(bytes([b]))
+                        self.wfile.flush()
+                        time.sleep(0.2)
+                elif mode_ == "deep":
+                    body = b"[" * 100_000 + b"]" * 100_000
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                else:  # huge: 64 MiB announced and sent
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(64 * 2**20))
+                    self.end_headers()
+                    try:
+                        for _ in range(64):
+                            self.wfile.write(b"0" * 2**20)
+                    except OSError:
+                        pass
+
+            do_GET = do_POST = _reply
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+
+
+@pytest.mark.parametrize("mode, cause", [("trickle", "within"), ("deep", "nested deeper"), ("huge", "over")])
+def test_every_outbound_client_has_a_deadline_and_caps_its_reply(mode, cause):
+    """Issue 52 (4): a server sending 1 byte/s hung the clients even with step_timeout_s=5; a deeply nested reply
+    raised RecursionError; a 1 GB /schema reply took the client to 1 GB. Each is now one EnvError line."""
+    from evolvekit.config import EnvConfig
+    from evolvekit.env.agentevolver import AgentEvolverClient
+    from evolvekit.env.openenv import OpenEnvEnv
+
+    with _Hostile(mode) as url:
+        clients = [
+            lambda: RemoteEnv(url, timeout_s=2.0).profile(),
+            lambda: AgentEvolverClient(EnvConfig(name="agentevolver", service_url=url, step_timeout_s=1.0)).call("x"),
+            lambda: OpenEnvEnv(EnvConfig(name="openenv", step_timeout_s=2.0, openenv={"url": url}))._get("/schema"),
+        ]
+        for call in clients:
+            t0 = time.perf_counter()
+            with pytest.raises(EnvError, match=cause):
+                call()
+            assert time.perf_counter() - t0 < 15

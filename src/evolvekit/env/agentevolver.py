@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from evolvekit.config import EnvConfig
 from evolvekit.env.base import Action, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult
+from evolvekit.env.http import bounded_request
 from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.errors import EnvError
 from evolvekit.types import ChatMessage, Task, TaskSource, Trajectory
@@ -63,22 +64,20 @@ class AgentEvolverClient:
         self.http = client or httpx.Client(
             base_url=cfg.service_url.rstrip("/"), headers=headers, timeout=cfg.step_timeout_s + 5
         )
+        self.deadline_s = cfg.step_timeout_s + 5  # the whole reply, not each read (env/http.py)
 
     def call(self, endpoint: str, **fields: Any) -> Any:
         body: dict[str, Any] = {"env_type": self.env_type, "task_id": None, "instance_id": None, "messages": {}}
         body.update(fields)
         body["params"] = {**self.params, **(fields.get("params") or {})}
         where = f"AgentEvolver service {self.http.base_url}/{endpoint}"
-        try:
-            resp = self.http.post(f"/{endpoint}", json=body)
-        except httpx.HTTPError as err:
-            raise EnvError(f"{where}: {type(err).__name__}: {err}") from None
+        resp = bounded_request(self.http, "POST", f"/{endpoint}", where, self.deadline_s, json=body)
         if resp.status_code != 200:
             raise EnvError(f"{where} answered {resp.status_code}: {resp.text[:300]}")
         try:
             reply = resp.json()
-        except ValueError:
-            raise EnvError(f"{where} answered a body that is not JSON: {resp.text[:120]!r}") from None
+        except ValueError as err:
+            raise EnvError(f"{where} answered a body that is not JSON ({err}): {resp.text[:120]!r}") from None
         if not isinstance(reply, dict) or "data" not in reply:
             raise EnvError(f"{where} answered a malformed reply (no 'data'): {str(reply)[:120]}")
         if reply.get("success") is False:

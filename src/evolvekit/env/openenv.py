@@ -168,13 +168,15 @@ class OpenEnvEnv:
 
     # --- what the server offers ------------------------------------------------------------------------------------
     def _get(self, path: str) -> dict[str, Any]:
-        import httpx
+        from evolvekit.env.http import bounded_request
 
+        t = self.cfg.step_timeout_s
+        reply = bounded_request(None, "GET", self.http_url + path, f"OpenEnv GET {path}", t, timeout=t)
+        if reply.status_code != 200:
+            raise EnvError(f"OpenEnv GET {path}: answered {reply.status_code}: {reply.text[:200]}")
         try:
-            reply = httpx.get(self.http_url + path, timeout=self.cfg.step_timeout_s)
-            reply.raise_for_status()
             data = reply.json()
-        except (httpx.HTTPError, ValueError) as err:
+        except ValueError as err:
             raise EnvError(f"OpenEnv GET {path}: {err}") from None
         if not isinstance(data, dict):
             raise EnvError(f"OpenEnv GET {path}: the reply is not a JSON object")

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from evolvekit.config import EnvConfig
 from evolvekit.env.base import Action, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult
+from evolvekit.env.http import Reply, bounded_request
 from evolvekit.env.service.schemas import CreateRequest, CreateResponse
 from evolvekit.errors import EnvError
 from evolvekit.types import Task, Trajectory
@@ -31,6 +32,7 @@ class RemoteEnv:
         self.backends = list(backends or [])
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.client = client or httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self.deadline_s = timeout_s  # the whole reply, not each read (env/http.py)
         self.instance_id: str | None = None
 
     @classmethod
@@ -44,17 +46,15 @@ class RemoteEnv:
         )
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
-        try:
-            resp = self.client.post(path, json=body)
-        except httpx.HTTPError as err:
-            raise EnvError(f"environment service {self.client.base_url}{path}: {type(err).__name__}: {err}") from None
+        where = f"environment service {self.client.base_url}{path}"
+        resp = bounded_request(self.client, "POST", path, where, self.deadline_s, json=body)
         if resp.status_code != 200:
             raise EnvError(f"environment service {path} answered {resp.status_code}: {_detail(resp)}")
         try:
             return resp.json()
-        except ValueError:
+        except ValueError as err:
             raise EnvError(
-                f"environment service {path} answered 200 with a body that is not JSON: {resp.text[:120]!r}"
+                f"environment service {path} answered 200 with a body that is not JSON ({err}): {resp.text[:120]!r}"
             ) from None
 
     def _model(self, shape, path: str, body: dict[str, Any]):
@@ -66,10 +66,8 @@ class RemoteEnv:
             ) from None
 
     def profile(self) -> list[EnvProfile]:
-        try:
-            resp = self.client.get("/profile", params={"env": self.name})
-        except httpx.HTTPError as err:
-            raise EnvError(f"environment service {self.client.base_url}/profile: {type(err).__name__}: {err}") from None
+        where = f"environment service {self.client.base_url}/profile"
+        resp = bounded_request(self.client, "GET", "/profile", where, self.deadline_s, params={"env": self.name})
         if resp.status_code != 200:
             raise EnvError(f"environment service /profile answered {resp.status_code}: {_detail(resp)}")
         try:
@@ -112,7 +110,7 @@ class RemoteEnv:
             self.instance_id = None
 
 
-def _detail(resp: httpx.Response) -> str:
+def _detail(resp: Reply) -> str:
     """The ``detail`` of an error reply, or the start of its text when it is not JSON (a proxy's 502 page, a 500)."""
     try:
         body = resp.json()
