@@ -280,6 +280,9 @@ class TrainConfig(_Section):
         None,
         "results JSON of a committed baseline (benchmarks/evidence.py): its held-out figures for the same family and budget are printed next to this run's at the end",
     )
+    compare_row: str | None = F(
+        None, "the row of train.compare_with that is this configuration over seeds (default: run.name)"
+    )
     max_grad_norm: float = F(1.0, "gradient clipping", gt=0)
     shared_prefix: bool = F(
         True,

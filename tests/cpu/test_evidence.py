@@ -285,3 +285,20 @@ def test_rows_report_their_lift_over_the_base_model_and_an_oracle_mark():
     d = rows["env_only"].vs_before["avg@4"]
     assert [round(x, 9) for x in d.diffs] == [0.3, 0.2, -0.1] and d.improved == 2 / 3
     assert not rows["env_only"].oracle and rows["oracle"].oracle
+
+
+def test_the_end_line_names_the_configs_own_row_and_its_lift_over_the_base_model(tmp_path):
+    from evolvekit.report.evidence import EvidenceFile, budget_of, comparison_line, row_results
+
+    cfg = load_config(None, ["train.compare_row=env_only"])
+    base = RunGroup("grpo_person", [_run("grpo_person", s, 0.2, 0.3, a) for s, a in ((0, 0.6), (1, 0.7))])
+    ours = RunGroup("env_only", [_run("env_only", s, 0.2, 0.3, a) for s, a in ((0, 0.5), (1, 0.4))])
+    ev = EvidenceFile(
+        family="arith", budget=budget_of(cfg), baseline="grpo_person",
+        rows=row_results([base, ours], "grpo_person"), command="x", commit="c",
+    )  # fmt: skip
+    path = tmp_path / "e.json"
+    path.write_text(ev.model_dump_json())
+    line = comparison_line(path, cfg, {"avg@4": 0.5})
+    assert "env_only (this config) 0.200 -> 0.450" in line and "over the base model +0.250" in line, line
+    assert "2 of 2 seeds improve" in line and "sign-flip p 0.5000" in line

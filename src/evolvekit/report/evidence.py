@@ -222,20 +222,27 @@ def comparison_line(path: Path | str, cfg: Config, after: dict | None) -> str:
         return f"{path}: no finished '{ev.baseline}' row yet"
     if diff:
         return f"{path}: not comparable (its budget differs in {', '.join(diff)})"
-    own = ev.rows.get(cfg.run.name) if cfg.run.name != ev.baseline else None
+    name = cfg.train.compare_row or cfg.run.name
+    own = ev.rows.get(name) if name != ev.baseline else None
     parts = []
     for key in row.after:
         figures = [_figure(ev.baseline, row, key)]
         if own is not None and key in own.after:
-            figures.append(_figure(f"{cfg.run.name} (this config)", own, key))
+            figures.append(_figure(f"{name} (this config)", own, key))
             if (d := own.vs_baseline.get(key)) is not None:
                 figures.append(f"Δ {d.mean:+.3f} ({level(d.confidence)} CI {d.low:+.3f}..{d.high:+.3f})")
+            if (p := own.vs_before.get(key)) is not None:
+                iv, up = p.interval, round(p.improved * len(p.diffs))
+                figures.append(
+                    f"{name} over the base model {iv.mean:+.3f} ({level(iv.confidence)} CI {iv.low:+.3f}.."
+                    f"{iv.high:+.3f}, sign-flip p {p.sign_flip_p:.4f}, {up} of {len(p.diffs)} seeds improve)"
+                )
         if (ours_after := (after or {}).get(key)) is not None:
             figures.append(f"this run -> {ours_after}")
         parts.append(f"{key}: " + ", ".join(figures))
     commits = row.commit or ev.commit
     if own is not None and own.commit and own.commit != commits:
-        commits += f" ({cfg.run.name}: {own.commit})"
+        commits += f" ({name}: {own.commit})"
     return f"same family and budget, committed at {commits}: " + "; ".join(parts)
 
 
