@@ -740,3 +740,33 @@ def test_every_outbound_client_has_a_deadline_and_caps_its_reply(mode, cause):
             with pytest.raises(EnvError, match=cause):
                 call()
             assert time.perf_counter() - t0 < 15
+
+
+def test_the_service_creates_only_served_environments_within_their_own_caps():
+    """Issue 52 (3): without a token, /create {"env": "scienceworld"} started a 186 MB JVM for anyone; `env serve`
+    now serves only the environments named on its command line, heavy ones under their own cap, and computes a
+    profile once, off the event loop."""
+    settings = ServiceSettings(envs=("bfcl",), heavy_limits={"bfcl": 2}, step_timeout_s=30.0)
+    with serving(create_app(settings)) as url:
+        r = httpx.post(url + "/create", json={"env": "scienceworld"})
+        assert r.status_code == 403 and "not served here" in r.json()["detail"]
+        assert httpx.get(url + "/profile", params={"env": "scienceworld"}).status_code == 403
+        ids = [httpx.post(url + "/create", json={"env": "bfcl"}).json()["instance_id"] for _ in range(2)]
+        r = httpx.post(url + "/create", json={"env": "bfcl"})
+        assert r.status_code == 503 and "'bfcl'" in r.json()["detail"]
+        httpx.post(url + "/release", json={"instance_id": ids[0]})
+        assert httpx.post(url + "/create", json={"env": "bfcl"}).status_code == 200  # a released slot is free again
+        first = httpx.get(url + "/profile", params={"env": "bfcl"}, timeout=60)
+        t0 = time.perf_counter()
+        again = httpx.get(url + "/profile", params={"env": "bfcl"})
+        assert first.json() == again.json() and time.perf_counter() - t0 < 1.0
+
+
+def test_env_serve_refuses_an_unknown_environment_in_one_line():
+    out = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "env", "serve", "--env", "no-such-env", "--port", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no-such-env" in out.stderr, out.stderr

@@ -88,3 +88,25 @@ def test_eval_and_a_short_run_from_the_command_line(tmp_path):
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     metrics = json.loads(open(summary["metrics"]).read().splitlines()[0])
     assert metrics["rollout/steps_mean"] == 2.0 and "train/loss" in metrics
+
+
+@pytest.mark.parametrize(
+    "sandbox, field",
+    [
+        ({"task_name": "no-such-task"}, "sandbox_config.task_name"),
+        ({"task_name": ["boil"]}, "sandbox_config.task_name"),
+        ({"variation": "abc"}, "sandbox_config.variation"),
+        ({"variation": -1}, "sandbox_config.variation"),
+    ],
+)
+def test_a_bad_sandbox_config_is_one_env_error_naming_the_field(sandbox, field):
+    """Issue 52 (3): a bad ScienceWorld sandbox_config gave the service a 500 (the simulator's own exception)."""
+    from evolvekit.env.registry import make_env
+    from evolvekit.errors import EnvError
+
+    env = make_env("scienceworld")
+    try:
+        with pytest.raises(EnvError, match=field):
+            env.reset(None, sandbox)
+    finally:
+        env.close()

@@ -102,7 +102,9 @@ def env_check(
 
 @env_app.command("serve")
 def env_serve(
-    env: str = typer.Option("bfcl", help="default environment"),
+    env: list[str] = typer.Option(
+        ["bfcl"], help="an environment to serve (repeat for several; the first is the default); no other is created"
+    ),
     host: str = typer.Option("127.0.0.1", help="bind address (loopback by default)"),
     port: int = typer.Option(8765),
     token_env: str = typer.Option("EVOLVEKIT_ENV_TOKEN", help="env var holding the bearer token (unset = no auth)"),
@@ -118,11 +120,21 @@ def env_serve(
     if not loopback and token is None:
         raise ConfigError(f"--host {host}: serving beyond loopback needs a bearer token (set {token_env})")
     allowed = ServiceSettings.allowed_hosts + (() if loopback else (host_name(host),))
+    from evolvekit.env.registry import available_envs
+
+    unknown = [e for e in env if e not in available_envs()]
+    if unknown:
+        raise ConfigError(f"--env {unknown[0]}: unknown environment (evolvekit env list)")
     console.print(f"environment service on http://{host}:{port} (auth: {'bearer token' if token else 'none'})")
     serve(
         host,
         port,
         ServiceSettings(
-            token=token, step_timeout_s=step_timeout_s, idle_ttl_s=idle_ttl_s, default_env=env, allowed_hosts=allowed
+            token=token,
+            step_timeout_s=step_timeout_s,
+            idle_ttl_s=idle_ttl_s,
+            default_env=env[0],
+            allowed_hosts=allowed,
+            envs=tuple(env),
         ),
     )

@@ -65,8 +65,19 @@ class ScienceWorldEnv:
 
     def reset(self, task: Task | None = None, sandbox_config: dict[str, Any] | None = None) -> ResetResult:
         meta = (task.metadata if task else sandbox_config) or {}
-        task_name = meta.get("task_name") or self._env.get_task_names()[0]
-        self._env.load(task_name, int(meta.get("variation", 0)), "", generateGoldPath=False)
+        where = "task.metadata" if task else "sandbox_config"
+        if not isinstance(meta, dict):
+            raise EnvError(f"{where}: must be an object with task_name and variation")
+        names = self._env.get_task_names()
+        task_name = meta.get("task_name") or names[0]
+        if not isinstance(task_name, str) or task_name not in names:
+            raise EnvError(
+                f"{where}.task_name: {str(task_name)[:60]!r} is not a ScienceWorld task ({len(names)} exist)"
+            )
+        variation = meta.get("variation", 0)
+        if isinstance(variation, bool) or not isinstance(variation, int) or not 0 <= variation < 10_000:
+            raise EnvError(f"{where}.variation: must be an integer from 0, got {str(variation)[:30]!r}")
+        self._env.load(task_name, variation, "", generateGoldPath=False)
         obs, info = self._env.reset()
         self.task, self.score, self.steps, self.done = task, 0.0, 0, False
         system = SYSTEM.format(actions="\n".join(self._env.get_possible_actions()))

@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 class _Instance:
     env: Environment
     task_id: str = ""
+    env_name: str = ""
     tools: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_used: float = field(default_factory=time.monotonic)
@@ -65,6 +66,11 @@ class ServiceSettings:
     # the Host header names one of these (a port after it is ignored): a web page that rebinds its own name to
     # 127.0.0.1 still sends its name, and is refused (DNS rebinding); `env serve --host` adds the bind address
     allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
+    # the environments this service creates; None = every registered one (in-process use). `env serve` passes the
+    # ones named on its command line, so a client cannot start a simulator the operator did not offer
+    envs: tuple[str, ...] | None = None
+    # instance caps of heavy environments (each instance a JVM or a server process), inside max_instances
+    heavy_limits: dict[str, int] = field(default_factory=lambda: {"scienceworld": 4, "mcp": 16, "openenv": 16})
 
 
 class EnvService:
@@ -73,13 +79,42 @@ class EnvService:
         self.instances: dict[str, _Instance] = {}
         self.guard = threading.Lock()
         self.reserved = 0  # /create calls between their limit check and their insert
+        self.reserved_heavy: dict[str, int] = {}  # the same, per heavy environment
+        self.profiles: dict[str, list[EnvProfile]] = {}
+        self.profile_lock = threading.Lock()
 
-    def reserve(self) -> None:
-        """Claim a slot for a new instance, or 503 — atomically, so concurrent creates never exceed the limit."""
+    def served(self, name: str) -> None:
+        """403 for an environment this service was not started to serve."""
+        envs = self.settings.envs
+        if envs is not None and name not in envs:
+            raise HTTPException(403, f"environment '{name[:64]}' is not served here (served: {', '.join(envs)})")
+
+    def reserve(self, env_name: str = "") -> None:
+        """Claim a slot for a new instance, or 503 — atomically, so concurrent creates never exceed the limit (and
+        a heavy environment's own limit)."""
         with self.guard:
             if len(self.instances) + self.reserved >= self.settings.max_instances:
                 raise HTTPException(503, f"instance limit {self.settings.max_instances} reached; release some")
+            heavy = self.settings.heavy_limits.get(env_name)
+            if heavy is not None:
+                live = sum(i.env_name == env_name for i in self.instances.values())
+                if live + self.reserved_heavy.get(env_name, 0) >= heavy:
+                    raise HTTPException(503, f"instance limit of '{env_name}' ({heavy}) reached; release some")
+                self.reserved_heavy[env_name] = self.reserved_heavy.get(env_name, 0) + 1
             self.reserved += 1
+
+    def unreserve(self, env_name: str = "") -> None:
+        with self.guard:
+            self.reserved -= 1
+            if env_name in self.reserved_heavy:
+                self.reserved_heavy[env_name] -= 1
+
+    def profile(self, name: str) -> list[EnvProfile]:
+        """An environment's profiles, computed once per service (a JVM-backed profile took 4.2 s each time)."""
+        with self.profile_lock:
+            if name not in self.profiles:
+                self.profiles[name] = make_env(EnvConfig(name=name)).profile()
+            return self.profiles[name]
 
     def get(self, instance_id: str) -> _Instance:
         inst = self.instances.get(instance_id)
@@ -148,11 +183,11 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
     @app.get("/profile", dependencies=[Depends(auth)])
     async def profile(env: str = settings.default_env) -> list[EnvProfile]:
+        service.served(env)
         try:
-            e = make_env(EnvConfig(name=env))
+            return await run_in_threadpool(service.profile, env)  # off the event loop: /healthz keeps answering
         except EvolveKitError as err:
             raise HTTPException(400, str(err)) from None
-        return e.profile()
 
     async def body_of(request: Request) -> Any:
         try:
@@ -167,21 +202,33 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             raise RequestValidationError(err.errors()) from None
 
     async def new_instance(
-        env: Environment, reset_fn, instance_id: str | None = None, task_id: str = ""
+        env_cfg: EnvConfig, reset_fn, instance_id: str | None = None, task_id: str = ""
     ) -> tuple[str, Any]:
-        service.reserve()
+        """Reserve a slot, build the environment and reset it off the event loop, and register the instance."""
+        env_name = env_cfg.name
+        service.served(env_name)
+        service.reserve(env_name)
+        env: Environment | None = None
         try:
             try:
-                reset = await run_in_threadpool(reset_fn)
+                env = await run_in_threadpool(make_env, env_cfg)
+                reset = await run_in_threadpool(reset_fn, env)
             except EvolveKitError as err:
+                if env is not None:
+                    env.close()
                 raise HTTPException(400, str(err)) from None
+            except (ValueError, TypeError) as err:  # a simulator refusing its sandbox_config in its own words
+                if env is not None:
+                    env.close()
+                raise HTTPException(400, f"invalid request body at 'sandbox_config': {str(err)[:200]}") from None
             with service.guard:
                 if instance_id is None or instance_id in service.instances:
                     instance_id = uuid.uuid4().hex
-                service.instances[instance_id] = _Instance(env=env, task_id=task_id, tools=list(reset.tools))
+                service.instances[instance_id] = _Instance(
+                    env=env, task_id=task_id, env_name=env_name, tools=list(reset.tools)
+                )
         finally:
-            with service.guard:
-                service.reserved -= 1
+            service.unreserve(env_name)
         return instance_id, reset
 
     @app.post("/create", dependencies=[Depends(auth)])
@@ -190,11 +237,8 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         if upstream.is_upstream(body):
             return await upstream_create(parse(upstream.UpstreamRequest, body))
         req = parse(CreateRequest, body)
-        try:
-            env = make_env(EnvConfig(name=req.env, backends=req.backends))
-        except EvolveKitError as err:
-            raise HTTPException(400, str(err)) from None
-        instance_id, reset = await new_instance(env, lambda: env.reset(req.task, req.sandbox_config))
+        env_cfg = EnvConfig(name=req.env, backends=req.backends)
+        instance_id, reset = await new_instance(env_cfg, lambda env: env.reset(req.task, req.sandbox_config))
         return CreateResponse(instance_id=instance_id, reset=reset)
 
     async def upstream_create(req: upstream.UpstreamRequest) -> dict:
@@ -202,14 +246,16 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             raise HTTPException(422, "invalid request body at 'task_id': a task id is required")
         if req.instance_id is not None and not _SAFE_ID.fullmatch(req.instance_id):
             raise HTTPException(422, "invalid request body at 'instance_id': 1-64 letters, digits, '-' or '_'")
+        service.served(req.env_type)
         try:
             task = await run_in_threadpool(tasks.find, req.env_type, req.task_id, req.params)
-            env = make_env(EnvConfig(name=req.env_type))
         except LookupError as err:
             raise HTTPException(404, str(err)) from None
         except EvolveKitError as err:
             raise HTTPException(400, str(err)) from None
-        instance_id, reset = await new_instance(env, lambda: env.reset(task), req.instance_id, task.task_id)
+        instance_id, reset = await new_instance(
+            EnvConfig(name=req.env_type), lambda env: env.reset(task), req.instance_id, task.task_id
+        )
         state = upstream.initial_state(reset)
         return upstream.reply(upstream.episode(state, 0.0, False, instance_id, task.task_id))
 
