@@ -303,3 +303,45 @@ def test_a_shared_server_at_a_streamable_http_url(tmp_path):
     finally:
         server.terminate()
         server.wait(10)
+
+
+@needs_fs
+def test_the_alias_is_translated_in_paths_not_inside_file_contents():
+    """Issue 52 (7): the alias was rewritten inside file contents, so a correct call writing "see /sandbox/notes"
+    stored the episode's real temporary path and was scored as failed against the reference's own sandbox."""
+    note = ToolCall(name="write_file", arguments={"path": "/sandbox/todo.txt", "content": "see /sandbox/notes"})
+    env = make_env(_cfg("mcp_filesystem.yaml"))
+    env.reset(_task("Write 'see /sandbox/notes' to /sandbox/todo.txt", note))
+    assert env.step(Action(tool_calls=[note])).call_results[0].ok
+    assert (env.sandbox / "todo.txt").read_text() == "see /sandbox/notes"  # the path translated, the words kept
+    assert env.evaluate().score == 1.0
+    env.close()
+
+
+def test_a_server_printing_garbage_is_one_clear_error_and_a_few_log_lines(caplog):
+    """Issue 52 (9): a server printing garbage produced 17,310 tracebacks in 18 s, and the start-up error hid its
+    cause inside "ExceptionGroup ... (1 sub-exception)"."""
+    import logging
+
+    server = str(ROOT / "tests/plugins/mcp_garbage_server.py")
+    cfg = EnvConfig(name="mcp", mcp={"command": [sys.executable, server], "sandbox": "none",
+                                     "probe": [{"name": "x"}], "startup_timeout_s": 3})  # fmt: skip
+    env = make_env(cfg)
+    with caplog.at_level(logging.ERROR, logger="mcp"), pytest.raises(EnvError) as err:
+        env.reset(None)
+    env.close()
+    assert "ExceptionGroup" not in str(err.value) and "sub-exception" not in str(err.value), err.value
+    assert len([r for r in caplog.records if r.name.startswith("mcp")]) <= 6
+
+
+def test_sandboxes_of_dead_processes_are_swept(tmp_path):
+    """Issue 52 (9): a kill -9 of the parent left its sandboxes in the temporary folder forever."""
+    from evolvekit.env.mcp import SANDBOX_PREFIX, sweep_orphan_sandboxes
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = tmp_path / f"{SANDBOX_PREFIX}{dead.stdout.strip()}-abc"
+    mine = tmp_path / f"{SANDBOX_PREFIX}{os.getpid()}-abc"
+    for p in (orphan, mine):
+        (p / "notes").mkdir(parents=True)
+    assert sweep_orphan_sandboxes(str(tmp_path)) == 1
+    assert not orphan.exists() and mine.exists()

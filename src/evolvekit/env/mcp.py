@@ -67,6 +67,65 @@ GIT_ENV = {
 INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR")
 
 
+SANDBOX_PREFIX = "evolvekit-mcp-"  # + the owning process id + "-": a sandbox whose owner is gone is swept
+_swept = False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def sweep_orphan_sandboxes(tmp: str | None = None) -> int:
+    """Remove the sandboxes of processes that no longer exist (a kill -9 skips every cleanup); returns how many."""
+    root = Path(tmp or tempfile.gettempdir())
+    gone = 0
+    for path in root.glob(SANDBOX_PREFIX + "*-*"):
+        pid = path.name[len(SANDBOX_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            gone += 1
+    return gone
+
+
+def root_cause(err: BaseException) -> BaseException:
+    """The first leaf of an exception group (anyio and the MCP SDK wrap a server's start-up failure in one or more
+    groups, whose own message says only "(1 sub-exception)")."""
+    while isinstance(err, BaseExceptionGroup) and err.exceptions:
+        err = err.exceptions[0]
+    return err
+
+
+class _FloodGuard(logging.Filter):
+    """Lets through the first ``limit`` records of a logger, then one notice, then nothing until ``reset``: a
+    server that prints garbage made the SDK log 17,310 tracebacks (15 MB) in 18 s."""
+
+    def __init__(self, limit: int = 5) -> None:
+        super().__init__()
+        self.limit, self.seen = limit, 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.seen += 1
+        if self.seen == self.limit + 1:
+            record.msg, record.args, record.exc_info, record.exc_text = (
+                "further messages of this MCP server's stream are suppressed (a server printing non-protocol output)",
+                None,
+                None,
+                None,
+            )
+            return True
+        return self.seen <= self.limit
+
+
+_FLOOD = _FloodGuard()
+logging.getLogger("mcp.client.stdio").addFilter(_FLOOD)  # a logger's filter sees only its own records
+
+
 def mcp_available() -> str | None:
     """None when the MCP client is installed, else how to install it."""
     try:
@@ -85,6 +144,10 @@ def result_text(result: Any) -> str:
     return "\n".join(parts)
 
 
+# argument keys whose strings are text to keep as written, not paths to translate (matched case-insensitively)
+_TEXT_KEY = re.compile(r"(?i)content|text|body|message|data")
+
+
 class MCPSession:
     """A synchronous client of one MCP server: the SDK's ``Client`` driven from an event loop in its own thread."""
 
@@ -96,6 +159,7 @@ class MCPSession:
         from mcp import Client
 
         self.timeout_s = timeout_s
+        _FLOOD.seen = 0  # each server may say its first few things
         self._stack: ExitStack | None = ExitStack()
         try:
             self._portal = self._stack.enter_context(start_blocking_portal())
@@ -105,7 +169,10 @@ class MCPSession:
             self.server_name = str(getattr(getattr(self.client, "server_info", None), "name", "") or "")
         except BaseException as err:
             self.close()
-            raise EnvError(f"cannot start the MCP server (env.mcp): {type(err).__name__}: {err}") from None
+            cause = root_cause(err)
+            raise EnvError(
+                f"cannot start the MCP server (env.mcp): {type(cause).__name__}: {str(cause)[:300]}"
+            ) from None
 
     def call(self, name: str, arguments: dict[str, Any]) -> tuple[bool, str, bool]:
         """(ok, output, unknown_tool) of one tool call; a protocol error is a failed call, not an exception."""
@@ -157,7 +224,12 @@ class MCPEnv:
     def _make_sandbox(self) -> Path | None:
         if self.m.sandbox == "none":
             return None
-        root = Path(tempfile.mkdtemp(prefix="evolvekit-mcp-"))
+        global _swept
+        if not _swept:  # once per process: the sandboxes of processes killed before they could clean up
+            _swept = True
+            if (n := sweep_orphan_sandboxes()) > 0:
+                log.info("removed %d MCP sandboxes left by processes that no longer exist", n)
+        root = Path(tempfile.mkdtemp(prefix=f"{SANDBOX_PREFIX}{os.getpid()}-"))
         if self.m.seed_dir:
             seed = Path(self.m.seed_dir).expanduser()
             if not seed.is_dir():
@@ -214,16 +286,24 @@ class MCPEnv:
         }
 
     # --- path aliasing ---------------------------------------------------------------------------------------------
-    def _to_real(self, value: Any) -> Any:
+    def _to_real(self, value: Any, key: str = "") -> Any:
+        """The arguments with the alias translated to the real sandbox: only a string that is a path under the alias
+        as a whole (``/sandbox`` or ``/sandbox/...``), and never under a key that holds text (content, text, body,
+        message, data), so a file written with "see /sandbox/notes" in it keeps those words and scores as the
+        reference does."""
         if self.sandbox is None:
             return value
         if isinstance(value, str):
-            alias = re.escape(self.m.alias.rstrip("/"))
-            return re.sub(rf"(?<![\w.\-/]){alias}(?=/|\b|$)", lambda _: str(self.sandbox), value)
+            if _TEXT_KEY.search(key):
+                return value
+            alias = self.m.alias.rstrip("/")
+            if value == alias or value.startswith(alias + "/"):
+                return str(self.sandbox) + value[len(alias) :]
+            return value
         if isinstance(value, dict):
-            return {k: self._to_real(v) for k, v in value.items()}
+            return {k: self._to_real(v, str(k)) for k, v in value.items()}
         if isinstance(value, list):
-            return [self._to_real(v) for v in value]
+            return [self._to_real(v, key) for v in value]
         return value
 
     def _to_alias(self, text: str) -> str:
