@@ -292,12 +292,15 @@ class ExperienceProvenance(BaseModel):
     iteration: int | None = None
 
 
+MAX_EXPERIENCE_CHARS = 4_000  # a field of one experience (extraction writes at most 1,200; prompts hold top-k of them)
+
+
 class Experience(_Model):
     """A reusable piece of experience (AgentEvolver §4.1): when to use it, and what it says."""
 
-    experience_id: str = Field(default_factory=lambda: new_id("exp"))
-    when_to_use: str
-    content: str
+    experience_id: str = Field(default_factory=lambda: new_id("exp"), max_length=128)
+    when_to_use: str = Field(max_length=MAX_EXPERIENCE_CHARS)
+    content: str = Field(max_length=MAX_EXPERIENCE_CHARS)
     provenance: ExperienceProvenance = Field(default_factory=ExperienceProvenance)
     use_count: int = 0
     success_count: int = 0

@@ -770,3 +770,50 @@ def test_env_serve_refuses_an_unknown_environment_in_one_line():
         timeout=120,
     )
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no-such-env" in out.stderr, out.stderr
+
+
+def test_error_replies_name_the_problem_without_echoing_the_input():
+    """Issue 52 (10): 4xx bodies echoed up to 1.9 MB of the client's input."""
+    with serving(create_app(ServiceSettings(max_body_bytes=3_000_000))) as url:
+        huge = "q" * 1_500_000
+        task = _task(reference_solution=[[{"name": "no_such_tool_" + huge, "arguments": {}}]])
+        r = httpx.post(url + "/create", json={"env": "bfcl", "task": task}, timeout=60)
+        assert 400 <= r.status_code < 500 and len(r.content) < 2_000, (r.status_code, len(r.content))
+
+
+def test_an_unknown_environment_is_refused_before_any_model_or_folder(tmp_path):
+    """Issue 52 (10): an unknown env.name was reported only after the models had loaded."""
+    out = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "run", QUICKSTART, "--set", "env.name=nope",
+         "--set", f"run.out_dir={tmp_path}/runs"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2 and "env.name" in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_imported_experiences_are_capped_per_field_and_per_file(tmp_path):
+    """Issue 52 (10): imported experiences had no size cap."""
+    from pydantic import ValidationError
+
+    from evolvekit.errors import ConfigError
+    from evolvekit.navigating import pool as pool_mod
+    from evolvekit.types import MAX_EXPERIENCE_CHARS, Experience
+
+    with pytest.raises(ValidationError):
+        Experience(when_to_use="w", content="c" * (MAX_EXPERIENCE_CHARS + 1))
+    path = tmp_path / "pool.jsonl"
+    path.write_text(Experience(when_to_use="w", content="c").model_dump_json() + "\n")
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"when_to_use": "w", "content": "' + "c" * (MAX_EXPERIENCE_CHARS + 1) + '"}\n')
+    pool = pool_mod.ExperiencePool(lambda texts: __import__("numpy").ones((len(texts), 4)), theta_sim=2.0)
+    with pytest.raises(ConfigError, match="big.jsonl:1"):
+        pool.import_jsonl(big)
+    old = pool_mod.MAX_IMPORT_EXPERIENCES
+    try:
+        pool_mod.MAX_IMPORT_EXPERIENCES = 0
+        with pytest.raises(ConfigError, match="more than the 0"):
+            pool.import_jsonl(path)
+    finally:
+        pool_mod.MAX_IMPORT_EXPERIENCES = old
+    assert len(pool) == 0

@@ -20,6 +20,10 @@ from evolvekit.types import Experience
 EquivalenceCheck = Callable[[Experience, Experience], bool]
 
 
+MAX_IMPORT_EXPERIENCES = 10_000  # one `experiences import` (each is embedded and merged)
+MAX_IMPORT_BYTES = 64 * 2**20
+
+
 @dataclass(frozen=True)
 class AddResult:
     action: str  # "added" | "merged"
@@ -149,9 +153,17 @@ class ExperiencePool:
     def import_jsonl(self, path: Path) -> list[AddResult]:
         """Import a shared pool; imported experiences go through the same merge rule. The whole file is validated
         first: a malformed one is a ``ConfigError`` naming the line, and adds nothing."""
+        from evolvekit.errors import ConfigError
         from evolvekit.safejson import read_jsonl
 
-        return [self.add(e) for e in read_jsonl(path, Experience, "an experience")]
+        if Path(path).is_file() and Path(path).stat().st_size > MAX_IMPORT_BYTES:
+            raise ConfigError(f"{path}: over {MAX_IMPORT_BYTES // 2**20} MiB; an experience file holds at most that")
+        found = read_jsonl(path, Experience, "an experience")
+        if len(found) > MAX_IMPORT_EXPERIENCES:
+            raise ConfigError(
+                f"{path}: {len(found)} experiences, more than the {MAX_IMPORT_EXPERIENCES} one import takes"
+            )
+        return [self.add(e) for e in found]
 
     def load(self, experiences: Sequence[Experience]) -> None:
         """Restore a stored pool as is (no merging), re-embedding in one batch."""

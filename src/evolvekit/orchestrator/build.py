@@ -69,6 +69,11 @@ def open_run(cfg: Config | None, resume: Path | None, fixed_dir: Path | None = N
     problem = training_problem(cfg)
     if problem is not None:
         raise ConfigError(problem)
+    from evolvekit.env.registry import available_envs, load_plugins
+
+    load_plugins(cfg.env.plugins)  # an unknown environment is named now, before any folder or model
+    if cfg.env.name not in available_envs():
+        raise ConfigError(f"env.name: unknown environment '{cfg.env.name}' (evolvekit env list; env.plugins)")
     run_dir = Path(fixed_dir) if fixed_dir is not None else new_run_dir(cfg)
     try:
         run_dir.mkdir(parents=True, exist_ok=fixed_dir is not None)

@@ -136,6 +136,7 @@ class EnvService:
         return len(stale)
 
 
+MAX_DETAIL = 500  # characters of an error reply's detail
 _SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 M = TypeVar("M", bound=BaseModel)
 
@@ -168,13 +169,22 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         if not secrets.compare_digest(header, f"Bearer {settings.token}"):
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
+    @app.exception_handler(HTTPException)
+    async def short_detail(request: Request, exc: HTTPException):
+        """Every error's detail at most 500 characters: a 4xx names the field, it does not echo the input back."""
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if len(detail) > MAX_DETAIL:
+            detail = detail[:MAX_DETAIL] + f"... ({len(detail) - MAX_DETAIL} more characters)"
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
+
     @app.exception_handler(RequestValidationError)
     async def bad_body(request: Request, exc: RequestValidationError):
         errs = exc.errors()
         first = errs[0] if errs else {"loc": (), "msg": "invalid body"}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         return JSONResponse(
-            {"detail": f"invalid request body at '{where}': {first.get('msg')}", "errors": len(errs)}, status_code=422
+            {"detail": f"invalid request body at '{where[:200]}': {str(first.get('msg'))[:300]}", "errors": len(errs)},
+            status_code=422,
         )
 
     @app.get("/healthz")
