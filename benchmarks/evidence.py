@@ -46,6 +46,13 @@ def _other_levels(ev, confidence: float) -> str:
     )
 
 
+def _closed(h) -> str:
+    """Person-written training tasks with closed gold, and the share step credit found a self-derived reference for."""
+    if h.closed_tasks is None:
+        return "n/a"
+    return f"{h.closed_tasks:.0f} ({_fmt(h.self_referenced_share)})"
+
+
 def _name(name: str, row) -> str:
     """A row's name as the tables print it: 'oracle' marked where person-written gold reached its training."""
     return f"{name} (ORACLE)" if row.oracle else name
@@ -140,11 +147,14 @@ def markdown(ev, spec) -> str:
         "",
         "attribution live: share of groups with mixed outcomes (by the environment's check) whose attribution "
         "channel was non-degenerate; judge fallback: share of judge calls that fell back; validated: share of "
-        "extraction jobs that yielded a validated experience; n/a: that helper was off in the run.",
+        "extraction jobs that yielded a validated experience; closed person tasks: person-written training tasks whose "
+        "gold the run could not read (summed over iterations), with the share that step credit had a self-derived "
+        "reference for (a success of the run's own); n/a: that helper was off in the run, or no such task.",
         "",
         "| row | seed | sources | attribution live | attribution agreement with grounded | judge calls | judge "
-        "fallback | extraction jobs | validated | synthetic tasks | training minutes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "fallback | extraction jobs | validated | synthetic tasks | closed person tasks (self-referenced) | "
+        "training minutes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in ev.rows.items():
         for h in r.health:
@@ -153,7 +163,7 @@ def markdown(ev, spec) -> str:
                 f"| {name} | {h.seed} | {src} | {_fmt(h.attribution_mixed_groups)} | "
                 f"{_fmt(h.attribution_agreement_with_grounded)} | {_fmt(h.judge_calls, 0)} | "
                 f"{_fmt(h.judge_fallback_rate)} | {_fmt(h.extraction_jobs, 0)} | {_fmt(h.validated_share)} | "
-                f"{_fmt(h.synthetic_tasks, 0)} | {_fmt(h.minutes, 1)} |"
+                f"{_fmt(h.synthetic_tasks, 0)} | {_closed(h)} | {_fmt(h.minutes, 1)} |"
             )
     return "\n".join(lines) + "\n"
 

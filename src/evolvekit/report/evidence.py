@@ -160,6 +160,10 @@ class RunHealth(BaseModel):
     validated_share: float | None = None
     synthetic_tasks: float | None = None
     minutes: float | None = None
+    # person-written training tasks whose gold was closed, and the share of them step credit had a self-derived
+    # reference for (the group's own success, or an earlier one): None where no such task was trained on
+    closed_tasks: float | None = None
+    self_referenced_share: float | None = None
 
 
 class RowResult(BaseModel):
@@ -262,6 +266,7 @@ def run_health(run: RunSummary, seed: int) -> RunHealth:
     has = {k for it in m.values() for k in it}
     mixed = total(m, "attribution/mixed_groups")
     judged = total(m, "judge/calls")
+    closed = total(m, "attribution/closed_tasks")
     v1, n1 = weighted(m, "navigating/validated_share", "navigating/extraction_jobs")
     v0, n0 = weighted(m, "navigating/cold_start_validated_share", "navigating/cold_start_extraction_jobs")
     agree = [
@@ -281,6 +286,8 @@ def run_health(run: RunSummary, seed: int) -> RunHealth:
         validated_share=(v0 + v1) / (n0 + n1) if n0 + n1 else None,
         synthetic_tasks=pool[0] if pool else None,
         minutes=total(m, "time/iteration_s") / 60 if m else None,
+        closed_tasks=closed if closed else None,
+        self_referenced_share=total(m, "attribution/self_referenced") / closed if closed else None,
     )
 
 
