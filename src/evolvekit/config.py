@@ -482,7 +482,7 @@ class AttributingConfig(_Section):
     concurrency: int = F(4, "concurrent attributor calls", ge=1)
     source: Literal["auto", "llm", "grounded", "gigpo"] = F(
         "auto",
-        "where step credit comes from: llm = the paper's attributor (§5.1), its labels into Eq. 18-21; grounded = GOOD/BAD from execution against the task's reference solution and the environment's state (attributing/grounded.py), into the same Eq. 18-21; gigpo = GiGPO's anchor-state step groups (verl-agent; no helper model): A = A^E + ω·A^S; auto = llm for a served attributor (models.attributor.backend: openai), grounded for an in-process one",
+        "where step credit comes from: llm = the paper's attributor (§5.1), its labels into Eq. 18-21; grounded = GOOD/BAD from execution against the reference the run may read (a synthesized task's own; for a person-written task the group's own successful episode unless run.oracle) and the environment's state (attributing/grounded.py), into the same Eq. 18-21; gigpo = GiGPO's anchor-state step groups (verl-agent; no helper model): A = A^E + ω·A^S; auto = llm for a served attributor (models.attributor.backend: openai), grounded for an in-process one",
     )
     gigpo_gamma: float = F(0.95, "GiGPO's discount γ of the step returns (verl-agent default 0.95)", ge=0, le=1)
     gigpo_weight: float = F(1.0, "GiGPO's ω, weight of the step-level advantage (verl-agent default 1.0)", ge=0)
@@ -737,6 +737,18 @@ def cross_field_problem(cfg: Config) -> str | None:
             "questioning.numbers_constrained: on needs an in-process synthesizer (it masks the model's next-token "
             "choices); models.synthesizer.backend is openai"
         )
+    a = cfg.attributing
+    if a.source == "gigpo":
+        ignored = [
+            f"attributing.{name}"
+            for name in ("mode", "alpha", "alpha_schedule", "normalization")
+            if getattr(a, name) != AttributingConfig.model_fields[name].get_default(call_default_factory=True)
+        ]
+        if ignored:
+            return (
+                f"attributing.source: gigpo computes its own two-level advantages (A^E + ω·A^S), not Eq. 18-21; "
+                f"{', '.join(ignored)} would be ignored: leave them at their defaults (or use source grounded/llm)"
+            )
     if cfg.cold_start.enabled and not cfg.cold_start.tasks_file and not cfg.questioning.enabled:
         return "cold_start.enabled needs verified tasks: set cold_start.tasks_file or questioning.enabled"
     if cfg.env.curriculum and cfg.questioning.enabled:

@@ -241,3 +241,20 @@ def test_the_gold_table_is_oracle_and_shares_the_person_task_reference_row():
         assert cfg.run.oracle == (name != "grpo_person"), name
         assert not cfg.questioning.enabled  # every row trains on the person-written split
     assert Path(load_config(Path("configs") / gold.base, rows["sft_then_grpo"]).cold_start.tasks_file or "").is_file()
+
+
+def test_gigpo_refuses_the_eq_18_to_21_fields_it_would_ignore():
+    """Issue 53 (2): the gigpo branch returns before Eq. 18-21, so mode, alpha, alpha_schedule and normalization
+    were silently ignored; now config refuses them, naming each."""
+    from evolvekit.errors import ConfigError
+
+    base = ["attributing.enabled=true", "attributing.source=gigpo"]
+    assert load_config(None, base).attributing.source == "gigpo"
+    for extra, name in (
+        ("attributing.alpha=0.3", "attributing.alpha"),
+        ("attributing.mode=attribution_only", "attributing.mode"),
+        ("attributing.normalization=step", "attributing.normalization"),
+        ("attributing.alpha_schedule=[0.1,0.2]", "attributing.alpha_schedule"),
+    ):
+        with pytest.raises(ConfigError, match=name):
+            load_config(None, [*base, extra])
