@@ -434,6 +434,7 @@ class NavigatingConfig(_Section):
     as_tool: bool = F(
         False, "expose experience as a search_experience tool instead of prompt injection (EvolveR §3.2.2)"
     )
+    search_k: int = F(3, "results of one search_experience call with navigating.as_tool (EvolveR: k_e = 3)", ge=1)
     theta_sim: float = F(0.85, "θ_sim, cosine at or above which a new experience is checked for merge (EvolveR)")
     theta_prune: float = F(
         0.3, "θ_prune, prune experiences with score (c_succ+1)/(c_use+2) below it (EvolveR)", ge=0, le=1

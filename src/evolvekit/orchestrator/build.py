@@ -281,7 +281,7 @@ def build_loop(
         pool = experience.pool
 
         def search(query: str) -> str:
-            return search_answer(pool, query, cfg.navigating.top_k)[0]
+            return search_answer(pool, query, cfg.navigating.search_k)[0]
 
     warmup = (
         _cold_start(cfg, store, trainer, trainer.reference, env_factory, search) if cfg.cold_start.enabled else None
@@ -417,7 +417,7 @@ def _navigation(
         inner_factory = env_factory
 
         def env_factory():
-            return ExperienceToolEnv(inner_factory(), pool, cfg.navigating.top_k)
+            return ExperienceToolEnv(inner_factory(), pool, cfg.navigating.search_k)
 
     extractor = ExperienceExtractor(
         summarizer,
