@@ -17,7 +17,7 @@ tasks_app = typer.Typer(help="Self-questioning: make tasks by exploring an envir
 
 @tasks_app.command("synthesize")
 def synthesize(
-    env: str = typer.Option("bfcl", help="environment"),
+    env: Optional[str] = typer.Option(None, help="environment (default: the config's env.name)"),
     n: int = typer.Option(20, help="tasks to keep"),
     out: Path = typer.Option(Path("tasks.jsonl"), help="JSONL file of the kept tasks"),
     config: Optional[Path] = typer.Option(None, "--config", "-c"),
@@ -34,7 +34,7 @@ def synthesize(
     from evolvekit.orchestrator.build import pass_probe
     from evolvekit.questioning.pipeline import known_tasks, synthesize_tasks
 
-    cfg = load_config(config, list(overrides or []) + [f"env.name={env}"])
+    cfg = load_config(config, list(overrides or []) + ([f"env.name={env}"] if env else []))
     setup_logging(cfg.run.log_level)
     embedder = build_embedder(cfg.embedding)
     out.parent.mkdir(parents=True, exist_ok=True)
