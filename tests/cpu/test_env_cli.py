@@ -38,3 +38,11 @@ def test_scienceworld_missing_is_a_clear_error():
 
         with pytest.raises(EnvError, match="ScienceWorld unavailable"):
             make_env("scienceworld")
+
+
+def test_version_prints_the_package_version_and_the_code_commit():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("evolvekit 0.") and "(" in out.stdout, out

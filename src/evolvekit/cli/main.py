@@ -18,6 +18,27 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        from evolvekit.provenance import code_commit
+
+        sys.stdout.write(f"evolvekit {version('evolvekit')} ({code_commit()})\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and the code's commit"
+    ),
+) -> None:
+    """evolvekit: LLM agents that train themselves."""
+
+
 llm_app = typer.Typer(help="Talk to the configured LLMs.", no_args_is_help=True)
 config_app = typer.Typer(help="Inspect and validate configuration.", no_args_is_help=True)
 app.add_typer(llm_app, name="llm")
