@@ -72,7 +72,8 @@ def open_run(cfg: Config | None, resume: Path | None, fixed_dir: Path | None = N
     from evolvekit.env.registry import available_envs, load_plugins
 
     load_plugins(cfg.env.plugins)  # an unknown environment is named now, before any folder or model
-    if cfg.env.name not in available_envs():
+    remote = cfg.env.service_url is not None  # an environment the service at env.service_url provides
+    if not remote and cfg.env.name not in available_envs():
         raise ConfigError(f"env.name: unknown environment '{cfg.env.name}' (evolvekit env list; env.plugins)")
     run_dir = Path(fixed_dir) if fixed_dir is not None else new_run_dir(cfg)
     try:
