@@ -259,6 +259,14 @@ class TrainConfig(_Section):
     kl_beta: float = F(0.001, "KL penalty coefficient β, k3 estimator (§7.1.3: 0.001; Eq. 17)", ge=0)
     eps_low: float = F(0.28, "lower clip ε_low (§7.1.3: 0.28; Eq. 17)", ge=0, lt=1)
     eps_high: float = F(0.28, "upper clip ε_high (§7.1.3: 0.28; Eq. 17)", ge=0)
+    log_ratio_clamp: float | None = F(
+        None, "clamp logp − old to [−c, c] before exp (veRL's compute_policy_loss: 20); None = off", gt=0
+    )
+    dual_clip_c: float | None = F(
+        None,
+        "dual-clip PPO: a negative-advantage token's loss is at most −A·c (veRL: clip_ratio_c 3; must exceed 1); None = off",
+        gt=1,
+    )
     eps_norm: float = F(1e-6, "ε_norm in the group normalisation of advantages (Eq. 16)", gt=0)
     ppo_epochs: int = F(1, "optimisation passes over each batch of samples", ge=1)
     mini_batch_size: int = F(0, "sequences per optimizer step (0 = the whole batch in one step, on-policy)", ge=0)

@@ -150,3 +150,27 @@ def test_ratio_diagnostics_by_hand():
     off = ratio_diagnostics(logp, old, adv, mask, guided, eps_low=0.28, eps_high=0.28, eps_high_boost=None)
     assert off["guided_clipped"] == 1 and off["boost_changed"] == 0  # without it 1.5 is clipped
     assert d["vanilla_clipped"] == 0 and d["vanilla_ratio_dev"] == 0
+
+
+def test_dual_clip_and_log_ratio_clamp_by_hand():
+    """veRL's two options (issue 53, item 5), by hand: ρ = 5, ε = 0.2. A = −1: the clipped objective's loss is
+    −min(−5, −1.2) = 5, and dual-clip with c = 3 bounds it at −A·c = 3; A = +1: −min(5, 1.2) = −1.2, untouched.
+    The log-ratio clamp at 20 turns a log-ratio of 30 into ρ = e^20."""
+    import math
+
+    import torch
+
+    from evolvekit.train.losses import clipped_surrogate
+
+    lp = torch.tensor([[math.log(5.0), math.log(5.0)]])
+    old = torch.zeros_like(lp)
+    adv = torch.tensor([[-1.0, 1.0]])
+    plain, _ = clipped_surrogate(lp, old, adv, 0.2, 0.2)
+    assert plain.tolist()[0] == pytest.approx([5.0, -1.2])
+    dual, taken = clipped_surrogate(lp, old, adv, 0.2, 0.2, dual_clip_c=3.0)
+    assert dual.tolist()[0] == pytest.approx([3.0, -1.2]) and taken.tolist()[0] == [1.0, 1.0]
+    far = torch.tensor([[30.0]])
+    unclamped, _ = clipped_surrogate(far, torch.zeros_like(far), torch.tensor([[-1.0]]), 0.2, 0.2)
+    clamped, _ = clipped_surrogate(far, torch.zeros_like(far), torch.tensor([[-1.0]]), 0.2, 0.2, log_ratio_clamp=20.0)
+    assert unclamped.item() == pytest.approx(math.exp(30.0), rel=1e-5)
+    assert clamped.item() == pytest.approx(math.exp(20.0), rel=1e-5)

@@ -279,3 +279,17 @@ def test_evolving_rl_uses_its_papers_clip_and_kl_unless_set():
     assert mine.train.eps_high == 0.28 and mine.train.eps_low == 0.1
     off = load_config(None, [])
     assert (off.train.eps_low, off.train.eps_high, off.train.kl_beta) == (0.28, 0.28, 0.001)
+
+
+def _loss_with(path, **train):
+    llm = _sharp(path)
+    tr = GRPOTrainer(llm, TrainConfig(kl_beta=0.0, autocast="off", learning_rate=0.0, **train), eps_high_boost=0.6)
+    return tr.update(_guided_pair(adv_sign=-1.0)).loss
+
+
+def test_dual_clip_reaches_the_update_through_the_config(tiny_path):
+    """train.dual_clip_c is wired into the trainer's loss: on a guided pair with a negative advantage (ratios far
+    from 1, as stripping makes them), a tight dual clip lowers the loss."""
+    plain = _loss_with(tiny_path)
+    bounded = _loss_with(tiny_path, dual_clip_c=1.01)
+    assert bounded < plain - 1e-6, (plain, bounded)

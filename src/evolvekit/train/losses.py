@@ -81,20 +81,35 @@ def clipped_surrogate(
     advantages: torch.Tensor,
     eps_low: float,
     eps_high: torch.Tensor | float,
+    log_ratio_clamp: float | None = None,
+    dual_clip_c: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token clipped objective loss, Eq. 17: −min(ρ·A, clip(ρ, 1−ε_low, 1+ε_high)·A), ρ = exp(logp − old).
 
-    ``eps_high`` may be a tensor (per-token bounds from :func:`per_token_eps_high`). Returns the per-token loss
-    and a 0/1 tensor marking tokens where the clipped branch was taken (for the clip fraction metric).
+    ``eps_high`` may be a tensor (per-token bounds from :func:`per_token_eps_high`). Two options of veRL's
+    ``compute_policy_loss`` (off by default; veRL's values: 20 and 3): ``log_ratio_clamp`` clamps logp − old to
+    [−c, c] before the exponential (no overflow from a far-off old log-prob); ``dual_clip_c`` bounds the loss of a
+    negative-advantage token by −A·c (dual-clip PPO, Ye et al. 2020), so a ratio far above 1 on a bad token cannot
+    dominate. Returns the per-token loss and a 0/1 tensor marking tokens where a clipped branch was taken (for the
+    clip fraction metric).
     """
-    ratio = torch.exp(logprobs - old_logprobs)
+    log_ratio = logprobs - old_logprobs
+    if log_ratio_clamp is not None:
+        log_ratio = torch.clamp(log_ratio, min=-log_ratio_clamp, max=log_ratio_clamp)
+    ratio = torch.exp(log_ratio)
     if not torch.is_tensor(eps_high):
         eps_high = torch.full_like(ratio, float(eps_high))
     clipped_ratio = torch.maximum(torch.minimum(ratio, 1.0 + eps_high), torch.full_like(ratio, 1.0 - eps_low))
     unclipped = ratio * advantages
     clipped = clipped_ratio * advantages
     loss = -torch.minimum(unclipped, clipped)
-    return loss, (clipped < unclipped).to(loss.dtype)
+    taken = clipped < unclipped
+    if dual_clip_c is not None:
+        bound = -advantages * dual_clip_c
+        dual = (advantages < 0) & (loss > bound)
+        loss = torch.where(dual, bound, loss)
+        taken = taken | dual
+    return loss, taken.to(loss.dtype)
 
 
 def token_mean(values: torch.Tensor, mask: torch.Tensor, denominator: float | None = None) -> torch.Tensor:
@@ -126,6 +141,8 @@ def policy_loss(
     entropy_coef: float | torch.Tensor = 0.0,
     denominator: float | None = None,
     weights: torch.Tensor | None = None,
+    log_ratio_clamp: float | None = None,
+    dual_clip_c: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The full token-level loss: clipped surrogate (Eq. 17) + β·KL_k3 − c_H·entropy, token-mean over ``mask``.
 
@@ -134,7 +151,7 @@ def policy_loss(
     loss and detached statistics (means over masked tokens).
     """
     bounds = per_token_eps_high(advantages, guided, eps_high, eps_high_boost)
-    pg, clipped = clipped_surrogate(logprobs, old_logprobs, advantages, eps_low, bounds)
+    pg, clipped = clipped_surrogate(logprobs, old_logprobs, advantages, eps_low, bounds, log_ratio_clamp, dual_clip_c)
     total = pg
     stats: dict[str, float] = {}
     if ref_logprobs is not None and kl_beta != 0.0:

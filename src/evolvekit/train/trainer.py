@@ -390,6 +390,8 @@ class GRPOTrainer:
                         entropy_coef=batch["entropy_coef"],
                         denominator=mini_tokens,
                         weights=weights,
+                        log_ratio_clamp=self.cfg.log_ratio_clamp,
+                        dual_clip_c=self.cfg.dual_clip_c,
                     )
                     w = float(batch["mask"].sum())
                     weight_total += w
