@@ -30,6 +30,7 @@ from evolvekit.navigating.utility import related_tasks
 from evolvekit.protocols import IterationContext
 from evolvekit.train.samples import build_samples
 from evolvekit.types import (
+    MAX_EXPERIENCE_CHARS,
     ChatMessage,
     EvolvingRole,
     Experience,
@@ -187,8 +188,8 @@ class EvolvingRLSkills:
             self.skills.append(
                 Experience(
                     experience_id=new_id("skill"),
-                    when_to_use=when.replace("When to use:", "").strip() or text[:200],
-                    content=content.strip() or text,
+                    when_to_use=(when.replace("When to use:", "").strip() or text[:200])[:MAX_EXPERIENCE_CHARS],
+                    content=(content.strip() or text)[:MAX_EXPERIENCE_CHARS],
                     utility=float(best.outcome_reward or 0.0),
                     provenance=ExperienceProvenance(
                         kind="skill",

@@ -23,7 +23,15 @@ from evolvekit.agent.calls import call_key
 from evolvekit.boundary import InformationBoundary
 from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams
 from evolvekit.llm.choice import ChoiceScorer, calibrated
-from evolvekit.types import ChatMessage, Experience, ExperienceProvenance, Task, ToolCall, Trajectory
+from evolvekit.types import (
+    MAX_EXPERIENCE_CHARS,
+    ChatMessage,
+    Experience,
+    ExperienceProvenance,
+    Task,
+    ToolCall,
+    Trajectory,
+)
 
 JobKind = Literal["success", "failure", "comparison"]
 
@@ -342,8 +350,8 @@ class ExperienceExtractor:
                     (
                         j,
                         Experience(
-                            when_to_use=w,
-                            content=c,
+                            when_to_use=w[:MAX_EXPERIENCE_CHARS],  # a model's text may run long: cut, not refused
+                            content=c[:MAX_EXPERIENCE_CHARS],
                             provenance=ExperienceProvenance(
                                 kind=kind,
                                 trajectory_ids=[t.trajectory_id for t in ts],
