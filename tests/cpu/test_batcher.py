@@ -24,7 +24,10 @@ def test_balanced_json_end():
 
 @given(st.text(max_size=40))
 def test_balanced_json_end_never_crashes(text):
-    assert balanced_json_end(text) in (True, False)
+    done = balanced_json_end(text)
+    assert type(done) is bool
+    if done:  # a complete JSON action closes a bracket somewhere
+        assert "}" in text or "]" in text
 
 
 @pytest.fixture(scope="module")

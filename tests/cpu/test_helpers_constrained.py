@@ -166,7 +166,8 @@ def test_constrained_merge_check_answers_yes_or_no(tiny):
     check = llm_equivalence(tiny, SamplingParams(temperature=0.0), constrained=True)
     a = Experience(when_to_use="adding two numbers", content="call add with both numbers")
     b = Experience(when_to_use="}}{{ garbage", content="\x00 ''' ")
-    assert check(a, b) in (True, False) and check(a, b) == check(a, b)  # deterministic at T = 0
+    first = check(a, b)
+    assert type(first) is bool and check(a, b) is first  # a plain yes/no, deterministic at T = 0
 
 
 def test_a_failure_only_job_is_written_from_the_tasks_reference():
