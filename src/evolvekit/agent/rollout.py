@@ -67,6 +67,8 @@ class _Episode:
     completion_tokens: int = 0
     prompt_spans: list = field(default_factory=list)
     prompt_ids: list[int] = field(default_factory=list)
+    # the environment's backend-state key (GiGPO's anchor), found once when the episode starts; None: it has none
+    state_key: Callable[[], str] | None = None
 
 
 def _generate(llm: LLM, episodes: Sequence[_Episode], params: SamplingParams) -> list[tuple[list[int], Completion]]:
@@ -101,7 +103,15 @@ def _start(
         ctx.insert_experience(job.experience)
         traj.flags.experience_guided = True
         traj.experience_used = list(job.experience_ids)
-    return _Episode(job=job, env=env, context=ctx, recorder=SnapshotRecorder(), trajectory=traj)
+    key = getattr(env, "state_key", None)  # a capability of the environment, checked once per episode
+    return _Episode(
+        job=job,
+        env=env,
+        context=ctx,
+        recorder=SnapshotRecorder(),
+        trajectory=traj,
+        state_key=key if callable(key) else None,
+    )
 
 
 def _advance(ep: _Episode, prompt_ids: list[int], comp: Completion, max_steps: int, rendering: str) -> None:
@@ -117,8 +127,7 @@ def _advance(ep: _Episode, prompt_ids: list[int], comp: Completion, max_steps: i
     ep.context.events.clear()
     ep.prompt_tokens += len(prompt_ids) or comp.usage_prompt_tokens
     ep.completion_tokens += comp.num_completion_tokens
-    state_key = getattr(ep.env, "state_key", None)  # the backend state (GiGPO's anchor), where the env has one
-    anchor = anchor_key(state_key() if callable(state_key) else None, ep.trajectory.steps)
+    anchor = anchor_key(ep.state_key() if ep.state_key is not None else None, ep.trajectory.steps)
     result = ep.env.step(action)
     ep.trajectory.steps.append(
         Step(
