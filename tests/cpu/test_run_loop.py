@@ -300,8 +300,10 @@ def test_attribution_stage_logs_metrics_and_stores_labels(tiny, tmp_path):
 
 def test_embedded_attributor_defaults_to_grounded_credit(tiny, tmp_path):
     """attributing.source: auto with an in-process attributor is grounded: no attributor model is built, labels come
-    from execution (the coin tasks have no reference: the generic fallback, errors BAD and the rest NEUTRAL), and
-    the run records which source each helper role used."""
+    from execution, and the run records which source each helper role used. The coin tasks have no reference: in a
+    group without a passing episode the generic fallback (errors BAD, the rest NEUTRAL); in a group with one, the
+    group's own shortest success is the reference (attributing/grounded.py: self_reference), so a passing episode's
+    answer is GOOD and a failing one's BAD."""
     cfg = load_config(
         _config(tiny, tmp_path, iterations=1, eval_before=False, eval_after=False), ["attributing.enabled=true"]
     )
@@ -311,10 +313,18 @@ def test_embedded_attributor_defaults_to_grounded_credit(tiny, tmp_path):
     loop.run()
     trajs = store.trajectories(0)
     assert trajs and all(t.attribution_source == "grounded" and t.step_attributions is not None for t in trajs)
+    threshold = cfg.navigating.success_threshold
     for t in trajs:
+        group_passed = any(o.checked_outcome >= threshold for o in trajs if o.task_id == t.task_id)
+        passed = t.checked_outcome >= threshold
         for step, label in zip(t.steps, t.step_attributions):
             bad = step.parse_error is not None and not step.tool_calls or any(not c.ok for c in step.calls)
-            assert label == ("BAD" if bad else "NEUTRAL")
+            if bad:
+                assert label == "BAD"
+            elif not group_passed:
+                assert label == "NEUTRAL"
+            elif not step.tool_calls:  # the answer, against the group's own success
+                assert label == ("GOOD" if passed else "BAD")
     assert "attribution/good_ratio" in store.metrics()[0]
     assert json.loads(store.get_meta("helper_sources"))["attributor"] == "grounded"
     store.close()
