@@ -10,7 +10,7 @@ from evolvekit.errors import ConfigError
 from evolvekit.llm.base import SamplingParams
 from evolvekit.navigating.extract import ExperienceExtractor, grounded_experience, parse_experiences
 from evolvekit.questioning.judge import SCORE_LEVELS, ConstrainedJudge, agreement_with_state
-from evolvekit.types import RewardParts, Step, Task, ToolCall, Trajectory
+from evolvekit.types import RewardParts, Step, Task, TaskSource, ToolCall, Trajectory
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +21,13 @@ def tiny(tmp_path_factory):
     return LocalLLM(str(make_tiny_model(tmp_path_factory.mktemp("m") / "m")), device="cpu")
 
 
+# a task the run synthesized: its reference is the run's own, so extraction may read it (issue 51)
 TASK = Task(
     task_id="t1",
     env_name="bfcl",
     query="What is 12 plus 30?",
     reference_solution=[[ToolCall(name="add", arguments={"a": 12, "b": 30})]],
+    source=TaskSource.SYNTHETIC,
 )
 
 
@@ -104,7 +106,8 @@ def test_grounded_and_constrained_extraction_always_yield_structured_experiences
     assert report.jobs == 3 and report.grounded == 2  # the comparison and the success-only job, from execution
     kinds = sorted(e.provenance.kind for e in report.experiences if e.provenance.task_ids[0] != "t3")
     assert kinds == ["comparison", "success"]
-    assert report.calls == 1  # only the failure-only job without a reference went to the summarizer
+    # the failure-only job without a readable reference writes nothing and calls no model (issue 51)
+    assert report.calls == 0 and report.closed_failures == 1
     assert report.validated_share == len({e.provenance.task_ids[0] for e in report.experiences}) / 3
     # grounded mode splits by the environment's check: a judge's 1.0 on a failed state check is a failure
     judged = LOSE.model_copy(update={"outcome_reward": 1.0, "rewards": RewardParts(state_score=0.0)})
@@ -137,14 +140,21 @@ def test_helper_sources_follow_the_backend_and_refuse_constraints_on_served_mode
         "attributor": "grounded",
         "judge": "llm-constrained",
         "extraction": "grounded",
+        "gold": "none (environment outcome check only)",
     }
+    assert helper_sources(config_from_dict({**on, "run": {"oracle": True}}))["gold"] == "oracle"
     served = {
         **on,
         "models": {
             r: {"backend": "openai", "base_url": "http://127.0.0.1:9/v1"} for r in ("attributor", "judge", "summarizer")
         },
     }
-    assert helper_sources(config_from_dict(served)) == {"attributor": "llm", "judge": "llm", "extraction": "llm"}
+    assert helper_sources(config_from_dict(served)) == {
+        "attributor": "llm",
+        "judge": "llm",
+        "extraction": "llm",
+        "gold": "none (environment outcome check only)",
+    }
     assert (
         helper_sources(config_from_dict({**on, "attributing": {"enabled": True, "source": "llm"}}))["attributor"]
         == "llm-constrained"
@@ -181,3 +191,13 @@ def test_a_failure_only_job_is_written_from_the_tasks_reference():
     report = ex.extract([LOSE], {"t1": TASK})
     assert report.jobs == 1 and report.grounded == 1 and report.validated_share == 1.0 and report.calls == 0
     assert report.experiences[0].provenance.kind == "failure"
+    # a person-written task's reference stays closed without run.oracle: the job writes nothing
+    person = TASK.model_copy(update={"source": TaskSource.REAL})
+    closed = ex.extract([LOSE], {"t1": person})
+    assert closed.jobs == 1 and closed.experiences == [] and closed.closed_failures == 1 and closed.calls == 0
+    from evolvekit.boundary import InformationBoundary
+
+    oracle = ExperienceExtractor(
+        None, SamplingParams(temperature=0.0), validate=True, grounded=True, boundary=InformationBoundary(oracle=True)
+    ).extract([LOSE], {"t1": person})
+    assert oracle.grounded == 1 and oracle.experiences[0].provenance.kind == "failure"
