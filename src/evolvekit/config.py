@@ -586,7 +586,11 @@ class RunConfig(_Section):
             raise ValueError("must be a plain folder name (no path separators)")
         return v
 
-    out_dir: str = F("runs", "where run directories are created")
+    out_dir: str = F("runs", "where run directories are created (relative: from the current folder)")
+    paths_from: str = F(
+        "",
+        "where the relative file and folder paths written in this config file are read from: a folder relative to the file itself (the shipped configs say '..', the checkout's root, so they work from any folder), or '' = the current folder. --set values are always read from the current folder",
+    )
     seed: int = F(0, "global seed (0 to 2^32 - 1: what numpy, torch and Python all accept)", ge=0, le=2**32 - 1)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = F("INFO", "logging level")
     oracle: bool = F(
@@ -871,6 +875,48 @@ def config_from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         raise ConfigError(_format_error(err, source)) from None
 
 
+# the fields that name a file or folder to read (run.out_dir, where outputs go, stays with the current folder)
+PATH_FIELDS = (
+    ("env", "mcp", "seed_dir"),
+    ("env", "mcp", "tasks_file"),
+    ("train", "eval_synthetic"),
+    ("train", "compare_with"),
+    ("cold_start", "tasks_file"),
+    ("navigating", "seed_file"),
+)
+
+
+def anchor_paths(data: dict[str, Any], file: Path) -> None:
+    """With ``run.paths_from`` set in the config file ``file``, make its relative paths absolute, read from that
+    folder (relative to the file): PATH_FIELDS, and an ``env.mcp.command`` program named by a relative path.
+    Names without a folder (a program on PATH) and absolute paths are left alone. In place, before ``--set``."""
+    run = data.get("run")
+    base_rel = run.get("paths_from") if isinstance(run, dict) else None
+    if not base_rel:
+        return
+    if not isinstance(base_rel, str):
+        raise ConfigError(f"{file}: run.paths_from: must be a folder relative to the config file, e.g. '..'")
+    base = (file.parent / base_rel).resolve()
+    if not base.is_dir():
+        raise ConfigError(f"{file}: run.paths_from: {base} is not a folder")
+
+    def anchored(value: Any) -> Any:
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            return str(base / value)
+        return value
+
+    for *parents, leaf in PATH_FIELDS:
+        node: Any = data
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf in node:
+            node[leaf] = anchored(node[leaf])
+    mcp = (data.get("env") or {}).get("mcp") if isinstance(data.get("env"), dict) else None
+    command = mcp.get("command") if isinstance(mcp, dict) else None
+    if isinstance(command, list) and command and isinstance(command[0], str) and "/" in command[0]:
+        command[0] = anchored(command[0])
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Load a YAML file (or the defaults when ``path`` is None) and apply ``--set`` overrides."""
     data: dict[str, Any] = {}
@@ -895,6 +941,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(loaded, dict):
             raise ConfigError(f"{p}: top level must be a mapping of sections")
         data = loaded
+        anchor_paths(data, p)
     for assignment in overrides or []:
         apply_override(data, assignment)
     if overrides:
@@ -906,6 +953,7 @@ def dump_commented_yaml(model: BaseModel, indent: int = 0) -> str:
     """Render a config (sub)tree as YAML with each field's description as a comment."""
     lines: list[str] = []
     pad = "  " * indent
+    plain = model.model_dump(mode="json")  # lists of sub-models (env.mcp.examples) as plain data
     for name, field in type(model).model_fields.items():
         value = getattr(model, name)
         if field.description:
@@ -914,7 +962,7 @@ def dump_commented_yaml(model: BaseModel, indent: int = 0) -> str:
             lines.append(f"{pad}{name}:")
             lines.append(dump_commented_yaml(value, indent + 1))
         else:
-            rendered = yaml.safe_dump({name: value}, default_flow_style=True, sort_keys=False).strip()
+            rendered = yaml.safe_dump({name: plain[name]}, default_flow_style=True, sort_keys=False).strip()
             if rendered.startswith("{") and rendered.endswith("}"):
                 rendered = rendered[1:-1]
             lines.append(f"{pad}{rendered}")

@@ -115,6 +115,7 @@ def test_evidence_quickstart_rows_are_grpo_yaml_and_the_archived_oracle_main_job
             spec_path.parent / spec.base, [*spec.budget, *rows[name], f"run.name={target.run.name}", *extra]
         )
         cfg.train.compare_with = target.train.compare_with
+        cfg.run.paths_from = target.run.paths_from  # where the file's paths are read from, not a run setting
         assert cfg == target, name
         assert budget_of(cfg) == budget_of(archived)
     line = comparison_line(archived.train.compare_with or "", archived, {"avg@8": 0.0})

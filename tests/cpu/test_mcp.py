@@ -27,14 +27,8 @@ needs_fs = pytest.mark.skipif(not FS_SERVER.exists(), reason="npm's MCP filesyst
 
 
 def _cfg(name: str, **mcp) -> EnvConfig:
-    cfg = load_config(ROOT / "configs" / name).env
-    cfg = cfg.model_copy(update={"mcp": cfg.mcp.model_copy(update=mcp)})
-    if name == "mcp_filesystem.yaml":  # the config's paths are relative to the repository
-        cfg.mcp.command = [str(FS_SERVER), "{sandbox}"]
-        cfg.mcp.seed_dir = str(ROOT / "examples/mcp_seed")
-    else:
-        cfg.mcp.seed_dir = str(ROOT / "examples/mcp_seed")
-    return cfg
+    cfg = load_config(ROOT / "configs" / name).env  # run.paths_from: its paths are read from the checkout's root
+    return cfg.model_copy(update={"mcp": cfg.mcp.model_copy(update=mcp)})
 
 
 def _call(name: str, **arguments) -> Action:

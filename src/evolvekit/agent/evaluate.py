@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from evolvekit.agent.rollout import RolloutJob, run_rollouts
+from evolvekit.agent.rollout import RolloutJob, require_a_valid_episode, run_rollouts
 from evolvekit.config import RolloutConfig
 from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, SamplingParams
@@ -74,6 +74,7 @@ def evaluate_policy(
             for _ in range(k)
         ]
     trajs = run_rollouts(jobs, make_env, llm, cfg, params, rendering, show_progress, template=template)
+    require_a_valid_episode(trajs, "evaluation")
     by_task: dict[str, list[Trajectory]] = {}
     for tr in trajs:
         by_task.setdefault(tr.task_id, []).append(tr)

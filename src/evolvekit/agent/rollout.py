@@ -26,6 +26,7 @@ from evolvekit.agent.prompts import system_prompt
 from evolvekit.agent.templates import BasicContext, TemplateSettings, make_context
 from evolvekit.config import RolloutConfig
 from evolvekit.env.base import Environment
+from evolvekit.errors import EnvError
 from evolvekit.llm.base import LLM, Completion, SamplingParams
 from evolvekit.types import CallOutcome, Step, Task, Trajectory, new_id
 
@@ -195,6 +196,15 @@ def _advance_safely(ep: _Episode, prompt_ids: list[int], comp: Completion, max_s
         ep.trajectory.flags.failed = True
         ep.trajectory.error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
         ep.done = True
+
+
+def require_a_valid_episode(trajs: Sequence[Trajectory], what: str) -> None:
+    """Refuse a batch in which no episode ran (issue 54): every one failed to start, crashed or could not be scored.
+    Training or scoring on it would report a score of 0 and exit 0; this is one EnvError line naming the first cause."""
+    if not trajs or not all(t.flags.failed for t in trajs):
+        return
+    first = next((t.error for t in trajs if t.error), "") or "no error recorded"
+    raise EnvError(f"{what}: none of the {len(trajs)} episodes ran; the first error: {first.splitlines()[0][:300]}")
 
 
 def _failed_start(job: RolloutJob, err: Exception) -> Trajectory:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from evolvekit.agent.rollout import RolloutJob, run_rollouts
+from evolvekit.agent.rollout import RolloutJob, require_a_valid_episode, run_rollouts
 from evolvekit.agent.templates import TemplateSettings
 from evolvekit.config import Config
 from evolvekit.env.base import Environment
@@ -57,14 +57,17 @@ class VanillaRollouts:
             model = getattr(self.llm, "model", None)
             if model is not None:
                 self.pool.sync_weights(model)  # workers roll out the policy being trained
-            return self.pool.run(jobs, params)
-        return run_rollouts(
-            jobs,
-            self.make_env,
-            self.llm,
-            self.cfg.rollout,
-            params,
-            self.cfg.env.tool_rendering,
-            show_progress=self.show_progress,
-            template=self.template,
-        )
+            trajs = self.pool.run(jobs, params)
+        else:
+            trajs = run_rollouts(
+                jobs,
+                self.make_env,
+                self.llm,
+                self.cfg.rollout,
+                params,
+                self.cfg.env.tool_rendering,
+                show_progress=self.show_progress,
+                template=self.template,
+            )
+        require_a_valid_episode(trajs, "rollouts")
+        return trajs

@@ -41,7 +41,7 @@ def _evaluate(
 ):
     from evolvekit.agent.evaluate import evaluate_policy, write_results
     from evolvekit.env.bfcl.data import load_tasks
-    from evolvekit.env.registry import env_tasks, make_env
+    from evolvekit.env.registry import env_tasks, make_env, preflight
     from evolvekit.errors import EnvError
     from evolvekit.llm.factory import role_llm, sampling_for
 
@@ -54,6 +54,7 @@ def _evaluate(
         tasks = tasks[:limit]
     if not tasks:
         raise EnvError(f"no tasks in {category}/{subset} with backends {cfg.env.backends}")
+    preflight(cfg.env, tasks[0])  # one episode starts before the model loads: exit 2 now, not a silent score of 0
     llm = role_llm(cfg.models, "policy")
     params = sampling_for(cfg.models.policy, seed=cfg.run.seed)
     lookup = _experience_lookup(cfg, experiences) if experiences else None

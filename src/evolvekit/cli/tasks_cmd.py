@@ -29,13 +29,14 @@ def synthesize(
 
     Dedup is against every task seen, the environment's real training tasks included (as in a run)."""
     from evolvekit.config import load_config
-    from evolvekit.env.registry import make_env
+    from evolvekit.env.registry import make_env, preflight
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
     from evolvekit.orchestrator.build import pass_probe
     from evolvekit.questioning.pipeline import known_tasks, synthesize_tasks
 
     cfg = load_config(config, list(overrides or []) + ([f"env.name={env}"] if env else []))
     setup_logging(cfg.run.log_level)
+    preflight(cfg.env)  # the environment starts before any model loads (exit 2 if it cannot)
     embedder = build_embedder(cfg.embedding)
     out.parent.mkdir(parents=True, exist_ok=True)
     explorations = out.with_name(out.stem + ".explorations.jsonl")

@@ -76,6 +76,25 @@ def env_tasks(cfg: EnvConfig, split: str) -> list[Task]:
     return tasks
 
 
+def preflight(cfg: EnvConfig, task: Task | None = None) -> None:
+    """Start one episode of the configured environment and close it, before any model loads (issue 54): an
+    environment that cannot start (a server command not found, a seed folder missing, a service down) is one
+    EnvError line now, instead of a run that records the error in every episode and exits 0 with a score of 0.
+    ``task``: the first task the caller will run (an environment such as AgentEvolver's needs one to start)."""
+    env = make_env(cfg)
+    try:
+        env.reset(task)
+    except EnvError as err:
+        raise EnvError(f"env {cfg.name}: cannot start an episode: {err}") from None
+    except Exception as err:  # noqa: BLE001 - whatever the backend raised, said in one line
+        while isinstance(err, BaseExceptionGroup) and err.exceptions:  # anyio task groups wrap the real cause
+            err = err.exceptions[0]  # type: ignore[assignment]
+        first = (str(err).splitlines() or [""])[0][:300]
+        raise EnvError(f"env {cfg.name}: cannot start an episode: {type(err).__name__}: {first}") from None
+    finally:
+        env.close()
+
+
 # The built-in environments register themselves like plugins do, imported by name on first use
 BUILTINS = (
     "evolvekit.env.bfcl.env",

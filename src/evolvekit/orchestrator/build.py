@@ -178,11 +178,13 @@ def build_loop(
     parallel: DataParallel | None = None,
 ) -> MasterLoop:
     from evolvekit.agent.evaluate import evaluate_policy
-    from evolvekit.env.registry import env_tasks, make_env
+    from evolvekit.env.registry import env_tasks, make_env, preflight
     from evolvekit.llm.factory import sampling_for
 
     pol = cfg.models.policy
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    train_tasks = env_tasks(cfg.env, cfg.env.train_split)
+    preflight(cfg.env, train_tasks[0])  # the environment starts before any model loads (exit 2 if it cannot)
     policy, trainer = build_trainer(cfg, store, console, parallel)
     engine: RolloutEngine = (
         policy  # what rollouts and evaluation generate with: the trained model, through the configured engine
@@ -195,7 +197,6 @@ def build_loop(
     def env_factory():
         return make_env(cfg.env)
 
-    train_tasks = env_tasks(cfg.env, cfg.env.train_split)
     params = sampling_for(pol)
     supply = _task_supply(cfg, store, train_tasks, policy, env_factory)
     template = rollout_template(cfg)

@@ -19,6 +19,7 @@ import torch
 from evolvekit.agent.parser import CLOSE, format_call, parse_action
 from evolvekit.agent.prompts import system_prompt
 from evolvekit.env.base import Environment, EnvProfile
+from evolvekit.errors import EnvError
 from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams, offset_seed
 from evolvekit.llm.constrain import SchemaConstraint, SchemaVocabulary, TokenTrie
 from evolvekit.types import ChatMessage, ToolCall, new_id
@@ -279,6 +280,8 @@ class Explorer:
                 tools.append([])
                 examples.append([])
                 starts.append("")
+        if envs and all(e is None for e in envs):  # no exploration can run: one line, not empty rounds (issue 54)
+            raise EnvError(f"exploration: none of the {runs} episodes started; the first error: {traces[0].error}")
         profiles = envs[0].profile() if envs and envs[0] is not None else []
         classes = set(sandbox.get("classes") or [])
         profiles = [p for p in profiles if not classes or p.name in classes]
