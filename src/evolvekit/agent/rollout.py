@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
-
-from rich.progress import Progress
 
 from evolvekit.agent.context import SnapshotRecorder
 from evolvekit.agent.parser import CLOSE, OPEN, parse_action
@@ -28,6 +25,7 @@ from evolvekit.config import RolloutConfig
 from evolvekit.env.base import Environment
 from evolvekit.errors import EnvError
 from evolvekit.llm.base import LLM, Completion, SamplingParams
+from evolvekit.progress import StageProgress
 from evolvekit.types import CallOutcome, Step, Task, Trajectory, new_id
 
 log = logging.getLogger(__name__)
@@ -295,14 +293,9 @@ def run_rollouts(
         stop_on_balanced_json=True,
     )
     results: list[Trajectory | None] = [None] * len(jobs)
-    t0 = time.perf_counter()
-    with Progress(transient=True, disable=not show_progress) as progress:
-        bar = progress.add_task("rollouts", total=len(jobs))
+    with StageProgress("rollouts", len(jobs), show_bar=show_progress, logger=log) as progress:
         if hasattr(llm, "decode_batch") and hasattr(llm, "apply_chat_template"):
-            _run_continuous(
-                jobs, make_env, llm, cfg, params, rendering, template, results, lambda: progress.advance(bar)
-            )
-            log.info("%d rollouts in %.1fs", len(jobs), time.perf_counter() - t0)
+            _run_continuous(jobs, make_env, llm, cfg, params, rendering, template, results, progress.advance)
             return [r for r in results if r is not None]
         indexed = list(enumerate(jobs))
         for lo in range(0, len(jobs), cfg.concurrency):
@@ -313,7 +306,7 @@ def run_rollouts(
                     live.append((i, _start(job, make_env, rendering, template)))
                 except Exception as err:
                     results[i] = _failed_start(job, err)
-                    progress.advance(bar)
+                    progress.advance()
             while live:
                 outs = _generate(llm, [ep for _, ep in live], params)
                 still = []
@@ -321,9 +314,8 @@ def run_rollouts(
                     _advance_safely(ep, prompt_ids, comp, cfg.max_steps, rendering)
                     if ep.done:
                         results[i] = _finish(ep)
-                        progress.advance(bar)
+                        progress.advance()
                     else:
                         still.append((i, ep))
                 live = still
-    log.info("%d rollouts in %.1fs", len(jobs), time.perf_counter() - t0)
     return [r for r in results if r is not None]

@@ -14,6 +14,7 @@ from typing import Sequence
 
 from evolvekit.attributing.prompts import SYSTEM_PROMPT, parse_attribution, user_prompt
 from evolvekit.llm.base import LLM, SamplingParams, retry_params
+from evolvekit.progress import StageProgress
 from evolvekit.types import ChatMessage, StepLabel, Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -72,15 +73,18 @@ class StepAttributor:
         assert self.labeler is not None
         t0 = time.perf_counter()
         result = AttributionResult(labels=[None] * len(trajectories))
-        for i, t in enumerate(trajectories):
-            if not t.steps:
-                result.labels[i] = []
-                continue
-            labels, prompt_tokens, generated = self.labeler.label(_conversation(tasks.get(t.task_id), t), len(t.steps))
-            result.labels[i] = labels
-            result.cost.calls += 1
-            result.cost.prompt_tokens += prompt_tokens
-            result.cost.completion_tokens += generated
+        with StageProgress("step attribution", sum(bool(t.steps) for t in trajectories), logger=log) as progress:
+            for i, t in enumerate(trajectories):
+                if not t.steps:
+                    result.labels[i] = []
+                    continue
+                conv = _conversation(tasks.get(t.task_id), t)
+                labels, prompt_tokens, generated = self.labeler.label(conv, len(t.steps))
+                result.labels[i] = labels
+                result.cost.calls += 1
+                result.cost.prompt_tokens += prompt_tokens
+                result.cost.completion_tokens += generated
+                progress.advance()
         result.cost.seconds = time.perf_counter() - t0
         return result
 
@@ -93,6 +97,20 @@ class StepAttributor:
         for i, t in enumerate(trajectories):
             if not t.steps:
                 result.labels[i] = []
+        with StageProgress("step attribution", len(pending), logger=log) as progress:
+            self._attribute_free(trajectories, tasks, pending, result, progress)
+        result.cost.seconds = time.perf_counter() - t0
+        return result
+
+    def _attribute_free(
+        self,
+        trajectories: Sequence[Trajectory],
+        tasks: dict[str, Task],
+        pending: list[int],
+        result: AttributionResult,
+        progress: StageProgress,
+    ) -> None:
+        """The paper's free-text attributor: chunks of ``concurrency`` conversations, unparseable ones retried."""
         for attempt in range(self.max_retries + 1):
             if not pending:
                 break
@@ -118,7 +136,6 @@ class StepAttributor:
                         still.append(i)
                     else:
                         result.labels[i] = parsed.labels
+                        progress.advance()
             pending = still
         result.failures = len(pending)
-        result.cost.seconds = time.perf_counter() - t0
-        return result

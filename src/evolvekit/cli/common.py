@@ -12,18 +12,24 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 console = Console(stderr=True)
+if not console.is_terminal:  # to a file, CI or `| tee`: whole lines, never wrapped at 80 columns (issue 54)
+    console.soft_wrap = True
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # off a terminal: one plain line per record
 
 
 def setup_logging(level: str = "INFO") -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    logging.basicConfig(
-        level=getattr(logging, level),
-        format="%(message)s",
-        handlers=[RichHandler(console=console, show_path=False)],
-        force=True,
-    )
+    handler: logging.Handler
+    if console.is_terminal:
+        handler = RichHandler(console=console, show_path=False)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT, "%Y-%m-%d %H:%M:%S"))
+    logging.basicConfig(level=getattr(logging, level), handlers=[handler], force=True)
     for noisy in ("httpx", "sentence_transformers", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:

@@ -14,6 +14,7 @@ execution (``grounded_experience``). Every candidate passes the same validation.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import re
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from evolvekit.agent.calls import call_key
 from evolvekit.boundary import InformationBoundary
 from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams
 from evolvekit.llm.choice import ChoiceScorer, calibrated
+from evolvekit.progress import StageProgress
 from evolvekit.types import (
     MAX_EXPERIENCE_CHARS,
     ChatMessage,
@@ -32,6 +34,8 @@ from evolvekit.types import (
     ToolCall,
     Trajectory,
 )
+
+_log = logging.getLogger(__name__)
 
 JobKind = Literal["success", "failure", "comparison"]
 
@@ -382,12 +386,14 @@ class ExperienceExtractor:
                 add(j, kind, ts, pairs)
             else:
                 llm_jobs.append(j)
-        for lo in range(0, len(llm_jobs), self.batch):
-            chunk = llm_jobs[lo : lo + self.batch]
-            written = self._write([jobs[j] for j in chunk], tasks)
-            report.calls += len(chunk)
-            for j, pairs in zip(chunk, written):
-                add(j, jobs[j][0], jobs[j][1], pairs)
+        with StageProgress("experience writing", len(llm_jobs), logger=_log) as progress:
+            for lo in range(0, len(llm_jobs), self.batch):
+                chunk = llm_jobs[lo : lo + self.batch]
+                written = self._write([jobs[j] for j in chunk], tasks)
+                report.calls += len(chunk)
+                for j, pairs in zip(chunk, written):
+                    add(j, jobs[j][0], jobs[j][1], pairs)
+                progress.advance(len(chunk))
         approved_jobs: set[int] = set()
         for lo in range(0, len(candidates), self.batch):
             batch = candidates[lo : lo + self.batch]
