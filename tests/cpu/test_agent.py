@@ -163,3 +163,40 @@ def test_step_limit_truncates_and_a_failing_rollout_does_not_stop_others():
     assert len(crashed) == 1 and "environment crashed" in crashed[0].error
     ok = [t for t in trajs if not t.flags.failed]
     assert all(t.flags.truncated and len(t.steps) == 3 and t.outcome_reward == 0.0 for t in ok)
+
+
+def test_evaluation_writes_each_episode_and_an_interrupted_one_continues(tmp_path):
+    """Issue 54 (3): Ctrl-C after 37 minutes of `eval` lost everything. Each episode is now journalled as it finishes;
+    a re-run with the same journal runs only the episodes it lacks (a line cut by the interruption included), and a
+    journal of another evaluation is refused, not overwritten."""
+    from evolvekit.agent.evaluate import EpisodeJournal
+    from evolvekit.errors import EnvError
+
+    task = next(t for t in data.load_tasks("multi_turn_base") if t.task_id == "multi_turn_base_0")
+    cfg = RolloutConfig(max_steps=30, concurrency=2)
+    started = []
+
+    class Counting(BfclEnv):
+        def reset(self, task=None, sandbox_config=None):
+            started.append(1)
+            return super().reset(task, sandbox_config)
+
+    path = tmp_path / "res.episodes.jsonl"
+    first, trajs = evaluate_policy(
+        [task], Counting, ScriptedLLM(task), cfg, SamplingParams(), k=3, show_progress=False,
+        journal=EpisodeJournal(path, "key-a"),
+    )  # fmt: skip
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0]) == {"evaluation": "key-a"} and len(lines) == 4 and len(started) == 3
+    assert sorted(json.loads(ln)["job"] for ln in lines[1:]) == [0, 1, 2]
+    # an interruption: the last episode's line was cut half-way
+    path.write_text("\n".join(lines[:3]) + "\n" + lines[3][: len(lines[3]) // 2])
+    started.clear()
+    again, trajs2 = evaluate_policy(
+        [task], Counting, ScriptedLLM(task), cfg, SamplingParams(), k=3, show_progress=False,
+        journal=EpisodeJournal(path, "key-a"),
+    )  # fmt: skip
+    assert len(started) == 1 and len(trajs2) == 3  # only the lost episode ran again
+    assert again.summary() == first.summary()
+    with pytest.raises(EnvError, match="holds episodes of another evaluation"):
+        EpisodeJournal(path, "key-b")

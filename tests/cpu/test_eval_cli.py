@@ -17,24 +17,9 @@ def _cli(*args, cwd=None):
 
 def test_eval_json_reports_avg_and_best(tmp_path):
     out = tmp_path / "res.jsonl"
-    res = _cli(
-        "eval",
-        "--env",
-        "bfcl",
-        "--split",
-        "multi_turn_base",
-        "--limit",
-        "1",
-        "--k",
-        "2",
-        "--json",
-        "--out",
-        str(out),
-        "--set",
-        "rollout.max_steps=2",
-        "--set",
-        "models.policy.max_new_tokens=48",
-    )
+    args = ["eval", "--env", "bfcl", "--split", "multi_turn_base", "--limit", "1", "--k", "2", "--json"]
+    sets = ["--set", "rollout.max_steps=2", "--set", "models.policy.max_new_tokens=48"]
+    res = _cli(*args, "--out", str(out), *sets)
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert 0.0 <= summary["avg@2"] <= summary["best@2"] <= 1.0
@@ -44,6 +29,14 @@ def test_eval_json_reports_avg_and_best(tmp_path):
     assert len(rows) == 1 and len(rows[0]["scores"]) == 2
     trajs = (tmp_path / "res.trajectories.jsonl").read_text().splitlines()
     assert len(trajs) == 2 and json.loads(trajs[0])["steps"][0]["completion_token_ids"]
+    # each episode was journalled as it finished; the same command again continues from there (nothing left to run)
+    journal = (tmp_path / "res.episodes.jsonl").read_text().splitlines()
+    assert len(journal) == 3 and "evaluation" in json.loads(journal[0])
+    again = _cli(*args, "--out", str(out), *sets)
+    assert again.returncode == 0 and "2 of 2 episodes already in" in again.stderr, again.stderr[-2000:]
+    assert json.loads(again.stdout.strip().splitlines()[-1])["avg@2"] == summary["avg@2"]
+    other = _cli(*args, "--out", str(out), *sets, "--set", "rollout.max_steps=3")  # another evaluation: refused
+    assert other.returncode == 2 and "holds episodes of another evaluation" in other.stderr
 
 
 def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path):

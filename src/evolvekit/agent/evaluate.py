@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -10,8 +11,11 @@ from typing import Callable, Sequence
 from evolvekit.agent.rollout import RolloutJob, require_a_valid_episode, run_rollouts
 from evolvekit.config import RolloutConfig
 from evolvekit.env.base import Environment
+from evolvekit.errors import EnvError
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.types import Task, Trajectory
+
+log = logging.getLogger(__name__)
 
 
 def avg_at_k(scores_per_task: Sequence[Sequence[float]]) -> float:
@@ -64,8 +68,11 @@ def evaluate_policy(
     show_progress: bool = True,
     experience_for=None,
     template=None,
+    journal: EpisodeJournal | None = None,
 ) -> tuple[EvalReport, list[Trajectory]]:
-    """avg@k / best@k over ``tasks``; ``experience_for(task) -> (text, ids)`` injects experience (test-time use)."""
+    """avg@k / best@k over ``tasks``; ``experience_for(task) -> (text, ids)`` injects experience (test-time use).
+    ``journal``: each episode is written to it as it finishes, and the episodes it already holds are not run again
+    (an interrupted evaluation continues)."""
     jobs = []
     for t in tasks:
         exp, ids = experience_for(t) if experience_for else (None, ())
@@ -73,7 +80,22 @@ def evaluate_policy(
             RolloutJob(task=t, group_id=f"eval-{t.task_id}", experience=exp, experience_ids=tuple(ids))
             for _ in range(k)
         ]
-    trajs = run_rollouts(jobs, make_env, llm, cfg, params, rendering, show_progress, template=template)
+    done = journal.finished() if journal is not None else {}
+    todo = [i for i in range(len(jobs)) if i not in done]
+    if done:
+        log.info("evaluation: %d of %d episodes already in %s; running the other %d", len(done), len(jobs),
+                 journal.path if journal else "", len(todo))  # fmt: skip
+    on_done = None
+    if journal is not None:
+        book = journal
+
+        def on_done(j: int, traj: Trajectory) -> None:
+            book.write(todo[j], traj)
+
+    pending = [jobs[i] for i in todo]
+    fresh = run_rollouts(pending, make_env, llm, cfg, params, rendering, show_progress, template, on_done)
+    by_job = {**done, **dict(zip(todo, fresh))}
+    trajs = [by_job[i] for i in range(len(jobs)) if i in by_job]
     require_a_valid_episode(trajs, "evaluation")
     by_task: dict[str, list[Trajectory]] = {}
     for tr in trajs:
@@ -101,6 +123,44 @@ def evaluate_policy(
         per_task=per_task,
     )
     return report, trajs
+
+
+class EpisodeJournal:
+    """``<results>.episodes.jsonl``: one line per finished evaluation episode, written as it finishes, under a first
+    line naming the evaluation (``key``: its tasks, k, policy and settings). A re-run with the same ``--out`` and the
+    same key continues from the episodes it holds; one with another key is refused (nothing is overwritten)."""
+
+    def __init__(self, path: Path, key: str) -> None:
+        self.path, self.key = path, key
+        self._done: dict[int, Trajectory] = {}
+        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        if lines:
+            try:
+                head = json.loads(lines[0])
+            except ValueError:
+                head = None
+            if not isinstance(head, dict) or head.get("evaluation") != key:
+                raise EnvError(
+                    f"{path}: holds episodes of another evaluation (other tasks, k, policy or settings); "
+                    "use another --out or remove it"
+                )
+            for line in lines[1:]:
+                try:
+                    row = json.loads(line)
+                    self._done[int(row["job"])] = Trajectory.model_validate(row["trajectory"])
+                except (ValueError, KeyError, TypeError):  # a line cut by the interruption: that episode reruns
+                    continue
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"evaluation": key}) + "\n", encoding="utf-8")
+
+    def finished(self) -> dict[int, Trajectory]:
+        return dict(self._done)
+
+    def write(self, job: int, traj: Trajectory) -> None:
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"job": job, "trajectory": traj.model_dump(mode="json")}) + "\n")
+        self._done[job] = traj
 
 
 def write_results(path: Path, report: EvalReport, trajectories: Sequence[Trajectory]) -> None:

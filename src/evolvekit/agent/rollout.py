@@ -219,8 +219,7 @@ def _run_continuous(
     params: SamplingParams,
     rendering: str,
     template: TemplateSettings,
-    results: list[Trajectory | None],
-    advance_bar: Callable[[], None],
+    record: Callable[[int, Trajectory], None],
 ) -> None:
     """Continuous batching: episodes join the decode batch turn by turn; new ones start as others end."""
     queue = deque(enumerate(jobs))
@@ -238,8 +237,7 @@ def _run_continuous(
                 ep.trajectory.flags.failed, ep.done = True, True
                 ep.trajectory.error = f"context: {type(err).__name__}: {err}"
                 batch.forget(i)
-                results[i] = _finish(live.pop(i))
-                advance_bar()
+                record(i, _finish(live.pop(i)))
                 continue
             items.append((i, ep.prompt_ids))
         batch.add(items)
@@ -250,8 +248,7 @@ def _run_continuous(
             try:
                 live[i] = _start(job, make_env, rendering, template)
             except Exception as err:
-                results[i] = _failed_start(job, err)
-                advance_bar()
+                record(i, _failed_start(job, err))
                 continue
             ready.append(i)
         submit(ready)
@@ -264,8 +261,7 @@ def _run_continuous(
             _advance_safely(ep, ep.prompt_ids, comp, cfg.max_steps, rendering)
             if ep.done:
                 batch.forget(i)
-                results[i] = _finish(live.pop(i))
-                advance_bar()
+                record(i, _finish(live.pop(i)))
             else:
                 ready.append(i)
         refill(ready)
@@ -280,8 +276,10 @@ def run_rollouts(
     rendering: str = "compact",
     show_progress: bool = True,
     template: TemplateSettings | None = None,
+    on_done: Callable[[int, Trajectory], None] | None = None,
 ) -> list[Trajectory]:
-    """Run every job to completion (``cfg.concurrency`` at a time); results are in job order."""
+    """Run every job to completion (``cfg.concurrency`` at a time); results are in job order. ``on_done(i, traj)``
+    is called as job ``i`` finishes (evaluation writes each episode then)."""
     template = template or TemplateSettings(template=cfg.template, token_limit=cfg.context_token_limit)
     params = SamplingParams(
         n=1,
@@ -294,8 +292,15 @@ def run_rollouts(
     )
     results: list[Trajectory | None] = [None] * len(jobs)
     with StageProgress("rollouts", len(jobs), show_bar=show_progress, logger=log) as progress:
+
+        def record(i: int, traj: Trajectory) -> None:
+            results[i] = traj
+            if on_done is not None:
+                on_done(i, traj)
+            progress.advance()
+
         if hasattr(llm, "decode_batch") and hasattr(llm, "apply_chat_template"):
-            _run_continuous(jobs, make_env, llm, cfg, params, rendering, template, results, progress.advance)
+            _run_continuous(jobs, make_env, llm, cfg, params, rendering, template, record)
             return [r for r in results if r is not None]
         indexed = list(enumerate(jobs))
         for lo in range(0, len(jobs), cfg.concurrency):
@@ -305,16 +310,14 @@ def run_rollouts(
                 try:
                     live.append((i, _start(job, make_env, rendering, template)))
                 except Exception as err:
-                    results[i] = _failed_start(job, err)
-                    progress.advance()
+                    record(i, _failed_start(job, err))
             while live:
                 outs = _generate(llm, [ep for _, ep in live], params)
                 still = []
                 for (i, ep), (prompt_ids, comp) in zip(live, outs):
                     _advance_safely(ep, prompt_ids, comp, cfg.max_steps, rendering)
                     if ep.done:
-                        results[i] = _finish(ep)
-                        progress.advance()
+                        record(i, _finish(ep))
                     else:
                         still.append((i, ep))
                 live = still

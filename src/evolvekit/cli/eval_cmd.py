@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 import time
 from datetime import datetime
@@ -39,7 +41,7 @@ def _experience_lookup(cfg, path: Path):
 def _evaluate(
     cfg, category: str, subset: str, k: int, limit: Optional[int], out: Path, experiences: Optional[Path] = None
 ):
-    from evolvekit.agent.evaluate import evaluate_policy, write_results
+    from evolvekit.agent.evaluate import EpisodeJournal, evaluate_policy, write_results
     from evolvekit.env.bfcl.data import load_tasks
     from evolvekit.env.registry import env_tasks, make_env, preflight
     from evolvekit.errors import EnvError
@@ -55,11 +57,24 @@ def _evaluate(
     if not tasks:
         raise EnvError(f"no tasks in {category}/{subset} with backends {cfg.env.backends}")
     preflight(cfg.env, tasks[0])  # one episode starts before the model loads: exit 2 now, not a silent score of 0
+    # what makes two evaluations the same: their tasks, k, and every setting but the run's name and folder
+    settings = cfg.model_dump(mode="json", exclude={"run": {"name", "out_dir", "log_level"}})
+    what = {"tasks": [t.task_id for t in tasks], "k": k, "experiences": str(experiences or ""), "config": settings}
+    key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+    journal = EpisodeJournal(out.with_name(out.stem + ".episodes.jsonl"), key)  # refuses another's before loading
     llm = role_llm(cfg.models, "policy")
     params = sampling_for(cfg.models.policy, seed=cfg.run.seed)
     lookup = _experience_lookup(cfg, experiences) if experiences else None
     report, trajs = evaluate_policy(
-        tasks, lambda: make_env(cfg.env), llm, cfg.rollout, params, k, cfg.env.tool_rendering, experience_for=lookup
+        tasks,
+        lambda: make_env(cfg.env),
+        llm,
+        cfg.rollout,
+        params,
+        k,
+        cfg.env.tool_rendering,
+        experience_for=lookup,
+        journal=journal,
     )
     write_results(out, report, trajs)
     return report
@@ -74,7 +89,11 @@ def eval_command(
     policy: Optional[str] = typer.Option(None, help="policy checkpoint folder (default: models.policy.model)"),
     config: Optional[Path] = typer.Option(None, "--config", "-c"),
     overrides: Optional[list[str]] = typer.Option(None, "--set"),
-    out: Optional[Path] = typer.Option(None, help="per-task results JSONL (default under runs/eval-...)"),
+    out: Optional[Path] = typer.Option(
+        None,
+        help="per-task results JSONL (default under runs/eval-...); each episode is written to "
+        "<out>.episodes.jsonl as it finishes, and a re-run with the same --out continues from there",
+    ),
     experiences: Optional[Path] = typer.Option(
         None, help="JSONL pool (evolvekit experiences export): inject the best match into every rollout"
     ),
