@@ -97,6 +97,14 @@ def test_parsers():
         ("if the file is missing", "list the folder first")
     ]
     assert parse_experiences("no structure here") == []
+    # issue 54 (6): the prompt's placeholders and sentences given back are not experiences
+    assert parse_experiences("When to use: <one sentence>\nContent: call add with a and b.") == []
+    assert parse_experiences("When to use: adding numbers\nContent: <one to three sentences>") == []
+    assert parse_experiences("When to use: < the situation >\nContent: call add with a and b.") == []
+    echo = "When to use: the situation in which it applies.\nContent: call add with a and b."
+    assert parse_experiences(echo) == []
+    grounded = "When to use: adding numbers\nContent: call add(a=<from the request>, b=<result of multiply>)."
+    assert len(parse_experiences(grounded)) == 1  # grounded experiences' own markers stay
     assert parse_yes_no("Yes, it is.") is True and parse_yes_no("NO.") is False and parse_yes_no("maybe") is None
 
 

@@ -87,8 +87,25 @@ _PAIR = re.compile(
 )
 
 
+# the extraction prompts' own words: a reply that gives them back is an echo, not an experience (issue 54: "when to
+# use: <one to three sentences>" entered a pool). Placeholders of the prompts' formats, e.g. <one sentence>, <the
+# situation>; grounded experiences' own markers (<from the request>, <result of add>) are not among them.
+_PROMPT_WORDS = " ".join(" ".join((EXTRACT_SYSTEM, EXTRACT_FORMAT, VALIDATE_SYSTEM)).lower().split())
+_PLACEHOLDER = re.compile(r"<\s*(?:one|two|three|the|a|an|concrete|some)\b[^<>\n]{0,80}>", re.IGNORECASE)
+
+
+def is_echo(text: str) -> bool:
+    """A field that holds a prompt placeholder, or repeats a sentence of the extraction prompt (12 or more
+    characters), rather than saying something of its own."""
+    if _PLACEHOLDER.search(text):
+        return True
+    norm = " ".join(text.lower().split()).strip(" .:-")
+    return len(norm) >= 12 and norm in _PROMPT_WORDS
+
+
 def parse_experiences(text: str, max_items: int = 3) -> list[tuple[str, str]]:
-    """(when_to_use, content) pairs from free-form text, or a JSON list of objects with those keys."""
+    """(when_to_use, content) pairs from free-form text, or a JSON list of objects with those keys; pairs with a
+    field out of bounds or echoing the prompt (``is_echo``) are dropped."""
     text = (text or "").strip()
     out: list[tuple[str, str]] = []
     try:
@@ -102,7 +119,7 @@ def parse_experiences(text: str, max_items: int = 3) -> list[tuple[str, str]]:
     except (json.JSONDecodeError, ValueError):
         for m in _PAIR.finditer(re.sub(r"[*_#`]", "", text)):  # markdown emphasis around the labels
             out.append((m.group(1).strip(" *\n"), m.group(2).strip(" *\n")))
-    good = [(w, c) for w, c in out if 8 <= len(w) <= 400 and 8 <= len(c) <= 1200]
+    good = [(w, c) for w, c in out if 8 <= len(w) <= 400 and 8 <= len(c) <= 1200 and not is_echo(w) and not is_echo(c)]
     return good[:max_items]
 
 
