@@ -917,6 +917,25 @@ def anchor_paths(data: dict[str, Any], file: Path) -> None:
         command[0] = anchored(command[0])
 
 
+def config_differences(a: Config, b: Config) -> list[str]:
+    """The dotted fields in which two configs differ, in the tree's order."""
+    out: list[str] = []
+
+    def walk(x: Any, y: Any, at: str) -> None:
+        if isinstance(x, dict) and isinstance(y, dict) and x.keys() == y.keys():
+            for k in x:
+                walk(x[k], y[k], f"{at}.{k}" if at else k)
+        elif x != y:
+            out.append(at)
+
+    walk(a.model_dump(mode="json"), b.model_dump(mode="json"), "")
+    return out
+
+
+# what a resumed run may change of its stored config: more iterations (a finished run extended), and its log level
+RESUMABLE_FIELDS = ("train.iterations", "run.log_level")
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Load a YAML file (or the defaults when ``path`` is None) and apply ``--set`` overrides."""
     data: dict[str, Any] = {}

@@ -8,12 +8,18 @@ import os
 import sys
 from typing import Any
 
+import typer
 from rich.console import Console
 from rich.logging import RichHandler
 
 console = Console(stderr=True)
 if not console.is_terminal:  # to a file, CI or `| tee`: whole lines, never wrapped at 80 columns (issue 54)
     console.soft_wrap = True
+
+# the options every command shares, with one help text each
+JsonOpt = typer.Option(False, "--json", help="print one JSON object as the last line of stdout")
+ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config (default: the embedded defaults)")
+SetOpt = typer.Option(None, "--set", help="override a config value: section.key=value (repeatable)")
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # off a terminal: one plain line per record
 

@@ -11,14 +11,14 @@ from typing import Optional
 import typer
 from rich.progress import Progress
 
-from evolvekit.cli.common import console, emit_json, setup_logging
+from evolvekit.cli.common import ConfigOpt, JsonOpt, SetOpt, console, emit_json, setup_logging
 from evolvekit.errors import ConfigError
 
 env_app = typer.Typer(help="Environments: list, self-check, serve over HTTP.", no_args_is_help=True)
 
 
 @env_app.command("list")
-def env_list(as_json: bool = typer.Option(False, "--json")) -> None:
+def env_list(as_json: bool = JsonOpt) -> None:
     """List registered environments."""
     from evolvekit.env.registry import available_envs
 
@@ -36,9 +36,9 @@ def env_check(
     split: str = typer.Option("multi_turn_base", help="BFCL category (multi_turn_base, _miss_func, ...)"),
     subset: str = typer.Option("all", help="all, or train/dev/test (other environments: default env.eval_split)"),
     limit: Optional[int] = typer.Option(None, help="check only the first N tasks"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="config of a non-BFCL environment"),
-    overrides: Optional[list[str]] = typer.Option(None, "--set"),
-    as_json: bool = typer.Option(False, "--json"),
+    config: Optional[Path] = ConfigOpt,
+    overrides: Optional[list[str]] = SetOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
     """Replay every task's reference solution through the environment and score it with the environment's own
     evaluation (BFCL: the official checker). Tasks without a reference solution are only reset, to check that the
@@ -106,10 +106,10 @@ def env_serve(
         ["bfcl"], help="an environment to serve (repeat for several; the first is the default); no other is created"
     ),
     host: str = typer.Option("127.0.0.1", help="bind address (loopback by default)"),
-    port: int = typer.Option(8765),
+    port: int = typer.Option(8765, help="TCP port"),
     token_env: str = typer.Option("EVOLVEKIT_ENV_TOKEN", help="env var holding the bearer token (unset = no auth)"),
-    step_timeout_s: float = typer.Option(10.0),
-    idle_ttl_s: float = typer.Option(600.0),
+    step_timeout_s: float = typer.Option(10.0, help="seconds one reset or step may take before it is answered 504"),
+    idle_ttl_s: float = typer.Option(600.0, help="seconds an unused instance lives before it is closed"),
 ) -> None:
     """Serve environment instances over HTTP (Gym-like API)."""
     from evolvekit.env.service.server import ServiceSettings, host_name, serve

@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from evolvekit.cli.common import emit_json, setup_logging
+from evolvekit.cli.common import ConfigOpt, JsonOpt, SetOpt, emit_json, setup_logging
 
 
 def _experience_lookup(cfg, path: Path):
@@ -87,8 +87,8 @@ def eval_command(
     k: int = typer.Option(8, help="samples per task (avg@k, best@k)"),
     limit: Optional[int] = typer.Option(None, help="only the first N tasks"),
     policy: Optional[str] = typer.Option(None, help="policy checkpoint folder (default: models.policy.model)"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c"),
-    overrides: Optional[list[str]] = typer.Option(None, "--set"),
+    config: Optional[Path] = ConfigOpt,
+    overrides: Optional[list[str]] = SetOpt,
     out: Optional[Path] = typer.Option(
         None,
         help="per-task results JSONL (default under runs/eval-...); each episode is written to "
@@ -97,7 +97,7 @@ def eval_command(
     experiences: Optional[Path] = typer.Option(
         None, help="JSONL pool (evolvekit experiences export): inject the best match into every rollout"
     ),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Evaluate the policy: avg@k and best@k with per-task results written to a file."""
     from evolvekit.config import load_config

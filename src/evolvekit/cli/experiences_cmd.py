@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from evolvekit.cli.common import console, emit_json, setup_logging
+from evolvekit.cli.common import JsonOpt, console, emit_json, setup_logging
 
 experiences_app = typer.Typer(help="Inspect and share a run's experience pool (self-navigating).", no_args_is_help=True)
 
@@ -35,7 +35,7 @@ def _save(store, pool, iteration: int | None = None) -> None:
 
 
 @experiences_app.command("build")
-def build(run: Path = RunOpt, as_json: bool = typer.Option(False, "--json")) -> None:
+def build(run: Path = RunOpt, as_json: bool = JsonOpt) -> None:
     """Extract experiences from every stored training trajectory of a run (the summarizer role) into its pool."""
     from evolvekit.llm.factory import role_llm, sampling_for
     from evolvekit.navigating.extract import ExperienceExtractor, llm_equivalence
@@ -65,7 +65,7 @@ def query(
     text: str = typer.Argument(..., help="a task description"),
     run: Path = RunOpt,
     k: int = typer.Option(5, help="top-k"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Retrieve the top-k experiences for a task (Eq. 14, without the LLM refine step)."""
     _, store, pool = _open(run)

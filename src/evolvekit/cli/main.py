@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from evolvekit.cli.common import console, emit_json, setup_logging
+from evolvekit.cli.common import ConfigOpt, JsonOpt, SetOpt, console, emit_json, setup_logging
 from evolvekit.errors import EvolveKitError
 
 app = typer.Typer(
@@ -65,7 +65,7 @@ app.command("ablate")(ablate_command)
 app.command("eval")(eval_command)
 app.command("run")(run_command)
 
-SetOpt = typer.Option(None, "--set", help="override a config value: section.key=value (repeatable)")
+SetOpt = SetOpt
 
 
 @config_app.command("show")
@@ -108,13 +108,13 @@ def config_validate(
 def llm_chat(
     prompt: str = typer.Argument(..., help="user message"),
     role: str = typer.Option("policy", help="which LLM role to use"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config"),
+    config: Optional[Path] = ConfigOpt,
     overrides: Optional[list[str]] = SetOpt,
     system: Optional[str] = typer.Option(None, help="optional system message"),
     temperature: float = typer.Option(0.0, help="0 = greedy"),
-    max_new_tokens: int = typer.Option(128),
-    seed: Optional[int] = typer.Option(None),
-    as_json: bool = typer.Option(False, "--json", help="print a JSON object as the last line"),
+    max_new_tokens: int = typer.Option(128, help="most tokens to generate"),
+    seed: Optional[int] = typer.Option(None, help="sampling seed (default: none)"),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Send one message to an LLM role (the embedded model by default) and print the answer."""
     from evolvekit.config import load_config

@@ -9,15 +9,20 @@ from typing import Optional
 
 import typer
 
-from evolvekit.cli.common import console, emit_json, setup_logging
+from evolvekit.cli.common import JsonOpt, SetOpt, console, emit_json, setup_logging
 
 
 def run_command(
     config: Optional[Path] = typer.Argument(None, help="YAML config, e.g. configs/quickstart.yaml"),
-    overrides: Optional[list[str]] = typer.Option(None, "--set", help="override a config key: a.b=value"),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="continue this run directory"),
+    overrides: Optional[list[str]] = SetOpt,
+    resume: Optional[Path] = typer.Option(
+        None,
+        "--resume",
+        help="continue this run directory with its stored config; a CONFIG or --set given too may only raise "
+        "train.iterations (extend the run) or change run.log_level",
+    ),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bars"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Run the master loop: tasks → rollouts → experience → update, with held-out evaluation before and after."""
     from evolvekit.config import load_config
@@ -26,8 +31,6 @@ def run_command(
     from evolvekit.train.distributed import DataParallel
 
     cfg = load_config(config, overrides) if config is not None else None
-    if resume is not None and overrides:
-        raise typer.BadParameter("--set cannot change a resumed run (its stored config is used)")
     parallel = DataParallel.from_environment()  # under torchrun / accelerate launch: data-parallel updates
     if parallel is not None and not parallel.is_main:  # rank 0 runs the loop; the others take part in updates
         run_dir = Path(parallel.broadcast(None))
@@ -39,7 +42,7 @@ def run_command(
             store.close()
         sys.stderr.write(f"rank {parallel.rank}: took part in {updates} updates\n")
         return
-    cfg, run_dir, store = open_run(cfg, resume)
+    cfg, run_dir, store = open_run(cfg, resume, overrides=overrides if config is None else None)
     setup_logging(cfg.run.log_level)
     console.print(f"run directory: {run_dir}")
     if parallel is not None:

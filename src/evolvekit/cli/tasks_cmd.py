@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from evolvekit.cli.common import console, emit_json, setup_logging
+from evolvekit.cli.common import ConfigOpt, JsonOpt, SetOpt, console, emit_json, setup_logging
 
 tasks_app = typer.Typer(help="Self-questioning: make tasks by exploring an environment.", no_args_is_help=True)
 
@@ -20,10 +20,10 @@ def synthesize(
     env: Optional[str] = typer.Option(None, help="environment (default: the config's env.name)"),
     n: int = typer.Option(20, help="tasks to keep"),
     out: Path = typer.Option(Path("tasks.jsonl"), help="JSONL file of the kept tasks"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c"),
-    overrides: Optional[list[str]] = typer.Option(None, "--set"),
+    config: Optional[Path] = ConfigOpt,
+    overrides: Optional[list[str]] = SetOpt,
     max_rounds: int = typer.Option(5, help="exploration rounds at most"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Exploration → synthesis → curation; prints the funnel (explored, synthesized, deduplicated, infeasible, kept).
 
@@ -74,9 +74,9 @@ def synthesize(
 @tasks_app.command("check")
 def check(
     path: Path = typer.Argument(..., help="JSONL of tasks"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c"),
-    overrides: Optional[list[str]] = typer.Option(None, "--set"),
-    as_json: bool = typer.Option(False, "--json"),
+    config: Optional[Path] = ConfigOpt,
+    overrides: Optional[list[str]] = SetOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
     """Replay every task's reference solution in a fresh environment and report feasibility."""
     from evolvekit.config import load_config

@@ -13,9 +13,12 @@ from rich.console import Console
 
 from evolvekit.boundary import InformationBoundary
 from evolvekit.config import (
+    RESUMABLE_FIELDS,
     Config,
+    apply_override,
     attribution_source,
     attributor_constrained,
+    config_differences,
     config_from_dict,
     extraction_constrained,
     extraction_mode,
@@ -50,9 +53,12 @@ def new_run_dir(cfg: Config) -> Path:
     return path
 
 
-def open_run(cfg: Config | None, resume: Path | None, fixed_dir: Path | None = None) -> tuple[Config, Path, RunStore]:
+def open_run(
+    cfg: Config | None, resume: Path | None, fixed_dir: Path | None = None, overrides: list[str] | None = None
+) -> tuple[Config, Path, RunStore]:
     """A new run directory (``cfg``; named after the run and the time, or ``fixed_dir``), or an existing one to
-    resume (its stored config wins). A config that cannot train is refused before any folder is made."""
+    resume (its stored config wins; ``cfg``, or ``overrides`` of the stored config, may extend it: _resumed_config).
+    A config that cannot train is refused before any folder is made."""
     if resume is not None:
         resume = Path(resume)
         if not (resume / CONFIG_FILE).is_file() or not (resume / STORE_FILE).is_file():
@@ -63,7 +69,19 @@ def open_run(cfg: Config | None, resume: Path | None, fixed_dir: Path | None = N
             )
         except (ValueError, OSError) as err:
             raise ConfigError(f"{resume / CONFIG_FILE}: unreadable ({type(err).__name__})") from None
-        return stored, resume, RunStore(resume / STORE_FILE)
+        if cfg is None and overrides:
+            data = stored.model_dump(mode="json")
+            for assignment in overrides:
+                apply_override(data, assignment)
+            cfg = config_from_dict(data, f"{resume / CONFIG_FILE} (with --set overrides)")
+        store = RunStore(resume / STORE_FILE)
+        if cfg is not None:
+            try:
+                stored = _resumed_config(stored, cfg, resume, store)
+            except BaseException:
+                store.close()
+                raise
+        return stored, resume, store
     if cfg is None:
         raise ConfigError("give a config file, or --resume RUN_DIR")
     problem = training_problem(cfg)
@@ -87,6 +105,34 @@ def open_run(cfg: Config | None, resume: Path | None, fixed_dir: Path | None = N
     store.set_meta("created", datetime.now().isoformat(timespec="seconds"))
     store.set_meta("code", code_commit())  # the commit of the code that made the run (results files name it)
     return cfg, run_dir, store
+
+
+def _resumed_config(stored: Config, wanted: Config, run_dir: Path, store: RunStore) -> Config:
+    """A resumed run keeps its stored config; ``wanted`` (the CONFIG or --set given with --resume) may only change
+    RESUMABLE_FIELDS, and train.iterations only upwards: a finished run is extended by the iterations added (its
+    final evaluation is dropped and made again at the new end). Anything else is refused, naming the fields, not
+    ignored."""
+    changed = config_differences(stored, wanted)
+    other = [f for f in changed if f not in RESUMABLE_FIELDS]
+    if other:
+        shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+        raise ConfigError(
+            f"--resume {run_dir}: a resumed run keeps its stored config ({CONFIG_FILE}); the config given differs in "
+            f"{shown}. Only {' and '.join(RESUMABLE_FIELDS)} may change (train.iterations upwards, to extend it)"
+        )
+    if wanted.train.iterations < stored.train.iterations:
+        raise ConfigError(
+            f"train.iterations: {wanted.train.iterations} is fewer than the run's {stored.train.iterations}; "
+            "a resumed run can only be extended"
+        )
+    if not changed:
+        return stored
+    if wanted.train.iterations > stored.train.iterations:
+        log.info("extending %s from %d to %d iterations", run_dir, stored.train.iterations, wanted.train.iterations)
+        store.rollback_after(stored.train.iterations - 1)  # keeps every iteration; drops the final evaluation
+    (run_dir / CONFIG_FILE).write_text(wanted.model_dump_json(indent=2))
+    store.set_meta("config", wanted.model_dump_json())
+    return wanted
 
 
 def intact_checkpoint(store: RunStore, console: Console | None = None):

@@ -1,0 +1,73 @@
+"""Issue 54 (7): the CLI's rough edges. Every option says what it does; `run CONFIG --resume DIR` no longer ignores
+CONFIG: it may only extend the run (more train.iterations), and anything else is refused naming the fields."""
+
+import json
+
+import click
+import pytest
+import typer
+
+from evolvekit.cli.main import app
+from evolvekit.config import config_from_dict
+from evolvekit.errors import ConfigError
+from evolvekit.orchestrator.build import open_run
+
+
+def _commands(cmd: click.Command, path: str = "evolvekit"):
+    yield path, cmd
+    if isinstance(cmd, click.Group):
+        for name, sub in cmd.commands.items():
+            yield from _commands(sub, f"{path} {name}")
+
+
+def test_every_option_of_every_command_has_help_text():
+    missing = [
+        f"{path} {'/'.join(p.opts)}"
+        for path, cmd in _commands(typer.main.get_command(app))
+        for p in cmd.params
+        if isinstance(p, click.Option) and not p.help and "--help" not in p.opts
+    ]
+    assert missing == []
+
+
+def _run(tmp_path, **train):
+    cfg = config_from_dict({"run": {"out_dir": str(tmp_path)}, "train": {"iterations": 2, **train}})
+    _, run_dir, store = open_run(cfg, None)
+    with store.transaction() as c:
+        store.put_evaluation(c, "after", {"avg@8": 0.5})
+    store.close()
+    return cfg, run_dir
+
+
+def test_a_resumed_run_refuses_another_config_and_names_the_fields(tmp_path):
+    cfg, run_dir = _run(tmp_path)
+    other = cfg.model_copy(deep=True)
+    other.train.learning_rate, other.rollout.group_size = 1e-5, 3
+    with pytest.raises(ConfigError, match=r"differs in rollout.group_size, train.learning_rate\. Only train.iter"):
+        open_run(other, run_dir)
+    with pytest.raises(ConfigError, match="differs in train.kl_beta"):
+        open_run(None, run_dir, overrides=["train.kl_beta=0.5"])
+    fewer = cfg.model_copy(deep=True)
+    fewer.train.iterations = 1
+    with pytest.raises(ConfigError, match="train.iterations: 1 is fewer than the run's 2"):
+        open_run(fewer, run_dir)
+    same, _, store = open_run(cfg, run_dir)  # the same config: a plain resume
+    assert same == cfg and store.evaluation("after") == {"avg@8": 0.5}
+    store.close()
+
+
+@pytest.mark.parametrize("how", ["config", "set"])
+def test_a_finished_run_is_extended_by_more_iterations(tmp_path, how):
+    cfg, run_dir = _run(tmp_path)
+    more = cfg.model_copy(deep=True)
+    more.train.iterations = 5
+    got, _, store = (
+        open_run(more, run_dir) if how == "config" else open_run(None, run_dir, overrides=["train.iterations=5"])
+    )
+    assert got.train.iterations == 5 and store.evaluation("after") is None  # made again at the new end
+    assert json.loads((run_dir / "config.json").read_text())["train"]["iterations"] == 5
+    assert json.loads(store.get_meta("config") or "{}")["train"]["iterations"] == 5
+    store.close()
+    again, _, store = open_run(None, run_dir)  # the extension is the run's config from now on
+    assert again.train.iterations == 5
+    store.close()
