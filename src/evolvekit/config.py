@@ -270,8 +270,16 @@ class TrainConfig(_Section):
     eps_norm: float = F(1e-6, "ε_norm in the group normalisation of advantages (Eq. 16)", gt=0)
     ppo_epochs: int = F(1, "optimisation passes over each batch of samples", ge=1)
     mini_batch_size: int = F(0, "sequences per optimizer step (0 = the whole batch in one step, on-policy)", ge=0)
+    shuffle_mini_batches: bool = F(
+        True,
+        "with mini_batch_size: reshuffle which samples share a mini-batch at every PPO epoch (seeded by run.seed and the update), as veRL does; off = fixed mini-batches of length-sorted samples (each of similar lengths)",
+    )
     micro_batch_size: int = F(2, "sequences per forward/backward (memory knob; gradients are accumulated)", ge=1)
-    weight_decay: float = F(0.0, "AdamW weight decay", ge=0)
+    weight_decay: float = F(0.0, "AdamW weight decay (Evolving-RL C.2: 0.1, set with evolving_rl.enabled)", ge=0)
+    adam_beta1: float = F(0.9, "AdamW β1 (torch's default; Evolving-RL C.2: 0.9)", ge=0, lt=1)
+    adam_beta2: float = F(
+        0.999, "AdamW β2 (torch's default; Evolving-RL C.2: 0.98, set with evolving_rl.enabled)", ge=0, lt=1
+    )
     autocast: Literal["auto", "bf16", "off"] = F("auto", "bf16 autocast: auto = on for CUDA and CPUs with AVX512-BF16")
     max_sequence_tokens: int = F(4096, "training sequences longer than this are skipped (counted in metrics)", ge=1)
     keep_checkpoints: int = F(2, "how many iteration checkpoints to keep on disk (the latest always kept)", ge=1)
@@ -450,12 +458,6 @@ class NavigatingConfig(_Section):
     inject_count: int = F(
         1, "experiences injected into a guided rollout after refinement (the paper injects one snippet exp_g)", ge=1
     )
-    success_threshold: float = F(
-        0.5,
-        "outcome at or above which a rollout counts as a success (experience use/success counts, extraction split). 0.5 fits continuous judge rewards (correct work scores 0.7-1.0) and is the same as 1.0 for 0/1 checker rewards",
-        ge=0,
-        le=1,
-    )
     min_uses_before_prune: int = F(
         8,
         "never prune an experience used fewer times than this (EvolveR's score needs evidence: at the defaults one task's group has N_e = 4 guided rollouts, so 8 = two groups)",
@@ -569,6 +571,12 @@ class RewardConfig(_Section):
         0.0,
         "w_p, weight of partial credit: the share of the task's reference calls the episode executed (train/rewards.py: partial_credit; evolvekit's own, not in the papers). It reads a reference: synthesized tasks' always, person-written tasks' only under run.oracle",
         ge=0,
+    )
+    success_threshold: float = F(
+        0.5,
+        "the run's one definition of success: an outcome (before shaping) at or above it is a success, for rollout/success_rate, experience use and success counts, and the extraction split. 0.5 fits continuous judge rewards (correct work scores 0.7-1.0) and is the same as 1.0 for 0/1 checker rewards (formerly navigating.success_threshold)",
+        ge=0,
+        le=1,
     )
     format: Literal["calls", "evolver"] = F(
         "calls",
@@ -690,9 +698,16 @@ def helper_sources(cfg: Config) -> dict[str, str]:
     return out
 
 
-# Evolving-RL Table 5 (ALFWorld and Mind2Web alike): ε_low 0.1, ε_high 0.15, KL coefficient 0.01. They replace
-# AgentEvolver's 0.28 / 0.28 / 0.001 when evolving_rl.enabled, for every train.* field the config leaves unset.
-EVOLVING_RL_TRAIN_DEFAULTS = {"eps_low": 0.1, "eps_high": 0.15, "kl_beta": 0.01}
+# Evolving-RL Table 5 (ALFWorld and Mind2Web alike): ε_low 0.1, ε_high 0.15, KL coefficient 0.01; and its C.2 AdamW:
+# weight decay 0.1, β2 0.98 (β1 0.9 is torch's default). They replace AgentEvolver's 0.28 / 0.28 / 0.001 and torch's
+# AdamW defaults when evolving_rl.enabled, for every train.* field the config leaves unset.
+EVOLVING_RL_TRAIN_DEFAULTS = {
+    "eps_low": 0.1,
+    "eps_high": 0.15,
+    "kl_beta": 0.01,
+    "weight_decay": 0.1,
+    "adam_beta2": 0.98,
+}
 
 
 def cross_field_problem(cfg: Config) -> str | None:
@@ -829,7 +844,17 @@ def migrate_stored(data: dict[str, Any]) -> dict[str, Any]:
     train = data.get("train")
     if isinstance(train, dict) and train.get("eval_k") == 0:  # before: 0 meant "rollout.group_size"
         train["eval_k"] = None
+    moved_success_threshold(data)
     return data
+
+
+def moved_success_threshold(data: dict[str, Any]) -> None:
+    """navigating.success_threshold became reward.success_threshold (one definition of success for the run)."""
+    nav = data.get("navigating")
+    if isinstance(nav, dict) and "success_threshold" in nav:
+        reward = data.setdefault("reward", {})
+        if isinstance(reward, dict):
+            reward.setdefault("success_threshold", nav.pop("success_threshold"))
 
 
 def _parse_scalar(text: str) -> Any:
@@ -869,6 +894,7 @@ def _format_error(err: ValidationError, source: str) -> str:
 
 
 def config_from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
+    moved_success_threshold(data)  # the old name still reads
     try:
         return Config.model_validate(data)
     except ValidationError as err:

@@ -276,6 +276,18 @@ class Trajectory(_Model):
         return data
 
     @property
+    def unshaped_outcome(self) -> float:
+        """The outcome before reward shaping (format, reasoning, partial credit); a judge's mix on a synthesized
+        task included."""
+        value = self.rewards.outcome if self.rewards.outcome is not None else self.outcome_reward
+        return float(value or 0.0)
+
+    def succeeded(self, threshold: float) -> bool:
+        """The run's one definition of success (reward.success_threshold): the outcome before shaping at or above
+        ``threshold``; rollout/success_rate, experience use counts and the extraction split all ask this."""
+        return self.unshaped_outcome >= threshold
+
+    @property
     def checked_outcome(self) -> float:
         """The environment's own check of the episode, before judge mixing and reward shaping."""
         for value in (self.rewards.state_score, self.rewards.outcome):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from evolvekit.llm.base import Completion, SamplingParams
-from evolvekit.navigating.extract import parse_experiences, parse_yes_no, refine
+from evolvekit.navigating.extract import ExperienceExtractor, parse_experiences, parse_yes_no, refine
 from evolvekit.navigating.pool import ExperiencePool, should_prune
 from evolvekit.navigating.stage import guided_count
 from evolvekit.types import Experience, ExperienceProvenance
@@ -418,8 +418,31 @@ def test_success_defaults_fit_continuous_rewards():
     from evolvekit.config import Config
 
     cfg = Config()
-    assert cfg.navigating.success_threshold <= 0.7  # a judge's 0.7 for correct work counts as a success
+    assert cfg.reward.success_threshold <= 0.7  # a judge's 0.7 for correct work counts as a success
     assert cfg.navigating.min_uses_before_prune >= 2 * 4  # two guided groups at the default η·N
+
+
+def test_one_success_definition_for_metrics_experience_counts_and_extraction():
+    """Issue 53 (5): rollout/success_rate counted success at 1.0 while the pool counted at 0.5. Both, and the
+    extraction split, now ask Trajectory.succeeded(reward.success_threshold), on the outcome before shaping."""
+    from evolvekit.config import config_from_dict, migrate_stored
+    from evolvekit.orchestrator.metrics import rollout_metrics
+    from evolvekit.types import RewardParts, Trajectory
+
+    judged = Trajectory(task_id="t", outcome_reward=0.75, rewards=RewardParts(outcome=0.7))  # a judge's 0.7
+    shaped = Trajectory(task_id="t", outcome_reward=0.6, rewards=RewardParts(outcome=0.0, format=0.6))  # format only
+    plain = Trajectory(task_id="t", outcome_reward=1.0)
+    assert [t.succeeded(0.5) for t in (judged, shaped, plain)] == [True, False, True]
+    assert rollout_metrics([judged, shaped, plain], 0.5)["rollout/success_rate"] == 2 / 3
+    assert rollout_metrics([judged, shaped, plain], 1.0)["rollout/success_rate"] == 1 / 3
+    ex = ExperienceExtractor(None, SamplingParams(), success_threshold=0.5)
+    assert ex._score(judged) == 0.7 and ex._score(shaped) == 0.0  # the free split: the same unshaped outcome
+    # the old name still reads, in a config file and in a stored run's config
+    assert config_from_dict({"navigating": {"success_threshold": 0.9}}).reward.success_threshold == 0.9
+    assert migrate_stored({"navigating": {"success_threshold": 0.8}}) == {
+        "navigating": {},
+        "reward": {"success_threshold": 0.8},
+    }
 
 
 def _mixed(cfg, training_set=()):
@@ -490,3 +513,27 @@ def test_ray_with_stages_that_cannot_use_it_is_refused_in_one_line():
         with pytest.raises(ConfigError, match="rollout.backend: ray"):
             load_config(None, sets)
     assert load_config(None, ["rollout.backend=ray", "navigating.enabled=true"]).navigating.enabled
+
+
+@pytest.mark.parametrize("threshold, counted", [(0.5, 1), (0.9, 0)])
+def test_experience_use_counts_follow_reward_success_threshold(threshold, counted):
+    """The pool's use/success counts read reward.success_threshold (a broken wiring back to 1.0, or to a constant,
+    fails one of the two cases)."""
+    from evolvekit.config import Config
+    from evolvekit.navigating.stage import ExperienceSummarisation
+    from evolvekit.orchestrator.stages import IterationContext
+    from evolvekit.types import RewardParts, Trajectory
+
+    class _Store:
+        def task_index(self):
+            return {}
+
+    cfg = Config()
+    cfg.reward.success_threshold = threshold
+    pool = ExperiencePool(lambda texts: np.ones((len(texts), 2), dtype=np.float32) / np.sqrt(2), theta_sim=2.0)
+    exp_id = pool.add(_exp("always", "call add")).experience_id
+    used = Trajectory(task_id="t", outcome_reward=0.7, rewards=RewardParts(outcome=0.7), experience_used=[exp_id])
+    stage = ExperienceSummarisation(cfg, pool, ExperienceExtractor(None, SamplingParams(), validate=False))
+    stage.process(IterationContext(iteration=0, seed=0, run_dir=None, store=_Store()), [used])
+    got = pool.get(exp_id)
+    assert got.use_count == 1 and got.success_count == counted

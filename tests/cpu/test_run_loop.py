@@ -313,7 +313,7 @@ def test_embedded_attributor_defaults_to_grounded_credit(tiny, tmp_path):
     loop.run()
     trajs = store.trajectories(0)
     assert trajs and all(t.attribution_source == "grounded" and t.step_attributions is not None for t in trajs)
-    threshold = cfg.navigating.success_threshold
+    threshold = cfg.reward.success_threshold
     for t in trajs:
         group_passed = any(o.checked_outcome >= threshold for o in trajs if o.task_id == t.task_id)
         passed = t.checked_outcome >= threshold

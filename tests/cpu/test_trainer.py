@@ -293,3 +293,52 @@ def test_dual_clip_reaches_the_update_through_the_config(tiny_path):
     plain = _loss_with(tiny_path)
     bounded = _loss_with(tiny_path, dual_clip_c=1.01)
     assert bounded < plain - 1e-6, (plain, bounded)
+
+
+def test_mini_batches_are_reshuffled_every_epoch_and_cover_every_sample():
+    """Issue 53 (5): mini-batches were the length-sorted samples in fixed runs, never shuffled across PPO epochs."""
+    from evolvekit.train.trainer import mini_batches, shuffle_seed
+
+    assert mini_batches(7, 3, None) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert mini_batches(4, 0, None) == [[0], [1], [2], [3]]
+    assert mini_batches(4, 8, 5) == [[0, 1, 2, 3]]  # one mini-batch: nothing to shuffle
+    parts = [mini_batches(12, 4, seed) for seed in (1, 2)]
+    for part in parts:
+        assert sorted(i for mini in part for i in mini) == list(range(12)) and all(m == sorted(m) for m in part)
+    assert parts[0] != parts[1] and parts[0] != mini_batches(12, 4, None)
+    assert mini_batches(12, 4, 1) == parts[0]  # seeded
+    s = _samples()
+    assert shuffle_seed(s, 0) == shuffle_seed(_samples(), 0) != shuffle_seed(s, 1)  # from the samples, per epoch
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_the_trainer_shuffles_mini_batches_when_asked_and_uses_adamw_betas(tiny_path, monkeypatch, shuffle):
+    from evolvekit.train import trainer as trainer_mod
+
+    seen = []
+    real = trainer_mod.mini_batches
+
+    def spy(n, size, seed):
+        seen.append(seed)
+        return real(n, size, seed)
+
+    monkeypatch.setattr(trainer_mod, "mini_batches", spy)
+    llm = LocalLLM(str(tiny_path), device="cpu")
+    cfg = TrainConfig(
+        mini_batch_size=2, ppo_epochs=2, shuffle_mini_batches=shuffle, kl_beta=0.0, autocast="off", adam_beta2=0.98
+    )
+    tr = GRPOTrainer(llm, cfg)
+    st = tr.update(_samples())
+    assert st.optimizer_steps == 4 and len(seen) == 2
+    assert (None not in seen and seen[0] != seen[1]) if shuffle else seen == [None, None]
+    assert tr.optimizer.param_groups[0]["betas"] == (0.9, 0.98)
+
+
+def test_evolving_rl_sets_its_adamw_unless_set():
+    from evolvekit.config import load_config
+
+    on = load_config(None, ["evolving_rl.enabled=true"]).train
+    assert (on.weight_decay, on.adam_beta1, on.adam_beta2) == (0.1, 0.9, 0.98)
+    off = load_config(None, []).train
+    assert (off.weight_decay, off.adam_beta2) == (0.0, 0.999)
+    assert load_config(None, ["evolving_rl.enabled=true", "train.weight_decay=0.0"]).train.weight_decay == 0.0

@@ -111,7 +111,7 @@ class AttributedSamples(GRPOSamples):
         """Step labels from the configured source; the LLM's are also scored against grounded ones wherever the
         task has a reference (``attribution/agreement_with_grounded``: the attributor's measured accuracy)."""
         tasks = ctx.store.task_index()
-        threshold = self.cfg.navigating.success_threshold
+        threshold = self.cfg.reward.success_threshold  # the run's one definition of success
         own = self._own_references(live, tasks, threshold, metrics)
         grounded = [grounded_for(tasks.get(t.task_id), t, threshold, self.boundary, own.get(t.task_id)) for t in live]
         if source == "grounded":

@@ -44,7 +44,7 @@ def build(run: Path = RunOpt, as_json: bool = JsonOpt) -> None:
     llm = role_llm(cfg.models, "summarizer")
     params = sampling_for(cfg.models.summarizer)
     pool.equivalent = llm_equivalence(llm, params)
-    extractor = ExperienceExtractor(llm, params, cfg.navigating.validate_experiences, cfg.navigating.success_threshold)
+    extractor = ExperienceExtractor(llm, params, cfg.navigating.validate_experiences, cfg.reward.success_threshold)
     report = extractor.extract(store.trajectories(None, "train"), store.task_index())
     actions = [pool.add(e).action for e in report.experiences]
     _save(store, pool)

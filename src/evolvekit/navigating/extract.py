@@ -288,7 +288,7 @@ class ExperienceExtractor:
     def _score(self, traj: Trajectory) -> float:
         """Success for the split: the rollout's reward (the paper), or in grounded mode the environment's own check
         (a judge's score on a synthetic task is not execution)."""
-        return traj.checked_outcome if self.grounded else float(traj.outcome_reward or 0.0)
+        return traj.checked_outcome if self.grounded else traj.unshaped_outcome
 
     def jobs(self, trajectories: Sequence[Trajectory]) -> list[tuple[JobKind, list[Trajectory]]]:
         """(1) preprocessing: valid trajectories split by score; one success, one failure and one comparison per

@@ -163,7 +163,7 @@ class ExperienceSummarisation:
         metrics = guided_vs_vanilla(trajectories)
         for t in trajectories:
             if t.experience_used and not t.flags.failed:
-                self.pool.record_use(t.experience_used, float(t.outcome_reward or 0.0) >= ncfg.success_threshold)
+                self.pool.record_use(t.experience_used, t.succeeded(self.cfg.reward.success_threshold))
         tasks = ctx.store.task_index()
         report = self.extractor.extract(trajectories, tasks, ctx.iteration)
         candidates = report.experiences

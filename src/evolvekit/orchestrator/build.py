@@ -471,7 +471,7 @@ def _navigation(
         summarizer,
         sparams,
         cfg.navigating.validate_experiences,
-        cfg.navigating.success_threshold,
+        cfg.reward.success_threshold,
         grounded=extraction == "grounded",
         constrained=constrained,
         boundary=InformationBoundary(cfg.run.oracle),

@@ -165,7 +165,7 @@ class MasterLoop:
                 store.put_trajectories(c, trajectories, it, "train")
                 store.set_iteration(c, it, IterationStatus.ROLLED_OUT)
         times["time/rollout_s"] = time.perf_counter() - t0
-        metrics = rollout_metrics(trajectories)
+        metrics = rollout_metrics(trajectories, cfg.reward.success_threshold)
         fmt = [t.rewards.format for t in trajectories if t.rewards.format is not None]
         if fmt:  # recomputed from the stored trajectories, so a resumed iteration reports it too
             metrics["reward/format"] = sum(fmt) / len(fmt)

@@ -17,8 +17,11 @@ from evolvekit.types import Trajectory
 log = logging.getLogger(__name__)
 
 
-def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str = "rollout/") -> dict[str, float]:
-    """Reward, success, parse rate, steps and token counts over a batch of trajectories."""
+def rollout_metrics(
+    trajectories: Sequence[Trajectory], success_threshold: float = 0.5, prefix: str = "rollout/"
+) -> dict[str, float]:
+    """Reward, success (``Trajectory.succeeded`` at reward.success_threshold), parse rate, steps and token counts
+    over a batch of trajectories."""
     if not trajectories:
         return {}
     n = len(trajectories)
@@ -29,11 +32,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str = "rollout/"
         by_task.setdefault(t.task_id, []).append(r)
     return {
         prefix + "reward_mean": sum(rewards) / n,
-        prefix + "success_rate": sum(
-            float(t.rewards.outcome if t.rewards.outcome is not None else r) >= 1.0
-            for t, r in zip(trajectories, rewards)
-        )
-        / n,
+        prefix + "success_rate": sum(t.succeeded(success_threshold) for t in trajectories) / n,
         prefix + "best_of_group": best_at_k(list(by_task.values())),
         prefix + "avg_of_group": avg_at_k(list(by_task.values())),
         prefix + "steps_mean": len(steps) / n,

@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import random
 import shutil
 import time
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -128,9 +130,22 @@ def group_scales(samples: Sequence[TrainingSample], total_tokens: float) -> list
     return [total_tokens / tokens[s.loss_group] if s.loss_group and tokens[s.loss_group] else 1.0 for s in samples]
 
 
-def _batches(samples: Sequence[TrainingSample], size: int) -> list[list[int]]:
+def mini_batches(n: int, size: int, seed: int | None) -> list[list[int]]:
+    """The mini-batches of one PPO epoch over ``n`` length-sorted samples: consecutive runs of ``size``, or with
+    ``seed`` a seeded permutation cut into runs of ``size`` (veRL reshuffles every epoch), each sorted back by index
+    so its micro-batches still pad little. Every sample is in exactly one mini-batch either way."""
     size = max(1, size)
-    return [list(range(i, min(i + size, len(samples)))) for i in range(0, len(samples), size)]
+    order = list(range(n))
+    if seed is not None and size < n:
+        random.Random(seed).shuffle(order)
+    return [sorted(order[i : i + size]) for i in range(0, n, size)]
+
+
+def shuffle_seed(samples: Sequence[TrainingSample], epoch: int) -> int:
+    """A seed from the samples themselves and the epoch: the same on every data-parallel rank (they receive the same
+    samples) and after a resume (the same samples are rebuilt), without a counter that a restart would reset."""
+    shape = [[len(s.token_ids), s.token_ids[-1] if s.token_ids else 0] for s in samples]
+    return zlib.crc32(json.dumps(shape).encode()) * 1009 + epoch
 
 
 class GRPOTrainer:
@@ -171,7 +186,12 @@ class GRPOTrainer:
         )
         self.master = MasterWeights(params) if use_master and needs_master(params) else None
         self.optim_params = self.master.optim_params if self.master is not None else params
-        self.optimizer = torch.optim.AdamW(self.optim_params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.optim_params,
+            lr=cfg.learning_rate,
+            weight_decay=cfg.weight_decay,
+            betas=(cfg.adam_beta1, cfg.adam_beta2),
+        )
         if cfg.gradient_checkpointing:
             self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         self.amp = autocast_dtype(cfg.autocast, self.device)
@@ -333,8 +353,9 @@ class GRPOTrainer:
         diag: dict[str, float] = {}
         weight_total = 0.0
         with_entropy = self.entropy_coef != 0.0 or any(s.entropy_coef != 0.0 for s in samples)
-        for _ in range(self.cfg.ppo_epochs):
-            for mini in _batches(samples, self.cfg.mini_batch_size or len(samples)):
+        for epoch in range(self.cfg.ppo_epochs):
+            seed = shuffle_seed(samples, epoch) if self.cfg.shuffle_mini_batches else None
+            for mini in mini_batches(len(samples), self.cfg.mini_batch_size or len(samples), seed):
                 mini_tokens = sum(float(sum(samples[i].loss_mask[1:])) for i in mini) or 1.0
                 scale = group_scales([samples[i] for i in mini], mini_tokens)
                 self.optimizer.zero_grad(set_to_none=True)
