@@ -328,3 +328,30 @@ def test_embedded_attributor_defaults_to_grounded_credit(tiny, tmp_path):
     assert "attribution/good_ratio" in store.metrics()[0]
     assert json.loads(store.get_meta("helper_sources"))["attributor"] == "grounded"
     store.close()
+
+
+def test_experience_as_a_tool_replaces_injection_and_reaches_held_out_evaluation(tiny, tmp_path):
+    """Issue 53 (1): with navigating.as_tool (EvolveR's retrieval as an action), training rollouts offered
+    search_experience but held-out evaluation did not, and prompt injection and the boost still ran on η of the
+    rollouts. Now every rollout, held-out ones included, is offered the tool, none is injected, and no sample is
+    boosted."""
+    from evolvekit.llm.local import LocalLLM
+
+    sets = ["navigating.enabled=true", "navigating.as_tool=true", "navigating.n_pc=0", "navigating.rerank=false"]
+    sets += ["navigating.rewrite=false", f"models.summarizer.model={tiny}", "navigating.extraction=grounded"]
+    seeds = Path(__file__).resolve().parents[2] / "configs" / "experiences_arith_examples.jsonl"
+    sets += [f"navigating.seed_file={seeds}"]  # a pool that injection would draw from
+    cfg, run_dir, store = open_run(load_config(_config(tiny, tmp_path, iterations=1, eval_after=False), sets), None)
+    loop = build_loop(cfg, run_dir, store, show_progress=False)
+    assert loop.stages.updater.trainer.eps_high_boost is None
+    loop.run()
+    tok = LocalLLM(str(tiny), device="cpu").tokenizer
+    for phase in ("eval_before", "train"):
+        trajs = store.trajectories(None, phase)
+        assert trajs, phase
+        for t in trajs:
+            assert "search_experience" in tok.decode(t.steps[0].prompt_token_ids), phase
+            assert not t.flags.experience_guided and not t.experience_used or phase == "train"
+    assert not any(t.flags.experience_guided for t in store.trajectories(None, "train"))  # no injection
+    assert store.metrics()[0]["navigating/guided_rollouts"] == 0.0
+    store.close()

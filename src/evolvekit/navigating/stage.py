@@ -108,7 +108,9 @@ class ExperienceMixedRollouts(VanillaRollouts):
         self.cold_metrics = {}
         cold = self.cold_start(ctx, tasks)
         n = self.cfg.rollout.group_size
-        n_e = guided_count(n, self.cfg.navigating.eta)
+        # Eq. 15's N_e guided rollouts; none with as_tool, where the agent's own search_experience calls replace
+        # prompt injection (EvolveR §3.2.2), so neither injection nor the boost of guided samples runs
+        n_e = 0 if self.cfg.navigating.as_tool else guided_count(n, self.cfg.navigating.eta)
         jobs, retrievals = [], 0
         for i, task in enumerate(tasks):
             group = f"it{ctx.iteration:04d}-g{i:03d}-{task.task_id}"

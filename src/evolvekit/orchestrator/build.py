@@ -195,7 +195,8 @@ def build_trainer(
         reference = cast(
             InProcessLLM, build_llm(pol, "reference")
         ).model  # the initial policy, shared with frozen roles
-    boost = cfg.navigating.eps_high_boost if cfg.navigating.enabled else None
+    # Eq. 17's boost is for experience-guided samples: none exist with as_tool (the search action replaces injection)
+    boost = cfg.navigating.eps_high_boost if cfg.navigating.enabled and not cfg.navigating.as_tool else None
     trainer = GRPOTrainer(policy, cfg.train, eps_high_boost=boost, reference_model=reference, parallel=parallel)
     if ckpt and not trainer.load_optimizer(Path(ckpt.path)):
         log.warning("checkpoint %s has no optimizer state; AdamW restarts from zero moments", ckpt.path)
@@ -246,9 +247,9 @@ def build_loop(
     params = sampling_for(pol)
     supply = _task_supply(cfg, store, train_tasks, policy, env_factory)
     template = rollout_template(cfg)
-    rollouts, experience = _navigation(
+    rollouts, experience, policy_env = _navigation(
         cfg, store, engine, env_factory, params, show_progress, supply.training_set(), template
-    )
+    )  # policy_env: what the policy acts in, in training and held-out evaluation (with as_tool: search_experience)
     samples = _sample_stage(cfg)
     if cfg.evolving_rl.enabled:  # Evolving-RL replaces stages B, C and D(samples) with its own structure
         from evolvekit.llm.factory import build_embedder
@@ -295,7 +296,7 @@ def build_loop(
             eval_params = sampling_for(pol, seed=seed)
             report, trajs = evaluate_policy(
                 eval_tasks,
-                env_factory,
+                policy_env,
                 engine,
                 cfg.rollout,
                 eval_params,
@@ -308,7 +309,7 @@ def build_loop(
             if heldout_synthetic:  # held-out synthetic tasks, scored by the environment's own check
                 syn, syn_trajs = evaluate_policy(
                     heldout_synthetic,
-                    env_factory,
+                    policy_env,
                     engine,
                     cfg.rollout,
                     eval_params,
@@ -428,9 +429,11 @@ def _sample_stage(cfg: Config):
 def _navigation(
     cfg: Config, store: RunStore, policy, env_factory, params, show_progress: bool, training_set=(), template=None
 ):
-    """Vanilla rollouts and no experience, or the self-navigating pair (§4) when ``navigating.enabled``."""
+    """Vanilla rollouts and no experience, or the self-navigating pair (§4) when ``navigating.enabled``; and the
+    environment factory the policy acts in (with ``navigating.as_tool``, wrapped with EvolveR's search_experience:
+    held-out evaluation uses it too, as EvolveR's agent searches at test time)."""
     if not cfg.navigating.enabled:
-        return VanillaRollouts(policy, env_factory, cfg, params, show_progress, template), NoExperience()
+        return VanillaRollouts(policy, env_factory, cfg, params, show_progress, template), NoExperience(), env_factory
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
     from evolvekit.navigating.extract import ExperienceExtractor, llm_equivalence
     from evolvekit.navigating.pool import ExperiencePool
@@ -503,7 +506,7 @@ def _navigation(
             cfg.navigating.utility_k,
             template,
         )
-    return rollouts, ExperienceSummarisation(cfg, pool, extractor, utility)
+    return rollouts, ExperienceSummarisation(cfg, pool, extractor, utility), env_factory
 
 
 def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory):
