@@ -825,12 +825,40 @@ def test_coevolve_config_reaches_the_tracker_and_regenerator():
         ],
     )
     assert cfg.coevolve.success_threshold == 0.8 and cfg.coevolve.max_contexts == 7
-    import inspect
 
+
+def test_the_built_coevolve_hook_carries_every_setting(tmp_path):
+    """Issue 53: dropping the threshold argument in build._coevolve_hook passed every CoEvolve test (the wiring test
+    searched the source text). The hook the run builds is now checked field by field."""
+    from evolvekit.config import load_config
+    from evolvekit.llm.tiny import make_tiny_model
     from evolvekit.orchestrator import build
+    from evolvekit.store.sqlite import RunStore
 
-    src = inspect.getsource(build._coevolve_hook)
-    assert "co.success_threshold" in src and "max_contexts=co.max_contexts" in src
+    tiny = make_tiny_model(tmp_path / "tiny")
+    roles = [f"models.{r}.model={tiny}" for r in ("policy", "explorer", "synthesizer")]
+    cfg = load_config(
+        None,
+        [
+            "questioning.enabled=true",
+            "coevolve.enabled=true",
+            "coevolve.success_threshold=0.8",
+            "coevolve.max_contexts=7",
+            "coevolve.forgetting_window=3",
+            "coevolve.rare_theta_percent=7.5",
+            "coevolve.rare_min_patterns=11",
+            "coevolve.every_iterations=4",
+            *roles,
+        ],
+    )
+    store = RunStore(tmp_path / "run.sqlite")
+    from evolvekit.env.registry import make_env
+
+    hook = build._coevolve_hook(cfg, store, None, lambda: make_env(cfg.env), [])
+    store.close()
+    t = hook.tracker
+    assert (t.threshold, t.window, t.theta, t.n_min) == (0.8, 3, 7.5, 11)
+    assert hook.regenerator.max_contexts == 7 and hook.every == 4
 
 
 def test_coevolve_reexploration_is_seeded_and_each_call_draws_anew():
