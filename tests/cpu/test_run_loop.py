@@ -355,3 +355,36 @@ def test_experience_as_a_tool_replaces_injection_and_reaches_held_out_evaluation
     assert not any(t.flags.experience_guided for t in store.trajectories(None, "train"))  # no injection
     assert store.metrics()[0]["navigating/guided_rollouts"] == 0.0
     store.close()
+
+
+def test_the_loop_shapes_rewards_with_the_reasoning_templates_weight(tiny, tmp_path):
+    """Issue 53: passing w_reasoning=0 in the loop passed every template test. A run with the reasoning template
+    stores each training episode's reasoning reward and adds w_r times it to the outcome."""
+    sets = ["rollout.template=reasoning"]
+    cfg, run_dir, store = open_run(
+        load_config(_config(tiny, tmp_path, iterations=1, eval_before=False, eval_after=False), sets), None
+    )
+    assert cfg.reward.w_reasoning == 0.1
+    build_loop(cfg, run_dir, store, show_progress=False).run()
+    trajs = [t for t in store.trajectories(0) if not t.flags.failed]
+    assert trajs and all(t.rewards.reasoning is not None for t in trajs)
+    for t in trajs:
+        assert abs(t.outcome_reward - (t.rewards.outcome + 0.1 * t.rewards.reasoning)) < 1e-9
+    store.close()
+
+
+def test_the_cold_start_pool_samples_the_runs_training_set(tiny, tmp_path):
+    """Issue 53: building Eq. 13's cold start without the training set (the old iteration-0 bug) passed every
+    navigating and run-loop test. The stage the run builds holds p_train, and its n_pc cold-start tasks come from
+    all of it, not from the first iteration's tasks."""
+    sets = ["navigating.enabled=true", "navigating.n_pc=4", "navigating.rerank=false", "navigating.rewrite=false"]
+    sets += [f"models.summarizer.model={tiny}", "navigating.extraction=grounded"]
+    cfg, run_dir, store = open_run(load_config(_config(tiny, tmp_path, iterations=1), sets), None)
+    loop = build_loop(cfg, run_dir, store, show_progress=False)
+    stage = loop.stages.rollouts
+    train = {t.task_id for t in loop.stages.supply.training_set()}
+    assert len(train) == 6 and {t.task_id for t in stage.training_set} == train
+    first = [t for t in stage.training_set][:2]
+    picks = {t.task_id for seed in range(8) for t in stage.cold_start_tasks(seed=seed, fallback=first)}
+    assert picks <= train and not picks <= {t.task_id for t in first}
+    store.close()
