@@ -994,21 +994,68 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return config_from_dict(data, source)
 
 
-def dump_commented_yaml(model: BaseModel, indent: int = 0) -> str:
-    """Render a config (sub)tree as YAML with each field's description as a comment."""
+# The papers' values of the settings this project exposes (AgentEvolver unless named), so `config show` can mark
+# every value that departs from them. A config may depart (a 135M model on 2 CPU cores is not a 7B model on 8 A100s);
+# the shipped configs say why next to each departure, and docs/training.md tabulates them.
+PAPER_VALUES: dict[str, tuple[Any, str]] = {
+    "train.learning_rate": (1e-6, "§7.1.3"),
+    "train.tasks_per_iteration": (32, "§7.1.3, batch size 32"),
+    "train.kl_beta": (0.001, "§7.1.3"),
+    "train.eps_low": (0.28, "§7.1.3"),
+    "train.eps_high": (0.28, "§7.1.3"),
+    "rollout.max_steps": (30, "§7.1.2"),
+    "rollout.group_size": (8, "§7.1.2, 8 rollouts per instance"),
+    "models.explorer.temperature": (1.0, "§7.1.3, explorer sampling temperature 1"),
+    "questioning.explore_steps": (30, "§7.1.3, BFCL N_b + N_d = 3 + 27"),
+    "questioning.n_breadth": (3, "§7.1.3, BFCL N_b"),
+    "questioning.n_depth": (27, "§7.1.3, BFCL N_d"),
+    "questioning.difficulty.entities": (2, "§7.1.3"),
+    "questioning.difficulty.attributes": (3, "§7.1.3"),
+    "questioning.difficulty.operations": (3, "§7.1.3"),
+    "questioning.lexical_dedup_threshold": (0.8, "§7.1.3"),
+    "questioning.synthetic_advantage_decay": (0.5, "§7.1.3"),
+    "questioning.hybrid_lambda": (1.0, "§3.3, Eq. 12's default"),
+    "navigating.n_pc": (4, "§7.1.3"),
+    "navigating.top_k": (5, "§7.1.3"),
+    "navigating.eta": (0.5, "§7.1.3"),
+    "navigating.eps_high_boost": (0.6, "§7.1.3"),
+    "navigating.search_k": (3, "EvolveR, k_e = 3"),
+    "attributing.alpha": (0.1, "§7.5"),
+}
+
+
+def paper_departures(cfg: Config) -> dict[str, tuple[Any, Any, str]]:
+    """Every PAPER_VALUES field whose value in ``cfg`` differs: dotted name -> (value, paper's value, source)."""
+    out: dict[str, tuple[Any, Any, str]] = {}
+    for dotted, (paper, source) in PAPER_VALUES.items():
+        node: Any = cfg
+        for key in dotted.split("."):
+            node = getattr(node, key)
+        if node != paper:
+            out[dotted] = (node, paper, source)
+    return out
+
+
+def dump_commented_yaml(model: BaseModel, indent: int = 0, at: str = "") -> str:
+    """Render a config (sub)tree as YAML with each field's description as a comment; a value that differs from the
+    paper's (PAPER_VALUES) is marked ``# ≠ paper: X (source)`` on its line."""
     lines: list[str] = []
     pad = "  " * indent
     plain = model.model_dump(mode="json")  # lists of sub-models (env.mcp.examples) as plain data
     for name, field in type(model).model_fields.items():
         value = getattr(model, name)
+        dotted = f"{at}.{name}" if at else name
         if field.description:
             lines.append(f"{pad}# {field.description}")
         if isinstance(value, BaseModel):
             lines.append(f"{pad}{name}:")
-            lines.append(dump_commented_yaml(value, indent + 1))
+            lines.append(dump_commented_yaml(value, indent + 1, dotted))
         else:
             rendered = yaml.safe_dump({name: plain[name]}, default_flow_style=True, sort_keys=False).strip()
             if rendered.startswith("{") and rendered.endswith("}"):
                 rendered = rendered[1:-1]
+            paper = PAPER_VALUES.get(dotted)
+            if paper is not None and value != paper[0]:
+                rendered += f"  # ≠ paper: {paper[0]} ({paper[1]})"
             lines.append(f"{pad}{rendered}")
     return "\n".join(lines)

@@ -259,3 +259,40 @@ def test_gigpo_refuses_the_eq_18_to_21_fields_it_would_ignore():
     ):
         with pytest.raises(ConfigError, match=name):
             load_config(None, [*base, extra])
+
+
+def test_config_show_marks_every_departure_from_the_papers_and_each_is_explained():
+    """Issue 53 (6): paper defaults changed without a word. `config show` marks each departure; every shipped
+    config says why on the line; docs/training.md's table lists the defaults' and the quickstart's."""
+    import re
+    import subprocess
+    import sys
+
+    from evolvekit.config import PAPER_VALUES, Config, paper_departures
+
+    assert paper_departures(Config()) == {"train.tasks_per_iteration": (4, 32, "§7.1.3, batch size 32")}
+    quick = paper_departures(load_config("configs/quickstart.yaml"))
+    assert set(quick) >= {"models.explorer.temperature", "questioning.difficulty.operations", "train.learning_rate"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "config", "show", "configs/quickstart.yaml"],
+        capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    assert f"# {len(quick)} values differ from the papers'" in shown
+    assert "operations: 1  # ≠ paper: 3 (§7.1.3)" in shown and "eta: 0.5  #" not in shown
+    docs = Path("docs/training.md").read_text()
+    for dotted in set(quick) | {"train.tasks_per_iteration"}:
+        assert f"| `{dotted}` |" in docs, dotted
+    for shipped in (
+        "quickstart",
+        "grpo",
+        "oracle_quickstart_arith_chain",
+        "mcp_filesystem",
+        "mcp_git",
+        "questioning_bfcl",
+    ):
+        text = Path(f"configs/{shipped}.yaml").read_text().splitlines()
+        for dotted in paper_departures(load_config(f"configs/{shipped}.yaml")):
+            leaf = dotted.rsplit(".", 1)[-1]
+            lines = [ln for ln in text if re.match(rf"\s*{leaf}:", ln)]
+            assert any("paper" in ln for ln in lines), (shipped, dotted)
+    assert all(isinstance(src, str) and src for _, src in PAPER_VALUES.values())

@@ -74,13 +74,21 @@ def config_show(
     overrides: Optional[list[str]] = SetOpt,
 ) -> None:
     """Print the full, validated config with every parameter's meaning and source equation."""
-    from evolvekit.config import dump_commented_yaml, helper_sources, load_config
+    from evolvekit.config import dump_commented_yaml, helper_sources, load_config, paper_departures
 
     cfg = load_config(config, overrides)
     sources = ", ".join(f"{role}: {src}" for role, src in helper_sources(cfg).items())
     oracle = "# ORACLE: run.oracle lets person-written gold reach training\n" if cfg.run.oracle else ""
+    away = paper_departures(cfg)
+    departures = (
+        f"# {len(away)} values differ from the papers' (marked '≠ paper'): " + ", ".join(away) + "\n" if away else ""
+    )
     sys.stdout.write(
-        oracle + f"# helper sources ('auto' resolved for these models): {sources}\n" + dump_commented_yaml(cfg) + "\n"
+        oracle
+        + f"# helper sources ('auto' resolved for these models): {sources}\n"
+        + departures
+        + dump_commented_yaml(cfg)
+        + "\n"
     )
 
 
