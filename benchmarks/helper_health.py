@@ -81,6 +81,7 @@ def health(metrics: list[dict]) -> dict:
     judged = total(metrics, "judge/calls")
     fallbacks = total(metrics, "judge/fallbacks")
     agree = [float(m["judge/agreement_with_state"]) for m in metrics if "judge/agreement_with_state" in m]
+    const = [float(m["judge/constant_agreement"]) for m in metrics if "judge/constant_agreement" in m]
     v1, n1 = weighted(metrics, "navigating/validated_share", "navigating/extraction_jobs")
     v0, n0 = weighted(metrics, "navigating/cold_start_validated_share", "navigating/cold_start_extraction_jobs")
     return {
@@ -94,6 +95,7 @@ def health(metrics: list[dict]) -> dict:
         "judge_fallbacks": fallbacks,
         "judge_fallback_rate": fallbacks / judged if judged else None,
         "judge_agreement_with_state": sum(agree) / len(agree) if agree else None,
+        "judge_constant_agreement": sum(const) / len(const) if const else None,  # the baseline a judge must beat
         "extraction_jobs": n0 + n1,
         "validated_jobs": round(v0 + v1),
         "validated_share": (v0 + v1) / (n0 + n1) if n0 + n1 else None,

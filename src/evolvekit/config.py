@@ -401,9 +401,9 @@ class QuestioningConfig(_Section):
     synthetic_advantage_decay: float = F(
         0.5, "advantage down-weighting of proxy tasks in hybrid training (§7.1.3: 0.5)", ge=0, le=1
     )
-    reward: Literal["judge", "state", "mix"] = F(
-        "judge",
-        "reward for synthetic tasks (§3.4): LLM judge (unparseable -> state check, counted), state check, or mix",
+    reward: Literal["auto", "judge", "state", "mix"] = F(
+        "auto",
+        "reward for synthetic tasks (§3.4): LLM judge (unparseable -> state check, counted), state check, or mix; auto = the paper's judge when the judge is served, the state check for an in-process one (the embedded 135M judge agreed with the state check on 3-14% of the quickstart's episodes, benchmarks/results/helper_health.md; every judged run logs judge/agreement_with_state beside judge/constant_agreement, the better constant answer's)",
     )
     judge_retries: int = F(2, "retries of an unparseable judge answer before the fallback", ge=0)
     judge_weight: float = F(0.5, "weight of the judge in the 'mix' reward", ge=0, le=1)
@@ -643,6 +643,14 @@ class Config(_Section):
         return self
 
 
+def synthetic_reward(cfg: Config) -> Literal["judge", "state", "mix"]:
+    """``questioning.reward`` resolved: auto = the paper's LLM judge when it is served, else the state check."""
+    mode = cfg.questioning.reward
+    if mode != "auto":
+        return mode
+    return "judge" if cfg.models.judge.backend == "openai" else "state"
+
+
 def attribution_source(cfg: Config) -> str:
     """``attributing.source`` resolved: auto = the paper's LLM attributor when it is served, else grounded credit
     (the embedded 135M attributor labels every step GOOD: benchmarks/results/learning_attribution.md)."""
@@ -691,7 +699,7 @@ def helper_sources(cfg: Config) -> dict[str, str]:
     if attr == "llm" and attributor_constrained(cfg):
         attr = "llm-constrained"
     out = {"attributor": attr if cfg.attributing.enabled else "off"}
-    synth_judge = cfg.questioning.enabled and cfg.questioning.reward != "state"
+    synth_judge = cfg.questioning.enabled and synthetic_reward(cfg) != "state"
     out["judge"] = ("llm-constrained" if judge_mode(cfg) == "constrained" else "llm") if synth_judge else "off"
     out["extraction"] = extraction_mode(cfg) if cfg.navigating.enabled else "off"
     out["gold"] = "oracle" if cfg.run.oracle else "none (environment outcome check only)"

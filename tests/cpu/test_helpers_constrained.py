@@ -138,10 +138,12 @@ def test_helper_sources_follow_the_backend_and_refuse_constraints_on_served_mode
     on = {"attributing": {"enabled": True}, "navigating": {"enabled": True}, "questioning": {"enabled": True}}
     assert helper_sources(config_from_dict(on)) == {
         "attributor": "grounded",
-        "judge": "llm-constrained",
+        "judge": "off",  # questioning.reward auto: the state check for an in-process judge
         "extraction": "grounded",
         "gold": "none (environment outcome check only)",
     }
+    judged = {**on, "questioning": {"enabled": True, "reward": "judge"}}
+    assert helper_sources(config_from_dict(judged))["judge"] == "llm-constrained"
     assert helper_sources(config_from_dict({**on, "run": {"oracle": True}}))["gold"] == "oracle"
     served = {
         **on,

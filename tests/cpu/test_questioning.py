@@ -514,11 +514,29 @@ def test_judge_parsing_fallback_and_mix():
     answers = iter(["Score: 0.9", "no idea", "still no idea", "nope"])
     judge = LLMJudge(_Scripted(lambda conv: next(answers)), SamplingParams(), max_retries=2)
     cfg = Config()
+    cfg.questioning.reward = "judge"
     stage = SyntheticRewardRollouts(Inner(), cfg, judge)
     out = stage.rollout(IterationContext(0, 0, Path("."), None), [syn, real])
     assert [t.outcome_reward for t in out] == [0.9, 0.0, 1.0]  # judged; fallback to the state check; real untouched
     assert (out[1].rewards.state_score, out[1].rewards.judge_score) == (0.0, None)
     assert stage.last_metrics["judge/fallbacks"] == 1.0 and stage.last_metrics["judge/calls"] == 4.0
+    # the judge's agreement beside the better constant answer's (one pass, one fail: 0.5)
+    assert stage.last_metrics["judge/agreement_with_state"] == 1.0
+    assert stage.last_metrics["judge/constant_agreement"] == 0.5
+
+
+def test_the_synthetic_reward_defaults_to_the_judge_only_when_it_is_served():
+    """Issue 53 (3): the constrained 135M judge agreed with the state check less often than a constant answer, yet
+    was the default under the paper's name. auto = the paper's judge for a served judge, the state check otherwise;
+    and the constant answer's agreement is the baseline every judged run reports."""
+    from evolvekit.config import load_config, synthetic_reward
+    from evolvekit.questioning.judge import constant_agreement
+
+    assert synthetic_reward(load_config(None, [])) == "state"
+    served = ["models.judge.backend=openai", "models.judge.base_url=http://127.0.0.1:9/v1"]
+    assert synthetic_reward(load_config(None, served)) == "judge"
+    assert synthetic_reward(load_config(None, ["questioning.reward=mix"])) == "mix"
+    assert constant_agreement([1.0, 0.0, 0.0, None, 0.2]) == 0.75 and constant_agreement([None]) is None
 
 
 def test_retries_of_a_greedy_call_sample_and_sampled_calls_keep_their_temperature():

@@ -25,6 +25,7 @@ from evolvekit.config import (
     helper_sources,
     judge_mode,
     migrate_stored,
+    synthetic_reward,
     training_problem,
 )
 from evolvekit.errors import ConfigError
@@ -267,7 +268,7 @@ def build_loop(
         from evolvekit.questioning.reward import SyntheticRewardRollouts
 
         judge: LLMJudge | ConstrainedJudge | None = None
-        if cfg.questioning.reward != "state":
+        if synthetic_reward(cfg) != "state":
             jllm, jparams = role_llm(cfg.models, "judge"), sampling_for(cfg.models.judge)
             judge = (
                 ConstrainedJudge(jllm, jparams)

@@ -139,6 +139,16 @@ class ConstrainedJudge:
         return report
 
 
+def constant_agreement(states: Sequence[float | None], threshold: float = 0.5) -> float | None:
+    """The agreement with the state check of the better constant answer (always 'pass' or always 'fail'): the
+    baseline a judge must beat to carry any signal (issue 53: the 135M judge's 0.03-0.25 was below it)."""
+    known = [s for s in states if s is not None]
+    if not known:
+        return None
+    passed = sum(s >= threshold for s in known) / len(known)
+    return max(passed, 1.0 - passed)
+
+
 def agreement_with_state(
     judged: Sequence[float | None], states: Sequence[float | None], threshold: float = 0.5
 ) -> float | None:

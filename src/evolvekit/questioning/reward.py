@@ -10,9 +10,15 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from evolvekit.config import Config
+from evolvekit.config import Config, synthetic_reward
 from evolvekit.protocols import IterationContext, RolloutStage
-from evolvekit.questioning.judge import ConstrainedJudge, LLMJudge, agreement_with_state, mix_reward
+from evolvekit.questioning.judge import (
+    ConstrainedJudge,
+    LLMJudge,
+    agreement_with_state,
+    constant_agreement,
+    mix_reward,
+)
 from evolvekit.types import Task, TaskSource, Trajectory
 
 
@@ -35,7 +41,8 @@ class SyntheticRewardRollouts:
         ]  # an extractor's reward is its skill's utility
         q = self.cfg.questioning
         judged: list[float | None] = [None] * len(synthetic)
-        if synthetic and q.reward in ("judge", "mix") and self.judge is not None:
+        mode = synthetic_reward(self.cfg)
+        if synthetic and mode in ("judge", "mix") and self.judge is not None:
             report = self.judge.score(synthetic)
             judged = report.scores
             self.last_metrics.update(
@@ -45,13 +52,15 @@ class SyntheticRewardRollouts:
                     "judge/fallback_rate": report.fallbacks / len(synthetic),
                 }
             )
-            agree = agreement_with_state(judged, [t.outcome_reward for _, t in synthetic])
-            if agree is not None:
+            states = [t.outcome_reward for _, t in synthetic]
+            agree = agreement_with_state(judged, states)
+            if agree is not None:  # beside the better constant answer's: the judge's signal is the difference
                 self.last_metrics["judge/agreement_with_state"] = agree
+                self.last_metrics["judge/constant_agreement"] = constant_agreement(states) or 0.0
         for (_, traj), j in zip(synthetic, judged):
             state = traj.outcome_reward
             traj.rewards = traj.rewards.model_copy(update={"state_score": state, "judge_score": j})
-            traj.outcome_reward = mix_reward(q.reward, state, j, q.judge_weight)
+            traj.outcome_reward = mix_reward(mode, state, j, q.judge_weight)
         if synthetic:
             self.last_metrics["rollout/synthetic_state_score"] = sum(
                 float(t.rewards.state_score or 0.0) for _, t in synthetic
