@@ -388,3 +388,29 @@ def test_the_cold_start_pool_samples_the_runs_training_set(tiny, tmp_path):
     picks = {t.task_id for seed in range(8) for t in stage.cold_start_tasks(seed=seed, fallback=first)}
     assert picks <= train and not picks <= {t.task_id for t in first}
     store.close()
+
+
+def test_a_resumed_iteration_with_a_damaged_committed_rollout_rolls_out_again(tiny, tmp_path, caplog):
+    """Issue 52 (2): an iteration killed after its rollouts were committed resumes by reusing them, unless one row is
+    damaged: then it rolls out again (a group missing a row would bias its advantages) and the run finishes."""
+    cfg, run_dir, store = open_run(
+        load_config(_config(tiny, tmp_path, iterations=1, eval_before=False, eval_after=False)), None
+    )
+    build_loop(cfg, run_dir, store, show_progress=False).run()
+    first = [t.trajectory_id for t in store.trajectories(0)]
+    store.close()
+    raw = sqlite3.connect(run_dir / "run.sqlite")  # as if killed after stage B: rollouts committed, no update
+    raw.execute("UPDATE iterations SET status = ? WHERE iteration = 0", (IterationStatus.ROLLED_OUT,))
+    raw.execute("DELETE FROM checkpoints")
+    raw.execute("DELETE FROM metrics")
+    raw.execute("UPDATE trajectories SET json = '{\"cut' WHERE rowid = (SELECT MIN(rowid) FROM trajectories)")
+    raw.commit()
+    raw.close()
+    cfg, run_dir, store = open_run(None, run_dir)
+    with caplog.at_level("WARNING"):
+        build_loop(cfg, run_dir, store, show_progress=False).run()
+    assert any("rolling out again" in r.getMessage() for r in caplog.records)
+    again = store.trajectories(0)
+    assert len(again) == len(first) and not set(first) & {t.trajectory_id for t in again}  # a fresh batch
+    assert store.completed_iterations() == [0] and store.checkpoints()
+    store.close()

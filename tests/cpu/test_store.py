@@ -215,3 +215,59 @@ def test_checkpoint_paths_are_relative_so_a_copied_run_resumes_from_its_own_file
         c.execute("UPDATE checkpoints SET path = ?", (str(run / "checkpoints" / "iter-0000"),))
     assert copy.latest_checkpoint().path == str(tmp_path / "copy" / "checkpoints" / "iter-0000")
     copy.close()
+
+
+def test_one_damaged_row_of_any_kind_is_skipped_or_redone_not_fatal(tmp_path, caplog):
+    """Issue 52 (2): resume works after any single damaged store row. A damaged experience, task or evaluation row is
+    skipped with one warning (the evaluation is made again); a damaged trajectory row is skipped by a plain read and
+    makes a strict read (a resumed iteration reusing its rollouts) raise, so that iteration is rolled out again."""
+    from evolvekit.store.sqlite import DamagedRows
+
+    path = tmp_path / "run.sqlite"
+    store = RunStore(path)
+    exps = [Experience(when_to_use=f"when {i}", content=f"do {i}") for i in range(3)]
+    with store.transaction() as c:
+        store.put_tasks(c, [Task(task_id=f"t{i}", env_name="bfcl", query="q") for i in range(2)], 0)
+        store.put_trajectories(c, [_traj("t0"), _traj("t1")], 0, "train")
+        store.put_experiences(c, exps, 0)
+        store.put_evaluation(c, "after", {"avg@8": 0.5})
+    store.close()
+    raw = sqlite3.connect(path)
+    for table in ("experiences", "tasks", "trajectories"):
+        raw.execute(f"UPDATE {table} SET json = ? WHERE rowid = (SELECT MIN(rowid) FROM {table})", ('{"cut',))
+    raw.execute("UPDATE evaluations SET json = '[1, ' WHERE phase = 'after'")
+    raw.commit()
+    raw.close()
+    store = RunStore(path)
+    with caplog.at_level("WARNING"):
+        assert [e.content for e in store.experiences()] == ["do 1", "do 2"]
+        assert list(store.task_index()) == ["t1"]
+        assert [t.task_id for t in store.trajectories(0)] == ["t1"]
+        assert store.evaluation("after") is None
+    assert sum("damaged" in r.getMessage() for r in caplog.records) == 4
+    with pytest.raises(DamagedRows, match="1 damaged trajectory rows"):
+        store.trajectories(0, strict=True)
+    store.close()
+
+
+def test_damaged_experience_vectors_are_embedded_again():
+    import numpy as np
+
+    from evolvekit.orchestrator.build import _stored_vectors
+
+    exps = [Experience(when_to_use=f"when {i}", content=f"do {i}") for i in range(2)]
+    good = {e.experience_id: np.ones(4, dtype=np.float32).tobytes() for e in exps}
+    assert _stored_vectors(exps, good).shape == (2, 4)
+    assert _stored_vectors(exps, {**good, exps[1].experience_id: b"\x00" * 6}) is None  # cut mid-float
+    assert _stored_vectors(exps, {**good, exps[1].experience_id: b"\x00" * 8}) is None  # another length
+    assert _stored_vectors(exps, {exps[0].experience_id: good[exps[0].experience_id]}) is None  # one missing
+
+
+def test_retrievals_are_counted_from_the_trajectories_so_a_resumed_iteration_keeps_them():
+    from evolvekit.navigating.stage import guided_vs_vanilla
+
+    trajs = [_traj("t0", "g0"), _traj("t0", "g0"), _traj("t1", "g1"), _traj("t2", "g2")]
+    for t in trajs[:3]:
+        t.flags.experience_guided = True
+    m = guided_vs_vanilla(trajs)
+    assert m["navigating/retrievals"] == 2.0 and m["navigating/guided_rollouts"] == 3.0

@@ -111,11 +111,10 @@ class ExperienceMixedRollouts(VanillaRollouts):
         # Eq. 15's N_e guided rollouts; none with as_tool, where the agent's own search_experience calls replace
         # prompt injection (EvolveR §3.2.2), so neither injection nor the boost of guided samples runs
         n_e = 0 if self.cfg.navigating.as_tool else guided_count(n, self.cfg.navigating.eta)
-        jobs, retrievals = [], 0
+        jobs = []
         for i, task in enumerate(tasks):
             group = f"it{ctx.iteration:04d}-g{i:03d}-{task.task_id}"
             exp, ids = self._experience_for(task) if n_e else (None, ())
-            retrievals += bool(exp)
             jobs += [
                 RolloutJob(
                     task=task,
@@ -128,7 +127,6 @@ class ExperienceMixedRollouts(VanillaRollouts):
         params = self.sampling(ctx.seed)
         trajs = self.run_jobs(jobs, params)  # rollout.backend honoured (Ray workers or here)
         self.last_metrics = {
-            "navigating/retrievals": float(retrievals),
             "navigating/cold_start_rollouts": float(cold),
             **self.cold_metrics,
         }
@@ -139,6 +137,9 @@ def guided_vs_vanilla(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     g = [float(t.outcome_reward or 0.0) for t in trajectories if t.flags.experience_guided]
     v = [float(t.outcome_reward or 0.0) for t in trajectories if not t.flags.experience_guided]
     out = {"navigating/guided_rollouts": float(len(g)), "navigating/vanilla_rollouts": float(len(v))}
+    # tasks that had an experience retrieved: their groups hold guided rollouts (from the trajectories themselves, so
+    # an iteration resumed from its committed rollouts reports it too; issue 52)
+    out["navigating/retrievals"] = float(len({t.group_id for t in trajectories if t.flags.experience_guided}))
     if g:
         out["navigating/guided_reward"] = sum(g) / len(g)
     if v:

@@ -427,6 +427,20 @@ def _sample_stage(cfg: Config):
     return AttributedSamples(cfg, attributor, scale, InformationBoundary(cfg.run.oracle))
 
 
+def _stored_vectors(stored: list, blobs: dict[str, bytes]):
+    """The committed embedding of every stored experience as one matrix, or None when any is missing or damaged
+    (then the pool embeds them again; issue 52: a damaged pool must not stop a resume)."""
+    import numpy as np
+
+    if not stored or not all(e.experience_id in blobs for e in stored):
+        return None
+    try:
+        return np.stack([np.frombuffer(blobs[e.experience_id], dtype=np.float32) for e in stored])
+    except ValueError:
+        log.warning("run store: damaged experience vectors; embedding the %d stored experiences again", len(stored))
+        return None
+
+
 def _navigation(
     cfg: Config, store: RunStore, policy, env_factory, params, show_progress: bool, training_set=(), template=None
 ):
@@ -446,12 +460,11 @@ def _navigation(
     extraction, constrained = extraction_mode(cfg), extraction_constrained(cfg)
     pool = ExperiencePool(embedder.embed, cfg.navigating.theta_sim, llm_equivalence(summarizer, sparams, constrained))
     stored, blobs = store.experiences(), store.experience_vectors()
-    if stored and all(e.experience_id in blobs for e in stored):  # the committed vector index, no re-embedding
-        import numpy as np
-
-        pool.load_vectors(stored, np.stack([np.frombuffer(blobs[e.experience_id], dtype=np.float32) for e in stored]))
+    vectors = _stored_vectors(stored, blobs)
+    if vectors is not None:  # the committed vector index, no re-embedding
+        pool.load_vectors(stored, vectors)
     else:
-        pool.load(stored)  # a resumed run continues with its committed pool
+        pool.load(stored)  # a resumed run continues with its committed pool (embedded again)
     if not len(pool) and cfg.navigating.seed_file:  # seeded before the first commit (idempotent on resume)
         seed = Path(cfg.navigating.seed_file)
         if not seed.is_file():

@@ -29,7 +29,7 @@ from evolvekit.orchestrator.stages import (
     TaskSupply,
     UpdateStage,
 )
-from evolvekit.store.sqlite import IterationStatus, RunStore
+from evolvekit.store.sqlite import DamagedRows, IterationStatus, RunStore
 from evolvekit.train.rewards import shape_rewards
 from evolvekit.types import Trajectory
 
@@ -142,9 +142,15 @@ class MasterLoop:
         ctx = IterationContext(iteration=it, seed=iteration_seed(cfg.run.seed, it), run_dir=self.run_dir, store=store)
         times: dict[str, float] = {}
         t0 = time.perf_counter()
+        reused: list[Trajectory] | None = None
         if store.iteration_status(it) == IterationStatus.ROLLED_OUT:
-            trajectories = store.trajectories(it, "train")
-            log.info("iteration %d: reusing %d committed rollouts", it, len(trajectories))
+            try:  # every committed rollout, or none: a group missing a damaged row would bias its advantages
+                reused = store.trajectories(it, "train", strict=True)
+                log.info("iteration %d: reusing %d committed rollouts", it, len(reused))
+            except DamagedRows as err:
+                log.warning("iteration %d: %s among its committed rollouts; rolling out again", it, err)
+        if reused is not None:
+            trajectories = reused
         else:
             tasks = st.supply.tasks(ctx)
             trajectories = st.rollouts.rollout(ctx, tasks)

@@ -9,6 +9,7 @@ end of the last committed stage: ``evolvekit run --resume`` continues from there
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -19,6 +20,36 @@ from typing import Iterator, Sequence
 
 from evolvekit.store.codec import decode_trajectory, encode_annotations, encode_trajectory
 from evolvekit.types import Experience, Task, Trajectory
+
+log = logging.getLogger(__name__)
+
+# what a damaged row raises when parsed: bad JSON or text, a failed model validation, a mangled shared-prefix body
+_DAMAGE = (ValueError, TypeError, KeyError, IndexError, UnicodeDecodeError)
+
+
+class DamagedRows(Exception):
+    """Some rows of a read could not be parsed (a damaged store); ``count`` of them."""
+
+    def __init__(self, what: str, count: int) -> None:
+        super().__init__(f"{count} damaged {what} rows")
+        self.what, self.count = what, count
+
+
+def _parse_rows(rows, parse, what: str, strict: bool = False) -> list:
+    """Each row parsed; a damaged row is skipped with one warning for the read (issue 52: one damaged row must not
+    make a run unresumable), or with ``strict`` the read raises DamagedRows."""
+    out, damaged = [], 0
+    for row in rows:
+        try:
+            out.append(parse(row))
+        except _DAMAGE:
+            damaged += 1
+    if damaged:
+        if strict:
+            raise DamagedRows(what, damaged)
+        log.warning("run store: skipped %d damaged %s rows", damaged, what)
+    return out
+
 
 # 2: trajectory bodies encoded by store/codec.py (prompts as shared prefix + new tokens), annotations apart
 SCHEMA_VERSION = 2
@@ -272,13 +303,18 @@ class RunStore:
         """Every stored task by id, parsed from the database once per store (do not mutate)."""
         if self._tasks is None:
             rows = self._conn.execute("SELECT json FROM tasks ORDER BY rowid")
-            self._tasks = {t.task_id: t for t in (Task.model_validate_json(r[0]) for r in rows)}
+            parsed = _parse_rows(rows, lambda r: Task.model_validate_json(r[0]), "task")
+            self._tasks = {t.task_id: t for t in parsed}
         return self._tasks
 
     def tasks(self) -> list[Task]:
         return list(self.task_index().values())
 
-    def trajectories(self, iteration: int | None = None, phase: str = "train") -> list[Trajectory]:
+    def trajectories(
+        self, iteration: int | None = None, phase: str = "train", strict: bool = False
+    ) -> list[Trajectory]:
+        """The stored trajectories; damaged rows are skipped (with a warning), or with ``strict`` (a resumed
+        iteration reusing its rollouts needs every one) raise DamagedRows."""
         if iteration is None:
             rows = self._conn.execute(
                 "SELECT json, annotations FROM trajectories WHERE phase = ? ORDER BY rowid", (phase,)
@@ -288,7 +324,7 @@ class RunStore:
                 "SELECT json, annotations FROM trajectories WHERE phase = ? AND iteration = ? ORDER BY rowid",
                 (phase, iteration),
             )
-        return [decode_trajectory(body, ann) for body, ann in rows]
+        return _parse_rows(rows, lambda r: decode_trajectory(r[0], r[1]), "trajectory", strict)
 
     def count(self, table: str) -> int:
         if table not in {
@@ -312,7 +348,8 @@ class RunStore:
 
     def evaluation(self, phase: str) -> dict | None:
         row = self._conn.execute("SELECT json FROM evaluations WHERE phase = ?", (phase,)).fetchone()
-        return json.loads(row[0]) if row else None
+        found = _parse_rows([row] if row else [], lambda r: json.loads(r[0]), "evaluation")
+        return found[0] if found and isinstance(found[0], dict) else None  # damaged: evaluated again
 
     def checkpoints(self) -> list[CheckpointRow]:
         """Every checkpoint, its path resolved against the run folder (the store's folder) when stored relative;
@@ -340,10 +377,8 @@ class RunStore:
         return {i: v for i, v in self._conn.execute("SELECT experience_id, vector FROM experiences") if v is not None}
 
     def experiences(self) -> list[Experience]:
-        return [
-            Experience.model_validate_json(r[0])
-            for r in self._conn.execute("SELECT json FROM experiences ORDER BY rowid")
-        ]
+        rows = self._conn.execute("SELECT json FROM experiences ORDER BY rowid")
+        return _parse_rows(rows, lambda r: Experience.model_validate_json(r[0]), "experience")
 
 
 def has_annotations(con: sqlite3.Connection) -> bool:
