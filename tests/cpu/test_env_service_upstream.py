@@ -177,3 +177,10 @@ def test_our_client_turns_any_malformed_reply_into_an_env_error_naming_the_endpo
     }[endpoint]
     with pytest.raises(EnvError, match=f"/{endpoint}"):
         call()
+
+
+def test_upstreams_double_slash_path_reaches_the_route(url):
+    """Issue 54: upstream's own client lists tasks at //get_env_profile (its base URL ends in '/'); it failed."""
+    body = {"env_type": "bfcl", "task_id": None, "instance_id": None, "messages": {}, "params": {"split": "test"}}
+    r = httpx.post(f"{url}//get_env_profile", json={**body, "params": {"split": "test", "family": "arith"}}, timeout=60)
+    assert r.status_code == 200 and r.json()["data"][0] == "arith-test-0000"

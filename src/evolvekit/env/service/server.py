@@ -367,7 +367,8 @@ def host_name(header: str) -> str:
 class OriginGuard:
     """ASGI middleware against a web page driving the service: 421 for a ``Host`` header that names no allowed host
     (DNS rebinding), 415 for a request with a body that is not ``application/json`` (a cross-site form or
-    ``text/plain`` POST needs no CORS preflight; a JSON one does, and this service answers none)."""
+    ``text/plain`` POST needs no CORS preflight; a JSON one does, and this service answers none). Repeated slashes
+    in the path are collapsed first, so upstream AgentEvolver's ``//get_env_profile`` reaches its route."""
 
     def __init__(self, app, allowed_hosts: tuple[str, ...]) -> None:
         self.app, self.allowed = app, {h.lower() for h in allowed_hosts}
@@ -375,6 +376,9 @@ class OriginGuard:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        path = scope.get("path") or "/"
+        if "//" in path:  # upstream's client asks for //get_env_profile (a base URL ending in '/'): one route
+            scope = {**scope, "path": re.sub(r"/{2,}", "/", path)}
         headers = dict(scope.get("headers") or [])
         host = headers.get(b"host", b"").decode("latin-1")
         if host_name(host) not in self.allowed:
