@@ -78,7 +78,11 @@ class ModelConfig(_Section):
         gt=0,
     )
     concurrency: int = F(8, "openai backend: requests in flight at once for a batch of conversations", ge=1)
-    max_retries: int = F(4, "openai backend: retries with exponential back-off on 429/5xx/timeouts", ge=0)
+    max_retries: int = F(
+        4,
+        "openai backend: retries with exponential back-off on 429/5xx and on requests that never reached the server (a request that timed out while the server had it is not sent again)",
+        ge=0,
+    )
     return_token_ids: bool = F(
         False, "openai backend: ask the server for exact prompt/completion token ids (vLLM 'return_token_ids')"
     )

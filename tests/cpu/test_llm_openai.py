@@ -31,6 +31,9 @@ class Server:
 
                     time.sleep(1.0)
                     status = 200
+                lazy = status == "lazy"  # a server that ignores n and logprobs
+                if lazy:
+                    status = 200
                 payload = {
                     "choices": [
                         {
@@ -38,10 +41,13 @@ class Server:
                             "logprobs": {"content": [{"token": "echo", "logprob": -0.5}]},
                             "finish_reason": "stop",
                         }
-                        for _ in range(body.get("n", 1))
+                        for _ in range(1 if lazy else body.get("n", 1))
                     ],
                     "usage": {"prompt_tokens": 11, "completion_tokens": 4 * body.get("n", 1)},
                 }
+                if lazy:
+                    for c in payload["choices"]:
+                        c.pop("logprobs")
                 if body.get("return_token_ids"):  # what vLLM answers
                     payload["prompt_token_ids"] = [1, 2, 3]
                     for c in payload["choices"]:
@@ -105,11 +111,35 @@ def test_gives_up_after_retries(server_factory):
         llm.chat(_msgs(), SamplingParams())
 
 
-def test_timeout_is_retried(server_factory):
+def test_a_timed_out_request_is_not_sent_again(server_factory):
+    """Issue 54 (5): a request the server had when it timed out was re-sent while the server still worked on it (16
+    requests for 4 rollouts). Now it is one error naming models.<role>.timeout_s, after one request."""
     s = server_factory(["slow"])
-    llm = OpenAICompatLLM("m", base_url=s.url, backoff_s=0.01, timeout_s=0.3)
-    assert llm.chat(_msgs(), SamplingParams())[0][0].text == "echo hi"
-    assert len(s.requests) == 2
+    llm = OpenAICompatLLM("m", base_url=s.url, backoff_s=0.01, timeout_s=0.3, role="judge")
+    with pytest.raises(LLMError, match=r"models.judge.timeout_s = 0.3 s .*not re-sent"):
+        llm.chat(_msgs(), SamplingParams())
+    assert len(s.requests) == 1
+
+
+def test_a_request_that_never_reached_the_server_is_retried(server_factory):
+    import socket
+
+    with socket.socket() as sock:  # a port with nothing listening: connection refused, nothing was sent
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    llm = OpenAICompatLLM("m", base_url=f"http://127.0.0.1:{port}/v1", backoff_s=0.01, max_retries=2)
+    with pytest.raises(LLMError, match="gave up after 3 attempts .*ConnectError"):
+        llm.chat(_msgs(), SamplingParams())
+
+
+def test_a_server_that_ignores_n_or_logprobs_is_named_once(server_factory, caplog):
+    s = server_factory(["lazy", "lazy"])
+    llm = OpenAICompatLLM("m", base_url=s.url, role="policy")
+    with caplog.at_level("WARNING"):
+        out = llm.chat(_msgs() * 2, SamplingParams(n=2))
+    assert [len(g) for g in out] == [1, 1] and out[0][0].logprobs == []
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("ignores n" in ln for ln in lines) == 1 and sum("ignores logprobs" in ln for ln in lines) == 1
 
 
 @pytest.mark.parametrize("status,needle", [(401, "api_key_env"), (404, "models.judge.model")])

@@ -112,6 +112,17 @@ def config_validate(
     console.print(f"{config}: ok")
 
 
+@llm_app.command("path")
+def llm_path(
+    name: str = typer.Argument("embedded:smollm2-135m-instruct", help="an embedded model name, or a path or hub id"),
+) -> None:
+    """Print the local folder of an embedded model (converted on first use), e.g. for `transformers serve`."""
+    from evolvekit.llm.embedded import resolve_model_path
+
+    setup_logging("WARNING")
+    sys.stdout.write(resolve_model_path(name) + "\n")
+
+
 @llm_app.command("chat")
 def llm_chat(
     prompt: str = typer.Argument(..., help="user message"),

@@ -1,7 +1,11 @@
 """OpenAI-compatible chat backend (vLLM, SGLang, Ollama, hosted APIs) over plain HTTP.
 
-Retries with exponential back-off on 429, 5xx and timeouts; a 401/403/404 fails at once with a message that
-names the setting to fix. Requests for several conversations run concurrently in a thread pool.
+Retries with exponential back-off on 429, 5xx and on requests that never reached the server (connection refused or
+timed out before sending); a 401/403/404 fails at once with a message that names the setting to fix. A request that
+timed out while the server had it (a read or write timeout) is not sent again: the server may still be working on it
+(issue 54 saw 16 requests for 4 rollouts); the error names ``models.<role>.timeout_s`` (60 s by default). Requests for
+several conversations run concurrently in a thread pool. A server that ignores ``n`` or ``logprobs`` is named in one
+warning.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from evolvekit.types import ChatMessage
 log = logging.getLogger(__name__)
 
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+# the request never reached the server, so sending it again cannot duplicate work
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 class OpenAICompatLLM:
@@ -51,6 +57,7 @@ class OpenAICompatLLM:
         self.backoff_s = backoff_s
         self.concurrency = concurrency
         self.timeout_s = timeout_s
+        self.warned: set[str] = set()  # server habits already warned about (once each)
 
     def close(self) -> None:
         self.client.close()
@@ -86,11 +93,19 @@ class OpenAICompatLLM:
         for attempt in range(self.max_retries + 1):
             try:
                 resp = self.client.post("/chat/completions", json=body)
-            except (httpx.TimeoutException, httpx.TransportError) as err:
+            except NOT_SENT as err:
+                last = f"{type(err).__name__}: {err}"
+            except httpx.TimeoutException as err:  # the server had it and may still run it: not sent twice
+                raise LLMError(
+                    f"{self.base_url}: no answer within models.{self.role}.timeout_s = {self.timeout_s:g} s "
+                    f"({type(err).__name__}); not re-sent, as the server may still be working on it. A slow server "
+                    f"needs a longer models.{self.role}.timeout_s"
+                ) from None
+            except httpx.TransportError as err:
                 last = f"{type(err).__name__}: {err}"
             else:
                 if resp.status_code == 200:
-                    return self._parse(resp.json())
+                    return self._checked(self._parse(resp.json()), params)
                 if resp.status_code in (401, 403):
                     raise LLMError(
                         f"{self.base_url} refused the credentials (HTTP {resp.status_code}); "
@@ -114,6 +129,22 @@ class OpenAICompatLLM:
             else ""
         )
         raise LLMError(f"{self.base_url}: gave up after {self.max_retries + 1} attempts ({last}){hint}")
+
+    def _checked(self, out: list[Completion], params: SamplingParams) -> list[Completion]:
+        """Warn once per habit when the server ignored what was asked: fewer than ``n`` choices, or no log-probs."""
+        if len(out) < params.n and "n" not in self.warned:
+            self.warned.add("n")
+            log.warning(
+                "models.%s at %s answered %d choice(s) for n=%d: the server ignores n; GRPO groups then need one "
+                "request per sample", self.role, self.base_url, len(out), params.n,
+            )  # fmt: skip
+        if any(c.text and not c.logprobs for c in out) and "logprobs" not in self.warned:
+            self.warned.add("logprobs")
+            log.warning(
+                "models.%s at %s returned no log-probs though asked: the server ignores logprobs, so its "
+                "samples cannot be trained on (behaviour log-probs are missing)", self.role, self.base_url,
+            )  # fmt: skip
+        return out
 
     @staticmethod
     def _parse(data: dict[str, Any]) -> list[Completion]:
