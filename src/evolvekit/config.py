@@ -74,7 +74,7 @@ class ModelConfig(_Section):
     max_new_tokens: int = F(256, "generation cap per call", ge=1)
     timeout_s: float = F(
         60.0,
-        "openai backend: per-request timeout in seconds; a slow local server (CPU, a large model, long generations) may need 300 or more: a timed-out request is retried with back-off, then the call fails naming this setting",
+        "openai backend: per-request timeout in seconds; a slow local server (CPU, a large model, long generations) may need 300 or more: a request that times out is not sent again (the server may still be working on it), the call fails naming this setting",
         gt=0,
     )
     concurrency: int = F(8, "openai backend: requests in flight at once for a batch of conversations", ge=1)
