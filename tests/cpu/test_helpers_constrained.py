@@ -57,6 +57,7 @@ def test_constrained_judge_scores_garbage_prone_inputs(tiny):
     empty = Trajectory(task_id="t1", steps=[])
     report = judge.score([(TASK, WIN), (TASK, GARBAGE), (TASK, empty)])
     assert report.fallbacks == 0 and report.calls == 3
+    assert report.prompt_tokens > 3 * 50 and report.completion_tokens == 0  # token counts for every role (issue 54)
     assert all(s in SCORE_LEVELS for s in report.scores)
     # the level is the model's: it is the option with the highest full-sequence log-probability
     prompt = (
@@ -123,6 +124,7 @@ def test_grounded_and_constrained_extraction_always_yield_structured_experiences
         tiny, SamplingParams(temperature=0.0, max_new_tokens=16), validate=True, constrained=True, field_tokens=12
     ).extract([lone], {"t2": other})
     assert forced.jobs == 1 and forced.calls == 1 + len(forced.experiences) + forced.rejected
+    assert forced.prompt_tokens > 0 and forced.completion_tokens > 0  # the summarizer's token counts (issue 54)
 
 
 def test_grounded_validation_needs_a_tool_of_the_job_and_real_words():

@@ -22,7 +22,7 @@ from typing import Any, Literal, Sequence, cast
 
 from evolvekit.agent.calls import call_key
 from evolvekit.boundary import InformationBoundary
-from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams
+from evolvekit.llm.base import LLM, Completion, InProcessLLM, SamplingParams
 from evolvekit.llm.choice import ChoiceScorer, calibrated
 from evolvekit.progress import StageProgress
 from evolvekit.types import (
@@ -250,6 +250,8 @@ class ExtractionReport:
     validated_jobs: int = 0  # jobs that yielded at least one validated experience
     grounded: int = 0  # experiences written from execution (no LLM call)
     closed_failures: int = 0  # grounded failure-only jobs skipped: no success and no reference the run may read
+    prompt_tokens: int = 0  # the summarizer's, writing and validating (a forced choice: its prompt only)
+    completion_tokens: int = 0
 
     @property
     def validated_share(self) -> float:
@@ -279,6 +281,7 @@ class ExperienceExtractor:
         self.llm, self.params, self.validate = llm, params, validate
         # what the extractor may read of a task: a person-written task's reference only under run.oracle
         self.boundary = boundary if boundary is not None else InformationBoundary()
+        self.prompt_tokens = self.completion_tokens = 0  # the summarizer's, over the extractor's life
         self.success_threshold, self.batch = success_threshold, batch
         self.constrained, self.grounded, self.field_tokens = constrained, grounded, field_tokens
         self.scorer = ChoiceScorer(llm) if constrained else None
@@ -315,7 +318,9 @@ class ExperienceExtractor:
         """(2) one summarizer answer per job, parsed into (when_to_use, content) pairs."""
         convs = [extraction_prompt(k, tasks.get(ts[0].task_id), ts) for k, ts in chunk]
         if not self.constrained:
-            return [parse_experiences(out[0].text) for out in self.llm.chat(convs, self.params)]
+            outs = self.llm.chat(convs, self.params)
+            self._count([out[0] for out in outs])
+            return [parse_experiences(out[0].text) for out in outs]
         # forced structure: the reply is "When to use: <line>\nContent: <line>"; the model writes the two lines
         line = SamplingParams(
             temperature=self.params.temperature,
@@ -325,16 +330,14 @@ class ExperienceExtractor:
             seed=self.params.seed,
         )
         bases = [self.local.apply_chat_template(c) for c in convs]
-        whens = [
-            o[0].text.split("\n")[0].strip()
-            for o in self.local.generate_ids([b + self.local.encode("When to use:") for b in bases], line)
-        ]
-        contents = [
-            o[0].text.split("\n")[0].strip()
-            for o in self.local.generate_ids(
-                [b + self.local.encode(f"When to use: {w}\nContent:") for b, w in zip(bases, whens)], line
-            )
-        ]
+        firsts = [b + self.local.encode("When to use:") for b in bases]
+        outs = self.local.generate_ids(firsts, line)
+        self._count([o[0] for o in outs], firsts)
+        whens = [o[0].text.split("\n")[0].strip() for o in outs]
+        seconds = [b + self.local.encode(f"When to use: {w}\nContent:") for b, w in zip(bases, whens)]
+        outs = self.local.generate_ids(seconds, line)
+        self._count([o[0] for o in outs], seconds)
+        contents = [o[0].text.split("\n")[0].strip() for o in outs]
         return [parse_experiences(f"When to use: {w}\nContent: {c}", 1) for w, c in zip(whens, contents)]
 
     def _approve(self, chunk: Sequence[Experience]) -> list[bool]:
@@ -351,13 +354,23 @@ class ExperienceExtractor:
             for e in chunk
         ]
         if self.scorer is None:
-            return [bool(parse_yes_no(out[0].text)) for out in self.llm.chat(convs, self.params)]
+            outs = self.llm.chat(convs, self.params)
+            self._count([out[0] for out in outs])
+            return [bool(parse_yes_no(out[0].text)) for out in outs]
+        self.prompt_tokens += sum(len(self.local.apply_chat_template(c)) for c in convs)  # scored, not generated
         return [forced_yes(self.scorer, self.llm, c, self.params.temperature, self.rng) for c in convs]
+
+    def _count(self, outs: Sequence[Completion], prompts: Sequence[Sequence[int]] | None = None) -> None:
+        """Add the summarizer's token counts (issue 54: the judge and summarizer reported none)."""
+        for k, out in enumerate(outs):
+            self.prompt_tokens += out.num_prompt_tokens or (len(prompts[k]) if prompts is not None else 0)
+            self.completion_tokens += out.num_completion_tokens
 
     def extract(
         self, trajectories: Sequence[Trajectory], tasks: dict[str, Task], iteration: int | None = None
     ) -> ExtractionReport:
         report = ExtractionReport()
+        tokens_before = (self.prompt_tokens, self.completion_tokens)
         tasks = self.boundary.tasks_view(tasks)  # person-written references stay closed unless run.oracle
         jobs = self.jobs(trajectories)
         report.jobs = len(jobs)
@@ -431,6 +444,8 @@ class ExperienceExtractor:
                 else:
                     report.rejected += 1
         report.validated_jobs = len(approved_jobs)
+        report.prompt_tokens = self.prompt_tokens - tokens_before[0]
+        report.completion_tokens = self.completion_tokens - tokens_before[1]
         return report
 
 

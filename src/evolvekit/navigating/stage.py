@@ -190,6 +190,8 @@ class ExperienceSummarisation:
                 "navigating/merged": float(merged),
                 "navigating/pruned": float(len(self._pruned)),
                 "navigating/extraction_calls": float(report.calls),
+                "navigating/extraction_prompt_tokens": float(report.prompt_tokens),
+                "navigating/extraction_completion_tokens": float(report.completion_tokens),
                 "navigating/unparseable": float(report.unparseable),
                 "navigating/extraction_jobs": float(report.jobs),
                 "navigating/validated_share": report.validated_share,

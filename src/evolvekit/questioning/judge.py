@@ -76,6 +76,8 @@ class JudgeReport:
     scores: list[float | None] = field(default_factory=list)
     calls: int = 0
     fallbacks: int = 0
+    prompt_tokens: int = 0  # a forced choice: its prompt only (nothing is generated)
+    completion_tokens: int = 0
 
 
 class LLMJudge:
@@ -95,6 +97,8 @@ class LLMJudge:
                 outs = self.llm.chat([judge_prompt(*pairs[i]) for i in chunk], params)
                 report.calls += len(chunk)
                 for i, out in zip(chunk, outs):
+                    report.prompt_tokens += out[0].num_prompt_tokens
+                    report.completion_tokens += out[0].num_completion_tokens
                     s = parse_judge_score(out[0].text)
                     if s is None:
                         still.append(i)
@@ -136,6 +140,7 @@ class ConstrainedJudge:
             pick, _ = self.scorer.pick(prompt, self.options, self.params.temperature, self.rng, self.prior)
             report.scores[i] = self.levels[pick]
             report.calls += 1
+            report.prompt_tokens += len(prompt)
         return report
 
 

@@ -50,6 +50,8 @@ class SyntheticRewardRollouts:
                     "judge/calls": float(report.calls),
                     "judge/fallbacks": float(report.fallbacks),
                     "judge/fallback_rate": report.fallbacks / len(synthetic),
+                    "judge/prompt_tokens": float(report.prompt_tokens),
+                    "judge/completion_tokens": float(report.completion_tokens),
                 }
             )
             states = [t.outcome_reward for _, t in synthetic]
