@@ -71,3 +71,32 @@ def test_a_finished_run_is_extended_by_more_iterations(tmp_path, how):
     again, _, store = open_run(None, run_dir)  # the extension is the run's config from now on
     assert again.train.iterations == 5
     store.close()
+
+
+def test_env_list_names_plugin_environments(tmp_path):
+    """Issue 54 (7): `env list` omitted plugin environments. It lists those of an installed package's
+    'evolvekit.environments' entry point, and with a config those of its env.plugins."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    plugins = Path(__file__).resolve().parents[1] / "plugins"
+    site = tmp_path / "site"
+    dist = site / "coin_plugin-0.1.dist-info"  # what installing a plugin package leaves on sys.path
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: coin-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[evolvekit.environments]\ncoin = coin_env\n")
+
+    def env_list(*args, path=""):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (path, str(plugins)) if p)}
+        cmd = [sys.executable, "-m", "evolvekit.cli.main", "env", "list", "--json", *args]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr[-1000:]
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    assert "coin" not in env_list()
+    assert "coin" in env_list(path=str(site))  # the installed entry point
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("env:\n  plugins: [notask_env]\n")
+    assert "coin_notask" in env_list("-c", str(cfg))  # the config's env.plugins

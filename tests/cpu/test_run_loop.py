@@ -414,3 +414,39 @@ def test_a_resumed_iteration_with_a_damaged_committed_rollout_rolls_out_again(ti
     assert len(again) == len(first) and not set(first) & {t.trajectory_id for t in again}  # a fresh batch
     assert store.completed_iterations() == [0] and store.checkpoints()
     store.close()
+
+
+def test_an_environment_without_tasks_trains_on_its_own_synthesized_tasks(tiny, tmp_path, monkeypatch):
+    """Issue 54 (7): an environment nobody wrote tasks for (no task source) stopped every run with "registers no task
+    source". With self-questioning at λ = 1 it trains on its synthesized tasks and is evaluated on held-out
+    synthesized ones; without them, one line says what to give."""
+    from evolvekit.errors import EnvError
+    from evolvekit.orchestrator import build
+    from evolvekit.types import Task, TaskSource
+
+    def synthetic(prefix, n):
+        return [
+            Task(task_id=f"{prefix}-{i}", env_name="coin_notask", query=f"Say {i}.", source=TaskSource.SYNTHETIC)
+            for i in range(n)
+        ]
+
+    held = tmp_path / "held.jsonl"
+    held.write_text("".join(t.model_dump_json() + "\n" for t in synthetic("held", 2)))
+    base = ["env.name=coin_notask", "env.plugins=[notask_env]"]
+    alone = [*base, "questioning.enabled=true", "questioning.hybrid_lambda=1.0"]
+
+    def loop_for(sets, **train):
+        cfg = load_config(_config(tiny, tmp_path / str(len(list(tmp_path.iterdir()))), iterations=1, **train), sets)
+        cfg, run_dir, store = open_run(cfg, None)
+        return build_loop(cfg, run_dir, store, show_progress=False), store
+
+    with pytest.raises(EnvError, match="has no person-written tasks .*questioning.enabled: true"):
+        loop_for(base)
+    with pytest.raises(EnvError, match="held-out evaluation: .*train.eval_synthetic"):
+        loop_for(alone)
+    monkeypatch.setattr(build, "_synthesize", lambda cfg, store, train_tasks, *a: synthetic("syn", 3))
+    loop, store = loop_for([*alone, f"train.eval_synthetic={held}"])
+    summary = loop.run()
+    assert {t.task_id for t in store.trajectories(0)} <= {f"syn-{i}" for i in range(3)}
+    assert "synthetic/avg@2" in summary["eval_before"] and "avg@2" not in summary["eval_before"]
+    store.close()

@@ -18,10 +18,15 @@ env_app = typer.Typer(help="Environments: list, self-check, serve over HTTP.", n
 
 
 @env_app.command("list")
-def env_list(as_json: bool = JsonOpt) -> None:
-    """List registered environments."""
-    from evolvekit.env.registry import available_envs
+def env_list(
+    config: Optional[Path] = ConfigOpt, overrides: Optional[list[str]] = SetOpt, as_json: bool = JsonOpt
+) -> None:
+    """List the environments: built-in, installed plugins (entry points), and the config's env.plugins."""
+    from evolvekit.config import load_config
+    from evolvekit.env.registry import available_envs, load_plugins
 
+    if config is not None or overrides:
+        load_plugins(load_config(config, overrides).env.plugins)
     envs = available_envs()
     if as_json:
         emit_json(envs)

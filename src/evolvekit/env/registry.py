@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 from typing import Callable, Sequence
@@ -11,6 +12,8 @@ from evolvekit.config import EnvConfig
 from evolvekit.env.base import Environment
 from evolvekit.errors import EnvError
 from evolvekit.types import Task
+
+log = logging.getLogger(__name__)
 
 _REGISTRY: dict[str, tuple[Callable[[EnvConfig], Environment], str]] = {}
 _TASKS: dict[str, Callable[[EnvConfig, str], list[Task]]] = {}
@@ -65,10 +68,18 @@ def env_tasks(cfg: EnvConfig, split: str) -> list[Task]:
     """The real tasks of a split for the configured environment."""
     _load_builtins()
     load_plugins(cfg.plugins)
+    if cfg.name not in _REGISTRY and cfg.name not in _TASKS:
+        raise EnvError(
+            f"unknown environment '{cfg.name}' (env.name); available: {', '.join(sorted(_REGISTRY))}. A plugin "
+            "environment is named in env.plugins (a module that registers it) or installed with an "
+            f"'{ENTRY_POINT_GROUP}' entry point"
+        )
     if cfg.name not in _TASKS:
         raise EnvError(
-            f"environment '{cfg.name}' registers no task source; use self-questioning or register one "
-            "with evolvekit.env.registry.register_task_source"
+            f"environment '{cfg.name}' has no person-written tasks (it registers no task source); train on its "
+            "own synthesized tasks (questioning.enabled: true, questioning.hybrid_lambda: 1), give a tasks file if "
+            "it reads one (e.g. env.mcp.tasks_file), or register one with "
+            "evolvekit.env.registry.register_task_source"
         )
     tasks = _TASKS[cfg.name](cfg, split)
     if not tasks:
@@ -106,9 +117,25 @@ BUILTINS = (
 SERVICE_CLIENTS = ("agentevolver",)  # environments that are themselves clients of env.service_url
 
 
+ENTRY_POINT_GROUP = "evolvekit.environments"  # installed packages register environments here (issue 54)
+_entry_points_loaded = False
+
+
 def _load_builtins() -> None:
+    """The built-in environments, and (once) every installed package's ``evolvekit.environments`` entry points:
+    an installed plugin environment needs no ``env.plugins`` line."""
+    global _entry_points_loaded
     for mod in BUILTINS:
         importlib.import_module(mod)
+    if not _entry_points_loaded:
+        _entry_points_loaded = True
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                ep.load()
+            except Exception as err:  # noqa: BLE001 - a broken third-party plugin is named, not fatal to the rest
+                log.warning("environment plugin %s (%s) failed to load: %s", ep.name, ep.value, err)
 
 
 def available_envs() -> dict[str, str]:

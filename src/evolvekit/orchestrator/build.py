@@ -28,7 +28,7 @@ from evolvekit.config import (
     synthetic_reward,
     training_problem,
 )
-from evolvekit.errors import ConfigError
+from evolvekit.errors import ConfigError, EnvError
 from evolvekit.llm.base import InProcessLLM, RolloutEngine
 from evolvekit.orchestrator.loop import MasterLoop, Stages
 from evolvekit.orchestrator.stages import FixedTaskSupply, GRPOSamples, NoExperience, TrainerUpdate, VanillaRollouts
@@ -226,13 +226,26 @@ def build_loop(
     parallel: DataParallel | None = None,
 ) -> MasterLoop:
     from evolvekit.agent.evaluate import evaluate_policy
-    from evolvekit.env.registry import env_tasks, make_env, preflight
+    from evolvekit.env.registry import env_tasks, has_task_source, make_env, preflight
     from evolvekit.llm.factory import sampling_for
 
     pol = cfg.models.policy
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    train_tasks = env_tasks(cfg.env, cfg.env.train_split)
-    preflight(cfg.env, train_tasks[0])  # the environment starts before any model loads (exit 2 if it cannot)
+    own_tasks = has_task_source(cfg.env)
+    # an environment nobody wrote tasks for trains on its own synthesized tasks alone (λ = 1); otherwise its
+    # person-written tasks are needed, and their absence is one line naming what to do (env_tasks)
+    alone = cfg.questioning.enabled and cfg.questioning.hybrid_lambda == 1.0
+    train_tasks = env_tasks(cfg.env, cfg.env.train_split) if own_tasks or not alone else []
+    heldout_synthetic = load_task_file(cfg.train.eval_synthetic) if cfg.train.eval_synthetic else []
+    evaluating = cfg.train.eval_before or cfg.train.eval_after or cfg.train.eval_every
+    if evaluating and not own_tasks and not heldout_synthetic:
+        raise EnvError(
+            f"held-out evaluation: environment '{cfg.env.name}' has no tasks of its own; give held-out synthesized "
+            "tasks (train.eval_synthetic: a file from `evolvekit tasks synthesize` with another seed) or turn "
+            "train.eval_before, train.eval_after and train.eval_every off"
+        )
+    # the environment starts before any model loads (exit 2 if it cannot)
+    preflight(cfg.env, train_tasks[0] if train_tasks else None)
     policy, trainer = build_trainer(cfg, store, console, parallel)
     engine: RolloutEngine = (
         policy  # what rollouts and evaluation generate with: the trained model, through the configured engine
@@ -285,28 +298,30 @@ def build_loop(
     )
 
     evaluator = None
-    if cfg.train.eval_before or cfg.train.eval_after or cfg.train.eval_every:
-        eval_tasks = env_tasks(cfg.env, cfg.env.eval_split)
+    if evaluating:
+        eval_tasks = env_tasks(cfg.env, cfg.env.eval_split) if own_tasks else []
         if cfg.train.eval_tasks:
             eval_tasks = eval_tasks[: cfg.train.eval_tasks]
         k = cfg.train.eval_k or cfg.rollout.group_size
 
-        heldout_synthetic = load_task_file(cfg.train.eval_synthetic) if cfg.train.eval_synthetic else []
-
         def evaluator(seed: int):
             eval_params = sampling_for(pol, seed=seed)
-            report, trajs = evaluate_policy(
-                eval_tasks,
-                policy_env,
-                engine,
-                cfg.rollout,
-                eval_params,
-                k,
-                cfg.env.tool_rendering,
-                show_progress,
-                template=template,
-            )
-            summary = {**report.summary(), "split": cfg.env.eval_split}
+            summary: dict = {"split": "none (the environment has no tasks of its own)"}
+            trajs: list = []
+            if eval_tasks:
+                report, real_trajs = evaluate_policy(
+                    eval_tasks,
+                    policy_env,
+                    engine,
+                    cfg.rollout,
+                    eval_params,
+                    k,
+                    cfg.env.tool_rendering,
+                    show_progress,
+                    template=template,
+                )
+                summary = {**report.summary(), "split": cfg.env.eval_split}
+                trajs = list(real_trajs)
             if heldout_synthetic:  # held-out synthetic tasks, scored by the environment's own check
                 syn, syn_trajs = evaluate_policy(
                     heldout_synthetic,
