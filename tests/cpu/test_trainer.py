@@ -342,3 +342,37 @@ def test_evolving_rl_sets_its_adamw_unless_set():
     off = load_config(None, []).train
     assert (off.weight_decay, off.adam_beta2) == (0.0, 0.999)
     assert load_config(None, ["evolving_rl.enabled=true", "train.weight_decay=0.0"]).train.weight_decay == 0.0
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_export_is_a_plain_transformers_folder_with_the_policys_logprobs(tiny_path, tmp_path, lora):
+    """Issue 54 (8): `evolvekit export` writes a folder that plain transformers loads (no peft, LoRA merged) and whose
+    log-probs match the run's policy."""
+    import subprocess
+    import sys
+
+    from transformers import AutoModelForCausalLM
+
+    llm = LocalLLM(str(tiny_path), device="cpu")
+    tr = GRPOTrainer(llm, TrainConfig(lora=lora, lora_rank=4, learning_rate=1e-2, autocast="off"))
+    tr.update(_samples())
+    ckpt = tr.save(tmp_path / "ckpt")
+    out = tmp_path / "exported"
+    res = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "export", str(ckpt), "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-1500:]
+    assert (out / "config.json").is_file() and not (out / "adapter_config.json").exists()
+    plain = AutoModelForCausalLM.from_pretrained(str(out))
+    policy = LocalLLM(str(ckpt), device="cpu", packed_weights=False).model
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    with torch.no_grad():
+        a = torch.log_softmax(plain(input_ids=ids).logits.float(), -1)
+        b = torch.log_softmax(policy(input_ids=ids).logits.float(), -1)
+    assert torch.allclose(a, b, atol=1e-4)
+    again = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "export", str(ckpt), "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert again.returncode == 2 and "exists" in again.stderr

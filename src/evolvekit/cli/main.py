@@ -112,6 +112,20 @@ def config_validate(
     console.print(f"{config}: ok")
 
 
+@app.command("export")
+def export_command(
+    source: Path = typer.Argument(..., help="a run folder (its newest intact checkpoint) or a checkpoint folder"),
+    out: Path = typer.Option(..., "--out", help="the new folder: a plain Hugging Face model (LoRA merged)"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Export a policy as a plain Hugging Face folder that AutoModelForCausalLM loads alone (LoRA merged)."""
+    from evolvekit.train.export import export_policy
+
+    setup_logging("INFO")
+    folder = export_policy(source, out)
+    emit_json({"out": str(folder)}) if as_json else sys.stdout.write(f"{folder}\n")
+
+
 @llm_app.command("path")
 def llm_path(
     name: str = typer.Argument("embedded:smollm2-135m-instruct", help="an embedded model name, or a path or hub id"),
