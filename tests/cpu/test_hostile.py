@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import serving
+from fastapi import HTTPException
 
 from evolvekit.agent.parser import parse_action
 from evolvekit.env.base import Action
@@ -763,6 +764,28 @@ def test_the_service_creates_only_served_environments_within_their_own_caps():
         t0 = time.perf_counter()
         again = httpx.get(url + "/profile", params={"env": "bfcl"})
         assert first.json() == again.json() and time.perf_counter() - t0 < 1.0
+
+
+def test_a_heavy_environment_starts_at_most_its_rate_per_minute():
+    """Issue 52 (3): heavy environments have a start rate besides their cap: past N starts in a rolling minute the
+    service answers 429 with Retry-After, even after releasing (a cap bounds how many live; a rate, how fast a client
+    can make the service start JVMs)."""
+    from evolvekit.env.service.server import EnvService
+
+    settings = ServiceSettings(envs=("bfcl",), heavy_starts_per_minute={"bfcl": 2}, step_timeout_s=30.0)
+    with serving(create_app(settings)) as url:
+        for _ in range(2):
+            r = httpx.post(url + "/create", json={"env": "bfcl"})
+            assert r.status_code == 200
+            httpx.post(url + "/release", json={"instance_id": r.json()["instance_id"]})
+        r = httpx.post(url + "/create", json={"env": "bfcl"})
+        assert r.status_code == 429 and "in the last minute" in r.json()["detail"]
+        assert 1 <= int(r.headers["Retry-After"]) <= 61
+    service = EnvService(ServiceSettings(heavy_starts_per_minute={"x": 1}))
+    service._rate("x", now=0.0)
+    with pytest.raises(HTTPException):
+        service._rate("x", now=59.0)
+    service._rate("x", now=60.5)  # the minute has rolled on
 
 
 def test_env_serve_refuses_an_unknown_environment_in_one_line():

@@ -22,6 +22,7 @@ import secrets
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -71,6 +72,10 @@ class ServiceSettings:
     envs: tuple[str, ...] | None = None
     # instance caps of heavy environments (each instance a JVM or a server process), inside max_instances
     heavy_limits: dict[str, int] = field(default_factory=lambda: {"scienceworld": 4, "mcp": 16, "openenv": 16})
+    # and their start rate: new instances per rolling minute (a JVM takes 5-6 s of CPU to start); past it, 429
+    heavy_starts_per_minute: dict[str, int] = field(
+        default_factory=lambda: {"scienceworld": 6, "mcp": 60, "openenv": 60}
+    )
 
 
 class EnvService:
@@ -80,6 +85,7 @@ class EnvService:
         self.guard = threading.Lock()
         self.reserved = 0  # /create calls between their limit check and their insert
         self.reserved_heavy: dict[str, int] = {}  # the same, per heavy environment
+        self.starts: dict[str, deque[float]] = {}  # per heavy environment, the start times of the last minute
         self.profiles: dict[str, list[EnvProfile]] = {}
         self.profile_lock = threading.Lock()
 
@@ -100,8 +106,28 @@ class EnvService:
                 live = sum(i.env_name == env_name for i in self.instances.values())
                 if live + self.reserved_heavy.get(env_name, 0) >= heavy:
                     raise HTTPException(503, f"instance limit of '{env_name}' ({heavy}) reached; release some")
+            self._rate(env_name)
+            if heavy is not None:
                 self.reserved_heavy[env_name] = self.reserved_heavy.get(env_name, 0) + 1
             self.reserved += 1
+
+    def _rate(self, env_name: str, now: float | None = None) -> None:
+        """429 with Retry-After when a heavy environment already started its per-minute quota of instances (a cap
+        bounds how many live at once; this bounds how fast a client can make the service start JVMs)."""
+        rate = self.settings.heavy_starts_per_minute.get(env_name)
+        if rate is None:
+            return
+        now = time.monotonic() if now is None else now
+        recent = self.starts.setdefault(env_name, deque())
+        while recent and now - recent[0] >= 60.0:
+            recent.popleft()
+        if len(recent) >= rate:
+            wait = max(1, int(60.0 - (now - recent[0])) + 1)
+            raise HTTPException(
+                429, f"'{env_name}' started {rate} instances in the last minute; retry later",
+                headers={"Retry-After": str(wait)},
+            )  # fmt: skip
+        recent.append(now)
 
     def unreserve(self, env_name: str = "") -> None:
         with self.guard:
