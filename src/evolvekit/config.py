@@ -287,6 +287,10 @@ class TrainConfig(_Section):
     autocast: Literal["auto", "bf16", "off"] = F("auto", "bf16 autocast: auto = on for CUDA and CPUs with AVX512-BF16")
     max_sequence_tokens: int = F(4096, "training sequences longer than this are skipped (counted in metrics)", ge=1)
     keep_checkpoints: int = F(2, "how many iteration checkpoints to keep on disk (the latest always kept)", ge=1)
+    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = F(
+        ["tensorboard"],
+        "where iteration metrics go besides metrics.jsonl: tensorboard (event files), wandb (offline, under <run>/wandb), mlflow (a file store under <run>/mlruns); wandb and mlflow need the `tracking` extra",
+    )
     eval_before: bool = F(True, "evaluate the policy on held-out tasks before training")
     eval_after: bool = F(True, "evaluate the policy on held-out tasks after training")
     eval_tasks: int = F(0, "held-out tasks per evaluation (0 = all of the eval split)", ge=0)

@@ -450,3 +450,27 @@ def test_an_environment_without_tasks_trains_on_its_own_synthesized_tasks(tiny, 
     assert {t.task_id for t in store.trajectories(0)} <= {f"syn-{i}" for i in range(3)}
     assert "synthetic/avg@2" in summary["eval_before"] and "avg@2" not in summary["eval_before"]
     store.close()
+
+
+def test_report_to_writes_wandb_offline_and_mlflow_beside_tensorboard(tiny, tmp_path):
+    """Issue 54 (8): train.report_to. One tiny run reports to TensorBoard, W&B (offline, no network) and MLflow (a
+    file store in the run folder); extended by one iteration it continues the same W&B and MLflow runs."""
+    from mlflow.tracking import MlflowClient
+
+    sets = ["train.report_to=[tensorboard, wandb, mlflow]"]
+    cfg, run_dir, store = open_run(
+        load_config(_config(tiny, tmp_path, iterations=1, eval_before=False, eval_after=False), sets), None
+    )
+    build_loop(cfg, run_dir, store, show_progress=False).run()
+    store.close()
+    assert list((run_dir / "tensorboard").glob("events.*"))
+    assert list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    cfg, run_dir, store = open_run(None, run_dir, overrides=["train.iterations=2"])
+    build_loop(cfg, run_dir, store, show_progress=False).run()
+    store.close()
+    client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
+    run_id = (run_dir / "mlruns" / "evolvekit_run_id").read_text().strip()
+    steps = [m.step for m in client.get_metric_history(run_id, "rollout/reward_mean")]
+    assert steps == [0, 1]  # both iterations, in one MLflow run
+    assert client.get_run(run_id).data.params["train.iterations"] == "1"  # the config as the run began
+    assert len(list((run_dir / "wandb").glob("offline-run-*"))) >= 1

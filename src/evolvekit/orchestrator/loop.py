@@ -94,7 +94,13 @@ class MasterLoop:
         start = store.next_iteration()
         if start > 0:
             self.console.print(f"resuming at iteration {start} ({start} done)")
-        sink = MetricsSink(self.run_dir, start)
+        sink = MetricsSink(
+            self.run_dir,
+            start,
+            tensorboard="tensorboard" in cfg.train.report_to,
+            report_to=tuple(cfg.train.report_to),
+            config=cfg.model_dump(mode="json"),
+        )
         try:
             if cfg.train.eval_before and store.evaluation("before") is None:
                 self._evaluate("before", -1)

@@ -1,4 +1,5 @@
-"""Metric sinks: JSONL (one line per iteration), TensorBoard event files, and a learning-curve PNG.
+"""Metric sinks: JSONL (one line per iteration), TensorBoard event files, a learning-curve PNG, and the trackers of
+``train.report_to`` (W&B offline, MLflow's file store).
 
 The run store is the source of truth; the JSONL and PNG are rewritten from it after every iteration, so a
 resumed run never duplicates or loses a line. TensorBoard purges steps at or after the resume point.
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from evolvekit.agent.evaluate import avg_at_k, best_at_k
+from evolvekit.errors import ConfigError
 from evolvekit.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -45,8 +47,87 @@ def rollout_metrics(
     }
 
 
+class WandbTracker:
+    """W&B, offline: the run's files under ``<run>/wandb`` (``wandb sync`` uploads them later); a resumed run
+    continues the same W&B run (its id is the run folder's name)."""
+
+    def __init__(self, run_dir: Path, config: dict) -> None:
+        import wandb
+
+        self.run = wandb.init(
+            mode="offline", dir=str(run_dir), project="evolvekit", name=run_dir.name, id=_tracker_id(run_dir),
+            config=config, resume="allow", settings=wandb.Settings(console="off", silent=True),
+        )  # fmt: skip
+
+    def log(self, iteration: int, metrics: dict[str, float]) -> None:
+        self.run.log(dict(metrics), step=iteration)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class MlflowTracker:
+    """MLflow with a file store under ``<run>/mlruns`` (``mlflow ui --backend-store-uri <run>/mlruns``); a resumed
+    run continues the same MLflow run (its id is kept in ``<run>/mlruns/evolvekit_run_id``)."""
+
+    def __init__(self, run_dir: Path, config: dict) -> None:
+        import os
+
+        import mlflow
+
+        # the file store needs no database server (mlflow-skinny has no SQLAlchemy); MLflow 3 asks for this opt-in
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self.mlflow = mlflow
+        store = run_dir / "mlruns"
+        store.mkdir(parents=True, exist_ok=True)
+        mlflow.set_tracking_uri(store.resolve().as_uri())
+        mlflow.set_experiment("evolvekit")
+        kept = store / "evolvekit_run_id"
+        if kept.is_file():
+            self.active = mlflow.start_run(run_id=kept.read_text().strip())
+        else:
+            self.active = mlflow.start_run(run_name=run_dir.name)
+            kept.write_text(self.active.info.run_id)
+            mlflow.log_params({k: str(v)[:500] for k, v in _flat(config).items()})
+
+    def log(self, iteration: int, metrics: dict[str, float]) -> None:
+        self.mlflow.log_metrics({_mlflow_key(k): float(v) for k, v in metrics.items()}, step=iteration)
+
+    def close(self) -> None:
+        self.mlflow.end_run()
+
+
+def _tracker_id(run_dir: Path) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in run_dir.name)[:64]
+
+
+def _mlflow_key(key: str) -> str:
+    """MLflow allows letters, digits and ``_-. /`` in names; anything else (e.g. '@' in avg@8) becomes '_at_'."""
+    return "".join(c if c.isalnum() or c in "_-. /" else ("_at_" if c == "@" else "_") for c in key)
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out: dict = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 class MetricsSink:
-    def __init__(self, run_dir: Path, start_iteration: int, tensorboard: bool = True) -> None:
+    """Every iteration's metrics: ``metrics.jsonl`` and the learning curve, and the trackers of ``train.report_to``
+    (TensorBoard event files, W&B offline, MLflow's file store), each built once here."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        start_iteration: int,
+        tensorboard: bool = True,
+        report_to: tuple[str, ...] = (),
+        config: dict | None = None,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.writer = None
         if tensorboard:
@@ -56,6 +137,17 @@ class MetricsSink:
                 self.writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"), purge_step=start_iteration)
             except ImportError:  # pragma: no cover - tensorboard is a core dependency
                 log.warning("tensorboard is not installed; no event files are written")
+        self.trackers: list[WandbTracker | MlflowTracker] = []
+        kinds: dict[str, type[WandbTracker] | type[MlflowTracker]] = {"wandb": WandbTracker, "mlflow": MlflowTracker}
+        for name in report_to:
+            if name not in kinds:
+                continue
+            try:
+                self.trackers.append(kinds[name](self.run_dir, config or {}))
+            except ImportError:
+                raise ConfigError(
+                    f"train.report_to: {name} is not installed (pip install -e '.[tracking]' -c constraints.txt)"
+                ) from None
 
     def write(
         self,
@@ -68,6 +160,8 @@ class MetricsSink:
             for k, v in metrics.items():
                 self.writer.add_scalar(k, v, iteration)
             self.writer.flush()
+        for tracker in self.trackers:
+            tracker.log(iteration, metrics)
         with open(self.run_dir / "metrics.jsonl", "w") as fh:
             for it in sorted(all_metrics):
                 fh.write(json.dumps({"iteration": it, **all_metrics[it]}) + "\n")
@@ -116,3 +210,5 @@ class MetricsSink:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        for tracker in self.trackers:
+            tracker.close()
