@@ -21,6 +21,8 @@ def test_eval_json_reports_avg_and_best(tmp_path):
     sets = ["--set", "rollout.max_steps=2", "--set", "models.policy.max_new_tokens=48"]
     res = _cli(*args, "--out", str(out), *sets)
     assert res.returncode == 0, res.stderr[-2000:]
+    # the cost before it starts (issue 54): episodes and the bound on generated tokens
+    assert "1 tasks x 2 samples = 2 episodes, each at most 2 steps of at most 48 generated tokens" in res.stderr
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert 0.0 <= summary["avg@2"] <= summary["best@2"] <= 1.0
     assert summary["tasks"] == 1 and summary["failed_rollouts"] == 0 and summary["completion_tokens"] > 0

@@ -36,7 +36,7 @@ def setup_logging(level: str = "INFO") -> None:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter(LOG_FORMAT, "%Y-%m-%d %H:%M:%S"))
     logging.basicConfig(level=getattr(logging, level), handlers=[handler], force=True)
-    for noisy in ("httpx", "sentence_transformers", "urllib3"):
+    for noisy in ("httpx", "sentence_transformers", "urllib3", "py4j"):  # py4j: ScienceWorld's JVM shutdown
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         from transformers.utils import logging as hf_logging

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sys
 import time
 from datetime import datetime
@@ -13,6 +14,8 @@ from typing import Optional
 import typer
 
 from evolvekit.cli.common import ConfigOpt, JsonOpt, SetOpt, emit_json, setup_logging
+
+log = logging.getLogger(__name__)
 
 
 def _experience_lookup(cfg, path: Path):
@@ -62,6 +65,13 @@ def _evaluate(
     what = {"tasks": [t.task_id for t in tasks], "k": k, "experiences": str(experiences or ""), "config": settings}
     key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
     journal = EpisodeJournal(out.with_name(out.stem + ".episodes.jsonl"), key)  # refuses another's before loading
+    episodes = len(tasks) * k
+    log.info(
+        "evaluation: %d tasks x %d samples = %d episodes, each at most %d steps of at most %d generated tokens "
+        "(at most %d generated tokens in all; rollout.max_steps, models.policy.max_new_tokens)",
+        len(tasks), k, episodes, cfg.rollout.max_steps, cfg.models.policy.max_new_tokens,
+        episodes * cfg.rollout.max_steps * cfg.models.policy.max_new_tokens,
+    )  # fmt: skip
     llm = role_llm(cfg.models, "policy")
     params = sampling_for(cfg.models.policy, seed=cfg.run.seed)
     lookup = _experience_lookup(cfg, experiences) if experiences else None
