@@ -210,7 +210,7 @@ class RewardParts(BaseModel):
     """The parts the outcome reward was made of (None: not part of this trajectory's reward)."""
 
     model_config = ConfigDict(extra="forbid")
-    outcome: float | None = None  # the environment's score before shaping
+    outcome: float | None = None  # before shaping: the environment's score (a synthesized task's: its judge mix)
     format: float | None = None  # R_format (EvolveR) of reward shaping
     reasoning: float | None = None  # the reasoning template's reward
     state_score: float | None = None  # synthetic tasks: the environment's state check
