@@ -22,6 +22,7 @@ from evolvekit.env.base import Environment, EnvProfile
 from evolvekit.errors import EnvError
 from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams, offset_seed
 from evolvekit.llm.constrain import SchemaConstraint, SchemaVocabulary, TokenTrie
+from evolvekit.progress import StageProgress
 from evolvekit.types import ChatMessage, ToolCall, new_id
 
 log = logging.getLogger(__name__)
@@ -287,55 +288,61 @@ class Explorer:
         profiles = [p for p in profiles if not classes or p.name in classes]
         live = [i for i, e in enumerate(envs) if e is not None]
         batch = self.local.decode_batch(self.params, keep_rows=True) if self.scaffold else None
-        for step in range(max_steps):
-            if not live:
-                break
-            convs = [
-                explorer_messages(
-                    tools[i],
-                    profiles,
-                    traces[i].steps,
-                    step,
-                    self.n_breadth,
-                    self.n_depth,
-                    self.rendering,
-                    examples[i],
-                    goal,
-                    run=i,
-                    start=starts[i],
-                )
-                for i in live
-            ]
-            prefixes = [call_prefix(tools[i], traces[i].steps, step, self.n_breadth, run=i) for i in live]
-            outs = self._generate(convs, prefixes, step, live, batch, [tools[i] for i in live])
-            still = []
-            for i, text in zip(live, outs):
-                if OPEN_TAG in text and CLOSE not in text:
-                    text += CLOSE
-                action = parse_action(text)
-                if not action.tool_calls:
-                    # exploration is about calling tools: a message without a call is recorded and the run goes on
+        with StageProgress(f"exploration ({len(live)} runs)", max_steps, logger=log) as progress:
+            for step in range(max_steps):
+                if not live:
+                    break
+                convs = [
+                    explorer_messages(
+                        tools[i],
+                        profiles,
+                        traces[i].steps,
+                        step,
+                        self.n_breadth,
+                        self.n_depth,
+                        self.rendering,
+                        examples[i],
+                        goal,
+                        run=i,
+                        start=starts[i],
+                    )
+                    for i in live
+                ]
+                prefixes = [call_prefix(tools[i], traces[i].steps, step, self.n_breadth, run=i) for i in live]
+                outs = self._generate(convs, prefixes, step, live, batch, [tools[i] for i in live])
+                still = []
+                for i, text in zip(live, outs):
+                    if OPEN_TAG in text and CLOSE not in text:
+                        text += CLOSE
+                    action = parse_action(text)
+                    if not action.tool_calls:
+                        # exploration is about calling tools: a message without a call is recorded and the run goes on
+                        traces[i].steps.append(
+                            ExplorationStep(step, text, [], action.parse_error or "(no tool call)", False)
+                        )
+                        still.append(i)
+                        continue
+                    live_env = envs[i]
+                    assert live_env is not None  # only live runs step
+                    try:
+                        res = live_env.step(action)
+                    except Exception as err:
+                        traces[i].error = f"step: {err}"
+                        continue
+                    ok = bool(res.call_results) and all(r.ok for r in res.call_results)
                     traces[i].steps.append(
-                        ExplorationStep(step, text, [], action.parse_error or "(no tool call)", False)
+                        ExplorationStep(
+                            step,
+                            "".join(format_call(c) for c in action.tool_calls),
+                            action.tool_calls,
+                            res.observation,
+                            ok,
+                        )
                     )
-                    still.append(i)
-                    continue
-                live_env = envs[i]
-                assert live_env is not None  # only live runs step
-                try:
-                    res = live_env.step(action)
-                except Exception as err:
-                    traces[i].error = f"step: {err}"
-                    continue
-                ok = bool(res.call_results) and all(r.ok for r in res.call_results)
-                traces[i].steps.append(
-                    ExplorationStep(
-                        step, "".join(format_call(c) for c in action.tool_calls), action.tool_calls, res.observation, ok
-                    )
-                )
-                if not res.done:
-                    still.append(i)
-            live = still
+                    if not res.done:
+                        still.append(i)
+                live = still
+                progress.advance()
         for e in envs:
             if e is not None:
                 e.close()
