@@ -182,3 +182,137 @@ def test_task_files_exit_0_or_2_with_one_line(tmp_path_factory, lines):
     else:
         summary = json.loads(out.stdout.strip().splitlines()[-1])
         assert summary["tasks"] == sum(1 for line in lines if line.strip()) >= summary["feasible"]
+
+
+# --- the outbound clients: whatever a server answers is a result or one EnvError (issue 52) -------------------------
+messages = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "role": st.one_of(st.sampled_from(["user", "assistant", "system"]), json_values),
+            "content": json_values,
+        },
+    ),
+    max_size=3,
+)
+episodes = st.fixed_dictionaries(
+    {},
+    optional={
+        "state": st.one_of(messages, json_values),
+        "info": st.one_of(st.fixed_dictionaries({}, optional={"instance_id": json_values}), json_values),
+        "reward": json_values,
+        "is_terminated": json_values,
+    },
+)
+service_replies = st.fixed_dictionaries(
+    {},
+    optional={
+        "instance_id": json_values,
+        "reset": st.one_of(
+            json_values, st.fixed_dictionaries({}, optional={"observation": json_values, "tools": json_values})
+        ),
+        "observation": json_values,
+        "reward": json_values,
+        "done": json_values,
+        "score": json_values,
+        "passed": json_values,
+    },
+)
+replies = st.one_of(
+    json_values.map(json.dumps),
+    st.fixed_dictionaries({"success": st.booleans(), "data": st.one_of(json_values, episodes)}).map(json.dumps),
+    service_replies.map(json.dumps),
+    st.text(max_size=40),
+)
+
+
+def _mock_client(reply: str):
+    import httpx
+
+    return httpx.Client(base_url="http://svc", transport=httpx.MockTransport(lambda r: httpx.Response(200, text=reply)))
+
+
+@FUZZ
+@given(reply=replies, step_text=st.text(max_size=20))
+def test_the_agentevolver_client_answers_any_reply_with_a_result_or_one_env_error(reply, step_text):
+    from evolvekit.config import EnvConfig
+    from evolvekit.env.agentevolver import AgentEvolverEnv
+    from evolvekit.env.base import Action
+    from evolvekit.errors import EnvError
+    from evolvekit.types import Task
+
+    env = AgentEvolverEnv(EnvConfig(name="agentevolver", service_url="http://svc"), client=_mock_client(reply))
+    for call in (
+        lambda: env.reset(Task(task_id="t1", env_name="agentevolver", query="q")),
+        lambda: env.step(Action(text=step_text)),
+        env.evaluate,
+    ):
+        try:
+            call()
+        except EnvError:
+            pass
+
+
+@FUZZ
+@given(reply=replies)
+def test_our_service_client_answers_any_reply_with_a_result_or_one_env_error(reply):
+    from evolvekit.env.base import Action
+    from evolvekit.env.service.client import RemoteEnv
+    from evolvekit.errors import EnvError
+
+    env = RemoteEnv("http://svc", client=_mock_client(reply))
+    env.instance_id = "i1"
+    for call in (env.profile, lambda: env.reset(None, {}), lambda: env.step(Action(text="x")), env.evaluate, env.info):
+        try:
+            call()
+        except EnvError:
+            pass
+
+
+action_schemas = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {
+            "action": st.one_of(
+                json_values, st.fixed_dictionaries({}, optional={"properties": json_values, "required": json_values})
+            )
+        }
+    ),
+)
+metadatas = st.one_of(
+    json_values, st.fixed_dictionaries({}, optional={"name": json_values, "description": json_values})
+)
+observations = st.one_of(
+    json_values,
+    st.fixed_dictionaries({"observation": json_values}, optional={"reward": json_values, "done": json_values}),
+)
+
+
+@FUZZ
+@given(
+    schema=action_schemas, metadata=metadatas, kind=st.sampled_from(["observation", "error", "x"]), data=observations
+)
+def test_openenv_replies_are_a_tool_or_one_env_error(schema, metadata, kind, data):
+    from evolvekit.config import EnvConfig
+    from evolvekit.env.openenv import OpenEnvEnv, parse_observation
+    from evolvekit.errors import EnvError
+
+    env = OpenEnvEnv(EnvConfig(name="openenv", openenv={"url": "http://svc"}))
+    answers = {"/schema": schema, "/metadata": metadata}
+
+    def get(path):
+        value = answers[path]
+        if not isinstance(value, dict):
+            raise EnvError(f"OpenEnv GET {path}: the reply is not a JSON object")
+        return value
+
+    env._get = get
+    for call in (
+        env.tool,
+        env.profile,
+        lambda: parse_observation("step", kind, data if isinstance(data, dict) else {}),
+    ):
+        try:
+            call()
+        except EnvError:
+            pass

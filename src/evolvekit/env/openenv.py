@@ -188,8 +188,11 @@ class OpenEnvEnv:
             action = self._get("/schema").get("action")
             if not isinstance(action, dict):
                 raise EnvError("OpenEnv GET /schema: no action schema")
-            props = {k: v for k, v in (action.get("properties") or {}).items() if k != "metadata"}
-            required = [r for r in action.get("required") or [] if r in props]
+            raw_props, raw_required = action.get("properties") or {}, action.get("required") or []
+            if not isinstance(raw_props, dict) or not isinstance(raw_required, list):
+                raise EnvError("OpenEnv GET /schema: action.properties must be an object and action.required a list")
+            props = {k: v for k, v in raw_props.items() if k != "metadata"}
+            required = [r for r in raw_required if isinstance(r, str) and r in props]
             about = self._get("/metadata")
             self._tool = ToolSchema(
                 name=self.o.tool,
