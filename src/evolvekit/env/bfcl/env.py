@@ -93,6 +93,12 @@ class BfclEnv:
         self._shadow: dict[str, Any] | None = None
         self._shadow_turn = -1  # the last reference turn replayed on the shadow
         self._replay: tuple[list[list[ToolCall]], dict, bool] | None = None
+        # incremental grounding (issue 52): each stateful backend's leaves as of the last step, the reference end
+        # states split by backend, and each backend's distance to a turn's end for its current leaves; a step walks
+        # only the backends its calls touched
+        self._leaves: dict[str, dict[str, Any]] | None = None
+        self._ends_by_class: dict[int, dict[str, dict[str, Any]]] = {}
+        self._dist: dict[tuple[int, str], int] = {}
 
     # -- protocol ------------------------------------------------------------------------------------------
     def profile(self) -> list[EnvProfile]:
@@ -248,6 +254,7 @@ class BfclEnv:
         return self.reference_ends[turn]
 
     def _grounding(self, before: dict[str, Any], turn: int) -> StepGrounding:
+        """The plain definition: every leaf walked and compared (kept as the reference of ``_step_grounding``)."""
         after = _state_leaves(self.instances)
         end = self._reference_end(turn)
         return StepGrounding(
@@ -255,6 +262,56 @@ class BfclEnv:
             distance_before=None if end is None else _distance(before, end),
             distance_after=None if end is None else _distance(after, end),
         )
+
+    def _class_leaves(self) -> dict[str, dict[str, Any]]:
+        """Each stateful backend's leaves as of now (walked once per episode, then kept up to date per step)."""
+        if self._leaves is None:
+            self._leaves = {
+                c: _state_leaves({c: inst}) for c, inst in self.instances.items() if not data.is_stateless(c)
+            }
+        return self._leaves
+
+    def _end_of(self, turn: int) -> dict[str, dict[str, Any]] | None:
+        end = self._reference_end(turn)
+        if end is None:
+            return None
+        key = min(turn, len(self._replay[0]) - 1) if self._replay is not None else turn
+        if key not in self._ends_by_class:
+            split: dict[str, dict[str, Any]] = {c: {} for c in self._class_leaves()}
+            for leaf, value in end.items():
+                split.setdefault(_leaf_class(leaf), {})[leaf] = value
+            self._ends_by_class[key] = split
+        return self._ends_by_class[key]
+
+    def _class_distance(self, turn: int, cls: str, leaves: dict[str, Any], end: dict[str, dict[str, Any]]) -> int:
+        if (turn, cls) not in self._dist:
+            self._dist[(turn, cls)] = _distance(leaves, end.get(cls, {}))
+        return self._dist[(turn, cls)]
+
+    def _step_grounding(self, touched: set[str], turn: int) -> StepGrounding:
+        """``_grounding`` without walking unchanged state: the backends the step's calls did not touch keep their
+        leaves and their distances to the turn's reference end; a touched one is walked and compared again.
+        Equal to ``_grounding`` (tests/cpu/test_bfcl_env.py checks it step by step)."""
+        before = self._class_leaves()
+        after = dict(before)
+        changed = set()
+        for cls in touched & before.keys():
+            now = _state_leaves({cls: self.instances[cls]})
+            if now != before[cls]:
+                after[cls] = now
+                changed.add(cls)
+        end = self._end_of(turn)
+        d_before = d_after = None
+        if end is not None:
+            d_before = sum(self._class_distance(turn, c, before[c], end) for c in before)
+        for key in [k for k in self._dist if k[1] in changed]:
+            del self._dist[key]  # distances of the old leaves, at every turn
+        if end is not None:
+            d_after = sum(self._class_distance(turn, c, after[c], end) for c in after)
+            only_reference = sum(len(v) for c, v in end.items() if c not in before)  # backends the agent lacks
+            d_before, d_after = (d_before or 0) + only_reference, d_after + only_reference
+        self._leaves = after
+        return StepGrounding(state_changed=bool(changed), distance_before=d_before, distance_after=d_after)
 
     def tools(self) -> list[ToolSchema]:
         return list(self.visible.values())
@@ -271,9 +328,9 @@ class BfclEnv:
                 turn_index=self.turn_index,
                 error="parse_error",
             )
-        turn, before = self.turn_index, _state_leaves(self.instances)
+        turn = self.turn_index
         if not action.tool_calls:
-            return self._end_turn().model_copy(update={"grounding": self._grounding(before, turn)})
+            return self._end_turn().model_copy(update={"grounding": self._step_grounding(set(), turn)})
         if len(action.tool_calls) > MAX_CALLS_PER_STEP:
             return StepResult(
                 observation=f"Error: {len(action.tool_calls)} tool calls in one message; at most "
@@ -282,10 +339,15 @@ class BfclEnv:
                 call_results=[CallResult(name=c.name[:64], ok=False, output="refused") for c in action.tool_calls[:1]],
                 error="too_many_calls",
             )
+        self._class_leaves()  # the state before the calls (walked once per episode)
         results = [self._execute(call) for call in action.tool_calls]
+        touched = {self.method_owner[c.name] for c in action.tool_calls if c.name in self.method_owner}
         obs = "\n".join(f"[{r.name}] " + "".join(f"Warning: {w}. " for w in r.warnings) + r.output for r in results)
         return StepResult(
-            observation=obs, turn_index=self.turn_index, call_results=results, grounding=self._grounding(before, turn)
+            observation=obs,
+            turn_index=self.turn_index,
+            call_results=results,
+            grounding=self._step_grounding(touched, turn),
         )
 
     def _end_turn(self) -> StepResult:
@@ -488,6 +550,12 @@ def _state_leaves(instances: dict[str, Any]) -> dict[str, Any]:
         if not data.is_stateless(name):
             walk(name, _plain(inst))
     return out
+
+
+def _leaf_class(leaf: str) -> str:
+    """The backend a leaf path belongs to (``GorillaFileSystem/root/...`` -> ``GorillaFileSystem``)."""
+    cut = min((i for i in (leaf.find("/"), leaf.find("[")) if i >= 0), default=len(leaf))
+    return leaf[:cut]
 
 
 def _distance(a: dict[str, Any], b: dict[str, Any]) -> int:
