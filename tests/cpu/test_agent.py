@@ -6,9 +6,9 @@ from hypothesis import strategies as st
 
 from evolvekit.agent.context import SnapshotRecorder
 from evolvekit.agent.evaluate import avg_at_k, best_at_k, evaluate_policy
-from evolvekit.agent.parser import format_call, parse_action
 from evolvekit.agent.rollout import RolloutJob, run_rollouts
 from evolvekit.config import RolloutConfig
+from evolvekit.env.action_text import format_call, parse_action
 from evolvekit.env.bfcl import data
 from evolvekit.env.bfcl.env import BfclEnv
 from evolvekit.llm.base import Completion, SamplingParams

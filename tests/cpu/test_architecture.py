@@ -85,3 +85,21 @@ def test_mechanisms_never_import_the_orchestrator():
     assert not {m: d for m, d in bad.items() if d}, bad
     # and the leaf the stages share depends on nothing above the data model and the store
     assert graph["evolvekit.protocols"] <= {"evolvekit.store.sqlite", "evolvekit.types"}
+
+
+def test_no_import_cycle_between_packages():
+    """Issue 55: agent <-> env (env imported the agent's parser and prompt) and cli <-> report (an ablation's child
+    imported the CLI's logging) were package cycles. The action text format and the system prompt live in env/, the
+    logging set-up in evolvekit/logs.py; no cycle remains between the top-level packages and modules."""
+
+    def package(module: str) -> str:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 else parts[0]
+
+    graph: dict[str, set[str]] = {}
+    for mod, deps in _graph().items():
+        graph.setdefault(package(mod), set()).update(package(d) for d in deps if package(d) != package(mod))
+    for deps in list(graph.values()):
+        for d in deps:
+            graph.setdefault(d, set())
+    assert _cycles(graph) == []

@@ -153,7 +153,7 @@ class _Oracle:
         self.by_query = {t.turns[0]: t.reference_solution[0][0] for t in tasks}
 
     def chat(self, conversations, params):
-        from evolvekit.agent.parser import format_call
+        from evolvekit.env.action_text import format_call
         from evolvekit.llm.base import Completion
 
         out = []

@@ -107,10 +107,10 @@ def test_our_own_protocol_still_answers_on_the_shared_paths(url):
 
 def test_the_agentevolver_client_env_runs_an_episode_against_our_service(url):
     """env.name agentevolver (a client of upstream's protocol) against our service in that mode."""
-    from evolvekit.agent.parser import parse_action
     from evolvekit.agent.rollout import initial_context
     from evolvekit.agent.templates import TemplateSettings
     from evolvekit.config import EnvConfig
+    from evolvekit.env.action_text import parse_action
     from evolvekit.env.registry import env_tasks, make_env
 
     cfg = EnvConfig(name="agentevolver", service_url=url, remote_env_type="bfcl", remote_params={"family": "arith"})

@@ -9,8 +9,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_docs_counter_environment_runs_an_episode(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT))
-    from evolvekit.agent.parser import parse_action
     from evolvekit.config import EnvConfig
+    from evolvekit.env.action_text import parse_action
     from evolvekit.env.registry import env_tasks, make_env
 
     cfg = EnvConfig(name="counter", plugins=["examples.counter_env"])

@@ -2,8 +2,8 @@
 
 import pytest
 
-from evolvekit.agent.parser import format_call, parse_action
 from evolvekit.config import EnvConfig
+from evolvekit.env.action_text import format_call, parse_action
 from evolvekit.env.bfcl.env import BfclEnv
 from evolvekit.env.bfcl.families import get_family
 from evolvekit.env.registry import env_tasks

@@ -18,7 +18,7 @@ import pytest
 from conftest import serving
 from fastapi import HTTPException
 
-from evolvekit.agent.parser import parse_action
+from evolvekit.env.action_text import parse_action
 from evolvekit.env.base import Action
 from evolvekit.env.bfcl import data
 from evolvekit.env.bfcl.env import BfclEnv

@@ -266,8 +266,8 @@ def test_experiences_cli_export_import_query(tmp_path):
 
 
 def test_search_experience_tool_wraps_the_environment():
-    from evolvekit.agent.parser import format_call, parse_action
     from evolvekit.config import EnvConfig
+    from evolvekit.env.action_text import format_call, parse_action
     from evolvekit.env.bfcl.families import get_family
     from evolvekit.env.registry import make_env
     from evolvekit.navigating.tool_env import TOOL_NAME, ExperienceToolEnv

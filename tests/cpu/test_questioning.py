@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evolvekit.agent.parser import format_call
 from evolvekit.config import EnvConfig, load_config
+from evolvekit.env.action_text import format_call
 from evolvekit.env.base import Action
 from evolvekit.env.registry import make_env
 from evolvekit.llm.base import Completion, SamplingParams
@@ -781,7 +781,7 @@ def test_scaffold_constrains_the_depth_step_tool_name_to_real_tools(tmp_path):
     and the arguments to what the chosen tool's schema accepts."""
     import json
 
-    from evolvekit.agent.parser import CLOSE, parse_action
+    from evolvekit.env.action_text import CLOSE, parse_action
     from evolvekit.llm.local import LocalLLM
     from evolvekit.llm.tiny import make_tiny_model
     from evolvekit.questioning.explore import OPEN_NAME, Explorer

@@ -30,7 +30,7 @@ def test_env_actor_proxy(local_ray, monkeypatch):
     cfg = EnvConfig(name="bfcl", family="arith")
     task = env_tasks(cfg, "test")[0]
     env = RayEnv(cfg, num_cpus=0.1)
-    from evolvekit.agent.parser import format_call, parse_action
+    from evolvekit.env.action_text import format_call, parse_action
 
     reset = env.reset(task)
     assert len(reset.tools) == 4

@@ -45,8 +45,8 @@ def test_splits_are_the_simulators_own_and_disjoint():
 
 
 def test_text_actions_score_and_close_frees_the_jvm():
-    from evolvekit.agent.parser import parse_action
     from evolvekit.config import EnvConfig
+    from evolvekit.env.action_text import parse_action
     from evolvekit.env.registry import env_tasks, make_env
 
     task = env_tasks(EnvConfig(name="scienceworld"), "dev")[0]

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from evolvekit.agent.context import SnapshotRecorder
-from evolvekit.agent.parser import CLOSE, OPEN, parse_action
-from evolvekit.agent.prompts import system_prompt
 from evolvekit.agent.templates import BasicContext, TemplateSettings, make_context
 from evolvekit.config import RolloutConfig
+from evolvekit.env.action_text import CLOSE, OPEN, parse_action
 from evolvekit.env.base import Environment
+from evolvekit.env.prompts import system_prompt
 from evolvekit.errors import EnvError
 from evolvekit.llm.base import LLM, Completion, SamplingParams
 from evolvekit.progress import StageProgress

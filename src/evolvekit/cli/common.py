@@ -1,50 +1,22 @@
-"""Shared CLI helpers: logging set-up, one-line errors, and the ``--json`` last-line convention."""
+"""Shared CLI helpers: the options every command shares, one-line errors, and the ``--json`` last-line convention
+(logging set-up and the console: evolvekit/logs.py)."""
 
 from __future__ import annotations
 
 import json
-import logging
-import os
 import sys
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.logging import RichHandler
 
-console = Console(stderr=True)
-if not console.is_terminal:  # to a file, CI or `| tee`: whole lines, never wrapped at 80 columns (issue 54)
-    console.soft_wrap = True
+from evolvekit.logs import LOG_FORMAT, console, setup_logging
+
+__all__ = ["LOG_FORMAT", "ConfigOpt", "JsonOpt", "SetOpt", "console", "emit_json", "setup_logging"]
 
 # the options every command shares, with one help text each
 JsonOpt = typer.Option(False, "--json", help="print one JSON object as the last line of stdout")
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config (default: the embedded defaults)")
 SetOpt = typer.Option(None, "--set", help="override a config value: section.key=value (repeatable)")
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # off a terminal: one plain line per record
-
-
-def setup_logging(level: str = "INFO") -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    handler: logging.Handler
-    if console.is_terminal:
-        handler = RichHandler(console=console, show_path=False)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-    else:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(LOG_FORMAT, "%Y-%m-%d %H:%M:%S"))
-    logging.basicConfig(level=getattr(logging, level), handlers=[handler], force=True)
-    for noisy in ("httpx", "sentence_transformers", "urllib3", "py4j"):  # py4j: ScienceWorld's JVM shutdown
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except ImportError:  # pragma: no cover
-        pass
 
 
 def emit_json(obj: Any) -> None:

@@ -23,6 +23,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from evolvekit.config import EnvConfig
+from evolvekit.env.action_text import format_call
 from evolvekit.env.base import Action, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult
 from evolvekit.env.http import bounded_request
 from evolvekit.env.registry import register_env, register_task_source
@@ -131,7 +132,6 @@ class AgentEvolverEnv:
         return self.instance_id
 
     def step(self, action: Action) -> StepResult:
-        from evolvekit.agent.parser import format_call
 
         text = "\n".join([action.text, *(format_call(c) for c in action.tool_calls)]).strip()
         ep = self.remote.episode("step", instance_id=self._need(), messages={"role": "assistant", "content": text})

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from evolvekit.env.action_text import format_call
 from evolvekit.env.bfcl.families import Demonstration
 from evolvekit.types import ChatMessage, ToolCall
 
@@ -26,8 +27,6 @@ def played_examples(section: BaseModel, examples: Sequence[E], play: Callable[[i
     blob = json.dumps([type(section).__name__, section.model_dump()], sort_keys=True, default=str)
     key = hashlib.sha256(blob.encode()).hexdigest()
     if key not in _CACHE:
-        from evolvekit.agent.parser import format_call
-
         messages: list[ChatMessage] = []
         for i, example in enumerate(examples):
             request, steps, final = play(i, example)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from evolvekit.agent.parser import format_call
+from evolvekit.env.action_text import format_call
 from evolvekit.env.bfcl.families import TaskFamily
 from evolvekit.types import Experience, ExperienceProvenance
 

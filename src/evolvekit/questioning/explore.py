@@ -16,9 +16,9 @@ from typing import Any, Callable, Sequence, cast
 
 import torch
 
-from evolvekit.agent.parser import CLOSE, format_call, parse_action
-from evolvekit.agent.prompts import system_prompt
+from evolvekit.env.action_text import CLOSE, format_call, parse_action
 from evolvekit.env.base import Environment, EnvProfile
+from evolvekit.env.prompts import system_prompt
 from evolvekit.errors import EnvError
 from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams, offset_seed
 from evolvekit.llm.constrain import SchemaConstraint, SchemaVocabulary, TokenTrie

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from evolvekit.agent.parser import format_call
+from evolvekit.env.action_text import format_call
 from evolvekit.llm.base import LLM, SamplingParams, retry_params
 from evolvekit.llm.choice import ChoiceScorer, calibrated
 from evolvekit.types import ChatMessage, Task, Trajectory

@@ -29,8 +29,8 @@ from typing import Any, Sequence, cast
 
 import torch
 
-from evolvekit.agent.parser import format_call
 from evolvekit.config import DifficultyConfig
+from evolvekit.env.action_text import format_call
 from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams, offset_seed
 from evolvekit.llm.constrain import NumberConstraint, NumberVocabulary, number_strings
 from evolvekit.questioning.curate import NUMBER, ToolAgreement, argument_values, same_value, stated_count
@@ -213,7 +213,7 @@ def shots_from_examples(examples: Sequence[ChatMessage]) -> list[tuple[str, str]
     3." for multiply(12, 3), a later turn of a multi-turn example) is what the synthesizer is asked not to write,
     and copying it made half the requests a 135M synthesizer wrote refer to a result that a single-turn task does
     not have (benchmarks/results/synthetic_task_audit.md)."""
-    from evolvekit.agent.parser import parse_action
+    from evolvekit.env.action_text import parse_action
     from evolvekit.questioning.curate import grounding
 
     shots = []
@@ -298,7 +298,7 @@ def follow_up_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
     """(listing, request) pairs out of an environment's multi-turn worked examples: a user turn after an earlier
     turn's answer whose call carries a value from the earlier call's result ("Multiply that by 3." for
     multiply(12, 3) after add(5, 7) -> 12)."""
-    from evolvekit.agent.parser import parse_action
+    from evolvekit.env.action_text import parse_action
 
     shots = []
     last: tuple[ToolCall, str] | None = None  # the latest executed call and its result
@@ -333,7 +333,7 @@ def chain_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
     """(listing, request) pairs out of an environment's worked examples in which one user request is answered by
     two or more calls, each taking a value from the previous call's result ("Add 5 and 7, then multiply the sum by
     3." for add(5, 7) -> 12, multiply(12, 3))."""
-    from evolvekit.agent.parser import parse_action
+    from evolvekit.env.action_text import parse_action
 
     def is_result(m: ChatMessage) -> bool:
         return m.role == "user" and (m.content or "").startswith("Tool results")

@@ -150,7 +150,7 @@ def _run_one(
     if parent_pid is not None:
         exit_when_orphaned(parent_pid)
     if log_level is not None:  # in a spawned child: log like the parent
-        from evolvekit.cli.common import setup_logging
+        from evolvekit.logs import setup_logging
 
         setup_logging(logging.getLevelName(log_level))
     run_dir = Path(run_dir_str)

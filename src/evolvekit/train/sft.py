@@ -20,10 +20,10 @@ from typing import Callable, Sequence
 
 import torch
 
-from evolvekit.agent.parser import format_call
 from evolvekit.agent.rollout import initial_context
 from evolvekit.agent.templates import TemplateSettings
 from evolvekit.config import ColdStartConfig
+from evolvekit.env.action_text import format_call
 from evolvekit.env.base import Action, Environment
 from evolvekit.train.rewards import SEARCH_TOOL
 from evolvekit.train.trainer import first_loss_position, sequence_logprobs

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evolvekit.config import EnvConfig
+from evolvekit.env.action_text import format_call
 from evolvekit.env.base import (
     NO_CALL_ERROR,
     Action,
@@ -141,7 +142,6 @@ class BfclEnv:
         if self.meta.allowed_tools:
             self._restrict(self.meta.allowed_tools, self.meta.involved_classes)
         if self.meta.family:
-            from evolvekit.agent.parser import format_call
             from evolvekit.env.bfcl.families import get_family
 
             examples = [m for demo in get_family(self.meta.family).demonstrations for m in demo.messages(format_call)]
@@ -166,7 +166,6 @@ class BfclEnv:
         desc = ", ".join(classes)
         examples = []
         if config.family:  # a family's worked examples show the call format to the explorer too
-            from evolvekit.agent.parser import format_call
             from evolvekit.env.bfcl.families import get_family
 
             examples = [m for d in get_family(config.family).demonstrations for m in d.messages(format_call)]

@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from evolvekit.config import EnvConfig
+from evolvekit.env.action_text import parse_action
 from evolvekit.env.base import EnvInfo, Environment, EnvProfile, EvalResult, StepResult
 from evolvekit.env.registry import make_env
 from evolvekit.env.service import upstream
@@ -323,7 +324,6 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
                 text = upstream.assistant_text(ureq.messages)
             except ValueError as err:
                 raise HTTPException(422, f"invalid request body at 'messages': {err}") from None
-            from evolvekit.agent.parser import parse_action
 
             result: StepResult = await _guarded(inst, inst.env.step, parse_action(text))
             state = upstream.step_state(result)

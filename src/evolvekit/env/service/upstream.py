@@ -6,7 +6,7 @@ or ``/release`` with the body ``{env_type, task_id, instance_id, messages, param
 - ``/get_env_profile`` (``params.split``; ours also reads ``params.family``): the split's task ids;
 - ``/create`` (``env_type``, ``task_id``): ``{state: [messages], reward, is_terminated, info: {instance_id,
   task_id}}``, the state being the system prompt with the tools, any worked examples, and the first user turn;
-- ``/step`` (``messages: {role, content}``): the assistant's text is parsed by our parser (agent/parser.py) and
+- ``/step`` (``messages: {role, content}``): the assistant's text is parsed by our parser (env/action_text.py) and
   stepped; the state is the next user-side message (tool results, or the next turn);
 - ``/evaluate``: the score (float); ``/get_info``: the tools and the instance's info; ``/release``: true.
 
@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evolvekit.config import EnvConfig
 from evolvekit.env.base import ResetResult, StepResult
+from evolvekit.env.prompts import system_prompt
 from evolvekit.errors import EnvError
 from evolvekit.types import Task
 
@@ -97,7 +98,6 @@ class TaskIndex:
 
 def initial_state(reset: ResetResult, rendering: str = "compact") -> list[dict[str, str]]:
     """What an upstream agent starts from: our system prompt with the tools, the worked examples, the request."""
-    from evolvekit.agent.prompts import system_prompt
 
     msgs = [{"role": "system", "content": system_prompt(reset.tools, rendering)}]
     msgs += [{"role": m.role, "content": m.content} for m in reset.examples]
