@@ -100,3 +100,17 @@ def test_env_list_names_plugin_environments(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("env:\n  plugins: [notask_env]\n")
     assert "coin_notask" in env_list("-c", str(cfg))  # the config's env.plugins
+
+
+def test_tasks_synthesize_uses_the_configs_environment_unless_env_is_given(tmp_path):
+    """Issue 54 (2): `tasks synthesize --env` defaulted to bfcl and overrode the config's env.name (it explored BFCL
+    for 5 minutes with an MCP config). The config's environment is used: here one that cannot start, which stops
+    the command at once, naming it."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("env:\n  name: mcp\n  mcp:\n    command: [./no-such-server]\n")
+    cmd = [sys.executable, "-m", "evolvekit.cli.main", "tasks", "synthesize", "-c", str(cfg), "--n", "1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 2 and "env mcp" in res.stderr and "loaded embedded" not in res.stderr, res.stderr[-800:]
