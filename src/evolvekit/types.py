@@ -232,6 +232,17 @@ class EvolvingRole(BaseModel):
 _REWARD_KEYS = ("outcome", "format", "reasoning", "state_score", "judge_score")
 
 
+class ContextDecision(BaseModel):
+    """The policy's own context-management decision (the self-managing template, AgentEvolver §6.2.1: keep /
+    remove / compress per message), with the tokens it generated, so it is trained as a step of its own."""
+
+    model_config = ConfigDict(extra="forbid")
+    before_step: int  # the index of the agent step it preceded
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]
+    completion_logprobs: list[float] = Field(default_factory=list)
+
+
 class Trajectory(_Model):
     """A whole episode of one task, as produced by a rollout worker."""
 
@@ -252,6 +263,7 @@ class Trajectory(_Model):
     prompt_tokens: int = 0  # tokens the policy read over the episode (per call: the whole prompt)
     completion_tokens: int = 0
     merged_sequences: int = 0  # training sequences the episode's timeline merges into
+    context_decisions: list[ContextDecision] = Field(default_factory=list)  # self-managing template only
 
     @model_validator(mode="before")
     @classmethod

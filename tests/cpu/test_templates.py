@@ -250,3 +250,58 @@ def test_reasoning_template_carries_its_reasoning_reward():
     assert load_config(None, []).reward.w_reasoning == 0.0
     shape_rewards([traj], 1.0, 0.0, w_reasoning=0.1)
     assert abs(traj.outcome_reward - (1.0 + 0.1 * 0.5)) < 1e-9 and traj.rewards.reasoning == 0.5
+
+
+def test_the_policys_context_management_decisions_are_trained_steps(llm):
+    """Issue 53 (4): the self-managing template's keep/remove/compress decision was made outside the snapshot
+    recorder, so the policy was never trained on it (§6.2.1). Each decision is now recorded with its tokens and
+    becomes a training sample carrying the advantage of the step it preceded."""
+    from evolvekit.agent.rollout import RolloutJob, run_rollouts
+    from evolvekit.agent.templates import TemplateSettings
+    from evolvekit.config import RolloutConfig
+    from evolvekit.env.base import EnvInfo, EvalResult, ResetResult, StepResult
+    from evolvekit.llm.base import SamplingParams
+    from evolvekit.train.samples import build_samples
+    from evolvekit.types import Task
+
+    class Chatty:  # never done, long observations: the context outgrows its limit after the first step
+        name = "chatty"
+
+        def reset(self, task=None, sandbox_config=None):
+            return ResetResult(observation="Start.", tools=[])
+
+        def step(self, action):
+            return StepResult(observation="result " + "x " * 40)
+
+        def evaluate(self, trajectory=None):
+            return EvalResult(score=1.0, passed=True)
+
+        def info(self):
+            return EnvInfo(env_name="chatty", instance_id="c")
+
+        def profile(self):
+            return []
+
+        def close(self):
+            pass
+
+    task = Task(task_id="t", env_name="chatty", query="q")
+    (traj,) = run_rollouts(
+        [RolloutJob(task=task, group_id="g")],
+        Chatty,
+        llm,
+        RolloutConfig(max_steps=3, concurrency=1),
+        SamplingParams(max_new_tokens=6, seed=0),
+        show_progress=False,
+        template=TemplateSettings(template="self_managing", token_limit=64),
+    )
+    assert len(traj.steps) == 3 and [d.before_step for d in traj.context_decisions] == [1, 2]
+    adv = {0: 0.5, 1: -0.25, 2: 1.0}
+    samples, _ = build_samples([traj], [adv])
+    decisions = samples[-2:]
+    for d, s in zip(traj.context_decisions, decisions):
+        assert s.token_ids == d.prompt_token_ids + d.completion_token_ids
+        assert sum(s.loss_mask) == len(d.completion_token_ids) > 0
+        assert {a for a, m in zip(s.token_advantages, s.loss_mask) if m} == {adv[d.before_step]}
+    plain, _ = build_samples([traj.model_copy(update={"context_decisions": []})], [adv])
+    assert len(samples) == len(plain) + 2

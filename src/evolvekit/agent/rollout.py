@@ -26,7 +26,7 @@ from evolvekit.env.prompts import system_prompt
 from evolvekit.errors import EnvError
 from evolvekit.llm.base import LLM, Completion, SamplingParams
 from evolvekit.progress import StageProgress
-from evolvekit.types import CallOutcome, Step, Task, Trajectory, new_id
+from evolvekit.types import CallOutcome, ContextDecision, Step, Task, Trajectory, new_id
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +70,27 @@ class _Episode:
     state_key: Callable[[], str] | None = None
 
 
+def _prepare(ep: _Episode, llm: LLM) -> None:
+    """Let the context template manage the context before the next step; the policy's own management decisions
+    (self-managing template) become trained steps of the trajectory (§6.2.1)."""
+    ep.context.prepare(llm)
+    for comp in ep.context.decisions:
+        ep.trajectory.context_decisions.append(
+            ContextDecision(
+                before_step=len(ep.trajectory.steps),
+                prompt_token_ids=list(comp.prompt_token_ids),
+                completion_token_ids=list(comp.token_ids),
+                completion_logprobs=list(comp.logprobs),
+            )
+        )
+        ep.prompt_tokens += len(comp.prompt_token_ids)
+        ep.completion_tokens += len(comp.token_ids)
+    ep.context.decisions.clear()
+
+
 def _generate(llm: LLM, episodes: Sequence[_Episode], params: SamplingParams) -> list[tuple[list[int], Completion]]:
     for ep in episodes:
-        ep.context.prepare(llm)
+        _prepare(ep, llm)
     if hasattr(llm, "generate_ids") and hasattr(llm, "apply_chat_template"):
         prompts = []
         for ep in episodes:
@@ -231,7 +249,7 @@ def _run_continuous(
         for i in indices:
             ep = live[i]
             try:
-                ep.context.prepare(llm)
+                _prepare(ep, llm)
                 ep.prompt_ids, ep.prompt_spans = ep.context.tokenize(llm)
             except Exception as err:
                 ep.trajectory.flags.failed, ep.done = True, True

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.llm.base import LLM, Completion, SamplingParams
 from evolvekit.types import ChatMessage, SpanKind, TokenSpan
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,9 @@ class BasicContext:
         ]
         self.segments: list[Segment] = []
         self.events: list[ContextEvent] = []
+        # the policy's own context-management generations (self-managing template), taken by the rollout as
+        # trained steps; other templates make none
+        self.decisions: list[Completion] = []
         self.protected = len(self.messages)  # system, examples and the first request are never summarised away
 
     # -- the timeline -------------------------------------------------------------------------------------------
@@ -311,7 +314,10 @@ class SelfManagingContext(BasicContext):
         if _token_count(llm, self.messages) <= self.token_limit or len(self.messages) - self.protected < 2:
             return
         try:
-            text = llm.chat([self.management_prompt()], self.params)[0][0].text
+            comp = llm.chat([self.management_prompt()], self.params)[0][0]
+            text = comp.text
+            if comp.prompt_token_ids and comp.token_ids:  # trainable: the engine gave its exact tokens (§6.2.1)
+                self.decisions.append(comp)
         except Exception as err:
             log.warning("context management call failed (%s); keeping everything", err)
             text = ""

@@ -137,5 +137,33 @@ def build_samples(
                     rollout_logprobs=list(seq.logprobs) if stripped else None,
                 )
             )
+        samples += decision_samples(traj, {k: v * scale for k, v in adv.items()}, max_tokens, stats)
     stats.samples = len(samples)
     return samples, stats
+
+
+def decision_samples(
+    traj: Trajectory, adv: dict[int, float], max_tokens: int | None, stats: SampleStats
+) -> list[TrainingSample]:
+    """The policy's own context-management decisions (self-managing template, §6.2.1) as samples: the decision's
+    tokens carry the advantage of the step it preceded (the last step's when it came after every step)."""
+    out = []
+    for d in traj.context_decisions:
+        n_prompt, n = len(d.prompt_token_ids), len(d.prompt_token_ids) + len(d.completion_token_ids)
+        if not d.completion_token_ids or (max_tokens is not None and n > max_tokens):
+            stats.skipped_too_long += bool(d.completion_token_ids)
+            continue
+        steps = sorted(adv)
+        value = adv.get(d.before_step, adv[steps[-1]] if steps else 0.0)
+        out.append(
+            TrainingSample(
+                trajectory_id=traj.trajectory_id,
+                group_id=traj.group_id or traj.trajectory_id,
+                token_ids=[*d.prompt_token_ids, *d.completion_token_ids],
+                loss_mask=[0] * n_prompt + [1] * (n - n_prompt),
+                token_advantages=[0.0] * n_prompt + [value] * (n - n_prompt),
+                experience_mask=[0] * n,
+                old_logprobs=None,
+            )
+        )
+    return out
