@@ -97,3 +97,75 @@ def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path):
     evaluated = json.loads(res.stdout.strip().splitlines()[-1])
     assert evaluated["tasks"] == 1 and evaluated["family"] == "arith" and evaluated["split"] == "test"
     assert "category" not in evaluated  # it names the family it evaluated, not a BFCL category
+
+
+def test_a_panel_reruns_exactly_and_says_so(tmp_path):
+    """Issue 54 (8): versioned evaluation panels. --panel-out writes the tasks, k, config, commit and weights hash;
+    --panel re-runs them and reports whether the figures were reproduced; a changed task, a changed policy or an
+    option that would change the panel is refused; --policy evaluates another policy on the same panel."""
+    from evolvekit.llm.tiny import make_tiny_model
+
+    tiny, other = make_tiny_model(tmp_path / "tiny"), make_tiny_model(tmp_path / "other", seed=1)
+    panel = tmp_path / "panel.json"
+    args = ["eval", "--set", "env.family=arith", "--subset", "test", "--limit", "2", "--k", "2", "--json"]
+    sets = [
+        "--set",
+        "rollout.max_steps=1",
+        "--set",
+        "models.policy.max_new_tokens=8",
+        "--set",
+        f"models.policy.model={tiny}",
+    ]
+    first = _cli(*args, *sets, "--out", str(tmp_path / "a.jsonl"), "--panel-out", str(panel))
+    assert first.returncode == 0, first.stderr[-2000:]
+    written = json.loads(panel.read_text())
+    assert len(written["tasks"]) == 2 and written["k"] == 2 and written["code"] and written["model_sha256"]
+    again = _cli("eval", "--panel", str(panel), "--out", str(tmp_path / "b.jsonl"), "--json")
+    assert again.returncode == 0, again.stderr[-2000:]
+    summary = json.loads(again.stdout.strip().splitlines()[-1])
+    assert (
+        summary["reproduced"] is True and summary["avg@2"] == json.loads(first.stdout.strip().splitlines()[-1])["avg@2"]
+    )
+    mixed = _cli("eval", "--panel", str(panel), "--k", "4")
+    assert mixed.returncode == 2 and "--panel fixes" in mixed.stderr
+    moved = _cli("eval", "--panel", str(panel), "--policy", str(other), "--out", str(tmp_path / "c.jsonl"), "--json")
+    assert moved.returncode == 0 and "reproduced" not in json.loads(moved.stdout.strip().splitlines()[-1])
+    written["config"]["models"]["policy"]["model"] = str(other)
+    (tmp_path / "swapped.json").write_text(json.dumps(written))
+    swapped = _cli("eval", "--panel", str(tmp_path / "swapped.json"))
+    assert swapped.returncode == 2 and "differ from the panel's" in swapped.stderr
+    written["tasks"][0]["query"] = "something else"
+    (tmp_path / "edited.json").write_text(json.dumps(written))
+    edited = _cli("eval", "--panel", str(tmp_path / "edited.json"))
+    assert edited.returncode == 2 and "tasks changed" in edited.stderr
+
+
+def test_the_bfcl_leaderboard_score_is_bfcls_own(tmp_path):
+    """Issue 54 (8): BFCL's multi-turn categories scored as BFCL's leaderboard scores them: one attempt per task,
+    each category's accuracy, and their unweighted mean (bfcl-eval's own function)."""
+    from evolvekit.cli.eval_cmd import LEADERBOARD_CATEGORIES
+    from evolvekit.llm.tiny import make_tiny_model
+
+    tiny = make_tiny_model(tmp_path / "tiny")
+    res = _cli(
+        "eval", "--leaderboard", "--limit", "1", "--json", "--out", str(tmp_path / "lb" / "r.jsonl"),
+        "--set", "rollout.max_steps=1", "--set", "models.policy.max_new_tokens=8",
+        "--set", f"models.policy.model={tiny}",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    scores = json.loads(res.stdout.strip().splitlines()[-1])
+    assert all(scores[f"{c}/tasks"] == 1 for c in LEADERBOARD_CATEGORIES)
+    assert scores["multi_turn_overall"] == round(sum(scores[c] for c in LEADERBOARD_CATEGORIES) / 4, 4)
+    for c in LEADERBOARD_CATEGORIES:  # one attempt per task, per category
+        rows = [json.loads(line) for line in (tmp_path / "lb" / f"r.{c}.jsonl").read_text().splitlines()]
+        assert len(rows) == 1 and len(rows[0]["scores"]) == 1
+    refused = _cli("eval", "--leaderboard", "--set", "env.family=arith")
+    assert refused.returncode == 2 and "--leaderboard" in refused.stderr
+
+
+def test_the_overall_is_bfcls_unweighted_mean_with_missing_categories_at_zero():
+    from evolvekit.cli.eval_cmd import unweighted_overall
+
+    assert unweighted_overall({"multi_turn_base": 0.5, "multi_turn_miss_func": 0.25}) == 0.1875  # (0.5+0.25+0+0)/4
+    assert unweighted_overall({c: 1.0 for c in ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
+                                                "multi_turn_long_context")}) == 1.0  # fmt: skip

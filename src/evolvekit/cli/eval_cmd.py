@@ -41,14 +41,10 @@ def _experience_lookup(cfg, path: Path):
     return lookup
 
 
-def _evaluate(
-    cfg, category: str, subset: str, k: int, limit: Optional[int], out: Path, experiences: Optional[Path] = None
-):
-    from evolvekit.agent.evaluate import EpisodeJournal, evaluate_policy, write_results
+def _tasks(cfg, category: str, subset: str, limit: Optional[int]) -> list:
     from evolvekit.env.bfcl.data import load_tasks
-    from evolvekit.env.registry import env_tasks, make_env, preflight
+    from evolvekit.env.registry import env_tasks, make_env
     from evolvekit.errors import EnvError
-    from evolvekit.llm.factory import role_llm, sampling_for
 
     make_env(cfg.env).close()  # an environment that cannot be built is refused now (exit 2), not per rollout
     if cfg.env.family or cfg.env.name != "bfcl":
@@ -59,6 +55,14 @@ def _evaluate(
         tasks = tasks[:limit]
     if not tasks:
         raise EnvError(f"no tasks in {category}/{subset} with backends {cfg.env.backends}")
+    return tasks
+
+
+def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] = None):
+    from evolvekit.agent.evaluate import EpisodeJournal, evaluate_policy, write_results
+    from evolvekit.env.registry import make_env, preflight
+    from evolvekit.llm.factory import role_llm, sampling_for
+
     preflight(cfg.env, tasks[0])  # one episode starts before the model loads: exit 2 now, not a silent score of 0
     # what makes two evaluations the same: their tasks, k, and every setting but the run's name and folder
     settings = cfg.model_dump(mode="json", exclude={"run": {"name", "out_dir", "log_level"}})
@@ -90,6 +94,35 @@ def _evaluate(
     return report
 
 
+LEADERBOARD_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
+
+
+def unweighted_overall(accuracies: dict[str, float], categories: tuple[str, ...] = LEADERBOARD_CATEGORIES) -> float:
+    """BFCL's "Multi Turn Overall Acc": the unweighted mean of the categories' accuracies, a category not evaluated
+    counting 0 (bfcl-eval's ``calculate_unweighted_accuracy`` as its leaderboard calls it, with
+    ``display_na_if_category_missing=False``; that module needs pandas, so its two lines are restated here)."""
+    return sum(accuracies.get(c, 0.0) for c in categories) / len(categories)
+
+
+def _leaderboard(cfg, subset: str, limit: Optional[int], out: Path, experiences: Optional[Path]) -> dict:
+    """BFCL's multi-turn leaderboard score: per category the share of tasks solved in one attempt (BFCL's checker
+    on every turn), and their unweighted mean (``unweighted_overall``)."""
+    per: dict[str, dict] = {}
+    for category in LEADERBOARD_CATEGORIES:
+        tasks = _tasks(cfg, category, subset, limit)
+        report = _evaluate(cfg, tasks, 1, out.with_name(f"{out.stem}.{category}{out.suffix}"), experiences)
+        correct = round(report.avg_at_k * report.tasks)
+        per[category] = {"accuracy": report.avg_at_k, "total_count": report.tasks, "correct_count": correct}
+    overall = unweighted_overall({c: v["accuracy"] for c, v in per.items()})
+    return {
+        **{c: round(v["accuracy"], 4) for c, v in per.items()},
+        **{f"{c}/tasks": v["total_count"] for c, v in per.items()},
+        "multi_turn_overall": round(overall, 4),
+        "subset": subset,
+        "results": str(out.parent),
+    }
+
+
 def eval_command(
     env: Optional[str] = typer.Option(None, help="environment (default: the config's env.name, bfcl)"),
     split: str = typer.Option("multi_turn_base", help="BFCL category"),
@@ -107,21 +140,68 @@ def eval_command(
     experiences: Optional[Path] = typer.Option(
         None, help="JSONL pool (evolvekit experiences export): inject the best match into every rollout"
     ),
+    panel_out: Optional[Path] = typer.Option(
+        None, "--panel-out", help="write a versioned panel: the tasks, k, config, commit, weights hash and figures"
+    ),
+    panel_in: Optional[Path] = typer.Option(
+        None,
+        "--panel",
+        help="re-run a panel exactly (its tasks, k, config and seed) and say whether its figures were reproduced; "
+        "with --policy, evaluate another policy on it",
+    ),
+    leaderboard: bool = typer.Option(
+        False,
+        "--leaderboard",
+        help="BFCL's multi-turn leaderboard score: the four multi-turn categories, one attempt per task (k = 1), "
+        "each category's accuracy and their unweighted mean, computed by bfcl-eval's own function",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Evaluate the policy: avg@k and best@k with per-task results written to a file."""
-    from evolvekit.config import load_config
+    from evolvekit.agent.panel import make_panel, panel_json, read_panel, reproduced, weights_sha256
+    from evolvekit.config import config_from_dict, load_config
+    from evolvekit.errors import ConfigError
+    from evolvekit.provenance import code_commit
 
-    sets = (
-        list(overrides or [])
-        + ([f"env.name={env}"] if env else [])
-        + ([f"models.policy.model={policy}"] if policy else [])
-    )
-    cfg = load_config(config, sets)
+    panel = None
+    if panel_in is not None:
+        chosen = config is not None or overrides or env or subset or limit is not None
+        if chosen or k != 8 or split != "multi_turn_base":
+            raise ConfigError("--panel fixes the tasks, k and config; give only --policy, --out and --panel-out")
+        panel = read_panel(panel_in)
+        data = dict(panel.config)
+        if policy:
+            data["models"] = {**data.get("models", {}), "policy": {**data["models"]["policy"], "model": policy}}
+        cfg = config_from_dict(data, str(panel_in))
+        if not policy and weights_sha256(cfg.models.policy.model) != panel.model_sha256:
+            raise ConfigError(
+                f"--panel {panel_in}: the weights of {cfg.models.policy.model} differ from the panel's "
+                f"({panel.model_sha256}); give --policy to evaluate another policy on this panel"
+            )
+    else:
+        sets = (
+            list(overrides or [])
+            + ([f"env.name={env}"] if env else [])
+            + ([f"models.policy.model={policy}"] if policy else [])
+        )
+        cfg = load_config(config, sets)
     setup_logging(cfg.run.log_level)
     out = out or Path(cfg.run.out_dir) / f"eval-{datetime.now():%Y%m%d-%H%M%S}" / "results.jsonl"
     t0 = time.perf_counter()
-    report = _evaluate(cfg, split, subset or cfg.env.eval_split, k, limit, out, experiences)
+    if leaderboard:
+        if panel is not None or cfg.env.name != "bfcl" or cfg.env.family:
+            raise ConfigError(
+                "--leaderboard scores BFCL's own multi-turn categories: env.name bfcl, no env.family, no --panel"
+            )
+        scores = _leaderboard(cfg, subset or "all", limit, out, experiences)
+        scores["seconds"] = round(time.perf_counter() - t0, 1)
+        emit_json(scores) if as_json else sys.stdout.write(" ".join(f"{k_}={v}" for k_, v in scores.items()) + "\n")
+        return
+    if panel is not None:
+        tasks, k = list(panel.tasks), panel.k
+    else:
+        tasks = _tasks(cfg, split, subset or cfg.env.eval_split, limit)
+    report = _evaluate(cfg, tasks, k, out, experiences)
     # what was evaluated: a family's tasks (its split), another environment's tasks, or a BFCL category
     what = (
         {"family": cfg.env.family, "split": subset or cfg.env.eval_split}
@@ -131,6 +211,19 @@ def eval_command(
         else {"category": split, "split": subset or cfg.env.eval_split}
     )
     summary = {**report.summary(), **what, "results": str(out), "seconds": round(time.perf_counter() - t0, 1)}
+    if panel is not None:
+        summary["panel"] = str(panel_in)
+        if not policy:  # the same policy: were the panel's figures reproduced?
+            differ = reproduced(panel, report.summary())
+            summary["reproduced"] = not differ
+            for key, (then, now) in differ.items():
+                log.warning("panel %s: %s was %s, now %s", panel_in, key, then, now)
+    if panel_out is not None:
+        config_json = cfg.model_dump(mode="json")
+        made = make_panel(code_commit(), config_json, k, tasks, cfg.models.policy.model, report.summary())
+        panel_out.parent.mkdir(parents=True, exist_ok=True)
+        panel_out.write_text(panel_json(made))
+        summary["panel_out"] = str(panel_out)
     if as_json:
         emit_json(summary)
     else:
