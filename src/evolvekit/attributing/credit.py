@@ -10,9 +10,9 @@ return-to-go (Eq. 21). A channel whose statistics are degenerate (σ below ``deg
 
 from __future__ import annotations
 
-import statistics
 from typing import Literal, Sequence
 
+from evolvekit.train.losses import sample_std, standardize
 from evolvekit.types import StepLabel
 
 Mode = Literal["both", "outcome_only", "attribution_only"]
@@ -24,8 +24,7 @@ def attribution_rewards(labels: Sequence[StepLabel]) -> list[float]:
     return [1.0 if lab == StepLabel.GOOD else 0.0 if lab == StepLabel.NEUTRAL else -1.0 for lab in labels]
 
 
-def _std(values: Sequence[float]) -> float:
-    return statistics.stdev(values) if len(values) >= 2 else 0.0
+_std = sample_std  # σ of Eq. 18 (train/losses.py: one definition for every group statistic)
 
 
 def _population(rewards: Sequence[Sequence[float] | None], population: Population) -> list[float]:
@@ -69,11 +68,7 @@ def attribution_degenerate(
 
 def standardize_outcome(outcomes: Sequence[float], eps: float = 1e-8, degenerate_std: float = 1e-6) -> list[float]:
     """Eq. 19: r̂_out = (R − μ_out) / (σ_out + ε) over the trajectories of the group (0 when degenerate)."""
-    sigma = _std(outcomes)
-    if len(outcomes) < 2 or sigma < degenerate_std:
-        return [0.0] * len(outcomes)
-    mu = sum(outcomes) / len(outcomes)
-    return [(x - mu) / (sigma + eps) for x in outcomes]
+    return standardize(outcomes, eps, degenerate_std)
 
 
 def fuse(attr_hat: Sequence[float], out_hat: float, alpha: float, mode: Mode = "both") -> list[float]:

@@ -20,8 +20,9 @@ its observations alone. Steps without a key (trajectories recorded before anchor
 
 from __future__ import annotations
 
-import statistics
 from typing import Literal, Sequence
+
+from evolvekit.train.losses import standardize
 
 Norm = Literal["std", "mean"]
 
@@ -38,13 +39,10 @@ def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
 def _normalised(values: Sequence[float], norm: Norm, eps: float, degenerate_std: float) -> list[float]:
     if len(values) < 2:
         return [0.0] * len(values)
-    mu = sum(values) / len(values)
     if norm == "mean":
+        mu = sum(values) / len(values)
         return [v - mu for v in values]
-    sigma = statistics.stdev(values)
-    if sigma < degenerate_std:
-        return [0.0] * len(values)
-    return [(v - mu) / (sigma + eps) for v in values]
+    return standardize(values, eps, degenerate_std)
 
 
 def gigpo_advantages(

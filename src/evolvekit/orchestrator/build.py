@@ -306,34 +306,21 @@ def build_loop(
 
         def evaluator(seed: int):
             eval_params = sampling_for(pol, seed=seed)
+
+            def on(tasks):
+                return evaluate_policy(
+                    tasks, policy_env, engine, cfg.rollout, eval_params, k, cfg.env.tool_rendering, show_progress,
+                    template=template,
+                )  # fmt: skip
+
             summary: dict = {"split": "none (the environment has no tasks of its own)"}
             trajs: list = []
             if eval_tasks:
-                report, real_trajs = evaluate_policy(
-                    eval_tasks,
-                    policy_env,
-                    engine,
-                    cfg.rollout,
-                    eval_params,
-                    k,
-                    cfg.env.tool_rendering,
-                    show_progress,
-                    template=template,
-                )
+                report, real_trajs = on(eval_tasks)
                 summary = {**report.summary(), "split": cfg.env.eval_split}
                 trajs = list(real_trajs)
             if heldout_synthetic:  # held-out synthetic tasks, scored by the environment's own check
-                syn, syn_trajs = evaluate_policy(
-                    heldout_synthetic,
-                    policy_env,
-                    engine,
-                    cfg.rollout,
-                    eval_params,
-                    k,
-                    cfg.env.tool_rendering,
-                    show_progress,
-                    template=template,
-                )
+                syn, syn_trajs = on(heldout_synthetic)
                 summary.update({f"synthetic/{key}": v for key, v in syn.summary().items() if "@" in key})
                 trajs = list(trajs) + list(syn_trajs)
             return summary, trajs

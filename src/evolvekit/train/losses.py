@@ -6,9 +6,27 @@ Token-level arrays are aligned with the *target* tokens (the token whose log-pro
 
 from __future__ import annotations
 
+import math
+import statistics
 from typing import Sequence
 
 import torch
+
+
+def sample_std(values: Sequence[float]) -> float:
+    """The unbiased sample standard deviation (n − 1; veRL's GRPO), 0 for fewer than two values: the σ of AgentEvolver
+    Eqs. 16, 18 and 19 and of GiGPO's groups (one definition for all of them)."""
+    return statistics.stdev(values) if len(values) >= 2 else 0.0
+
+
+def standardize(values: Sequence[float], eps: float, degenerate_std: float = 1e-6) -> list[float]:
+    """(x − μ) / (σ + ε) over ``values`` (Eqs. 16 and 19); all 0 when the population carries no signal: fewer
+    than two values, or σ below ``degenerate_std`` or not finite."""
+    sigma = sample_std(values)
+    if len(values) < 2 or not math.isfinite(sigma) or sigma < degenerate_std:
+        return [0.0] * len(values)
+    mu = sum(values) / len(values)
+    return [(x - mu) / (sigma + eps) for x in values]
 
 
 def group_advantages(
@@ -27,15 +45,8 @@ def group_advantages(
     for i, g in enumerate(group_ids):
         groups.setdefault(g, []).append(i)
     for idx in groups.values():
-        if len(idx) < 2:
-            continue
-        r = torch.tensor([float(rewards[i]) for i in idx], dtype=torch.float64)
-        std = r.std(unbiased=True)
-        if not torch.isfinite(std) or std.item() < degenerate_std:
-            continue
-        adv = (r - r.mean()) / (std + eps_norm)
-        for j, i in enumerate(idx):
-            out[i] = float(adv[j])
+        for i, a in zip(idx, standardize([float(rewards[i]) for i in idx], eps_norm, degenerate_std)):
+            out[i] = a
     return out
 
 
