@@ -8,10 +8,10 @@ equation or section it comes from (``evolvekit config show`` prints them all as 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Callable, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from evolvekit.errors import ConfigError
 
@@ -638,17 +638,15 @@ class Config(_Section):
         problem = cross_field_problem(self)
         if problem is not None:
             raise ValueError(problem)
-        if self.rollout.template == "reasoning" and "w_reasoning" not in self.reward.model_fields_set:
-            self.reward.w_reasoning = 0.1  # §6.2.1: the reasoning template comes with its reasoning reward
-        if self.navigating.enabled and self.navigating.as_tool:  # EvolveR: the search action earns its format reward
-            for name, value in (("w_format", 0.1), ("format", "evolver")):
-                if name not in self.reward.model_fields_set:
-                    setattr(self.reward, name, value)
-        if self.evolving_rl.enabled:  # Evolving-RL's own defaults (its Table 5), unless set explicitly
-            for name, value in EVOLVING_RL_TRAIN_DEFAULTS.items():
-                if name not in self.train.model_fields_set:
-                    setattr(self.train, name, value)
+        for applies, section, name, value, why in DERIVED_DEFAULTS:
+            part = getattr(self, section)
+            if applies(self) and name not in part.model_fields_set:
+                setattr(part, name, value)
+                self._derived[f"{section}.{name}"] = why
         return self
+
+    # the fields a rule above set (not written in the config), with the rule: `config show` marks them
+    _derived: dict[str, str] = PrivateAttr(default_factory=dict)
 
 
 def synthetic_reward(cfg: Config) -> Literal["judge", "state", "mix"]:
@@ -724,6 +722,31 @@ EVOLVING_RL_TRAIN_DEFAULTS = {
     "weight_decay": 0.1,
     "adam_beta2": 0.98,
 }
+
+
+# Defaults that follow from other settings, applied to a field only when the config leaves it unset; `config show`
+# marks each one it applied ("set by ..."), so no default changes silently (issue 55).
+DERIVED_DEFAULTS: tuple[tuple[Callable[[Config], bool], str, str, Any, str], ...] = (
+    (lambda c: c.rollout.template == "reasoning", "reward", "w_reasoning", 0.1, "rollout.template: reasoning (§6.2.1)"),
+    (
+        lambda c: c.navigating.enabled and c.navigating.as_tool,
+        "reward",
+        "w_format",
+        0.1,
+        "navigating.as_tool (EvolveR)",
+    ),
+    (
+        lambda c: c.navigating.enabled and c.navigating.as_tool,
+        "reward",
+        "format",
+        "evolver",
+        "navigating.as_tool (EvolveR)",
+    ),
+    *(
+        (lambda c: c.evolving_rl.enabled, "train", name, value, "evolving_rl.enabled (Evolving-RL Table 5, C.2)")
+        for name, value in EVOLVING_RL_TRAIN_DEFAULTS.items()
+    ),
+)
 
 
 def cross_field_problem(cfg: Config) -> str | None:
@@ -1052,9 +1075,11 @@ def paper_departures(cfg: Config) -> dict[str, tuple[Any, Any, str]]:
     return out
 
 
-def dump_commented_yaml(model: BaseModel, indent: int = 0, at: str = "") -> str:
+def dump_commented_yaml(model: BaseModel, indent: int = 0, at: str = "", derived: dict[str, str] | None = None) -> str:
     """Render a config (sub)tree as YAML with each field's description as a comment; a value that differs from the
-    paper's (PAPER_VALUES) is marked ``# ≠ paper: X (source)`` on its line."""
+    paper's (PAPER_VALUES) is marked ``# ≠ paper: X (source)`` on its line, and one a rule set from other settings
+    (``derived``: ``Config._derived``) ``# set by <rule>``."""
+    derived = derived if derived is not None else dict(getattr(model, "_derived", None) or {})
     lines: list[str] = []
     pad = "  " * indent
     plain = model.model_dump(mode="json")  # lists of sub-models (env.mcp.examples) as plain data
@@ -1065,7 +1090,7 @@ def dump_commented_yaml(model: BaseModel, indent: int = 0, at: str = "") -> str:
             lines.append(f"{pad}# {field.description}")
         if isinstance(value, BaseModel):
             lines.append(f"{pad}{name}:")
-            lines.append(dump_commented_yaml(value, indent + 1, dotted))
+            lines.append(dump_commented_yaml(value, indent + 1, dotted, derived))
         else:
             rendered = yaml.safe_dump({name: plain[name]}, default_flow_style=True, sort_keys=False).strip()
             if rendered.startswith("{") and rendered.endswith("}"):
@@ -1073,5 +1098,7 @@ def dump_commented_yaml(model: BaseModel, indent: int = 0, at: str = "") -> str:
             paper = PAPER_VALUES.get(dotted)
             if paper is not None and value != paper[0]:
                 rendered += f"  # ≠ paper: {paper[0]} ({paper[1]})"
+            if dotted in derived:
+                rendered += f"  # set by {derived[dotted]}"
             lines.append(f"{pad}{rendered}")
     return "\n".join(lines)

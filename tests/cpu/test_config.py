@@ -296,3 +296,28 @@ def test_config_show_marks_every_departure_from_the_papers_and_each_is_explained
             lines = [ln for ln in text if re.match(rf"\s*{leaf}:", ln)]
             assert any("paper" in ln for ln in lines), (shipped, dotted)
     assert all(isinstance(src, str) and src for _, src in PAPER_VALUES.values())
+
+
+def test_defaults_that_follow_from_other_settings_are_marked_not_silent():
+    """Issue 55: config.py rewrote defaults silently (w_reasoning with the reasoning template, w_format and format
+    with as_tool, Evolving-RL's train settings). Each applies only to a field the config leaves unset, and `config
+    show` marks it with its rule."""
+    import subprocess
+    import sys
+
+    from evolvekit.config import dump_commented_yaml
+
+    cfg = load_config(None, ["evolving_rl.enabled=true", "train.kl_beta=0.02"])
+    assert "train.kl_beta" not in cfg._derived and cfg.train.kl_beta == 0.02  # set by the user: not a rule's
+    assert cfg._derived["train.eps_low"].startswith("evolving_rl.enabled") and cfg.train.eps_low == 0.1
+    text = dump_commented_yaml(cfg)
+    assert "eps_low: 0.1  # ≠ paper: 0.28 (§7.1.3)  # set by evolving_rl.enabled" in text
+    assert "kl_beta: 0.02  # ≠ paper" in text and "kl_beta: 0.02  # ≠ paper: 0.001 (§7.1.3)  # set by" not in text
+    tool = load_config(None, ["navigating.enabled=true", "navigating.as_tool=true"])
+    assert set(tool._derived) == {"reward.w_format", "reward.format"}
+    assert load_config(None, [])._derived == {}
+    shown = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "config", "show", "--set", "rollout.template=reasoning"],
+        capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    assert "# 1 values follow from other settings (marked 'set by'): reward.w_reasoning" in shown

@@ -83,10 +83,14 @@ def config_show(
     departures = (
         f"# {len(away)} values differ from the papers' (marked '≠ paper'): " + ", ".join(away) + "\n" if away else ""
     )
+    rules = cfg._derived
+    derived = f"# {len(rules)} values follow from other settings (marked 'set by'): {', '.join(rules)}\n"
+    derived = derived if rules else ""
     sys.stdout.write(
         oracle
         + f"# helper sources ('auto' resolved for these models): {sources}\n"
         + departures
+        + derived
         + dump_commented_yaml(cfg)
         + "\n"
     )
