@@ -435,6 +435,12 @@ def test_one_success_definition_for_metrics_experience_counts_and_extraction():
     assert [t.succeeded(0.5) for t in (judged, shaped, plain)] == [True, False, True]
     assert rollout_metrics([judged, shaped, plain], 0.5)["rollout/success_rate"] == 2 / 3
     assert rollout_metrics([judged, shaped, plain], 1.0)["rollout/success_rate"] == 1 / 3
+    from evolvekit.types import Step
+
+    costly = Trajectory(task_id="t", steps=[Step(index=i, action_text="a") for i in range(2)], prompt_tokens=300)
+    costly.completion_tokens = 20
+    m = rollout_metrics([costly])
+    assert (m["rollout/prompt_tokens_per_step"], m["rollout/completion_tokens_per_step"]) == (150.0, 10.0)
     ex = ExperienceExtractor(None, SamplingParams(), success_threshold=0.5)
     assert ex._score(judged) == 0.7 and ex._score(shaped) == 0.0  # the free split: the same unshaped outcome
     # the old name still reads, in a config file and in a stored run's config

@@ -44,6 +44,11 @@ def rollout_metrics(
         prefix + "failed": float(sum(t.flags.failed for t in trajectories)),
         prefix + "prompt_tokens": float(sum(t.prompt_tokens for t in trajectories)),
         prefix + "completion_tokens": float(sum(t.completion_tokens for t in trajectories)),
+        # the cost of a step (issue 54: long environments): what the policy read and wrote per step, on average
+        prefix + "prompt_tokens_per_step": (sum(t.prompt_tokens for t in trajectories) / len(steps)) if steps else 0.0,
+        prefix + "completion_tokens_per_step": (
+            sum(t.completion_tokens for t in trajectories) / len(steps) if steps else 0.0
+        ),
     }
 
 
