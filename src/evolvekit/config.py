@@ -997,8 +997,9 @@ def config_differences(a: Config, b: Config) -> list[str]:
     return out
 
 
-# what a resumed run may change of its stored config: more iterations (a finished run extended), and its log level
-RESUMABLE_FIELDS = ("train.iterations", "run.log_level")
+# what a resumed run may change of its stored config: more iterations (a finished run extended), and settings that
+# change nothing it computes (its log level, where its metrics are also reported, where its file's paths were read)
+RESUMABLE_FIELDS = ("train.iterations", "run.log_level", "train.report_to", "run.paths_from")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:

@@ -19,7 +19,7 @@ def run_command(
         None,
         "--resume",
         help="continue this run directory with its stored config; a CONFIG or --set given too may only raise "
-        "train.iterations (extend the run) or change run.log_level",
+        "train.iterations (extend the run) or change run.log_level, train.report_to or run.paths_from",
     ),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bars"),
     as_json: bool = JsonOpt,

@@ -119,7 +119,7 @@ def _resumed_config(stored: Config, wanted: Config, run_dir: Path, store: RunSto
         shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
         raise ConfigError(
             f"--resume {run_dir}: a resumed run keeps its stored config ({CONFIG_FILE}); the config given differs in "
-            f"{shown}. Only {' and '.join(RESUMABLE_FIELDS)} may change (train.iterations upwards, to extend it)"
+            f"{shown}. Only {', '.join(RESUMABLE_FIELDS)} may change (train.iterations upwards, to extend it)"
         )
     if wanted.train.iterations < stored.train.iterations:
         raise ConfigError(
