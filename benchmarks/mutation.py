@@ -1,0 +1,130 @@
+"""Mutation testing of the mechanism modules (issue 53): mutmut mutates one module at a time in a fresh copy of the
+checkout and runs that module's fast tests; a surviving mutant is a change no test notices.
+
+    .venv/bin/pip install -e '.[mutation]' -c constraints.txt    # mutmut, pinned (not installed by setup.sh)
+    nice .venv/bin/python benchmarks/mutation.py [--only losses credit ...] > runs/mutation.log 2>&1 &
+
+Writes benchmarks/results/mutation.md (and .json): per module the mutants, killed, survived and timed-out ones, the
+score, and every survivor's name (``mutmut show <name>`` in that module's copy prints its diff; the copies stay under
+runs/mutation/<module>). Run it in the background, alone on the machine, never in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# module (under src/evolvekit) -> the fast tests that exercise it
+MODULES: dict[str, tuple[str, list[str]]] = {
+    "losses": ("train/losses.py", ["tests/cpu/test_losses.py", "tests/cpu/test_attributing.py"]),
+    "samples": ("train/samples.py", ["tests/cpu/test_templates.py", "tests/cpu/test_agent.py"]),
+    "credit": ("attributing/credit.py", ["tests/cpu/test_attributing.py"]),
+    "grounded": ("attributing/grounded.py", ["tests/cpu/test_grounded.py", "tests/cpu/test_attributing.py"]),
+    "gigpo": ("attributing/gigpo.py", ["tests/cpu/test_gigpo.py"]),
+    "coevolve": ("questioning/coevolve.py", ["tests/cpu/test_questioning.py"]),
+    "pool": ("navigating/pool.py", ["tests/cpu/test_navigating.py"]),
+    "rewards": ("train/rewards.py", ["tests/cpu/test_rewards.py", "tests/cpu/test_templates.py"]),
+}
+
+
+def copy_checkout(dest: Path) -> None:
+    """The committed tree (``git archive HEAD``), with this checkout's virtual environment linked in."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    (dest / ".venv").symlink_to(ROOT / ".venv")
+
+
+def mutate(name: str, module: str, tests: list[str], work: Path) -> dict:
+    """mutmut on one module in its own copy; its counts and survivors."""
+    copy = work / name
+    copy_checkout(copy)
+    with open(copy / "pyproject.toml", "a", encoding="utf-8") as fh:
+        fh.write(
+            "\n[tool.mutmut]\n"
+            'source_paths = ["src/evolvekit/"]\n'
+            f'only_mutate = ["src/evolvekit/{module}"]\n'
+            f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
+            'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q", "-o", "addopts="]\n'
+        )
+    env = {**os.environ, "PYTHONPATH": str(copy / "src")}
+    mutmut = str(ROOT / ".venv" / "bin" / "mutmut")
+    t0 = time.perf_counter()
+    with open(copy / "mutmut.log", "w") as log:
+        subprocess.run([mutmut, "run", "--max-children", "2"], cwd=copy, env=env, stdout=log, stderr=log)
+    subprocess.run([mutmut, "export-cicd-stats"], cwd=copy, env=env, capture_output=True)
+    stats_file = copy / "mutants" / "mutmut-cicd-stats.json"
+    stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
+    results = subprocess.run([mutmut, "results"], cwd=copy, env=env, capture_output=True, text=True).stdout
+    survivors = [line.split(":")[0].strip() for line in results.splitlines() if line.strip().endswith("survived")]
+    total = int(stats.get("total", 0))
+    killed = int(stats.get("killed", 0)) + int(stats.get("timeout", 0))
+    return {
+        "module": f"src/evolvekit/{module}",
+        "tests": tests,
+        "total": total,
+        "killed": int(stats.get("killed", 0)),
+        "timeout": int(stats.get("timeout", 0)),
+        "survived": int(stats.get("survived", 0)),
+        "no_tests": int(stats.get("no_tests", 0)),
+        "score": killed / total if total else None,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "survivors": survivors,
+    }
+
+
+def write_report(rows: list[dict], out: Path, command: str) -> None:
+    code = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    lines = [
+        f"$ {command}   # code: commit {code.stdout.strip()}",
+        "",
+        "# Mutation testing of the mechanism modules (mutmut)",
+        "",
+        "Score: (killed + timed out) / mutants. A survivor is a change to the module that none of its tests notices;",
+        "each is to be killed by a new test or explained as equivalent (issue 53).",
+        "",
+        "| module | tests | mutants | killed | timed out | survived | no tests | score | seconds |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        score = "n/a" if r["score"] is None else f"{r['score']:.1%}"
+        lines.append(
+            f"| `{r['module']}` | {', '.join(Path(t).name for t in r['tests'])} | {r['total']} | {r['killed']} | "
+            f"{r['timeout']} | {r['survived']} | {r['no_tests']} | {score} | {r['seconds']} |"
+        )
+    for r in rows:
+        if r["survivors"]:
+            lines += ["", f"## Survivors in `{r['module']}`", "", *(f"- `{s}`" for s in r["survivors"])]
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="*", choices=sorted(MODULES), help="these modules only")
+    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "mutation", help="where the copies go")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "mutation")
+    args = parser.parse_args()
+    if not (ROOT / ".venv" / "bin" / "mutmut").exists():
+        sys.exit("mutmut is not installed: .venv/bin/pip install -e '.[mutation]' -c constraints.txt")
+    rows = []
+    for name in args.only or list(MODULES):
+        module, tests = MODULES[name]
+        print(f"{name}: mutating src/evolvekit/{module} against {', '.join(tests)}", flush=True)
+        rows.append(mutate(name, module, tests, args.work))
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "survivors"}), flush=True)
+        write_report(rows, args.out, " ".join(["python", "benchmarks/mutation.py", *sys.argv[1:]]))
+
+
+if __name__ == "__main__":
+    main()
