@@ -1,6 +1,7 @@
 """Eq. 16/17, k3 KL and token-mean against hand-computed values."""
 
 import math
+import statistics
 
 import pytest
 import torch
@@ -174,3 +175,86 @@ def test_dual_clip_and_log_ratio_clamp_by_hand():
     clamped, _ = clipped_surrogate(far, torch.zeros_like(far), torch.tensor([[-1.0]]), 0.2, 0.2, log_ratio_clamp=20.0)
     assert unclamped.item() == pytest.approx(math.exp(30.0), rel=1e-5)
     assert clamped.item() == pytest.approx(math.exp(20.0), rel=1e-5)
+
+
+# --- tests written from mutation testing's survivors in train/losses.py (benchmarks/results/mutation.md) ---------
+
+
+def test_group_statistics_defaults_and_boundaries():
+    from evolvekit.train.losses import broadcast_to_tokens, group_advantages, sample_std, standardize
+
+    assert sample_std([3.0]) == 0.0 and sample_std([]) == 0.0
+    assert standardize([0.0, 1.0], 0.0) == pytest.approx([-0.7071067811865476, 0.7071067811865476])  # default 1e-6
+    sigma = statistics.stdev([0.0, 2.0])
+    assert standardize([0.0, 2.0], 0.0, degenerate_std=sigma) == pytest.approx(
+        [-0.7071067811865476, 0.7071067811865476]
+    )
+    assert group_advantages([0.0, 1.0], ["g", "g"]) == pytest.approx([-0.70710578, 0.70710578], abs=1e-8)  # ε 1e-6
+    assert group_advantages([0.0, 1e-3, 5.0], ["g", "g", "alone"], degenerate_std=1e-2) == [0.0, 0.0, 0.0]
+    assert broadcast_to_tokens({0: 2.0}, {0: (0, 2)}, 3) == [2.0, 2.0, 0.0]  # the first token is the step's too
+
+
+def test_policy_loss_terms_have_their_signs_and_scales():
+    from evolvekit.train.losses import policy_loss
+
+    lp = torch.tensor([[-1.0, -2.0]])
+    adv = torch.tensor([[1.0, -1.0]])
+    mask = torch.ones(1, 2)
+    guided = torch.tensor([False])
+    base, stats = policy_loss(lp, lp.clone(), adv, mask, guided, eps_low=0.2, eps_high=0.2)
+    assert "pg_loss" in stats and "clip_frac" in stats and stats["clip_frac"] == 0.0
+    ref = lp - 0.5  # the reference differs: k3 KL > 0 adds to the loss
+    with_kl, _ = policy_loss(
+        lp, lp.clone(), adv, mask, guided, eps_low=0.2, eps_high=0.2, ref_logprobs=ref, kl_beta=0.1
+    )
+    assert float(with_kl) > float(base)
+    no_beta, _ = policy_loss(lp, lp.clone(), adv, mask, guided, eps_low=0.2, eps_high=0.2, ref_logprobs=ref)
+    assert float(no_beta) == float(base)  # kl_beta defaults to 0: the reference alone changes nothing
+    entropy = torch.tensor([[1.0, 1.0]])
+    with_ent, _ = policy_loss(lp, lp.clone(), adv, mask, guided, eps_low=0.2, eps_high=0.2, entropy=entropy)
+    assert float(with_ent) == float(base)  # entropy_coef defaults to 0
+    per_row, _ = policy_loss(
+        lp, lp.clone(), adv, mask, guided, eps_low=0.2, eps_high=0.2, entropy=entropy, entropy_coef=torch.tensor([0.5])
+    )
+    assert float(per_row) == pytest.approx(float(base) - 0.5)  # a per-row coefficient, broadcast over tokens
+    doubled, _ = policy_loss(lp, lp.clone(), adv * 0 + 1, mask, guided, eps_low=0.2, eps_high=0.2,
+                             weights=torch.tensor([2.0]))  # fmt: skip
+    single, _ = policy_loss(lp, lp.clone(), adv * 0 + 1, mask, guided, eps_low=0.2, eps_high=0.2)
+    assert float(doubled) == pytest.approx(2 * float(single))
+    halved, _ = policy_loss(lp, lp.clone(), adv, mask, guided, eps_low=0.2, eps_high=0.2, denominator=4.0)
+    assert float(halved) == pytest.approx(float(base) * 2 / 4)
+
+
+def test_the_boost_the_clamp_and_the_dual_clip_act_where_they_should():
+    from evolvekit.train.losses import clipped_surrogate, per_token_eps_high, ratio_diagnostics
+
+    adv = torch.tensor([[1.0, 0.0, -1.0], [1.0, 0.0, -1.0]])
+    bounds = per_token_eps_high(adv, torch.tensor([True, False]), 0.28, 0.6)
+    assert bounds.tolist() == [
+        [pytest.approx(0.6), pytest.approx(0.28), pytest.approx(0.28)],
+        [pytest.approx(0.28)] * 3,
+    ]
+    new, old = torch.tensor([[-10.0]]), torch.tensor([[0.0]])  # log-ratio −10
+    clamped, _ = clipped_surrogate(new, old, torch.tensor([[-1.0]]), 0.2, 0.2, log_ratio_clamp=2.0)
+    free, _ = clipped_surrogate(new, old, torch.tensor([[-1.0]]), 0.2, 0.2)
+    assert float(clamped) == pytest.approx(float(free))  # −A·clip(ρ) wins either way at ρ ≪ 1 ...
+    up, _ = clipped_surrogate(torch.tensor([[10.0]]), old, torch.tensor([[-1.0]]), 0.2, 0.2, log_ratio_clamp=2.0)
+    assert float(up) == pytest.approx(math.exp(2.0))  # ... and ρ is clamped at e^2 from above
+    down, _ = clipped_surrogate(new, old, torch.tensor([[1.0]]), 0.2, 0.2, log_ratio_clamp=2.0)
+    assert float(down) == pytest.approx(-math.exp(-2.0))  # A > 0, ρ ≪ 1: −ρ·A with ρ clamped at e^−2 from below
+    far, _ = clipped_surrogate(torch.tensor([[3.0]]), old, torch.tensor([[-1.0]]), 0.2, 0.2, dual_clip_c=3.0)
+    assert float(far) == pytest.approx(3.0)  # negative advantage: the loss is capped at c·|A|
+    pos, _ = clipped_surrogate(torch.tensor([[3.0]]), old, torch.tensor([[0.0]]), 0.2, 0.2, dual_clip_c=3.0)
+    assert float(pos) == 0.0
+    # ρ = e^0.3 ≈ 1.35: above 1 + ε_high, within the boost, on a guided token with A > 0 (and one with A = 0)
+    diag = ratio_diagnostics(
+        torch.tensor([[0.3, 0.3]]), torch.tensor([[0.0, 0.0]]), torch.tensor([[1.0, 0.0]]), torch.ones(1, 2),
+        torch.tensor([True]), eps_low=0.2, eps_high=0.28, eps_high_boost=0.6,
+    )  # fmt: skip
+    assert diag["guided_ratio_dev"] == pytest.approx(2 * (math.exp(0.3) - 1.0))
+    assert diag["boost_changed"] == 1.0  # the A = 0 token is not boosted
+    at_bound = ratio_diagnostics(
+        torch.tensor([[math.log(1.28)]]), torch.tensor([[0.0]]), torch.tensor([[1.0]]), torch.ones(1, 1),
+        torch.tensor([True]), eps_low=0.2, eps_high=0.28, eps_high_boost=0.6,
+    )  # fmt: skip
+    assert at_bound["boost_changed"] == 0.0  # ρ exactly 1 + ε_high is not clipped without the boost
