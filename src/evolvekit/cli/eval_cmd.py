@@ -69,6 +69,7 @@ def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] =
     what = {"tasks": [t.task_id for t in tasks], "k": k, "experiences": str(experiences or ""), "config": settings}
     key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
     journal = EpisodeJournal(out.with_name(out.stem + ".episodes.jsonl"), key)  # refuses another's before loading
+    llm = role_llm(cfg.models, "policy")
     episodes = len(tasks) * k
     log.info(
         "evaluation: %d tasks x %d samples = %d episodes, each at most %d steps of at most %d generated tokens "
@@ -76,7 +77,6 @@ def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] =
         len(tasks), k, episodes, cfg.rollout.max_steps, cfg.models.policy.max_new_tokens,
         episodes * cfg.rollout.max_steps * cfg.models.policy.max_new_tokens,
     )  # fmt: skip
-    llm = role_llm(cfg.models, "policy")
     params = sampling_for(cfg.models.policy, seed=cfg.run.seed)
     lookup = _experience_lookup(cfg, experiences) if experiences else None
     report, trajs = evaluate_policy(
