@@ -843,3 +843,27 @@ def test_imported_experiences_are_capped_per_field_and_per_file(tmp_path):
     finally:
         pool_mod.MAX_IMPORT_EXPERIENCES = old
     assert len(pool) == 0
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ("not json {", "not a panel file"),
+        ('{"version": 1}', "not a panel file"),
+        (
+            '{"version": 99, "code": "x", "config": {}, "k": 1, "tasks": [], "task_hashes": [], "model": "m", '
+            '"model_sha256": "0"}',
+            "version 99",
+        ),
+    ],
+)
+def test_a_hostile_panel_file_is_one_line_exit_2(tmp_path, body, needle):
+    """A panel (eval --panel) comes from outside: a malformed one is refused in one line before anything loads; its
+    config is validated like any config and its tasks are checked against their hashes (test_eval_cli)."""
+    path = tmp_path / "panel.json"
+    path.write_text(body)
+    out = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "eval", "--panel", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and needle in out.stderr, out.stderr

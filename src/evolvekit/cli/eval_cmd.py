@@ -43,10 +43,9 @@ def _experience_lookup(cfg, path: Path):
 
 def _tasks(cfg, category: str, subset: str, limit: Optional[int]) -> list:
     from evolvekit.env.bfcl.data import load_tasks
-    from evolvekit.env.registry import env_tasks, make_env
+    from evolvekit.env.registry import env_tasks
     from evolvekit.errors import EnvError
 
-    make_env(cfg.env).close()  # an environment that cannot be built is refused now (exit 2), not per rollout
     if cfg.env.family or cfg.env.name != "bfcl":
         tasks = env_tasks(cfg.env, subset)
     else:
