@@ -35,6 +35,7 @@ def _heldout_with_and_without(run_dir: Path, k: int, n_tasks: int) -> dict:
     """
     from evolvekit.agent.evaluate import evaluate_policy
     from evolvekit.cli.eval_cmd import _experience_lookup
+    from evolvekit.engine.base import Engine
     from evolvekit.env.registry import env_tasks, make_env
     from evolvekit.llm.factory import role_llm, sampling_for
     from evolvekit.orchestrator.build import open_run
@@ -68,7 +69,7 @@ def _heldout_with_and_without(run_dir: Path, k: int, n_tasks: int) -> dict:
         report, _ = evaluate_policy(
             tasks,
             lambda: make_env(cfg.env),
-            llm,
+            Engine(llm),
             cfg.rollout,
             params,
             k,

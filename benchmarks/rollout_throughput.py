@@ -32,6 +32,7 @@ def main() -> None:
 
     from evolvekit.agent.rollout import RolloutJob, run_rollouts
     from evolvekit.config import EnvConfig, RolloutConfig
+    from evolvekit.engine.base import Engine
     from evolvekit.env.bfcl.families import get_family
     from evolvekit.env.registry import make_env
     from evolvekit.llm.base import SamplingParams
@@ -47,7 +48,7 @@ def main() -> None:
         cfg = RolloutConfig(max_steps=args.max_steps, group_size=1, concurrency=conc)
         llm.invalidate_cache()  # both runs start cold: neither inherits the other's shared-prefix KV
         t0 = time.perf_counter()
-        trajs = run_rollouts(jobs, lambda: make_env(env_cfg), llm, cfg, params, "compact", show_progress=False)
+        trajs = run_rollouts(jobs, lambda: make_env(env_cfg), Engine(llm), cfg, params, "compact", show_progress=False)
         dt = time.perf_counter() - t0
         gen = sum(t.metadata.get("completion_tokens", 0) for t in trajs)
         rows[name] = {

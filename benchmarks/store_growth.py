@@ -52,6 +52,7 @@ def main() -> None:
 
     from evolvekit.agent.rollout import RolloutJob, run_rollouts
     from evolvekit.config import EnvConfig, ModelConfig, RolloutConfig
+    from evolvekit.engine.base import Engine
     from evolvekit.env.bfcl.families import get_family
     from evolvekit.env.registry import make_env
     from evolvekit.llm.base import SamplingParams
@@ -70,7 +71,7 @@ def main() -> None:
             trajs = run_rollouts(
                 [RolloutJob(task=task) for _ in range(args.episodes)],
                 lambda: make_env(env_cfg),
-                scripted,
+                Engine(scripted),
                 RolloutConfig(max_steps=n, concurrency=args.episodes),
                 SamplingParams(max_new_tokens=64),
                 show_progress=False,

@@ -8,6 +8,7 @@ from evolvekit.agent.context import SnapshotRecorder
 from evolvekit.agent.evaluate import avg_at_k, best_at_k, evaluate_policy
 from evolvekit.agent.rollout import RolloutJob, run_rollouts
 from evolvekit.config import RolloutConfig
+from evolvekit.engine.base import Engine
 from evolvekit.env.action_text import format_call, parse_action
 from evolvekit.env.bfcl import data
 from evolvekit.env.bfcl.env import BfclEnv
@@ -132,13 +133,13 @@ def test_rollouts_batch_and_complete_and_score():
     llm = ScriptedLLM(task)
     cfg = RolloutConfig(max_steps=30, concurrency=4)
     trajs = run_rollouts(
-        [RolloutJob(task=task) for _ in range(4)], BfclEnv, llm, cfg, SamplingParams(), show_progress=False
+        [RolloutJob(task=task) for _ in range(4)], BfclEnv, Engine(llm), cfg, SamplingParams(), show_progress=False
     )
     assert len(trajs) == 4 and all(t.outcome_reward == 1.0 for t in trajs)
     assert max(llm.batch_sizes) == 4  # the four episodes were generated in one batch
     steps = trajs[0].steps
     assert steps[0].tool_calls and steps[0].completion_token_ids == [7, 8]
-    report, _ = evaluate_policy([task], BfclEnv, ScriptedLLM(task), cfg, SamplingParams(), k=2)
+    report, _ = evaluate_policy([task], BfclEnv, Engine(ScriptedLLM(task)), cfg, SamplingParams(), k=2)
     assert report.summary()["avg@2"] == 1.0 and report.summary()["best@2"] == 1.0
 
 
@@ -156,7 +157,12 @@ def test_step_limit_truncates_and_a_failing_rollout_does_not_stop_others():
 
     cfg = RolloutConfig(max_steps=3, concurrency=3)
     trajs = run_rollouts(
-        [RolloutJob(task=task) for _ in range(3)], Flaky, ScriptedLLM(task), cfg, SamplingParams(), show_progress=False
+        [RolloutJob(task=task) for _ in range(3)],
+        Flaky,
+        Engine(ScriptedLLM(task)),
+        cfg,
+        SamplingParams(),
+        show_progress=False,
     )
     assert len(trajs) == 3
     crashed = [t for t in trajs if t.flags.failed]
@@ -183,7 +189,7 @@ def test_evaluation_writes_each_episode_and_an_interrupted_one_continues(tmp_pat
 
     path = tmp_path / "res.episodes.jsonl"
     first, trajs = evaluate_policy(
-        [task], Counting, ScriptedLLM(task), cfg, SamplingParams(), k=3, show_progress=False,
+        [task], Counting, Engine(ScriptedLLM(task)), cfg, SamplingParams(), k=3, show_progress=False,
         journal=EpisodeJournal(path, "key-a"),
     )  # fmt: skip
     lines = path.read_text().splitlines()
@@ -193,7 +199,7 @@ def test_evaluation_writes_each_episode_and_an_interrupted_one_continues(tmp_pat
     path.write_text("\n".join(lines[:3]) + "\n" + lines[3][: len(lines[3]) // 2])
     started.clear()
     again, trajs2 = evaluate_policy(
-        [task], Counting, ScriptedLLM(task), cfg, SamplingParams(), k=3, show_progress=False,
+        [task], Counting, Engine(ScriptedLLM(task)), cfg, SamplingParams(), k=3, show_progress=False,
         journal=EpisodeJournal(path, "key-a"),
     )  # fmt: skip
     assert len(started) == 1 and len(trajs2) == 3  # only the lost episode ran again

@@ -7,6 +7,7 @@ import httpx
 import pytest
 from conftest import serving
 
+from evolvekit.engine.base import Engine
 from evolvekit.env.base import Action, EnvInfo, EvalResult, ResetResult, StepResult
 from evolvekit.env.bfcl import data
 from evolvekit.env.registry import register_env
@@ -186,7 +187,7 @@ def test_rollouts_through_the_service(service, monkeypatch):
     trajs = run_rollouts(
         [RolloutJob(task=t) for t in tasks],
         factory,
-        _Oracle(tasks),
+        Engine(_Oracle(tasks)),
         RolloutConfig(max_steps=3, concurrency=3),
         SamplingParams(),
         show_progress=False,

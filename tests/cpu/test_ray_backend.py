@@ -10,6 +10,7 @@ ray = pytest.importorskip("ray")
 from evolvekit.agent.ray_backend import RayEnv, RayRolloutPool, init_ray  # noqa: E402
 from evolvekit.agent.rollout import RolloutJob, run_rollouts  # noqa: E402
 from evolvekit.config import EnvConfig, load_config  # noqa: E402
+from evolvekit.engine.base import Engine  # noqa: E402
 from evolvekit.env.registry import env_tasks, make_env  # noqa: E402
 from evolvekit.llm.base import SamplingParams  # noqa: E402
 from evolvekit.llm.local import LocalLLM  # noqa: E402
@@ -65,7 +66,7 @@ def test_workers_match_local_rollouts_and_sync_weights(local_ray, tmp_path, monk
         remote = pool.run(jobs, params)
     finally:
         pool.shutdown()
-    local = run_rollouts(jobs, lambda: make_env(cfg.env), other, cfg.rollout, params, show_progress=False)
+    local = run_rollouts(jobs, lambda: make_env(cfg.env), Engine(other), cfg.rollout, params, show_progress=False)
     assert [t.task_id for t in remote] == [j.task.task_id for j in jobs]  # job order kept across workers
     assert [t.group_id for t in remote] == [j.group_id for j in jobs]
     assert [t.steps[0].completion_token_ids for t in remote] == [t.steps[0].completion_token_ids for t in local]
@@ -120,11 +121,11 @@ def test_lora_workers_receive_only_the_adapters_and_match_the_driver(local_ray, 
         remote = pool.run(jobs, params)
     finally:
         pool.shutdown()
-    local = run_rollouts(jobs, lambda: make_env(cfg.env), driver, cfg.rollout, params, show_progress=False)
+    local = run_rollouts(jobs, lambda: make_env(cfg.env), Engine(driver), cfg.rollout, params, show_progress=False)
     assert [t.steps[0].completion_token_ids for t in remote] == [t.steps[0].completion_token_ids for t in local]
     # the tokens' log-probabilities are the trained adapters' (a worker without them gives other values)
     untrained = LocalLLM(str(base), device="cpu")
-    plain = run_rollouts(jobs, lambda: make_env(cfg.env), untrained, cfg.rollout, params, show_progress=False)
+    plain = run_rollouts(jobs, lambda: make_env(cfg.env), Engine(untrained), cfg.rollout, params, show_progress=False)
     for r, lo, p in zip(remote, local, plain):
         assert r.steps[0].completion_logprobs == pytest.approx(lo.steps[0].completion_logprobs, abs=1e-4)
         assert max(abs(a - b) for a, b in zip(lo.steps[0].completion_logprobs, p.steps[0].completion_logprobs)) > 1e-3

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from evolvekit.config import RolloutConfig, load_config
+from evolvekit.engine.base import Engine
 from evolvekit.env.mcp import mcp_available
 from evolvekit.errors import ConfigError, EnvError
 
@@ -70,7 +71,9 @@ def test_a_batch_in_which_no_episode_runs_is_one_error_not_a_score_of_zero():
 
     task = Task(task_id="t", env_name="x", query="q")
     cfg = RolloutConfig(max_steps=2, concurrency=2)
-    trajs = run_rollouts([RolloutJob(task=task)] * 2, _Crashing, None, cfg, SamplingParams(), show_progress=False)
+    trajs = run_rollouts(
+        [RolloutJob(task=task)] * 2, _Crashing, Engine(None), cfg, SamplingParams(), show_progress=False
+    )
     assert len(trajs) == 2 and all(t.flags.failed for t in trajs)  # each failure is recorded ...
     with pytest.raises(EnvError, match="rollouts: none of the 2 episodes ran; the first error: reset: RuntimeError"):
         require_a_valid_episode(trajs, "rollouts")  # ... and a batch of nothing but failures is refused
@@ -78,7 +81,7 @@ def test_a_batch_in_which_no_episode_runs_is_one_error_not_a_score_of_zero():
     require_a_valid_episode([*trajs, ok], "rollouts")  # one episode that ran is enough
     require_a_valid_episode([], "rollouts")
     with pytest.raises(EnvError, match="evaluation: none of the 2 episodes ran"):
-        evaluate_policy([task], _Crashing, None, cfg, SamplingParams(), k=2, show_progress=False)
+        evaluate_policy([task], _Crashing, Engine(None), cfg, SamplingParams(), k=2, show_progress=False)
 
 
 def test_paths_from_reads_the_files_paths_from_a_folder_relative_to_the_file(tmp_path, monkeypatch):

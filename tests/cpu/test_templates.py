@@ -11,6 +11,7 @@ from evolvekit.agent.templates import (
     SlidingWindowContext,
     check_think_format,
 )
+from evolvekit.engine.base import Engine
 from evolvekit.llm.local import LocalLLM
 from evolvekit.llm.tiny import make_tiny_model
 from evolvekit.train.samples import strip_spans
@@ -173,7 +174,7 @@ def test_experience_guided_rollout_records_and_strips_the_span(llm, monkeypatch)
     trajs = run_rollouts(
         jobs,
         lambda: make_env(cfg),
-        llm,
+        Engine(llm),
         RolloutConfig(max_steps=1, concurrency=2),
         SamplingParams(max_new_tokens=6, seed=0),
         show_progress=False,
@@ -289,7 +290,7 @@ def test_the_policys_context_management_decisions_are_trained_steps(llm):
     (traj,) = run_rollouts(
         [RolloutJob(task=task, group_id="g")],
         Chatty,
-        llm,
+        Engine(llm),
         RolloutConfig(max_steps=3, concurrency=1),
         SamplingParams(max_new_tokens=6, seed=0),
         show_progress=False,

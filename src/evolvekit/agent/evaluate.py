@@ -10,9 +10,10 @@ from typing import Callable, Sequence
 
 from evolvekit.agent.rollout import RolloutJob, require_a_valid_episode, run_rollouts
 from evolvekit.config import RolloutConfig
+from evolvekit.engine.base import Engine
 from evolvekit.env.base import Environment
 from evolvekit.errors import EnvError
-from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.llm.base import SamplingParams
 from evolvekit.types import Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class EvalReport:
 def evaluate_policy(
     tasks: Sequence[Task],
     make_env: Callable[[], Environment],
-    llm: LLM,
+    engine: Engine,
     cfg: RolloutConfig,
     params: SamplingParams,
     k: int,
@@ -93,7 +94,7 @@ def evaluate_policy(
             book.write(todo[j], traj)
 
     pending = [jobs[i] for i in todo]
-    fresh = run_rollouts(pending, make_env, llm, cfg, params, rendering, show_progress, template, on_done)
+    fresh = run_rollouts(pending, make_env, engine, cfg, params, rendering, show_progress, template, on_done)
     by_job = {**done, **dict(zip(todo, fresh))}
     trajs = [by_job[i] for i in range(len(jobs)) if i in by_job]
     require_a_valid_episode(trajs, "evaluation")

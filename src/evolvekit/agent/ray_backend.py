@@ -104,19 +104,20 @@ class _WorkerImpl:
         from evolvekit.llm.factory import build_llm
 
         self.cfg = Config.model_validate_json(cfg_json)
+        from evolvekit.engine.base import Engine
+
         self.llm = build_llm(self.cfg.models.policy, "policy")
+        self.engine = Engine(self.llm)  # capabilities found once
         self.env_actors = env_actors
 
     def load_weights(self, kind: str, state: dict) -> bool:
         """The driver's policy: every weight, or (LoRA) the adapter weights only, into this worker's copy."""
         from evolvekit.llm.lora import load_policy_weights
 
-        model = getattr(self.llm, "model", None)
-        if model is None:
+        if not self.engine.caps.in_process:
             return False
-        self.llm.model = load_policy_weights(model, kind, state, self.cfg.train.lora_rank)  # type: ignore[attr-defined]
-        if hasattr(self.llm, "reset_prefix_cache"):
-            self.llm.reset_prefix_cache()
+        self.llm.model = load_policy_weights(self.engine.model, kind, state, self.cfg.train.lora_rank)  # type: ignore[attr-defined]
+        self.engine.reset_prefix_cache()
         return True
 
     def run(self, jobs, params: SamplingParams) -> list[Trajectory]:
@@ -133,7 +134,7 @@ class _WorkerImpl:
             def make():
                 return make_env(cfg.env)
 
-        return run_rollouts(jobs, make, self.llm, cfg.rollout, params, cfg.env.tool_rendering, show_progress=False)
+        return run_rollouts(jobs, make, self.engine, cfg.rollout, params, cfg.env.tool_rendering, show_progress=False)
 
 
 def worker_gpus(requested: float | None, cluster_gpus: float, workers: int) -> float:

@@ -1,11 +1,11 @@
 """Rollout worker and manager: episodes of one task in one environment, run many at once.
 
-With the local backend, episodes share one *continuous* batch (``llm.batcher.DecodeBatch``): as soon as an
-episode's action is complete it is stepped in its environment and its next prompt joins the batch, and a new
-episode starts whenever one ends, so up to ``concurrency`` rows decode together all the time. Other backends
-advance in lock-step: each round gathers the prompts of every live episode into *one* call (the
-OpenAI-compatible backend sends them concurrently). A failing episode is recorded with its error and the rest go
-on.
+Episodes are the engine's sessions (``engine/``): as soon as an episode's action is complete it is stepped in its
+environment and its next prompt joins the sessions, and a new episode starts whenever one ends, so up to
+``concurrency`` episodes decode together all the time. The native engine decodes them in one continuous batch
+(``llm.batcher.DecodeBatch``); other engines in lock-step rounds, each gathering every waiting prompt into *one*
+call (the OpenAI-compatible backend sends them concurrently). There is one path for every engine. A failing
+episode is recorded with its error and the rest go on.
 """
 
 from __future__ import annotations
@@ -15,18 +15,19 @@ import logging
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 from evolvekit.agent.context import SnapshotRecorder
 from evolvekit.agent.templates import BasicContext, TemplateSettings, make_context
 from evolvekit.config import RolloutConfig
+from evolvekit.engine.base import Engine
 from evolvekit.env.action_text import CLOSE, OPEN, parse_action
-from evolvekit.env.base import Environment
+from evolvekit.env.base import Environment, SearchesExperience, StateKeyed
 from evolvekit.env.prompts import system_prompt
 from evolvekit.errors import EnvError
 from evolvekit.llm.base import LLM, Completion, SamplingParams
 from evolvekit.progress import StageProgress
-from evolvekit.types import CallOutcome, ContextDecision, Step, Task, Trajectory, new_id
+from evolvekit.types import CallOutcome, ChatMessage, ContextDecision, Step, Task, Trajectory, new_id
 
 log = logging.getLogger(__name__)
 
@@ -88,20 +89,6 @@ def _prepare(ep: _Episode, llm: LLM) -> None:
     ep.context.decisions.clear()
 
 
-def _generate(llm: LLM, episodes: Sequence[_Episode], params: SamplingParams) -> list[tuple[list[int], Completion]]:
-    for ep in episodes:
-        _prepare(ep, llm)
-    if hasattr(llm, "generate_ids") and hasattr(llm, "apply_chat_template"):
-        prompts = []
-        for ep in episodes:
-            ids, ep.prompt_spans = ep.context.tokenize(llm)
-            prompts.append(ids)
-        outs = llm.generate_ids(prompts, params)
-        return [(p, o[0]) for p, o in zip(prompts, outs)]
-    outs = llm.chat([ep.context.messages for ep in episodes], params)
-    return [(o[0].prompt_token_ids, o[0]) for o in outs]
-
-
 def initial_context(reset, rendering: str, template: TemplateSettings) -> BasicContext:
     """The context a rollout starts from (system prompt with tools, worked examples, the task); the cold start's
     supervised prompts are built by the same function, so they equal what rollouts show the policy."""
@@ -120,14 +107,13 @@ def _start(
         ctx.insert_experience(job.experience)
         traj.flags.experience_guided = True
         traj.experience_used = list(job.experience_ids)
-    key = getattr(env, "state_key", None)  # a capability of the environment, checked once per episode
     return _Episode(
         job=job,
         env=env,
         context=ctx,
         recorder=SnapshotRecorder(),
         trajectory=traj,
-        state_key=key if callable(key) else None,
+        state_key=env.state_key if isinstance(env, StateKeyed) else None,  # the environment is built per episode
     )
 
 
@@ -196,9 +182,8 @@ def _finish(ep: _Episode) -> Trajectory:
         traj.flags.failed, traj.error = True, f"evaluate: {type(err).__name__}: {err}"
     finally:
         ep.env.close()
-    searched = getattr(ep.env, "experience_ids_used", None)  # experience searched through a tool (EvolveR)
-    if searched:
-        traj.experience_used = list(dict.fromkeys([*traj.experience_used, *searched]))
+    if isinstance(ep.env, SearchesExperience) and ep.env.experience_ids_used:  # searched through a tool (EvolveR)
+        traj.experience_used = list(dict.fromkeys([*traj.experience_used, *ep.env.experience_ids_used]))
     traj.prompt_tokens, traj.completion_tokens = ep.prompt_tokens, ep.completion_tokens
     traj.merged_sequences = len(ep.recorder.merge())
     return traj
@@ -229,36 +214,49 @@ def _failed_start(job: RolloutJob, err: Exception) -> Trajectory:
     return traj
 
 
-def _run_continuous(
+def _prompt(engine: Engine, ep: _Episode) -> list[int] | list[ChatMessage]:
+    """The episode's next prompt in the engine's currency: token ids (with the spans of its recorded segments), or,
+    for a chat-only engine, the messages (the completion then reports the prompt ids, if any)."""
+    _prepare(ep, engine.llm)
+    if engine.caps.token_ids:
+        ep.prompt_ids, ep.prompt_spans = ep.context.tokenize(engine.llm)
+        return ep.prompt_ids
+    ep.prompt_ids, ep.prompt_spans = [], []
+    return list(ep.context.messages)
+
+
+def _drive(
     jobs: Sequence[RolloutJob],
     make_env: Callable[[], Environment],
-    llm,
+    engine: Engine,
     cfg: RolloutConfig,
     params: SamplingParams,
     rendering: str,
     template: TemplateSettings,
     record: Callable[[int, Trajectory], None],
 ) -> None:
-    """Continuous batching: episodes join the decode batch turn by turn; new ones start as others end."""
+    """Up to ``cfg.concurrency`` episodes decode together as the engine's sessions: as soon as an episode's action
+    is complete it is stepped in its environment and its next prompt joins the sessions, and a new episode starts
+    whenever one ends. The native engine decodes them in one continuous batch (each episode's next turn reuses its
+    own KV); other engines in lock-step rounds (``engine/sessions.py``)."""
     queue = deque(enumerate(jobs))
     live: dict[int, _Episode] = {}
-    batch = llm.decode_batch(params, keep_rows=True)  # an episode's next turn reuses its own KV
+    sessions = engine.sessions(params)
 
     def submit(indices: list[int]) -> None:
         items = []
         for i in indices:
             ep = live[i]
             try:
-                _prepare(ep, llm)
-                ep.prompt_ids, ep.prompt_spans = ep.context.tokenize(llm)
+                prompt = _prompt(engine, ep)
             except Exception as err:
                 ep.trajectory.flags.failed, ep.done = True, True
                 ep.trajectory.error = f"context: {type(err).__name__}: {err}"
-                batch.forget(i)
+                sessions.forget(i)
                 record(i, _finish(live.pop(i)))
                 continue
-            items.append((i, ep.prompt_ids))
-        batch.add(items)
+            items.append((i, prompt))
+        sessions.add(items)
 
     def refill(ready: list[int]) -> None:
         while queue and len(live) < cfg.concurrency:
@@ -272,13 +270,14 @@ def _run_continuous(
         submit(ready)
 
     refill([])
-    while len(batch) or queue:
+    while len(sessions) or queue:
         ready = []
-        for i, comp in batch.step():
+        for key, comp in sessions.step():
+            i = cast(int, key)  # the job's index: the key it was added under
             ep = live[i]
-            _advance_safely(ep, ep.prompt_ids, comp, cfg.max_steps, rendering)
+            _advance_safely(ep, ep.prompt_ids or comp.prompt_token_ids, comp, cfg.max_steps, rendering)
             if ep.done:
-                batch.forget(i)
+                sessions.forget(i)
                 record(i, _finish(live.pop(i)))
             else:
                 ready.append(i)
@@ -288,7 +287,7 @@ def _run_continuous(
 def run_rollouts(
     jobs: Sequence[RolloutJob],
     make_env: Callable[[], Environment],
-    llm: LLM,
+    engine: Engine,
     cfg: RolloutConfig,
     params: SamplingParams,
     rendering: str = "compact",
@@ -317,26 +316,5 @@ def run_rollouts(
                 on_done(i, traj)
             progress.advance()
 
-        if hasattr(llm, "decode_batch") and hasattr(llm, "apply_chat_template"):
-            _run_continuous(jobs, make_env, llm, cfg, params, rendering, template, record)
-            return [r for r in results if r is not None]
-        indexed = list(enumerate(jobs))
-        for lo in range(0, len(jobs), cfg.concurrency):
-            chunk = indexed[lo : lo + cfg.concurrency]
-            live: list[tuple[int, _Episode]] = []
-            for i, job in chunk:
-                try:
-                    live.append((i, _start(job, make_env, rendering, template)))
-                except Exception as err:
-                    record(i, _failed_start(job, err))
-            while live:
-                outs = _generate(llm, [ep for _, ep in live], params)
-                still = []
-                for (i, ep), (prompt_ids, comp) in zip(live, outs):
-                    _advance_safely(ep, prompt_ids, comp, cfg.max_steps, rendering)
-                    if ep.done:
-                        record(i, _finish(ep))
-                    else:
-                        still.append((i, ep))
-                live = still
+        _drive(jobs, make_env, engine, cfg, params, rendering, template, record)
     return [r for r in results if r is not None]

@@ -7,6 +7,7 @@ from typing import Callable, Sequence
 from evolvekit.agent.rollout import RolloutJob, require_a_valid_episode, run_rollouts
 from evolvekit.agent.templates import TemplateSettings
 from evolvekit.config import Config
+from evolvekit.engine.base import Engine
 from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.protocols import IterationContext
@@ -26,6 +27,7 @@ class VanillaRollouts:
         template: TemplateSettings | None = None,
     ) -> None:
         self.llm, self.make_env, self.cfg, self.params = llm, make_env, cfg, params
+        self.engine = Engine(llm)  # capabilities found once
         self.show_progress = show_progress
         self.template = template  # the context template with its summariser (None: cfg.rollout's, no summariser)
         self.pool = None
@@ -54,15 +56,14 @@ class VanillaRollouts:
         """Run rollout jobs where ``rollout.backend`` says: on the Ray workers (synced to the current policy), or
         here."""
         if self.pool is not None:
-            model = getattr(self.llm, "model", None)
-            if model is not None:
-                self.pool.sync_weights(model)  # workers roll out the policy being trained
+            if self.engine.caps.in_process:
+                self.pool.sync_weights(self.engine.model)  # workers roll out the policy being trained
             trajs = self.pool.run(jobs, params)
         else:
             trajs = run_rollouts(
                 jobs,
                 self.make_env,
-                self.llm,
+                self.engine,
                 self.cfg.rollout,
                 params,
                 self.cfg.env.tool_rendering,

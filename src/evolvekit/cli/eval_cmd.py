@@ -59,6 +59,7 @@ def _tasks(cfg, category: str, subset: str, limit: Optional[int]) -> list:
 
 def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] = None):
     from evolvekit.agent.evaluate import EpisodeJournal, evaluate_policy, write_results
+    from evolvekit.engine.base import Engine
     from evolvekit.env.registry import make_env, preflight
     from evolvekit.llm.factory import role_llm, sampling_for
 
@@ -81,7 +82,7 @@ def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] =
     report, trajs = evaluate_policy(
         tasks,
         lambda: make_env(cfg.env),
-        llm,
+        Engine(llm),
         cfg.rollout,
         params,
         k,

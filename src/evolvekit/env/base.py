@@ -117,3 +117,18 @@ class Environment(Protocol):
     def info(self) -> EnvInfo: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class StateKeyed(Protocol):
+    """An environment that can name its backend state (GiGPO's anchor state, ``agent/rollout.py: anchor_key``)."""
+
+    def state_key(self) -> str: ...
+
+
+@runtime_checkable
+class SearchesExperience(Protocol):
+    """An environment that offers experience search as a tool (EvolveR, ``navigating/tool_env.py``) and reports
+    which experiences an episode's searches returned."""
+
+    experience_ids_used: list[str]

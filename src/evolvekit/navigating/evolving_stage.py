@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 
 from evolvekit.agent.rollout import RolloutJob, run_rollouts
 from evolvekit.config import Config
+from evolvekit.engine.base import Engine
 from evolvekit.llm.base import SamplingParams
 from evolvekit.navigating.evolving_rl import (
     abnormal_skill,
@@ -81,6 +82,7 @@ class EvolvingRLRollouts:
         template=None,
     ) -> None:
         self.cfg, self.llm, self.make_env, self.params = cfg, llm, make_env, params
+        self.engine = Engine(llm)  # capabilities found once
         self.template = template  # the context template with its summariser
         self.candidates, self.embed = list(candidates), embed
         self.last_metrics: dict[str, float] = {}
@@ -102,7 +104,7 @@ class EvolvingRLRollouts:
         sources = run_rollouts(
             [RolloutJob(task=t, group_id=f"it{ctx.iteration:04d}-src-{i}") for i, t in enumerate(tasks)],
             self.make_env,
-            self.llm,
+            self.engine,
             rc,
             self._params(ctx.seed),
             self.cfg.env.tool_rendering,
@@ -152,7 +154,7 @@ class EvolvingRLRollouts:
             solved = run_rollouts(
                 jobs,
                 self.make_env,
-                self.llm,
+                self.engine,
                 rc,
                 self._params(ctx.seed + 2000 + i),
                 self.cfg.env.tool_rendering,

@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from evolvekit.agent.rollout import RolloutJob, run_rollouts
+from evolvekit.engine.base import Engine
 from evolvekit.types import Experience, Task, Trajectory
 
 
@@ -36,6 +37,7 @@ class UtilityTester:
     def __init__(self, llm, make_env, rollout_cfg, params, rendering: str, embed, k: int = 4, template=None) -> None:
         self.template = template
         self.llm, self.make_env, self.rollout_cfg, self.params = llm, make_env, rollout_cfg, params
+        self.engine = Engine(llm)  # capabilities found once
         self.rendering, self.embed, self.k = rendering, embed, k
 
     def test(
@@ -71,7 +73,7 @@ class UtilityTester:
             run_rollouts(
                 jobs,
                 self.make_env,
-                self.llm,
+                self.engine,
                 self.rollout_cfg,
                 self.params,
                 self.rendering,

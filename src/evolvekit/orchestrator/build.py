@@ -28,6 +28,7 @@ from evolvekit.config import (
     synthetic_reward,
     training_problem,
 )
+from evolvekit.engine.base import Engine
 from evolvekit.errors import ConfigError, EnvError
 from evolvekit.llm.base import InProcessLLM, RolloutEngine
 from evolvekit.orchestrator.loop import MasterLoop, Stages
@@ -247,13 +248,14 @@ def build_loop(
     # the environment starts before any model loads (exit 2 if it cannot)
     preflight(cfg.env, train_tasks[0] if train_tasks else None)
     policy, trainer = build_trainer(cfg, store, console, parallel)
-    engine: RolloutEngine = (
+    backend: RolloutEngine = (
         policy  # what rollouts and evaluation generate with: the trained model, through the configured engine
     )
     if pol.engine == "continuous_batching":
         from evolvekit.llm.continuous import ContinuousBatchingLLM
 
-        engine = ContinuousBatchingLLM(policy)
+        backend = ContinuousBatchingLLM(policy)
+    engine = Engine(backend)  # its capabilities, found once
 
     def env_factory():
         return make_env(cfg.env)
@@ -262,7 +264,7 @@ def build_loop(
     supply = _task_supply(cfg, store, train_tasks, policy, env_factory)
     template = rollout_template(cfg)
     rollouts, experience, policy_env = _navigation(
-        cfg, store, engine, env_factory, params, show_progress, supply.training_set(), template
+        cfg, store, backend, env_factory, params, show_progress, supply.training_set(), template
     )  # policy_env: what the policy acts in, in training and held-out evaluation (with as_tool: search_experience)
     samples = _sample_stage(cfg)
     if cfg.evolving_rl.enabled:  # Evolving-RL replaces stages B, C and D(samples) with its own structure
@@ -614,11 +616,13 @@ def pass_probe(cfg: Config, policy, env_factory):
     from evolvekit.agent.evaluate import evaluate_policy
     from evolvekit.llm.factory import sampling_for
 
+    engine = Engine(policy)  # its capabilities, found once
+
     def probe(tasks):
         report, _ = evaluate_policy(
             tasks,
             env_factory,
-            policy,
+            engine,
             cfg.rollout,
             sampling_for(cfg.models.policy, seed=cfg.run.seed),
             k,

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence, cast
 
 import torch
 
+from evolvekit.engine.base import Capabilities
 from evolvekit.env.action_text import CLOSE, format_call, parse_action
 from evolvekit.env.base import Environment, EnvProfile
 from evolvekit.env.prompts import system_prompt
@@ -175,7 +176,7 @@ class Explorer:
         self.llm, self.n_breadth, self.n_depth, self.rendering = llm, n_breadth, n_depth, rendering
         self.show_start = show_start  # the sandbox's first observation (its initial state) in the first message
         # the call-prefix scaffold needs a backend that continues a given reply start (the local one)
-        self.scaffold = scaffold and hasattr(llm, "decode_batch")
+        self.scaffold = scaffold and Capabilities.of(llm).constrained
         self.local = cast(InProcessLLM, llm)  # used only when scaffolding (an in-process model)
         self._tries: dict[tuple[str, ...], TokenTrie] = {}  # per tool set: its opened calls as a trie
         self._vocab: SchemaVocabulary | None = None  # built on first use (about a second for a 49k vocabulary)

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from evolvekit.config import Config, forced_choice
+from evolvekit.engine.base import Capabilities
 from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.questioning.curate import Deduplicator, ToolAgreement, grounding, numbers_exact, replay_feasible
@@ -85,7 +86,7 @@ def synthetic_metadata(sandbox: dict) -> dict:
 def scaffold_on(cfg: Config, llm: LLM) -> bool:
     """questioning.scaffold: 'auto' turns the small-model scaffolds on for in-process (local) models."""
     mode = cfg.questioning.scaffold
-    return mode == "on" or (mode == "auto" and hasattr(llm, "decode_batch"))
+    return mode == "on" or (mode == "auto" and Capabilities.of(llm).constrained)
 
 
 def explorer_and_synthesizer(

@@ -30,6 +30,7 @@ from typing import Any, Sequence, cast
 import torch
 
 from evolvekit.config import DifficultyConfig
+from evolvekit.engine.base import Capabilities
 from evolvekit.env.action_text import format_call
 from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams, offset_seed
 from evolvekit.llm.constrain import NumberConstraint, NumberVocabulary, number_strings
@@ -386,7 +387,7 @@ class TaskSynthesizer:
         self.candidates = candidates  # sampled requests per ask; the one that states most of its values is kept
         self.agreement = agreement  # with several candidates: prefer one that asks for its calls' tools
         # a request's numbers decoded under NumberConstraint (an in-process synthesizer): only its calls' own values
-        self.numbers_constrained = numbers_constrained and hasattr(llm, "decode_batch")
+        self.numbers_constrained = numbers_constrained and Capabilities.of(llm).constrained
         self._numbers: NumberVocabulary | None = None
         self._seed = params.seed
 

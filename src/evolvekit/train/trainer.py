@@ -15,14 +15,15 @@ import random
 import shutil
 import time
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import torch
 import torch.nn.functional as F
 
 from evolvekit.config import TrainConfig
+from evolvekit.engine.base import Engine
 from evolvekit.train.checkpoint import write_checksums
 from evolvekit.train.distributed import DataParallel, ShardedPolicy
 from evolvekit.train.losses import policy_loss, ratio_diagnostics
@@ -60,6 +61,9 @@ class UpdateStats:
 
     def as_metrics(self, prefix: str = "train/") -> dict[str, float]:
         return {prefix + k: float(v) for k, v in asdict(self).items()}
+
+
+_STAT_FIELDS = frozenset(f.name for f in fields(UpdateStats))
 
 
 def autocast_dtype(setting: str, device: torch.device) -> torch.dtype | None:
@@ -161,6 +165,7 @@ class GRPOTrainer:
         parallel: DataParallel | None = None,
     ) -> None:
         self.llm = llm
+        self.engine = Engine(llm)  # its capabilities, found once
         self.parallel = parallel  # data-parallel ranks (train/distributed.py); None: this process does all
         self.cfg = cfg
         self.eps_high_boost = eps_high_boost
@@ -306,7 +311,7 @@ class GRPOTrainer:
             return None
         if self.reference is not None:
             return self._logprobs_no_grad(self.reference, samples)
-        if hasattr(self.model, "disable_adapter"):  # LoRA: the base model is the reference
+        if self.cfg.lora:  # LoRA: the base model (the adapter switched off) is the reference
             with self.model.disable_adapter():
                 return self._logprobs_no_grad(self.model, samples)
         return None
@@ -467,8 +472,8 @@ class GRPOTrainer:
                 if self.master is not None:  # low-precision gradients onto the fp32 copies (train/master.py)
                     self.master.to_master_grads()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.optim_params, self.cfg.max_grad_norm)
-                if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor over the shards
-                    grad_norm = grad_norm.full_tensor()
+                if self.sharded is not None:  # FSDP2: the norm is a DTensor over the shards
+                    grad_norm = cast(Any, grad_norm).full_tensor()
                 if not math.isfinite(float(grad_norm)):
                     log.warning("non-finite gradient norm; skipping this optimizer step")
                     self.optimizer.zero_grad(set_to_none=True)
@@ -496,11 +501,10 @@ class GRPOTrainer:
             diag = {k[5:]: v for k, v in summed.items() if k.startswith("diag/")}
             weight_total = summed["weight_total"]
             stats.tokens, stats.shared_prefix_tokens = int(summed["tokens"]), int(summed["shared_prefix_tokens"])
-        if hasattr(self.llm, "reset_prefix_cache"):
-            self.llm.reset_prefix_cache()  # the sampler's cached prefix KV belongs to the old weights
+        self.engine.reset_prefix_cache()  # the sampler's cached prefix KV belongs to the old weights
         if weight_total:
             for k, v in agg.items():
-                if hasattr(stats, k):
+                if k in _STAT_FIELDS:
                     setattr(stats, k, v / weight_total)
         for name in ("guided", "vanilla"):
             n = diag.get(f"{name}_tokens", 0.0)

@@ -1,0 +1,168 @@
+"""Issue 55: one engine seam (``engine/``). A backend's capabilities are found once, when its ``Engine`` is built;
+rollouts have one path for every backend, and the same greedy episodes come out of each."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from evolvekit.agent.rollout import RolloutJob, run_rollouts
+from evolvekit.config import RolloutConfig
+from evolvekit.engine import Capabilities, Engine, LockStepSessions
+from evolvekit.env.base import Action, EnvInfo, EvalResult, ResetResult, StepResult
+from evolvekit.llm.base import SamplingParams
+from evolvekit.llm.continuous import ContinuousBatchingLLM
+from evolvekit.llm.local import LocalLLM
+from evolvekit.llm.openai_compat import OpenAICompatLLM
+from evolvekit.llm.tiny import make_tiny_model
+from evolvekit.types import Task
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "evolvekit"
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    return LocalLLM(str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")), device="cpu")
+
+
+class TokenOnly:
+    """The native backend seen through token ids only (no continuous batch): the lock-step path."""
+
+    def __init__(self, llm: LocalLLM) -> None:
+        self.inner, self.name = llm, llm.name
+
+    def chat(self, conversations, params):
+        return self.inner.chat(conversations, params)
+
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        return self.inner.apply_chat_template(messages, add_generation_prompt)
+
+    def generate_ids(self, prompts, params):
+        return self.inner.generate_ids(prompts, params)
+
+    def decode(self, token_ids):
+        return self.inner.decode(token_ids)
+
+
+class ChatOnly:
+    """The native backend seen through chat messages only (what an OpenAI-compatible server offers)."""
+
+    def __init__(self, llm: LocalLLM) -> None:
+        self.inner, self.name = llm, llm.name
+
+    def chat(self, conversations, params):
+        return self.inner.chat(conversations, params)
+
+
+class ThreeTurns:
+    """Three steps per episode; each observation names the step, so the prompts grow turn by turn."""
+
+    name = "three"
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def profile(self):
+        return []
+
+    def reset(self, task=None, sandbox_config=None) -> ResetResult:
+        self.n = 0
+        return ResetResult(observation=task.query if task else "hello", tools=[])
+
+    def step(self, action: Action) -> StepResult:
+        self.n += 1
+        return StepResult(observation=f"step {self.n} seen", done=self.n >= 3)
+
+    def evaluate(self, trajectory=None) -> EvalResult:
+        return EvalResult(score=1.0, passed=True)
+
+    def info(self) -> EnvInfo:
+        return EnvInfo(env_name="three", instance_id="three")
+
+    def close(self) -> None:
+        pass
+
+
+def test_capabilities_are_found_once_per_backend(local):
+    native = Capabilities.of(local)
+    assert native == Capabilities(
+        token_ids=True, sessions=True, weight_updates=True, prefix_cache=True, in_process=True, constrained=True
+    )
+    cb = Capabilities.of(ContinuousBatchingLLM(local))
+    assert (cb.token_ids, cb.sessions, cb.weight_updates, cb.prefix_cache, cb.in_process) == (
+        True, False, True, True, True,
+    )  # fmt: skip
+    assert not cb.constrained
+    served = Capabilities.of(OpenAICompatLLM("http://127.0.0.1:9/v1", "m"))
+    assert served == Capabilities() and served.describe() == "chat only"
+    assert Capabilities.of(TokenOnly(local)) == Capabilities(token_ids=True)
+    engine = Engine(local)
+    assert engine.model is local.model and "sessions" in repr(engine)
+    assert Engine(ChatOnly(local)).model is None
+    with pytest.raises(TypeError, match="accepts no weight updates"):
+        Engine(ChatOnly(local)).update_weights({})
+
+
+def test_sessions_are_the_continuous_batch_or_lock_step_rounds(local):
+    params = SamplingParams(temperature=0.0, max_new_tokens=3)
+    assert type(Engine(local).sessions(params)).__name__ == "DecodeBatch"
+    lock = Engine(TokenOnly(local)).sessions(params)
+    assert isinstance(lock, LockStepSessions)
+    lock.add([("a", [1, 5, 9]), ("b", [1, 7])])
+    lock.forget("b")  # an ended episode's waiting prompt is dropped
+    assert len(lock) == 1
+    [(key, comp)] = lock.step()
+    assert key == "a" and comp.prompt_token_ids == [1, 5, 9] and 1 <= len(comp.token_ids) <= 3
+    assert lock.step() == [] and lock.calls == 1
+
+
+@pytest.mark.parametrize(
+    "backend",
+    ["lock-step token ids", "chat only", pytest.param("continuous_batching", marks=pytest.mark.slow)],
+)
+def test_every_backend_rolls_out_the_same_greedy_episodes_as_the_native_engine(local, backend):
+    """Engine parity through the one rollout path: three-turn episodes, greedy, five jobs two at a time (so an
+    episode starts as another ends; two jobs for transformers' continuous batching). Every backend gives the native
+    engine's prompts and tokens at every step."""
+    tasks = [Task(task_id=f"t{i}", env_name="three", query=f"Count to {i}.") for i in range(5)]
+    jobs = [RolloutJob(task=t, group_id=t.task_id) for t in tasks]
+    cfg = RolloutConfig(max_steps=3, concurrency=2)
+    params = SamplingParams(temperature=0.0, max_new_tokens=6)
+
+    def episodes(llm, n=len(jobs)):
+        trajs = run_rollouts(jobs[:n], ThreeTurns, Engine(llm), cfg, params, show_progress=False)
+        assert not any(t.flags.failed for t in trajs), [t.error for t in trajs]
+        return [[(s.prompt_token_ids, s.completion_token_ids) for s in t.steps] for t in trajs]
+
+    want = episodes(local)
+    assert [len(e) for e in want] == [3] * 5
+    other = {"lock-step token ids": TokenOnly, "chat only": ChatOnly, "continuous_batching": ContinuousBatchingLLM}
+    n = 2 if backend == "continuous_batching" else len(jobs)  # transformers' batches start slowly on a CPU
+    assert episodes(other[backend](local), n) == want[:n]
+
+
+def test_no_capability_checks_by_attribute_on_the_rollout_or_training_path():
+    """Issue 55's done-when: no ``hasattr``/``getattr`` capability check remains on the rollout or training path;
+    callers read ``Engine.caps``. (``ray_backend`` forwards a method name to its environment actor by getattr: a
+    dispatch, not a check, and the only one allowed.)"""
+    paths = [
+        *sorted((SRC / "engine").glob("*.py")),
+        *sorted((SRC / "train").glob("*.py")),
+        *(SRC / "agent" / f for f in ("rollout.py", "rollout_stage.py", "evaluate.py", "ray_backend.py")),
+    ]
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("hasattr", "getattr")
+            ):
+                found.append(f"{path.relative_to(SRC)}:{node.lineno}: {ast.unparse(node)}")
+    allowed = {
+        "agent/ray_backend.py: getattr(self.env, method)",
+        "train/distributed.py: getattr(model, '_no_split_modules', None)",
+    }
+    assert {f.split(":")[0] + ":" + f.split(":", 2)[2] for f in found} <= allowed, found
