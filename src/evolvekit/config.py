@@ -256,7 +256,6 @@ class RolloutConfig(_Section):
 
 
 class TrainConfig(_Section):
-    algorithm: Literal["grpo"] = F("grpo", "policy optimisation algorithm (§6.4)")
     iterations: int = F(3, "master-loop iterations", ge=0)
     tasks_per_iteration: int = F(4, "tasks sampled per iteration (paper: batch size 32)", ge=1)
     learning_rate: float = F(1e-6, "AdamW learning rate (§7.1.3: 1e-6)", ge=0)
@@ -884,6 +883,8 @@ def migrate_stored(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(train, dict) and train.get("eval_k") == 0:  # before: 0 meant "rollout.group_size"
         train["eval_k"] = None
     moved_success_threshold(data)
+    if isinstance(train, dict) and train.get("algorithm") == "grpo":  # a setting with one value, removed
+        train.pop("algorithm")
     return data
 
 

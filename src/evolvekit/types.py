@@ -346,7 +346,6 @@ class TrainingSample(_Model):
     loss_mask: list[int]
     token_advantages: list[float]
     experience_mask: list[int]  # 1 on tokens of inserted experience (stripped before the update)
-    old_logprobs: list[float] | None = None
     experience_guided: bool = False
     loss_weight: float = 1.0  # e.g. λ_e / λ_s of Evolving-RL's joint objective (Eq. 6)
     # Samples that share a non-empty loss group are token-averaged among themselves, then the groups are summed with
@@ -364,8 +363,6 @@ class TrainingSample(_Model):
         for name in ("loss_mask", "token_advantages", "experience_mask"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"TrainingSample.{name} has length {len(getattr(self, name))}, expected {n}")
-        if self.old_logprobs is not None and len(self.old_logprobs) != n:
-            raise ValueError("TrainingSample.old_logprobs must match token_ids in length")
         for name in ("behaviour_positions", "rollout_logprobs"):
             if getattr(self, name) is not None and len(getattr(self, name)) != n:
                 raise ValueError(f"TrainingSample.{name} must match token_ids in length")

@@ -426,6 +426,7 @@ def test_one_success_definition_for_metrics_experience_counts_and_extraction():
     """Issue 53 (5): rollout/success_rate counted success at 1.0 while the pool counted at 0.5. Both, and the
     extraction split, now ask Trajectory.succeeded(reward.success_threshold), on the outcome before shaping."""
     from evolvekit.config import config_from_dict, migrate_stored
+    from evolvekit.errors import ConfigError
     from evolvekit.orchestrator.metrics import rollout_metrics
     from evolvekit.types import RewardParts, Trajectory
 
@@ -449,6 +450,10 @@ def test_one_success_definition_for_metrics_experience_counts_and_extraction():
         "navigating": {},
         "reward": {"success_threshold": 0.8},
     }
+    # a stored run's config from before train.algorithm was removed (it had one value) still resumes
+    assert migrate_stored({"train": {"algorithm": "grpo", "iterations": 2}}) == {"train": {"iterations": 2}}
+    with pytest.raises(ConfigError, match="algorithm"):
+        config_from_dict({"train": {"algorithm": "grpo"}})  # a config file naming it is told it is gone
 
 
 def _mixed(cfg, training_set=()):

@@ -128,7 +128,6 @@ def build_samples(
                     loss_mask=seq.loss_mask,
                     token_advantages=tok_adv,
                     experience_mask=exp_mask,
-                    old_logprobs=None,
                     experience_guided=traj.flags.experience_guided,
                     # §4.3: trained without the experience, but generated with it: the behaviour policy of Eq. 17's
                     # ratio is π_old(τ | q, exp), so the trainer takes the old log-probs from the sequence as generated
@@ -163,7 +162,6 @@ def decision_samples(
                 loss_mask=[0] * n_prompt + [1] * (n - n_prompt),
                 token_advantages=[0.0] * n_prompt + [value] * (n - n_prompt),
                 experience_mask=[0] * n,
-                old_logprobs=None,
             )
         )
     return out

@@ -128,15 +128,6 @@ def suffix_logprobs(
     return F.pad(logp, (s0, 0)), ent
 
 
-@torch.no_grad()
-def shared_logprobs_no_grad(
-    model, prefix: torch.Tensor, ids: torch.Tensor, lengths: Sequence[int], start: int, amp: torch.dtype | None
-) -> torch.Tensor:
-    """Steps 1–2 without gradients (old and reference log-probs)."""
-    pre = prefix_forward(model, prefix, start, amp)
-    return suffix_logprobs(model, pre, ids, lengths, start, amp)[0]
-
-
 class SharedPrefixStep:
     """One group's training pass: ``run(micro_batches, loss_fn)`` backpropagates every micro-batch's loss and, at the
     end, the prefix once. ``loss_fn(micro_index, logp, entropy) -> loss`` builds the micro-batch's loss from its
