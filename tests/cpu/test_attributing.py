@@ -206,7 +206,7 @@ def test_attributed_samples_share_the_hybrid_proxy_task_decay(tmp_path):
     stage = _sample_stage(cfg)  # what a run builds: the decay is questioning's collaborator of the sample stage
     assert isinstance(stage, AttributedSamples) and stage.advantage_scale is not None
     samples, metrics = stage.build(ctx, trajs)
-    plain, _ = AttributedSamples(cfg, None).build(ctx, trajs)  # without the collaborator: no decay
+    plain, _ = AttributedSamples.from_config(cfg, None).build(ctx, trajs)  # without the collaborator: no decay
     assert [s.token_advantages[-1] for s in plain][2] == pytest.approx([s.token_advantages[-1] for s in plain][0])
     adv = [s.token_advantages[-1] for s in samples]
     assert adv[0] == pytest.approx(-adv[1]) and adv[0] > 0  # the real task's group: full advantages
@@ -278,7 +278,7 @@ def test_llm_labels_are_scored_against_grounded_ones_where_a_reference_exists(tm
     for t in (win, lose):
         t.steps[0].prompt_token_ids, t.steps[0].completion_token_ids = [1, 2], [3]
     llm = _Scripted(["Step 0 Judgment: BAD\nStep 1 Judgment: BAD", "Step 0 Judgment: GOOD\nStep 1 Judgment: GOOD"])
-    stage = AttributedSamples(cfg, StepAttributor(llm, SamplingParams(temperature=0.0)))
+    stage = AttributedSamples.from_config(cfg, StepAttributor(llm, SamplingParams(temperature=0.0)))
     _, metrics = stage.build(IterationContext(0, 0, tmp_path, store), [win, lose])
     # grounded: win [GOOD, GOOD] (answer after a pass), lose [BAD, BAD]; the LLM said the opposite everywhere
     assert metrics["attribution/agreement_with_grounded"] == 0.0

@@ -229,14 +229,14 @@ def test_step_population_credits_an_all_failed_chain_group_that_eq_18_neutralise
     # the task is person-written: without the oracle switch its reference is closed and the all-failed group has no
     # success of its own to credit against, so no step gets a verdict and the channel is constant (no gold credit)
     closed = ["attributing.enabled=true", "attributing.source=grounded", "attributing.normalization=step"]
-    adv, mc = AttributedSamples(load_config(None, closed), None).step_advantages(ctx, trajs)
+    adv, mc = AttributedSamples.from_config(load_config(None, closed), None).step_advantages(ctx, trajs)
     assert mc["attribution/constant_channel_groups"] == 1 and mc["attribution/self_referenced"] == 0
     assert all(a == {0: 0.0, 1: 0.0} for a in adv)
     base = ["attributing.enabled=true", "attributing.source=grounded", "run.oracle=true"]
-    eq18, m18 = AttributedSamples(load_config(None, base), None).step_advantages(ctx, trajs)
+    eq18, m18 = AttributedSamples.from_config(load_config(None, base), None).step_advantages(ctx, trajs)
     assert all(a == {0: 0.0, 1: 0.0} for a in eq18) and m18["attribution/constant_channel_groups"] == 1
     cfg = load_config(None, [*base, "attributing.normalization=step"])
-    step, m = AttributedSamples(cfg, None).step_advantages(ctx, trajs)
+    step, m = AttributedSamples.from_config(cfg, None).step_advantages(ctx, trajs)
     assert m["attribution/constant_channel_groups"] == 0
     for a in step:
         assert a[0] == pytest.approx(0.0, abs=1e-9) and a[1] < -0.05  # the early answer is pushed down

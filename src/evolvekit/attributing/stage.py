@@ -9,9 +9,9 @@ from evolvekit.attributing.credit import attribution_degenerate, attribution_rew
 from evolvekit.attributing.gigpo import gigpo_advantages, step_groups_summary
 from evolvekit.attributing.grounded import agreement, grounded_labels, self_reference
 from evolvekit.boundary import InformationBoundary
-from evolvekit.config import Config, attribution_source
+from evolvekit.config import AttributingConfig, Config, attribution_source
 from evolvekit.protocols import IterationContext
-from evolvekit.train.sample_stage import AdvantageScale, GRPOSamples
+from evolvekit.train.sample_stage import AdvantageScale, GRPOSamples, SampleSettings
 from evolvekit.types import StepLabel, Task, ToolCall, Trajectory
 
 
@@ -35,11 +35,11 @@ def grounded_for(
     return grounded_labels(steps, reference, traj.checked_outcome >= success_threshold)
 
 
-def alpha_for(cfg: Config, iteration: int) -> float:
+def alpha_for(acfg: AttributingConfig, iteration: int) -> float:
     """α of Eq. 20 for this iteration: the schedule's entry (its last one past the end), else ``attributing.alpha``."""
-    sched = cfg.attributing.alpha_schedule
+    sched = acfg.alpha_schedule
     if not sched:
-        return cfg.attributing.alpha
+        return acfg.alpha
     return sched[min(iteration, len(sched) - 1)]
 
 
@@ -48,30 +48,53 @@ class AttributedSamples(GRPOSamples):
 
     def __init__(
         self,
-        cfg: Config,
+        settings: SampleSettings,
+        attributing: AttributingConfig,
+        source: str,
+        success_threshold: float,
         attributor: StepAttributor | None,
         advantage_scale: AdvantageScale | None = None,
         boundary: InformationBoundary | None = None,
     ) -> None:
-        super().__init__(cfg, advantage_scale)
+        super().__init__(settings, advantage_scale)
+        self.acfg, self.source, self.success_threshold = attributing, source, success_threshold
         self.attributor = attributor
-        self.boundary = boundary if boundary is not None else InformationBoundary(cfg.run.oracle)
+        self.boundary = boundary if boundary is not None else InformationBoundary()
         # per task, the calls of the shortest successful episode this run has seen (the self-derived reference of a
         # task whose gold is closed); in memory: a resumed run starts it afresh
         self.own_successes: dict[str, list[list[ToolCall]]] = {}
 
+    @classmethod
+    def from_config(  # type: ignore[override]
+        cls,
+        cfg: Config,
+        attributor: StepAttributor | None,
+        advantage_scale: AdvantageScale | None = None,
+        boundary: InformationBoundary | None = None,
+    ) -> AttributedSamples:
+        """The composition: what this stage reads of the config, gathered here (the stage reads no other section)."""
+        return cls(
+            SampleSettings.of(cfg),
+            cfg.attributing,
+            attribution_source(cfg),
+            cfg.reward.success_threshold,  # the run's one definition of success
+            attributor,
+            advantage_scale,
+            boundary if boundary is not None else InformationBoundary(cfg.run.oracle),
+        )
+
     def step_advantages(
         self, ctx: IterationContext, live: Sequence[Trajectory]
     ) -> tuple[list[dict[int, float]], dict[str, float]]:
-        acfg = self.cfg.attributing
-        source = attribution_source(self.cfg)
+        acfg = self.acfg
+        source = self.source
         if source == "gigpo":
             return self._gigpo(live)
         metrics: dict[str, float] = {}
         labels: list = [None] * len(live)
         if acfg.mode != "outcome_only":
             labels = self._labels(ctx, live, source, metrics)
-        alpha = alpha_for(self.cfg, ctx.iteration)
+        alpha = alpha_for(acfg, ctx.iteration)
         groups: dict[str, list[int]] = {}
         for i, t in enumerate(live):
             groups.setdefault(t.group_id or t.trajectory_id, []).append(i)
@@ -111,7 +134,7 @@ class AttributedSamples(GRPOSamples):
         """Step labels from the configured source; the LLM's are also scored against grounded ones wherever the
         task has a reference (``attribution/agreement_with_grounded``: the attributor's measured accuracy)."""
         tasks = ctx.store.task_index()
-        threshold = self.cfg.reward.success_threshold  # the run's one definition of success
+        threshold = self.success_threshold  # the run's one definition of success
         own = self._own_references(live, tasks, threshold, metrics)
         grounded = [grounded_for(tasks.get(t.task_id), t, threshold, self.boundary, own.get(t.task_id)) for t in live]
         if source == "grounded":
@@ -159,7 +182,7 @@ class AttributedSamples(GRPOSamples):
 
     def _gigpo(self, live: Sequence[Trajectory]) -> tuple[list[dict[int, float]], dict[str, float]]:
         """GiGPO's two-level advantages per GRPO group (attributing/gigpo.py); no helper model, no labels."""
-        acfg = self.cfg.attributing
+        acfg = self.acfg
         groups: dict[str, list[int]] = {}
         for i, t in enumerate(live):
             groups.setdefault(t.group_id or t.trajectory_id, []).append(i)

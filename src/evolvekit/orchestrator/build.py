@@ -412,7 +412,7 @@ def _sample_stage(cfg: Config):
 
         scale = hybrid_advantage_scale(q.synthetic_advantage_decay)
     if not cfg.attributing.enabled:
-        return GRPOSamples(cfg, scale)
+        return GRPOSamples.from_config(cfg, scale)
     from evolvekit.attributing.attributor import StepAttributor
     from evolvekit.attributing.stage import AttributedSamples
     from evolvekit.llm.factory import role_llm, sampling_for
@@ -428,7 +428,7 @@ def _sample_stage(cfg: Config):
             cfg.attributing.concurrency,
             constrained=attributor_constrained(cfg),
         )
-    return AttributedSamples(cfg, attributor, scale, InformationBoundary(cfg.run.oracle))
+    return AttributedSamples.from_config(cfg, attributor, scale, InformationBoundary(cfg.run.oracle))
 
 
 def _stored_vectors(stored: list, blobs: dict[str, bytes]):

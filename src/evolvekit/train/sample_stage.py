@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from evolvekit.config import Config
@@ -13,6 +14,24 @@ from evolvekit.types import TrainingSample, Trajectory
 AdvantageScale = Callable[[IterationContext], Callable[[Trajectory], float] | None]
 
 
+@dataclass(frozen=True)
+class SampleSettings:
+    """What a sample builder reads of the config, gathered by the composition (``of``) so the stage itself reads no
+    other section: experience stripping is navigating's setting (§4.3), the length cap and ε_norm are training's."""
+
+    strip_experience: bool = True
+    max_sequence_tokens: int = 4096
+    eps_norm: float = 1e-6
+
+    @classmethod
+    def of(cls, cfg: Config) -> SampleSettings:
+        return cls(
+            strip_experience=cfg.navigating.strip_experience,
+            max_sequence_tokens=cfg.train.max_sequence_tokens,
+            eps_norm=cfg.train.eps_norm,
+        )
+
+
 class GRPOSamples:
     """(D, first half) baseline: outcome reward, Eq. 16 group advantages, broadcast to every policy token.
 
@@ -21,15 +40,19 @@ class GRPOSamples:
     (``advantage_scale``: self-questioning's hybrid proxy-task decay, §3.3, questioning/supply.py).
     """
 
-    def __init__(self, cfg: Config, advantage_scale: AdvantageScale | None = None) -> None:
-        self.cfg = cfg
+    def __init__(self, settings: SampleSettings, advantage_scale: AdvantageScale | None = None) -> None:
+        self.settings = settings
         self.advantage_scale = advantage_scale
+
+    @classmethod
+    def from_config(cls, cfg: Config, advantage_scale: AdvantageScale | None = None) -> GRPOSamples:
+        return cls(SampleSettings.of(cfg), advantage_scale)
 
     def step_advantages(
         self, ctx: IterationContext, live: Sequence[Trajectory]
     ) -> tuple[list[dict[int, float]], dict[str, float]]:
         """Advantage of every step of every live trajectory (here: Eq. 16, the same for all steps)."""
-        return grpo_step_advantages(live, self.cfg.train.eps_norm), {}
+        return grpo_step_advantages(live, self.settings.eps_norm), {}
 
     def build(
         self, ctx: IterationContext, trajectories: Sequence[Trajectory]
@@ -40,8 +63,8 @@ class GRPOSamples:
         samples, st = build_samples(
             live,
             adv,
-            strip_experience=self.cfg.navigating.strip_experience,
-            max_tokens=self.cfg.train.max_sequence_tokens,
+            strip_experience=self.settings.strip_experience,
+            max_tokens=self.settings.max_sequence_tokens,
             advantage_scale=scale,
         )
         groups: dict[str, list[float]] = {}
