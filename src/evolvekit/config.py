@@ -285,6 +285,11 @@ class TrainConfig(_Section):
     )
     autocast: Literal["auto", "bf16", "off"] = F("auto", "bf16 autocast: auto = on for CUDA and CPUs with AVX512-BF16")
     max_sequence_tokens: int = F(4096, "training sequences longer than this are skipped (counted in metrics)", ge=1)
+    advantage_estimator: str = F(
+        "auto",
+        "the registered advantage estimator (train/advantages.py: grpo = Eq. 16; dual_channel = Eq. 18-21 from the step labels of attributing.source; gigpo = GiGPO's two-level groups; or one a plugin module registers with register_advantage); auto = dual_channel with attributing.enabled (gigpo with attributing.source: gigpo), else grpo",
+        pattern=r"^[a-z][a-z0-9_]*$",
+    )
     keep_checkpoints: int = F(2, "how many iteration checkpoints to keep on disk (the latest always kept)", ge=1)
     report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = F(
         ["tensorboard"],
@@ -665,6 +670,17 @@ def attribution_source(cfg: Config) -> str:
     return "llm" if cfg.models.attributor.backend == "openai" else "grounded"
 
 
+def advantage_estimator(cfg: Config) -> str:
+    """``train.advantage_estimator`` resolved: auto = the estimator of the attributing section (dual_channel, or
+    gigpo for ``attributing.source: gigpo``) when it is enabled, else GRPO's Eq. 16."""
+    name = cfg.train.advantage_estimator
+    if name != "auto":
+        return name
+    if not cfg.attributing.enabled:
+        return "grpo"
+    return "gigpo" if attribution_source(cfg) == "gigpo" else "dual_channel"
+
+
 def _in_process(model: ModelConfig) -> bool:
     return model.backend == "local"
 
@@ -804,6 +820,14 @@ def cross_field_problem(cfg: Config) -> str | None:
             "choices); models.synthesizer.backend is openai"
         )
     a = cfg.attributing
+    est = cfg.train.advantage_estimator
+    labelled = a.enabled and attribution_source(cfg) in ("llm", "grounded") and a.mode != "outcome_only"
+    if est in ("grpo", "gigpo") and labelled:
+        return (
+            f"train.advantage_estimator: {est} reads no step labels; attributing.enabled with source "
+            f"{attribution_source(cfg)} would compute them for nothing: use dual_channel (or auto), or turn "
+            "attributing off"
+        )
     if a.source == "gigpo":
         ignored = [
             f"attributing.{name}"

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import evolvekit.attributing.estimators  # noqa: F401 - registers dual_channel and gigpo
 from evolvekit.attributing.attributor import StepAttributor
-from evolvekit.attributing.credit import attribution_degenerate, attribution_rewards, group_step_advantages
-from evolvekit.attributing.gigpo import gigpo_advantages, step_groups_summary
 from evolvekit.attributing.grounded import agreement, grounded_labels, self_reference
 from evolvekit.boundary import InformationBoundary
 from evolvekit.config import AttributingConfig, Config, attribution_source
@@ -33,14 +32,6 @@ def grounded_for(
     if reference is None:
         reference = own_reference
     return grounded_labels(steps, reference, traj.checked_outcome >= success_threshold)
-
-
-def alpha_for(acfg: AttributingConfig, iteration: int) -> float:
-    """α of Eq. 20 for this iteration: the schedule's entry (its last one past the end), else ``attributing.alpha``."""
-    sched = acfg.alpha_schedule
-    if not sched:
-        return acfg.alpha
-    return sched[min(iteration, len(sched) - 1)]
 
 
 class AttributedSamples(GRPOSamples):
@@ -86,47 +77,14 @@ class AttributedSamples(GRPOSamples):
     def step_advantages(
         self, ctx: IterationContext, live: Sequence[Trajectory]
     ) -> tuple[list[dict[int, float]], dict[str, float]]:
-        acfg = self.acfg
-        source = self.source
-        if source == "gigpo":
-            return self._gigpo(live)
+        """Step labels from the step-credit source (llm or grounded; none for gigpo or ``mode: outcome_only``), then
+        the configured advantage estimator (dual_channel: Eq. 18-21; train/advantages.py)."""
         metrics: dict[str, float] = {}
         labels: list = [None] * len(live)
-        if acfg.mode != "outcome_only":
-            labels = self._labels(ctx, live, source, metrics)
-        alpha = alpha_for(acfg, ctx.iteration)
-        groups: dict[str, list[int]] = {}
-        for i, t in enumerate(live):
-            groups.setdefault(t.group_id or t.trajectory_id, []).append(i)
-        step_adv: list[dict[int, float]] = [{} for _ in live]
-        constant = 0  # groups whose attribution channel was degenerate (Eq. 18) and so contributed nothing
-        mixed = mixed_live = 0  # groups with mixed outcomes, and those whose attribution channel was not constant
-        for idx in groups.values():
-            degenerate = attribution_degenerate(
-                [attribution_rewards(labels[i]) if labels[i] is not None else None for i in idx],
-                population=acfg.normalization,
-            )
-            constant += degenerate
-            # mixed by the environment's check (a judge's constant score can hide a group's real spread)
-            if len({live[i].checked_outcome for i in idx}) > 1:
-                mixed += 1
-                mixed_live += not degenerate
-            advs = group_step_advantages(
-                [labels[i] for i in idx],
-                [float(live[i].outcome_reward or 0.0) for i in idx],
-                [len(live[i].steps) for i in idx],
-                alpha,
-                acfg.mode,
-                acfg.eps,
-                population=acfg.normalization,
-            )
-            for i, a in zip(idx, advs):
-                step_adv[i] = {s.index: a[k] for k, s in enumerate(live[i].steps)}
-        metrics["attribution/alpha"] = alpha
-        metrics["attribution/constant_channel_groups"] = float(constant)
-        metrics["attribution/mixed_groups"] = float(mixed)
-        metrics["attribution/mixed_groups_nondegenerate"] = float(mixed_live)
-        return step_adv, metrics
+        if self.source in ("llm", "grounded") and self.acfg.mode != "outcome_only":
+            labels = self._labels(ctx, live, self.source, metrics)
+        step_adv, more = self.estimator(self.batch(ctx, live, labels))
+        return step_adv, {**more, **metrics}
 
     def _labels(
         self, ctx: IterationContext, live: Sequence[Trajectory], source: str, metrics: dict[str, float]
@@ -179,27 +137,3 @@ class AttributedSamples(GRPOSamples):
         metrics["attribution/closed_tasks"] = float(len(closed))
         metrics["attribution/self_referenced"] = float(len(own))
         return own
-
-    def _gigpo(self, live: Sequence[Trajectory]) -> tuple[list[dict[int, float]], dict[str, float]]:
-        """GiGPO's two-level advantages per GRPO group (attributing/gigpo.py); no helper model, no labels."""
-        acfg = self.acfg
-        groups: dict[str, list[int]] = {}
-        for i, t in enumerate(live):
-            groups.setdefault(t.group_id or t.trajectory_id, []).append(i)
-        step_adv: list[dict[int, float]] = [{} for _ in live]
-        metrics = {"gigpo/step_groups": 0.0, "gigpo/grouped_steps": 0.0}
-        for idx in groups.values():
-            keys = [[s.state_key for s in live[i].steps] for i in idx]
-            advs = gigpo_advantages(
-                [float(live[i].outcome_reward or 0.0) for i in idx],
-                keys,
-                [[s.reward for s in live[i].steps] for i in idx],
-                acfg.gigpo_gamma,
-                acfg.gigpo_weight,
-                acfg.gigpo_norm,
-            )
-            for k, v in step_groups_summary(keys).items():
-                metrics[k] += v
-            for i, a in zip(idx, advs):
-                step_adv[i] = {s.index: a[k] for k, s in enumerate(live[i].steps)}
-        return step_adv, metrics

@@ -74,7 +74,13 @@ def config_show(
     overrides: Optional[list[str]] = SetOpt,
 ) -> None:
     """Print the full, validated config with every parameter's meaning and source equation."""
-    from evolvekit.config import dump_commented_yaml, helper_sources, load_config, paper_departures
+    from evolvekit.config import (
+        advantage_estimator,
+        dump_commented_yaml,
+        helper_sources,
+        load_config,
+        paper_departures,
+    )
 
     cfg = load_config(config, overrides)
     sources = ", ".join(f"{role}: {src}" for role, src in helper_sources(cfg).items())
@@ -89,6 +95,7 @@ def config_show(
     sys.stdout.write(
         oracle
         + f"# helper sources ('auto' resolved for these models): {sources}\n"
+        + f"# advantage estimator ('auto' resolved): {advantage_estimator(cfg)}\n"
         + departures
         + derived
         + dump_commented_yaml(cfg)
@@ -109,8 +116,12 @@ def config_validate(
 
     if purpose not in ("run", "eval"):
         raise ConfigError(f"--for must be run or eval, got {purpose!r}")
+    from evolvekit.orchestrator.build import registry_problem
+
     cfg = load_config(config, overrides)
-    problem = (training_problem(cfg) or out_dir_problem(cfg.run.out_dir)) if purpose == "run" else None
+    training = purpose == "run"
+    problem = (training_problem(cfg) or out_dir_problem(cfg.run.out_dir)) if training else None
+    problem = problem or registry_problem(cfg, training)
     if problem is not None:
         raise ConfigError(f"{config}: {problem}")
     console.print(f"{config}: ok")

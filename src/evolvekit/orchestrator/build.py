@@ -15,6 +15,7 @@ from evolvekit.boundary import InformationBoundary
 from evolvekit.config import (
     RESUMABLE_FIELDS,
     Config,
+    advantage_estimator,
     apply_override,
     attribution_source,
     attributor_constrained,
@@ -89,12 +90,9 @@ def open_run(
     problem = training_problem(cfg)
     if problem is not None:
         raise ConfigError(problem)
-    from evolvekit.env.registry import available_envs, load_plugins
-
-    load_plugins(cfg.env.plugins)  # an unknown environment is named now, before any folder or model
-    remote = cfg.env.service_url is not None  # an environment the service at env.service_url provides
-    if not remote and cfg.env.name not in available_envs():
-        raise ConfigError(f"env.name: unknown environment '{cfg.env.name}' (evolvekit env list; env.plugins)")
+    problem = registry_problem(cfg)  # an unknown environment or estimator is named now, before any folder or model
+    if problem is not None:
+        raise ConfigError(problem)
     run_dir = Path(fixed_dir) if fixed_dir is not None else new_run_dir(cfg)
     try:
         run_dir.mkdir(parents=True, exist_ok=fixed_dir is not None)
@@ -402,9 +400,30 @@ def load_task_file(path: str) -> list:
     return read_jsonl(path, Task, "a task")
 
 
+def registry_problem(cfg: Config, training: bool = True) -> str | None:
+    """What the registries say of ``cfg``, once ``env.plugins`` are imported (they may register environments and
+    advantage estimators): an unknown ``env.name`` (unless a service provides it) or, for training, an unknown
+    ``train.advantage_estimator``, as one line; else None. `run` and `config validate` both ask it."""
+    import evolvekit.attributing.estimators  # noqa: F401 - registers dual_channel and gigpo
+    from evolvekit.env.registry import available_envs, load_plugins
+    from evolvekit.train.advantages import ADVANTAGE_ESTIMATORS
+
+    load_plugins(cfg.env.plugins)
+    remote = cfg.env.service_url is not None  # an environment the service at env.service_url provides
+    if not remote and cfg.env.name not in available_envs():
+        return f"env.name: unknown environment '{cfg.env.name}' (evolvekit env list; env.plugins)"
+    name = advantage_estimator(cfg)
+    if training and name not in ADVANTAGE_ESTIMATORS:
+        known = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
+        return f"train.advantage_estimator: unknown estimator '{name}' (registered: {known}; env.plugins)"
+    return None
+
+
 def _sample_stage(cfg: Config):
     """Plain GRPO samples, or self-attributing ones (§5) when ``attributing.enabled``; under hybrid
     self-questioning (λ < 1) either one down-weights proxy-task advantages (§3.3)."""
+    import evolvekit.attributing.estimators  # noqa: F401 - registers dual_channel and gigpo
+
     scale = None
     q = cfg.questioning
     if q.enabled and q.hybrid_lambda < 1.0:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from evolvekit.config import Config
+from evolvekit.config import AttributingConfig, Config, advantage_estimator
 from evolvekit.protocols import IterationContext
-from evolvekit.train.samples import build_samples, grpo_step_advantages
+from evolvekit.train.advantages import AdvantageBatch, get_advantage
+from evolvekit.train.samples import build_samples
 from evolvekit.types import TrainingSample, Trajectory
 
 # given the iteration, a per-trajectory multiplier of its advantages (None: no scaling this iteration)
@@ -22,6 +23,8 @@ class SampleSettings:
     strip_experience: bool = True
     max_sequence_tokens: int = 4096
     eps_norm: float = 1e-6
+    estimator: str = "grpo"  # a registered advantage estimator (train/advantages.py)
+    attributing: AttributingConfig = field(default_factory=AttributingConfig)  # what its estimators read
 
     @classmethod
     def of(cls, cfg: Config) -> SampleSettings:
@@ -29,6 +32,8 @@ class SampleSettings:
             strip_experience=cfg.navigating.strip_experience,
             max_sequence_tokens=cfg.train.max_sequence_tokens,
             eps_norm=cfg.train.eps_norm,
+            estimator=advantage_estimator(cfg),
+            attributing=cfg.attributing,
         )
 
 
@@ -43,6 +48,7 @@ class GRPOSamples:
     def __init__(self, settings: SampleSettings, advantage_scale: AdvantageScale | None = None) -> None:
         self.settings = settings
         self.advantage_scale = advantage_scale
+        self.estimator = get_advantage(settings.estimator)  # found once; an unknown name is refused here
 
     @classmethod
     def from_config(cls, cfg: Config, advantage_scale: AdvantageScale | None = None) -> GRPOSamples:
@@ -51,8 +57,12 @@ class GRPOSamples:
     def step_advantages(
         self, ctx: IterationContext, live: Sequence[Trajectory]
     ) -> tuple[list[dict[int, float]], dict[str, float]]:
-        """Advantage of every step of every live trajectory (here: Eq. 16, the same for all steps)."""
-        return grpo_step_advantages(live, self.settings.eps_norm), {}
+        """Advantage of every step of every live trajectory, by the configured estimator (no step labels here)."""
+        return self.estimator(self.batch(ctx, live, [None] * len(live)))
+
+    def batch(self, ctx: IterationContext, live: Sequence[Trajectory], labels: Sequence) -> AdvantageBatch:
+        s = self.settings
+        return AdvantageBatch(live, labels, ctx.iteration, s.eps_norm, s.attributing)
 
     def build(
         self, ctx: IterationContext, trajectories: Sequence[Trajectory]

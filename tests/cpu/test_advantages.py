@@ -1,0 +1,113 @@
+"""Issue 55 (4): advantage estimators are registered functions (veRL style). A new algorithm is one function, one
+registration and one config value; `run` and `config validate` both refuse an unknown name."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import evolvekit.attributing.estimators  # noqa: F401 - registers dual_channel and gigpo
+from evolvekit.config import advantage_estimator, load_config
+from evolvekit.errors import ConfigError
+from evolvekit.orchestrator.stages import IterationContext
+from evolvekit.train.advantages import ADVANTAGE_ESTIMATORS, get_advantage, register_advantage
+from evolvekit.train.sample_stage import GRPOSamples
+from evolvekit.types import Step, Trajectory
+
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
+
+
+def _group(outcomes):
+    """Two-step trajectories whose second prompt extends the first (one training sequence each)."""
+    trajs = []
+    for r in outcomes:
+        t = Trajectory(task_id="t", group_id="g", outcome_reward=r)
+        t.steps = [
+            Step(index=0, action_text="a", prompt_token_ids=[1, 2], completion_token_ids=[3, 4], state_key="start"),
+            Step(index=1, action_text="b", prompt_token_ids=[1, 2, 3, 4, 5], completion_token_ids=[6, 7]),
+        ]
+        trajs.append(t)
+    return trajs
+
+
+def test_the_built_in_estimators_are_registered_and_unknown_names_are_named():
+    assert {"grpo", "dual_channel", "gigpo"} <= set(ADVANTAGE_ESTIMATORS)
+    with pytest.raises(ValueError, match=r"unknown advantage estimator 'nope' \(registered: .*dual_channel"):
+        get_advantage("nope")
+    with pytest.raises(ValueError, match="already registered"):
+        register_advantage("grpo")(lambda batch: ([], {}))
+
+
+@pytest.mark.parametrize(
+    "overrides, want",
+    [
+        ([], "grpo"),
+        (["attributing.enabled=true"], "dual_channel"),
+        (["attributing.enabled=true", "attributing.source=gigpo"], "gigpo"),
+        (["train.advantage_estimator=gigpo"], "gigpo"),  # GiGPO needs no attributing section
+        (["attributing.enabled=true", "attributing.mode=outcome_only", "train.advantage_estimator=grpo"], "grpo"),
+    ],
+)
+def test_auto_resolves_from_the_attributing_section(overrides, want):
+    assert advantage_estimator(load_config(None, overrides)) == want
+
+
+def test_an_estimator_that_would_ignore_computed_labels_is_refused():
+    with pytest.raises(ConfigError, match="train.advantage_estimator: grpo reads no step labels"):
+        load_config(None, ["attributing.enabled=true", "attributing.source=grounded", "train.advantage_estimator=grpo"])
+    with pytest.raises(ConfigError, match="advantage_estimator"):
+        load_config(None, ["train.advantage_estimator=Not A Name"])
+
+
+def test_the_sample_stage_uses_the_configured_estimator(tmp_path):
+    """The same group through grpo (Eq. 16: ±0.707 for outcomes 1, 0) and gigpo by config value alone: the first
+    steps share an anchor state, so GiGPO adds their step group's A^S (±0.707 again) to A^E there; the second
+    steps have no anchor and keep A^E alone."""
+    ctx = IterationContext(iteration=0, seed=0, run_dir=tmp_path, store=None)  # type: ignore[arg-type]
+    grpo, _ = GRPOSamples.from_config(load_config(None, [])).build(ctx, _group([1.0, 0.0]))
+    assert [s.token_advantages[-1] for s in grpo] == pytest.approx([0.7071, -0.7071], abs=1e-3)
+    cfg = load_config(None, ["train.advantage_estimator=gigpo"])
+    gigpo, metrics = GRPOSamples.from_config(cfg).build(ctx, _group([1.0, 0.0]))
+    assert "gigpo/step_groups" in metrics
+    first = 2  # the first completion token of step 0 in the merged sequence [1, 2, 3, 4, 5, 6, 7]
+    assert [s.token_advantages[first] for s in gigpo] == pytest.approx([1.4142, -1.4142], abs=1e-3)
+    assert [s.token_advantages[-1] for s in gigpo] == pytest.approx([0.7071, -0.7071], abs=1e-3)
+
+
+def test_a_plugin_estimator_is_one_function_one_registration_one_config_value(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    from evolvekit.env.registry import load_plugins
+
+    load_plugins(["adv_plugin"])  # what env.plugins does at `run`
+    cfg = load_config(None, ["env.plugins=[adv_plugin]", "train.advantage_estimator=half_baseline"])
+    ctx = IterationContext(iteration=0, seed=0, run_dir=tmp_path, store=None)  # type: ignore[arg-type]
+    samples, metrics = GRPOSamples.from_config(cfg).build(ctx, _group([1.0, 0.0, 0.0]))
+    assert [s.token_advantages[-1] for s in samples] == [0.5, -0.5, -0.5]
+    assert metrics["half_baseline/trajectories"] == 3.0
+
+
+def test_config_validate_and_run_refuse_an_unknown_estimator_the_same_way(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")])}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"env:\n  name: bfcl\n  family: arith\nrun:\n  out_dir: {tmp_path / 'runs'}\n")
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "evolvekit.cli.main", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+
+    bad = ("--set", "train.advantage_estimator=no_such_thing")
+    for args in (("config", "validate", str(cfg), *bad), ("run", str(cfg), *bad)):
+        res = cli(*args)
+        assert res.returncode == 2, (args, res.stderr)
+        assert "train.advantage_estimator: unknown estimator 'no_such_thing'" in res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+    assert not (tmp_path / "runs").exists()  # run refused before making a run folder
+    ok = cli("config", "validate", str(cfg), "--set", "train.advantage_estimator=half_baseline",
+             "--set", "env.plugins=[adv_plugin]")  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    res = cli("config", "validate", str(cfg), "--set", "env.name=nowhere")
+    assert res.returncode == 2 and "env.name: unknown environment 'nowhere'" in res.stderr  # as `run` says it
