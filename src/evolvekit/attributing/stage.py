@@ -84,7 +84,7 @@ class AttributedSamples(GRPOSamples):
         if self.source in ("llm", "grounded") and self.acfg.mode != "outcome_only":
             labels = self._labels(ctx, live, self.source, metrics)
         step_adv, more = self.estimator(self.batch(ctx, live, labels))
-        return step_adv, {**more, **metrics}
+        return step_adv, {**metrics, **more}
 
     def _labels(
         self, ctx: IterationContext, live: Sequence[Trajectory], source: str, metrics: dict[str, float]
