@@ -4,30 +4,34 @@ Full fine-tune or LoRA (peft), AdamW, gradient clipping, micro-batching (gradien
 count of the whole mini-batch as denominator, so micro-batching does not change the update), old log-probs
 recomputed before the update, reference log-probs for the KL term, bf16 autocast on CPUs that support it.
 The model object is the one the rollout sampler uses, so rollouts always come from the current policy.
+
+``update`` reads as its steps: the log-probs every epoch compares against (old, behaviour, reference: no-grad
+passes, plain or shared-prefix), then per mini-batch: collate, the forward pass (plain or shared-prefix), the pure
+loss of Eq. 17 (``train/losses.py: policy_loss``), backward, and one optimizer step of the policy
+(``train/policy.py: Policy.step``, which owns the model, optimizer and master weights); it ends by publishing the
+new weights to the engine (``Policy.publish``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import random
-import shutil
 import time
 import zlib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Sequence, cast
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from evolvekit.config import TrainConfig
 from evolvekit.engine.base import Engine
-from evolvekit.train.checkpoint import write_checksums
 from evolvekit.train.distributed import DataParallel, ShardedPolicy
 from evolvekit.train.losses import policy_loss, ratio_diagnostics
-from evolvekit.train.master import MasterWeights, needs_master
+from evolvekit.train.master import MasterWeights
+from evolvekit.train.policy import Policy
 from evolvekit.train.shared_prefix import SharedPrefixStep, prefix_forward, share_groups, suffix_logprobs
 from evolvekit.types import TrainingSample
 
@@ -170,41 +174,32 @@ class GRPOTrainer:
         self.cfg = cfg
         self.eps_high_boost = eps_high_boost
         self.entropy_coef = entropy_coef
-        self.device = llm.device
-        self.pad_id = llm.tokenizer.pad_token_id
-        if cfg.lora:
-            self._wrap_lora()
-        # train.sharding fsdp2: the ranks train one sharded copy (train/distributed.py)
-        self.sharded = ShardedPolicy(llm.model, parallel) if parallel is not None and cfg.sharding == "fsdp2" else None
-        self.model: Any = self.sharded.model if self.sharded is not None else llm.model
-        self._optimizer_state: dict | None = None  # fsdp2: the whole optimizer state, gathered for checkpoints
+        self.policy = Policy(llm, cfg, parallel)  # model, optimizer, master weights (train/policy.py)
+        self.device = self.policy.device
+        self.pad_id = self.policy.tokenizer.pad_token_id
         self.reference = reference_model if cfg.kl_beta > 0 else None
         if self.reference is not None:
             self.reference.eval()
             for p in self.reference.parameters():
                 p.requires_grad_(False)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if not params:
-            raise ValueError("the policy has no trainable parameters")
-        use_master = self.sharded is None and (
-            cfg.master_weights == "on" or (cfg.master_weights == "auto" and needs_master(params))
-        )
-        self.master = MasterWeights(params) if use_master and needs_master(params) else None
-        self.optim_params = self.master.optim_params if self.master is not None else params
-        self.optimizer = torch.optim.AdamW(
-            self.optim_params,
-            lr=cfg.learning_rate,
-            weight_decay=cfg.weight_decay,
-            betas=(cfg.adam_beta1, cfg.adam_beta2),
-        )
-        if cfg.gradient_checkpointing:
-            self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         self.amp = autocast_dtype(cfg.autocast, self.device)
 
-    def _wrap_lora(self) -> None:
-        from evolvekit.llm.lora import with_lora
+    # the policy's state, as the trainer's callers and tests name it
+    @property
+    def model(self) -> Any:
+        return self.policy.model
 
-        self.llm.model = with_lora(self.llm.model, self.cfg.lora_rank)
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.policy.optimizer
+
+    @property
+    def master(self) -> MasterWeights | None:
+        return self.policy.master
+
+    @property
+    def sharded(self) -> ShardedPolicy | None:
+        return self.policy.sharded
 
     # -- batching ------------------------------------------------------------------------------------------------
     def _collate(self, samples: Sequence[TrainingSample]) -> dict[str, torch.Tensor]:
@@ -363,7 +358,7 @@ class GRPOTrainer:
             for mini in mini_batches(len(samples), self.cfg.mini_batch_size or len(samples), seed):
                 mini_tokens = sum(float(sum(samples[i].loss_mask[1:])) for i in mini) or 1.0
                 scale = group_scales([samples[i] for i in mini], mini_tokens)
-                self.optimizer.zero_grad(set_to_none=True)
+                self.policy.zero_grad()
                 weighted = any(s.loss_weight != 1.0 or s.loss_group for s in samples)
                 where = {i: pos for pos, i in enumerate(mini)}
 
@@ -453,7 +448,7 @@ class GRPOTrainer:
                                 start=first_loss_position(batch["mask"]),
                             )
                             loss = micro_loss(micro, batch, logp, ent)
-                            (loss * self.sharded.loss_scale if self.sharded is not None else loss).backward()
+                            (loss * self.policy.loss_scale).backward()
                             stats.tokens += int(batch["attn"].sum())
                         continue
                     start = min(first_loss_position(b["mask"]) for b in batches)
@@ -467,26 +462,12 @@ class GRPOTrainer:
                     stats.shared_prefix_tokens += p * (len(members) - 1)
                 if self.sharded is not None:
                     self._idle_passes(idle, samples[mini[0]], with_entropy)
-                elif self.parallel is not None:
-                    self.parallel.all_reduce_grads([q for q in self.model.parameters() if q.requires_grad])
-                if self.master is not None:  # low-precision gradients onto the fp32 copies (train/master.py)
-                    self.master.to_master_grads()
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.optim_params, self.cfg.max_grad_norm)
-                if self.sharded is not None:  # FSDP2: the norm is a DTensor over the shards
-                    grad_norm = cast(Any, grad_norm).full_tensor()
-                if not math.isfinite(float(grad_norm)):
-                    log.warning("non-finite gradient norm; skipping this optimizer step")
-                    self.optimizer.zero_grad(set_to_none=True)
+                grad_norm = self.policy.step()
+                if grad_norm is None:
                     continue
-                self.optimizer.step()
-                if self.master is not None:
-                    self.master.to_model()
                 stats.optimizer_steps += 1
-                stats.grad_norm = max(stats.grad_norm, float(grad_norm))
-        self.model.eval()
-        if self.sharded is not None:  # rank 0's rollouts generate with the new weights; checkpoints get the state
-            self.sharded.sync_to(self.llm)
-            self._optimizer_state = self.sharded.full_optimizer_state(self.optimizer)
+                stats.grad_norm = max(stats.grad_norm, grad_norm)
+        self.policy.publish(self.engine)  # rollouts generate with the new weights
         if self.parallel is not None:  # every rank's share of the statistics
             summed = self.parallel.sum_values(
                 {
@@ -501,7 +482,6 @@ class GRPOTrainer:
             diag = {k[5:]: v for k, v in summed.items() if k.startswith("diag/")}
             weight_total = summed["weight_total"]
             stats.tokens, stats.shared_prefix_tokens = int(summed["tokens"]), int(summed["shared_prefix_tokens"])
-        self.engine.reset_prefix_cache()  # the sampler's cached prefix KV belongs to the old weights
         if weight_total:
             for k, v in agg.items():
                 if k in _STAT_FIELDS:
@@ -528,38 +508,8 @@ class GRPOTrainer:
 
     # -- checkpoints -----------------------------------------------------------------------------------------------
     def save(self, path: Path, with_optimizer: bool = True) -> Path:
-        """Write a checkpoint folder that ``LocalLLM`` / ``evolvekit eval --policy`` load (atomic rename)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        self.llm.model.save_pretrained(tmp)  # the policy itself (under fsdp2, the full copy synced after each update)
-        self.llm.tokenizer.save_pretrained(tmp)
-        if with_optimizer:
-            optimizer_state = self._optimizer_state if self.sharded is not None else self.optimizer.state_dict()
-            torch.save(optimizer_state, tmp / "optimizer.pt")
-            if self.master is not None:  # the exact fp32 weights, which the saved bf16 ones only round
-                torch.save(self.master.state_dict(), tmp / "master.pt")
-        (tmp / "trainer_state.json").write_text(json.dumps({"lora": self.cfg.lora, "saved": time.time()}))
-        write_checksums(tmp)  # a resume verifies them (train/checkpoint.py)
-        shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)
-        return path
+        """Write a checkpoint folder that ``LocalLLM`` / ``evolvekit eval --policy`` load (``Policy.save``)."""
+        return self.policy.save(path, with_optimizer)
 
     def load_optimizer(self, path: Path) -> bool:
-        opt = Path(path) / "optimizer.pt"
-        if not opt.is_file():
-            return False
-        state = torch.load(opt, map_location=self.device, weights_only=True)
-        if self.sharded is not None:
-            self.sharded.load_optimizer_state(self.optimizer, state)
-            self._optimizer_state = state
-        else:
-            self.optimizer.load_state_dict(state)
-        master = Path(path) / "master.pt"
-        if self.master is not None and master.is_file():
-            self.master.load_state_dict(torch.load(master, map_location=self.device, weights_only=True))
-        return True
+        return self.policy.load_optimizer(path)
