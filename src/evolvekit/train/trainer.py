@@ -19,7 +19,7 @@ import logging
 import random
 import time
 import zlib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -65,6 +65,25 @@ class UpdateStats:
 
     def as_metrics(self, prefix: str = "train/") -> dict[str, float]:
         return {prefix + k: float(v) for k, v in asdict(self).items()}
+
+
+@dataclass
+class _Anchors:
+    """Per sample (by index): the old, behaviour (guided samples only) and reference log-probs of an update."""
+
+    old: list[torch.Tensor] | None
+    behaviour: dict[int, torch.Tensor]
+    ref: list[torch.Tensor] | None
+
+
+@dataclass
+class _Accumulated:
+    """What an update's backward passes add up: loss statistics weighted by tokens, ratio diagnostics, counts."""
+
+    stats: UpdateStats
+    agg: dict[str, float] = field(default_factory=dict)
+    diag: dict[str, float] = field(default_factory=dict)
+    weight_total: float = 0.0
 
 
 _STAT_FIELDS = frozenset(f.name for f in fields(UpdateStats))
@@ -328,6 +347,8 @@ class GRPOTrainer:
 
     # -- the update ------------------------------------------------------------------------------------------------
     def update(self, samples: Sequence[TrainingSample]) -> UpdateStats:
+        """One update of Eq. 17: the log-probs every epoch compares against, then per PPO epoch and mini-batch the
+        backward passes and one optimizer step, then the new weights to the engine and the statistics."""
         t0 = time.perf_counter()
         samples = [s for s in samples if any(s.loss_mask)]
         stats = UpdateStats(sequences=len(samples))
@@ -335,6 +356,29 @@ class GRPOTrainer:
             return stats
         # Sort by length so micro-batches pad little; the loss is a token mean, so order does not matter.
         samples = sorted(samples, key=lambda s: len(s.token_ids))
+        anchors = self._anchors(samples, stats)
+        self.model.train()
+        acc = _Accumulated(stats)
+        with_entropy = self.entropy_coef != 0.0 or any(s.entropy_coef != 0.0 for s in samples)
+        for epoch in range(self.cfg.ppo_epochs):
+            seed = shuffle_seed(samples, epoch) if self.cfg.shuffle_mini_batches else None
+            for mini in mini_batches(len(samples), self.cfg.mini_batch_size or len(samples), seed):
+                self.policy.zero_grad()
+                idle = self._backward(samples, mini, anchors, with_entropy, acc)
+                if self.sharded is not None:
+                    self._idle_passes(idle, samples[mini[0]], with_entropy)
+                grad_norm = self.policy.step()
+                if grad_norm is None:
+                    continue
+                stats.optimizer_steps += 1
+                stats.grad_norm = max(stats.grad_norm, grad_norm)
+        self.policy.publish(self.engine)  # rollouts generate with the new weights
+        self._finish_stats(samples, acc, t0)
+        return stats
+
+    def _anchors(self, samples: Sequence[TrainingSample], stats: UpdateStats) -> _Anchors:
+        """The log-probs the loss compares against, from no-grad passes before any step: old (Eq. 17's π_old), the
+        behaviour policy of experience-guided samples (§4.3), and the reference (KL term)."""
         self.model.eval()
         # One optimizer step over the whole batch is on-policy: the old log-probs are the current ones, taken from
         # the same forward pass (detached) instead of a separate one. Otherwise they are computed up front.
@@ -347,127 +391,116 @@ class GRPOTrainer:
             for i, lp in behaviour.items():
                 old[i] = lp
         self._behaviour_gap(samples, behaviour, stats)
-        ref = self._reference_logprobs(samples)
-        self.model.train()
-        agg: dict[str, float] = {}
-        diag: dict[str, float] = {}
-        weight_total = 0.0
-        with_entropy = self.entropy_coef != 0.0 or any(s.entropy_coef != 0.0 for s in samples)
-        for epoch in range(self.cfg.ppo_epochs):
-            seed = shuffle_seed(samples, epoch) if self.cfg.shuffle_mini_batches else None
-            for mini in mini_batches(len(samples), self.cfg.mini_batch_size or len(samples), seed):
-                mini_tokens = sum(float(sum(samples[i].loss_mask[1:])) for i in mini) or 1.0
-                scale = group_scales([samples[i] for i in mini], mini_tokens)
-                self.policy.zero_grad()
-                weighted = any(s.loss_weight != 1.0 or s.loss_group for s in samples)
-                where = {i: pos for pos, i in enumerate(mini)}
+        return _Anchors(old, behaviour, self._reference_logprobs(samples))
 
-                def micro_loss(
-                    micro: list[int], batch: dict, logp: torch.Tensor, ent: torch.Tensor | None
-                ) -> torch.Tensor:
-                    nonlocal weight_total
-                    width = batch["ids"].shape[1]
-                    old_lp = torch.zeros_like(batch["adv"])
-                    ref_lp = torch.zeros_like(batch["adv"]) if ref is not None else None
-                    for j, i in enumerate(micro):
-                        n = len(samples[i].token_ids)
-                        if old is not None:
-                            old_lp[j, :n] = old[i]
-                        if ref_lp is not None and ref is not None:
-                            ref_lp[j, :n] = ref[i]
-                    if old is None:
-                        old_lp = logp.detach().clone()
-                        for j, i in enumerate(micro):
-                            if i in behaviour:
-                                old_lp[j, : len(samples[i].token_ids)] = behaviour[i]
-                    for k, v in ratio_diagnostics(
-                        logp[:, :width].detach(),
-                        old_lp,
-                        batch["adv"],
-                        batch["mask"],
-                        batch["guided"],
-                        eps_low=self.cfg.eps_low,
-                        eps_high=self.cfg.eps_high,
-                        eps_high_boost=self.eps_high_boost,
-                    ).items():
-                        diag[k] = diag.get(k, 0.0) + v
-                    weights = (
-                        batch["weights"] * torch.tensor([scale[where[i]] for i in micro], device=self.device)
-                        if weighted
-                        else None
-                    )
-                    loss, st = policy_loss(
-                        logp[:, :width],
-                        old_lp,
-                        batch["adv"],
-                        batch["mask"],
-                        batch["guided"],
-                        eps_low=self.cfg.eps_low,
-                        eps_high=self.cfg.eps_high,
-                        eps_high_boost=self.eps_high_boost,
-                        ref_logprobs=ref_lp,
-                        kl_beta=self.cfg.kl_beta,
-                        entropy=ent,
-                        entropy_coef=batch["entropy_coef"],
-                        denominator=mini_tokens,
-                        weights=weights,
-                        log_ratio_clamp=self.cfg.log_ratio_clamp,
-                        dual_clip_c=self.cfg.dual_clip_c,
-                    )
-                    w = float(batch["mask"].sum())
-                    weight_total += w
-                    for k, v in st.items():
-                        agg[k] = agg.get(k, 0.0) + v * w
-                    agg["loss"] = agg.get("loss", 0.0) + float(loss.detach()) * mini_tokens
-                    return loss
+    def _backward(
+        self,
+        samples: Sequence[TrainingSample],
+        mini: list[int],
+        a: _Anchors,
+        with_entropy: bool,
+        acc: _Accumulated,
+    ) -> int:
+        """Forward and backward over one mini-batch (this rank's share of it): per share group, its micro-batches
+        collated, their log-probs (plain, or the shared prefix once), the loss of Eq. 17 with the token count of the
+        whole mini-batch as denominator. Returns the idle passes FSDP2 needs to match the busiest rank."""
+        mini_tokens = sum(float(sum(samples[i].loss_mask[1:])) for i in mini) or 1.0
+        scale = group_scales([samples[i] for i in mini], mini_tokens)
+        weighted = any(s.loss_weight != 1.0 or s.loss_group for s in samples)
+        where = {i: pos for pos, i in enumerate(mini)}
 
-                groups = self._share_groups(samples, mini)
-                if self.sharded is not None:  # FSDP2: plain passes only, the same number on every rank
-                    groups = [(members, 0) for members, _ in groups]
-                if self.parallel is not None:  # this rank's share; gradients are summed below
-                    groups = self.parallel.shard(groups)
-                idle = 0
-                if self.sharded is not None and self.parallel is not None:  # agreed before any collective runs
-                    mbs = max(1, self.cfg.micro_batch_size)
-                    passes = sum(-(-len(members) // mbs) for members, _ in groups)
-                    idle = self.parallel.max_int(passes) - passes
-                for members, p in groups:
-                    micros = [
-                        members[k : k + max(1, self.cfg.micro_batch_size)]
-                        for k in range(0, len(members), max(1, self.cfg.micro_batch_size))
-                    ]
-                    batches = [self._collate([samples[i] for i in micro]) for micro in micros]
-                    if p == 0:  # the plain path: each micro-batch forward and backward over whole sequences
-                        for micro, batch in zip(micros, batches):
-                            logp, ent = sequence_logprobs(
-                                self.model,
-                                batch["ids"],
-                                batch["attn"],
-                                self.amp,
-                                with_entropy,
-                                start=first_loss_position(batch["mask"]),
-                            )
-                            loss = micro_loss(micro, batch, logp, ent)
-                            (loss * self.policy.loss_scale).backward()
-                            stats.tokens += int(batch["attn"].sum())
-                        continue
-                    start = min(first_loss_position(b["mask"]) for b in batches)
-                    step = SharedPrefixStep(self.model, batches[0]["ids"][0, :p], start, self.amp)
-                    step.run(
-                        [(b["ids"], [len(samples[i].token_ids) for i in micro]) for micro, b in zip(micros, batches)],
+        def micro_loss(micro: list[int], batch: dict, logp: torch.Tensor, ent: torch.Tensor | None) -> torch.Tensor:
+            width = batch["ids"].shape[1]
+            old_lp = torch.zeros_like(batch["adv"])
+            ref_lp = torch.zeros_like(batch["adv"]) if a.ref is not None else None
+            for j, i in enumerate(micro):
+                n = len(samples[i].token_ids)
+                if a.old is not None:
+                    old_lp[j, :n] = a.old[i]
+                if ref_lp is not None and a.ref is not None:
+                    ref_lp[j, :n] = a.ref[i]
+            if a.old is None:
+                old_lp = logp.detach().clone()
+                for j, i in enumerate(micro):
+                    if i in a.behaviour:
+                        old_lp[j, : len(samples[i].token_ids)] = a.behaviour[i]
+            clip: dict[str, Any] = {
+                "eps_low": self.cfg.eps_low,
+                "eps_high": self.cfg.eps_high,
+                "eps_high_boost": self.eps_high_boost,
+            }
+            given = (old_lp, batch["adv"], batch["mask"], batch["guided"])
+            for k, v in ratio_diagnostics(logp[:, :width].detach(), *given, **clip).items():
+                acc.diag[k] = acc.diag.get(k, 0.0) + v
+            weights = (
+                batch["weights"] * torch.tensor([scale[where[i]] for i in micro], device=self.device)
+                if weighted
+                else None
+            )
+            loss, st = policy_loss(
+                logp[:, :width],
+                *given,
+                **clip,
+                ref_logprobs=ref_lp,
+                kl_beta=self.cfg.kl_beta,
+                entropy=ent,
+                entropy_coef=batch["entropy_coef"],
+                denominator=mini_tokens,
+                weights=weights,
+                log_ratio_clamp=self.cfg.log_ratio_clamp,
+                dual_clip_c=self.cfg.dual_clip_c,
+            )
+            w = float(batch["mask"].sum())
+            acc.weight_total += w
+            for k, v in st.items():
+                acc.agg[k] = acc.agg.get(k, 0.0) + v * w
+            acc.agg["loss"] = acc.agg.get("loss", 0.0) + float(loss.detach()) * mini_tokens
+            return loss
+
+        groups = self._share_groups(samples, mini)
+        if self.sharded is not None:  # FSDP2: plain passes only, the same number on every rank
+            groups = [(members, 0) for members, _ in groups]
+        if self.parallel is not None:  # this rank's share; gradients are summed below
+            groups = self.parallel.shard(groups)
+        idle = 0
+        if self.sharded is not None and self.parallel is not None:  # agreed before any collective runs
+            mbs = max(1, self.cfg.micro_batch_size)
+            passes = sum(-(-len(members) // mbs) for members, _ in groups)
+            idle = self.parallel.max_int(passes) - passes
+        for members, p in groups:
+            micros = [
+                members[k : k + max(1, self.cfg.micro_batch_size)]
+                for k in range(0, len(members), max(1, self.cfg.micro_batch_size))
+            ]
+            batches = [self._collate([samples[i] for i in micro]) for micro in micros]
+            if p == 0:  # the plain path: each micro-batch forward and backward over whole sequences
+                for micro, batch in zip(micros, batches):
+                    logp, ent = sequence_logprobs(
+                        self.model,
+                        batch["ids"],
+                        batch["attn"],
+                        self.amp,
                         with_entropy,
-                        lambda m, logp, ent: micro_loss(micros[m], batches[m], logp, ent),
+                        start=first_loss_position(batch["mask"]),
                     )
-                    stats.tokens += p + sum(int(b["attn"].sum()) - p * b["ids"].shape[0] for b in batches)
-                    stats.shared_prefix_tokens += p * (len(members) - 1)
-                if self.sharded is not None:
-                    self._idle_passes(idle, samples[mini[0]], with_entropy)
-                grad_norm = self.policy.step()
-                if grad_norm is None:
-                    continue
-                stats.optimizer_steps += 1
-                stats.grad_norm = max(stats.grad_norm, grad_norm)
-        self.policy.publish(self.engine)  # rollouts generate with the new weights
+                    loss = micro_loss(micro, batch, logp, ent)
+                    (loss * self.policy.loss_scale).backward()
+                    acc.stats.tokens += int(batch["attn"].sum())
+                continue
+            start = min(first_loss_position(b["mask"]) for b in batches)
+            step = SharedPrefixStep(self.model, batches[0]["ids"][0, :p], start, self.amp)
+            step.run(
+                [(b["ids"], [len(samples[i].token_ids) for i in micro]) for micro, b in zip(micros, batches)],
+                with_entropy,
+                lambda m, logp, ent: micro_loss(micros[m], batches[m], logp, ent),
+            )
+            acc.stats.tokens += p + sum(int(b["attn"].sum()) - p * b["ids"].shape[0] for b in batches)
+            acc.stats.shared_prefix_tokens += p * (len(members) - 1)
+        return idle
+
+    def _finish_stats(self, samples: Sequence[TrainingSample], acc: _Accumulated, t0: float) -> None:
+        """Every rank's share of the statistics summed, then token-weighted means and shares."""
+        stats, agg, diag, weight_total = acc.stats, acc.agg, acc.diag, acc.weight_total
         if self.parallel is not None:  # every rank's share of the statistics
             summed = self.parallel.sum_values(
                 {
@@ -496,7 +529,6 @@ class GRPOTrainer:
         stats.policy_tokens = int(sum(sum(s.loss_mask[1:]) for s in samples))
         stats.seconds = time.perf_counter() - t0
         stats.tokens_per_s = stats.tokens / stats.seconds if stats.seconds else 0.0
-        return stats
 
     def _idle_passes(self, n: int, sample: TrainingSample, with_entropy: bool) -> None:
         """FSDP2: ``n`` zero-weighted forward/backward passes, so this rank joins the collectives of ranks with more
