@@ -690,6 +690,12 @@ def forced_choice(option: str, model: ModelConfig) -> bool:
     return option == "on" or (option == "auto" and _in_process(model))
 
 
+def teach_search_on(cfg: Config) -> bool:
+    """``cold_start.teach_search`` resolved: auto = on when experience search is an action (navigating.as_tool)."""
+    mode = cfg.cold_start.teach_search
+    return mode == "on" or (mode == "auto" and cfg.navigating.enabled and cfg.navigating.as_tool)
+
+
 def judge_mode(cfg: Config) -> str:
     """The synthetic-task judge: 'constrained' (forced score levels, in-process) or 'llm' (the paper's free answer)."""
     return "constrained" if forced_choice(cfg.questioning.judge_constrained, cfg.models.judge) else "llm"

@@ -74,13 +74,8 @@ def config_show(
     overrides: Optional[list[str]] = SetOpt,
 ) -> None:
     """Print the full, validated config with every parameter's meaning and source equation."""
-    from evolvekit.config import (
-        advantage_estimator,
-        dump_commented_yaml,
-        helper_sources,
-        load_config,
-        paper_departures,
-    )
+    from evolvekit.config import dump_commented_yaml, helper_sources, load_config, paper_departures
+    from evolvekit.resolve import auto_resolutions
 
     cfg = load_config(config, overrides)
     sources = ", ".join(f"{role}: {src}" for role, src in helper_sources(cfg).items())
@@ -89,13 +84,16 @@ def config_show(
     departures = (
         f"# {len(away)} values differ from the papers' (marked '≠ paper'): " + ", ".join(away) + "\n" if away else ""
     )
+    autos = auto_resolutions(cfg)
+    resolved = f"# {len(autos)} 'auto' values resolved on this machine:\n" if autos else ""
+    resolved += "".join(f"#   {r.field} = {r.value}  ({r.reason})\n" for r in autos)
     rules = cfg._derived
     derived = f"# {len(rules)} values follow from other settings (marked 'set by'): {', '.join(rules)}\n"
     derived = derived if rules else ""
     sys.stdout.write(
         oracle
         + f"# helper sources ('auto' resolved for these models): {sources}\n"
-        + f"# advantage estimator ('auto' resolved): {advantage_estimator(cfg)}\n"
+        + resolved
         + departures
         + derived
         + dump_commented_yaml(cfg)

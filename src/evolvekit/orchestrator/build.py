@@ -27,6 +27,7 @@ from evolvekit.config import (
     judge_mode,
     migrate_stored,
     synthetic_reward,
+    teach_search_on,
     training_problem,
 )
 from evolvekit.engine.base import Engine
@@ -369,9 +370,7 @@ def _cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory, s
             )
         tasks = [t for t in tasks if gate.gold_allowed(t)]
         template = TemplateSettings(template=cfg.rollout.template, token_limit=cfg.rollout.context_token_limit)
-        teach = cfg.cold_start.teach_search == "on" or (
-            cfg.cold_start.teach_search == "auto" and cfg.navigating.enabled and cfg.navigating.as_tool
-        )
+        teach = teach_search_on(cfg)
         pairs = reference_pairs(
             tasks,
             env_factory,
