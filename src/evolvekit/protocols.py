@@ -35,6 +35,11 @@ class TaskSupply(Protocol):
 
     def observe(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]: ...
 
+    def commit(self, c: sqlite3.Connection, store: RunStore, iteration: int) -> None:
+        """Persist what ``observe`` added (e.g. CoEvolve's new tasks) in the iteration's final transaction; stages
+        never write the store themselves."""
+        ...
+
 
 @runtime_checkable
 class RolloutStage(Protocol):

@@ -879,6 +879,47 @@ def test_the_built_coevolve_hook_carries_every_setting(tmp_path):
     assert hook.regenerator.max_contexts == 7 and hook.every == 4
 
 
+def test_coevolve_new_tasks_are_committed_with_the_iteration_not_by_the_stage(tmp_path):
+    """Issue 55: stages do not write the store. The CoEvolve hook wrote its new tasks and exploration traces in a
+    transaction of its own, mid-iteration; now the supply hands them to the iteration's final commit, so a run
+    killed before the commit has none of them stored (and makes them again on resume)."""
+    from evolvekit.orchestrator.stages import IterationContext
+    from evolvekit.questioning.coevolve import CoEvolveRegenerator, Signal
+    from evolvekit.questioning.explore import ExplorationTrace
+    from evolvekit.questioning.supply import CoEvolveHook, HybridTaskSupply
+    from evolvekit.store.sqlite import RunStore
+
+    class Traced:  # like pipeline._Reexplore: keeps the traces it explored
+        def __init__(self):
+            self.traces = []
+
+        def __call__(self, kind, goal):
+            self.traces.append(ExplorationTrace(exploration_id=f"x-{kind}", sandbox={}))
+            return [_task(f"new task for {kind}", [ToolCall(name="add", arguments={"a": 1, "b": 2})], f"n-{kind}")]
+
+    class Tracker:
+        def observe(self, trajectories):
+            return [Signal("forgetting", "t1", "a")]
+
+    regen = CoEvolveRegenerator(_Scripted(lambda conv: "reflection"), SamplingParams(), Traced(), max_contexts=2)
+    assert regen.traced is not None  # the traced callable is recognised once, at construction
+    hook = CoEvolveHook(Tracker(), regen, every=1)
+    seed_task = _task("an earlier synthesized task", [ToolCall(name="add", arguments={"a": 2, "b": 2})], "s-0")
+    supply = HybridTaskSupply([seed_task], [], per_iteration=1, lam=1.0, seed=0, coevolve=hook)
+    store = RunStore(tmp_path / "run.sqlite")
+    ctx = IterationContext(iteration=3, seed=0, run_dir=tmp_path, store=store)
+    metrics = supply.observe(ctx, [_tr("a", 0.0, tid="t1")])
+    assert metrics["coevolve/new_tasks"] == 1.0 and [t.task_id for t in supply.synthetic] == ["s-0", "n-forgetting"]
+    assert store.task_index() == {}  # nothing written by the stage
+    with store.transaction() as c:
+        supply.commit(c, store, 3)  # what the loop does in the iteration's final transaction
+    assert list(store.task_index()) == ["n-forgetting"]
+    rows = store._conn.execute("SELECT exploration_id, iteration FROM explorations").fetchall()
+    assert rows == [("x-forgetting", 3)]
+    assert regen.take_traces() == [] and hook.unsaved == []  # handed over once
+    store.close()
+
+
 def test_coevolve_reexploration_is_seeded_and_each_call_draws_anew():
     """CoEvolve's re-exploration samples with the seeds it is given: one call's explorer seeds are the same in a new
     re-explorer built with the same params (run.seed pins it), a second call's are its own, and the run's hook seeds

@@ -474,3 +474,34 @@ def test_report_to_writes_wandb_offline_and_mlflow_beside_tensorboard(tiny, tmp_
     assert steps == [0, 1]  # both iterations, in one MLflow run
     assert client.get_run(run_id).data.params["train.iterations"] == "1"  # the config as the run began
     assert len(list((run_dir / "wandb").glob("offline-run-*"))) >= 1
+
+
+def test_the_loop_commits_what_the_task_supply_added_in_the_iterations_transaction(tiny, tmp_path):
+    """Issue 55: stages do not write the store; the loop commits what the supply's observe added (CoEvolve's new
+    tasks) in the iteration's final transaction."""
+    cfg, run_dir, store = open_run(
+        load_config(_config(tiny, tmp_path, iterations=2, eval_before=False, eval_after=False)), None
+    )
+    loop = build_loop(cfg, run_dir, store, show_progress=False)
+    inner = loop.stages.supply
+
+    class Recording:
+        commits: list = []
+
+        def tasks(self, ctx):
+            return inner.tasks(ctx)
+
+        def training_set(self):
+            return inner.training_set()
+
+        def observe(self, ctx, trajectories):
+            return inner.observe(ctx, trajectories)
+
+        def commit(self, c, store_, iteration):
+            self.commits.append((iteration, c.in_transaction, store.completed_iterations()))
+
+    loop.stages.supply = Recording()
+    loop.run()
+    # each iteration's commit runs inside its final transaction, before the iteration is marked done
+    assert Recording.commits == [(0, True, []), (1, True, [0])]
+    store.close()

@@ -7,9 +7,11 @@ metrics, so a resumed run draws exactly the tasks it would have drawn.
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Sequence
 
 from evolvekit.orchestrator.stages import FixedTaskSupply, IterationContext
+from evolvekit.store.sqlite import RunStore
 from evolvekit.types import Task, Trajectory
 
 
@@ -56,3 +58,6 @@ class CurriculumTaskSupply:
 
     def observe(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         return {"curriculum/level": float(self.level(ctx))}
+
+    def commit(self, c: sqlite3.Connection, store: RunStore, iteration: int) -> None:
+        pass  # the families' tasks are fixed

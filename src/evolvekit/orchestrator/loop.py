@@ -206,6 +206,7 @@ class MasterLoop:
         with store.transaction() as c:
             store.update_trajectories(c, trajectories)  # stages C/D may have annotated them (e.g. step labels)
             st.experience.commit(c, store, it)  # e.g. the experience pool, committed with the iteration
+            st.supply.commit(c, store, it)  # e.g. CoEvolve's new tasks
             store.put_metrics(c, it, metrics)
             store.put_checkpoint(c, it, str(ckpt))
             store.set_iteration(c, it, IterationStatus.DONE)

@@ -65,6 +65,9 @@ class FixedTaskSupply:
     def observe(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         return {}
 
+    def commit(self, c: sqlite3.Connection, store: RunStore, iteration: int) -> None:
+        pass  # a fixed supply adds nothing
+
 
 class NoExperience:
     """(C) baseline: plain GRPO keeps no experience."""

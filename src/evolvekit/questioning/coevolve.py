@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence, runtime_checkable
 
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.types import ChatMessage, Task, Trajectory
@@ -130,6 +130,15 @@ def reflection_prompt(kind: str, task: Task | None, traj: Trajectory) -> list[Ch
     ]
 
 
+@runtime_checkable
+class TracedExplore(Protocol):
+    """A re-exploration callable that keeps the traces it explored (``questioning/pipeline.py: _Reexplore``)."""
+
+    traces: list
+
+    def __call__(self, kind: str, goal: str) -> list[Task]: ...
+
+
 class CoEvolveRegenerator:
     """Turns signal-annotated trajectories into new curated tasks (signal → reflect → re-explore → synthesize)."""
 
@@ -141,6 +150,15 @@ class CoEvolveRegenerator:
         max_contexts: int = 4,
     ) -> None:
         self.llm, self.params, self.explore_fn, self.max_contexts = reflect_llm, params, explore_fn, max_contexts
+        # an exploring callable that keeps its exploration traces (for the run store), found once
+        self.traced: TracedExplore | None = explore_fn if isinstance(explore_fn, TracedExplore) else None
+
+    def take_traces(self) -> list:
+        """The exploration traces of the re-explorations since the last call (none for an untraced callable)."""
+        if self.traced is None:
+            return []
+        traces, self.traced.traces = list(self.traced.traces), []
+        return traces
 
     def regenerate(
         self, signals: Sequence[Signal], trajectories: dict[str, Trajectory], tasks: dict[str, Task]

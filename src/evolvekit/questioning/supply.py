@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import random
+import sqlite3
 from typing import Sequence
 
 from evolvekit.errors import EvolveKitError
 from evolvekit.protocols import IterationContext
+from evolvekit.store.sqlite import RunStore
 from evolvekit.types import Task, TaskSource, Trajectory
 
 
@@ -79,6 +81,11 @@ class HybridTaskSupply:
         metrics["tasks/synthetic_pool"] = float(len(self.synthetic))
         return metrics
 
+    def commit(self, c: sqlite3.Connection, store: RunStore, iteration: int) -> None:
+        """What observing added (CoEvolve's new tasks), in the iteration's final transaction."""
+        if self.coevolve is not None:
+            self.coevolve.commit(c, store, iteration)
+
 
 def hybrid_advantage_scale(decay: float):
     """The sample builder's advantage scale under hybrid training (λ < 1): proxy (synthetic) tasks' trajectories
@@ -108,6 +115,8 @@ class CoEvolveHook:
         self.tracker, self.regenerator, self.every = tracker, regenerator, every
         self.pending: list = []
         self.trajectories: dict[str, Trajectory] = {}
+        self.unsaved: list[Task] = []  # new tasks and their traces, for the iteration's commit
+        self.unsaved_traces: list = []
 
     def observe(
         self, ctx: IterationContext, trajectories: Sequence[Trajectory], supply: HybridTaskSupply
@@ -122,14 +131,16 @@ class CoEvolveHook:
         if self.every and (ctx.iteration + 1) % self.every == 0 and self.pending:
             tasks = ctx.store.task_index() if ctx.store is not None else {}
             new = self.regenerator.regenerate(self.pending, self.trajectories, tasks)
-            traces = getattr(self.regenerator.explore_fn, "traces", [])
-            if ctx.store is not None and (new or traces):
-                with ctx.store.transaction() as c:
-                    ctx.store.put_tasks(c, new, ctx.iteration)
-                    ctx.store.put_explorations(c, traces, ctx.iteration)
-            if traces:
-                traces.clear()
+            self.unsaved += new
+            self.unsaved_traces += self.regenerator.take_traces()
             supply.synthetic += new
             self.pending, self.trajectories = [], {}
         metrics["coevolve/new_tasks"] = float(len(new))
         return metrics
+
+    def commit(self, c: sqlite3.Connection, store: RunStore, iteration: int) -> None:
+        """The new tasks (with their signal provenance) and their exploration traces, in the iteration's final
+        transaction: the loop commits them with the iteration, and a run killed before that regenerates them."""
+        store.put_tasks(c, self.unsaved, iteration)
+        store.put_explorations(c, self.unsaved_traces, iteration)
+        self.unsaved, self.unsaved_traces = [], []
