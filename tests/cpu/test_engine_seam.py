@@ -143,6 +143,39 @@ def test_every_backend_rolls_out_the_same_greedy_episodes_as_the_native_engine(l
     assert episodes(other[backend](local), n) == want[:n]
 
 
+def test_an_episode_is_one_coroutine_that_any_caller_can_drive(local):
+    """Issue 55.2: ``run_episode`` is one episode from start to score: it yields prompts and takes completions; here
+    a caller drives it by hand, one generate call per turn, and gets the native engine's episode."""
+    from evolvekit.agent.rollout import run_episode
+    from evolvekit.agent.templates import TemplateSettings
+
+    task = Task(task_id="t0", env_name="three", query="Count to 0.")
+    engine = Engine(local)
+    params = SamplingParams(temperature=0.0, max_new_tokens=6)
+    episode = run_episode(engine, RolloutJob(task=task, group_id="t0"), ThreeTurns, "compact", TemplateSettings(), 3)
+    prompt, turns = next(episode), 0
+    try:
+        while True:
+            [[comp]] = local.generate_ids([prompt], params)
+            prompt = episode.send(comp)
+            turns += 1
+    except StopIteration as end:
+        traj = end.value
+    assert turns == 2 and len(traj.steps) == 3 and traj.outcome_reward == 1.0 and not traj.flags.failed
+    [batched] = run_rollouts([RolloutJob(task=task, group_id="t0")], ThreeTurns, engine, RolloutConfig(max_steps=3),
+                             params, show_progress=False)  # fmt: skip
+    assert [s.completion_token_ids for s in traj.steps] == [s.completion_token_ids for s in batched.steps]
+    broken = run_episode(engine, RolloutJob(task=task), _NoStart, "compact", TemplateSettings(), 3)
+    with pytest.raises(StopIteration) as end:
+        next(broken)  # a start that fails ends the episode at once, with its error recorded
+    assert end.value.value.flags.failed and "reset" in end.value.value.error
+
+
+class _NoStart(ThreeTurns):
+    def reset(self, task=None, sandbox_config=None):
+        raise RuntimeError("no sandbox")
+
+
 def test_no_capability_checks_by_attribute_on_the_rollout_or_training_path():
     """Issue 55's done-when: no ``hasattr``/``getattr`` capability check remains on the rollout or training path;
     callers read ``Engine.caps``. (``ray_backend`` forwards a method name to its environment actor by getattr: a

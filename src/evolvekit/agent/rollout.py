@@ -15,7 +15,7 @@ import logging
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Sequence, cast
+from typing import Callable, Generator, Sequence, cast
 
 from evolvekit.agent.context import SnapshotRecorder
 from evolvekit.agent.templates import BasicContext, TemplateSettings, make_context
@@ -225,6 +225,35 @@ def _prompt(engine: Engine, ep: _Episode) -> list[int] | list[ChatMessage]:
     return list(ep.context.messages)
 
 
+def run_episode(
+    engine: Engine,
+    job: RolloutJob,
+    make_env: Callable[[], Environment],
+    rendering: str,
+    template: TemplateSettings,
+    max_steps: int,
+) -> Generator[list[int] | list[ChatMessage], Completion, Trajectory]:
+    """One episode, from its environment's start to its score, as a coroutine: it yields each prompt (in the
+    engine's currency), receives the completion, steps the environment, and returns the trajectory. Nothing in it
+    knows how many other episodes run beside it: ``run_rollouts`` runs many at once and the engine batches them.
+    A failure (start, context, step or scoring) ends the episode with its error recorded."""
+    try:
+        ep = _start(job, make_env, rendering, template)
+    except Exception as err:
+        return _failed_start(job, err)
+    while True:
+        try:
+            prompt = _prompt(engine, ep)
+        except Exception as err:
+            ep.trajectory.flags.failed, ep.done = True, True
+            ep.trajectory.error = f"context: {type(err).__name__}: {err}"
+            return _finish(ep)
+        comp = yield prompt
+        _advance_safely(ep, ep.prompt_ids or comp.prompt_token_ids, comp, max_steps, rendering)
+        if ep.done:
+            return _finish(ep)
+
+
 def _drive(
     jobs: Sequence[RolloutJob],
     make_env: Callable[[], Environment],
@@ -235,53 +264,38 @@ def _drive(
     template: TemplateSettings,
     record: Callable[[int, Trajectory], None],
 ) -> None:
-    """Up to ``cfg.concurrency`` episodes decode together as the engine's sessions: as soon as an episode's action
-    is complete it is stepped in its environment and its next prompt joins the sessions, and a new episode starts
-    whenever one ends. The native engine decodes them in one continuous batch (each episode's next turn reuses its
-    own KV); other engines in lock-step rounds (``engine/sessions.py``)."""
+    """Up to ``cfg.concurrency`` episodes (``run_episode``) run at once as the engine's sessions: as soon as an
+    episode's action is complete it is stepped in its environment and its next prompt joins the sessions, and a new
+    episode starts whenever one ends. The native engine decodes them in one continuous batch (each episode's next
+    turn reuses its own KV); other engines in lock-step rounds (``engine/sessions.py``)."""
     queue = deque(enumerate(jobs))
-    live: dict[int, _Episode] = {}
+    live: dict[int, Generator[list[int] | list[ChatMessage], Completion, Trajectory]] = {}
     sessions = engine.sessions(params)
 
-    def submit(indices: list[int]) -> None:
-        items = []
-        for i in indices:
-            ep = live[i]
-            try:
-                prompt = _prompt(engine, ep)
-            except Exception as err:
-                ep.trajectory.flags.failed, ep.done = True, True
-                ep.trajectory.error = f"context: {type(err).__name__}: {err}"
-                sessions.forget(i)
-                record(i, _finish(live.pop(i)))
-                continue
-            items.append((i, prompt))
-        sessions.add(items)
+    def resume(i: int, comp: Completion | None) -> list[tuple[int, list[int] | list[ChatMessage]]]:
+        """Run episode ``i`` to its next prompt; record it when it ends instead."""
+        try:
+            prompt = next(live[i]) if comp is None else live[i].send(comp)
+        except StopIteration as end:
+            del live[i]
+            sessions.forget(i)
+            record(i, end.value)
+            return []
+        return [(i, prompt)]
 
-    def refill(ready: list[int]) -> None:
+    def refill(items: list[tuple[int, list[int] | list[ChatMessage]]]) -> None:
         while queue and len(live) < cfg.concurrency:
             i, job = queue.popleft()
-            try:
-                live[i] = _start(job, make_env, rendering, template)
-            except Exception as err:
-                record(i, _failed_start(job, err))
-                continue
-            ready.append(i)
-        submit(ready)
+            live[i] = run_episode(engine, job, make_env, rendering, template, cfg.max_steps)
+            items += resume(i, None)
+        sessions.add(items)
 
     refill([])
     while len(sessions) or queue:
-        ready = []
+        items: list[tuple[int, list[int] | list[ChatMessage]]] = []
         for key, comp in sessions.step():
-            i = cast(int, key)  # the job's index: the key it was added under
-            ep = live[i]
-            _advance_safely(ep, ep.prompt_ids or comp.prompt_token_ids, comp, cfg.max_steps, rendering)
-            if ep.done:
-                sessions.forget(i)
-                record(i, _finish(live.pop(i)))
-            else:
-                ready.append(i)
-        refill(ready)
+            items += resume(cast(int, key), comp)  # the key is the job's index
+        refill(items)
 
 
 def run_rollouts(
