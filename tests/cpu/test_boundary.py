@@ -245,6 +245,7 @@ def _leaks(found: dict[str, list[str]]) -> dict[str, int]:
     return {k: sum(bool(re.search(SENTINEL_PATTERN, text)) for text in v) for k, v in found.items()}
 
 
+@pytest.mark.slow
 def test_no_person_written_gold_reaches_training_unless_the_oracle_switch_is_on(tiny, tmp_path, monkeypatch):
     closed = _leaks(_run_and_collect(tiny, tmp_path / "closed", False, monkeypatch))
     assert sum(closed.values()) == 0, f"person-written gold reached the training side: {closed}"

@@ -26,6 +26,7 @@ def _run(args: list[str], out: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "shared_prefix, sharding, launcher",
     [("on", "replicate", "torchrun"), ("off", "replicate", "accelerate"), ("off", "fsdp2", "torchrun")],
@@ -86,6 +87,7 @@ def _done(path: Path) -> int:
         con.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sharding", ["replicate", "fsdp2"])
 def test_run_under_torchrun_trains_as_one_process_and_resumes(tiny, tmp_path, sharding):
     """`torchrun --nproc_per_node 2 -m evolvekit.cli.main run CFG`: rank 0 runs the loop, rank 1 joins every

@@ -24,6 +24,7 @@ def _plain_logprobs(model, prompt: list[int], tokens: list[int]) -> list[float]:
     return [float(lp[len(prompt) - 1 + i, t]) for i, t in enumerate(tokens)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["native", "continuous_batching"])
 def test_engine_logprobs_agree_with_a_plain_forward(local, engine):
     llm = local if engine == "native" else ContinuousBatchingLLM(local)
@@ -41,6 +42,7 @@ def test_engine_logprobs_agree_with_a_plain_forward(local, engine):
     assert [[c.token_ids for c in o] for o in again] == [[c.token_ids for c in o] for o in outs]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["native", "continuous_batching"])
 def test_update_weights_reaches_generation_through_the_seam(tmp_path, engine):
     """``RolloutEngine.update_weights``: after new weights arrive, the engine samples from the new model (its
@@ -77,6 +79,7 @@ def test_continuous_batching_cuts_at_stop_strings_and_eos(local):
     assert toks == ids and reason == "length"
 
 
+@pytest.mark.slow
 def test_a_run_rolls_out_and_evaluates_through_continuous_batching(local, tmp_path, monkeypatch):
     """`models.policy.engine: continuous_batching`: the loop's rollouts and held-out evaluation go through it."""
     from pathlib import Path

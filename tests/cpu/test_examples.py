@@ -4,6 +4,8 @@ plugin module, its tasks split, its episodes scored, and the rollout machinery r
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -39,6 +41,7 @@ def _cli(*args):
     )
 
 
+@pytest.mark.slow
 def test_the_docs_commands_run_on_the_counter_environment(tmp_path):
     import json
 

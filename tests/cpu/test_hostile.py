@@ -725,6 +725,7 @@ class _Hostile:
         self.server.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, cause", [("trickle", "within"), ("deep", "nested deeper"), ("huge", "over")])
 def test_every_outbound_client_has_a_deadline_and_caps_its_reply(mode, cause):
     """Issue 52 (4): a server sending 1 byte/s hung the clients even with step_timeout_s=5; a deeply nested reply

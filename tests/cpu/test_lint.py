@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -21,6 +23,7 @@ def test_ruff_lint_and_format_are_clean():
     assert fmt.returncode == 0, fmt.stdout[-3000:]
 
 
+@pytest.mark.slow
 def test_mypy_is_clean_on_src():
     res = _run("mypy")  # settings in pyproject.toml [tool.mypy]: files = src, check_untyped_defs
     assert res.returncode == 0, res.stdout[-3000:]

@@ -312,6 +312,7 @@ def test_the_alias_is_translated_in_paths_not_inside_file_contents():
     env.close()
 
 
+@pytest.mark.slow
 def test_a_server_printing_garbage_is_one_clear_error_and_a_few_log_lines(caplog):
     """Issue 52 (9): a server printing garbage produced 17,310 tracebacks in 18 s, and the start-up error hid its
     cause inside "ExceptionGroup ... (1 sub-exception)"."""

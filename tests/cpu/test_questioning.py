@@ -1212,6 +1212,7 @@ def test_numbers_constrained_needs_an_in_process_synthesizer():
     assert load_config(None, ["questioning.numbers_constrained=auto", "models.synthesizer.backend=openai"])
 
 
+@pytest.mark.slow
 def test_numbers_constrained_synthesizer_states_only_its_calls_values(smollm2):
     """The embedded 135M synthesizer, asked for follow-up turns with the real arith_turns shots: unconstrained it
     writes numbers its call does not have (it copies the shots' 3, 2 and 5); constrained, only the call's own."""

@@ -41,6 +41,7 @@ def test_env_actor_proxy(local_ray, monkeypatch):
     env.close()
 
 
+@pytest.mark.slow
 def test_workers_match_local_rollouts_and_sync_weights(local_ray, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(PLUGINS)
     base = make_tiny_model(tmp_path / "seed0", seed=0)

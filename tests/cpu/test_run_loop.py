@@ -135,6 +135,7 @@ def _cli(*args, env=None):
     return [sys.executable, "-m", "evolvekit.cli.main", *args]
 
 
+@pytest.mark.slow
 def test_kill_9_mid_iteration_then_resume(tiny, tmp_path):
     cfg_path = _config(tiny, tmp_path, iterations=4, eval_before=False, eval_after=False)
     env = {

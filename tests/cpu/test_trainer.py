@@ -344,6 +344,7 @@ def test_evolving_rl_sets_its_adamw_unless_set():
     assert load_config(None, ["evolving_rl.enabled=true", "train.weight_decay=0.0"]).train.weight_decay == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_export_is_a_plain_transformers_folder_with_the_policys_logprobs(tiny_path, tmp_path, lora):
     """Issue 54 (8): `evolvekit export` writes a folder that plain transformers loads (no peft, LoRA merged) and whose
