@@ -90,6 +90,7 @@ def test_a_plugin_estimator_is_one_function_one_registration_one_config_value(tm
     assert metrics["half_baseline/trajectories"] == 3.0
 
 
+@pytest.mark.slow
 def test_config_validate_and_run_refuse_an_unknown_estimator_the_same_way(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")])}
     cfg = tmp_path / "c.yaml"

@@ -15,6 +15,7 @@ def base_tasks():
     return {t.task_id: t for t in data.load_tasks("multi_turn_base")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("category", data.CATEGORIES)
 def test_ground_truth_replays_pass_official_checker(category):
     tasks = data.load_tasks(category)

@@ -73,6 +73,7 @@ def test_a_finished_run_is_extended_by_more_iterations(tmp_path, how):
     store.close()
 
 
+@pytest.mark.slow
 def test_env_list_names_plugin_environments(tmp_path):
     """Issue 54 (7): `env list` omitted plugin environments. It lists those of an installed package's
     'evolvekit.environments' entry point, and with a config those of its env.plugins."""
@@ -102,6 +103,7 @@ def test_env_list_names_plugin_environments(tmp_path):
     assert "coin_notask" in env_list("-c", str(cfg))  # the config's env.plugins
 
 
+@pytest.mark.slow
 def test_tasks_synthesize_uses_the_configs_environment_unless_env_is_given(tmp_path):
     """Issue 54 (2): `tasks synthesize --env` defaulted to bfcl and overrode the config's env.name (it explored BFCL
     for 5 minutes with an MCP config). The config's environment is used: here one that cannot start, which stops

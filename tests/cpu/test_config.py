@@ -185,6 +185,7 @@ def test_ablation_confidence_out_of_range_is_a_config_error(tmp_path):
         load_spec(spec)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "content,needle", [("foo: 1\n", "unknown key 'foo'"), ("train: {iterations: x}\n", "train.iterations")]
 )

@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def _cli(*args):
     return subprocess.run(
@@ -16,6 +18,7 @@ def test_env_check_json_reports_all_passing():
     assert out["passed"] == out["total"] == 200
 
 
+@pytest.mark.slow
 def test_env_list_and_bad_split():
     assert "bfcl" in _cli("env", "list").stdout
     res = _cli("env", "check", "--split", "multi_turn_nope")

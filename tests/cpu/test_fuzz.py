@@ -131,6 +131,7 @@ def test_create_bodies_never_500(client, body):
         _ok(client.post("/release", json={"instance_id": iid}, headers=H))
 
 
+@pytest.mark.slow
 @FUZZ
 @given(action=actions, body_extra=st.dictionaries(st.text(max_size=6), json_values, max_size=2))
 def test_step_bodies_never_500(client, action, body_extra):
@@ -341,6 +342,7 @@ def science():
     env.close()
 
 
+@pytest.mark.slow
 @SMALL
 @given(
     config=st.one_of(

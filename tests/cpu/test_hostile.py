@@ -808,6 +808,7 @@ def test_error_replies_name_the_problem_without_echoing_the_input():
         assert 400 <= r.status_code < 500 and len(r.content) < 2_000, (r.status_code, len(r.content))
 
 
+@pytest.mark.slow
 def test_an_unknown_environment_is_refused_before_any_model_or_folder(tmp_path):
     """Issue 52 (10): an unknown env.name was reported only after the models had loaded."""
     out = subprocess.run(
@@ -846,6 +847,7 @@ def test_imported_experiences_are_capped_per_field_and_per_file(tmp_path):
     assert len(pool) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "body, needle",
     [

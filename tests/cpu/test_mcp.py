@@ -141,6 +141,7 @@ def test_two_concurrent_episodes_never_see_each_others_files():
     assert _wait_no_servers() == 0
 
 
+@pytest.mark.slow
 def test_git_server_probe_compares_branches_and_commits():
     cfg = _cfg("mcp_git.yaml")
     branch = ToolCall(name="git_create_branch", arguments={"repo_path": "/sandbox", "branch_name": "feature"})

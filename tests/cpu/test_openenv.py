@@ -69,6 +69,7 @@ def _step(n) -> Action:
     return Action(tool_calls=[ToolCall(name="step", arguments={"n": n})])
 
 
+@pytest.mark.slow
 def test_tasks_are_reset_seeds_and_the_splits_never_share_one(server):
     cfg = _cfg(server, episodes=5)
     train, test = env_tasks(cfg, "train"), env_tasks(cfg, "test")
@@ -163,6 +164,7 @@ def test_a_synthesized_task_shows_its_request_and_sandbox_mode_has_no_score(serv
     env.close()
 
 
+@pytest.mark.slow
 def test_urls_and_configuration_errors(server):
     assert base_urls("http://h:1/") == ("http://h:1", "ws://h:1/ws")
     assert base_urls("wss://h/env") == ("https://h/env", "wss://h/env/ws")

@@ -26,6 +26,7 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_env_actor_proxy(local_ray, monkeypatch):
     monkeypatch.syspath_prepend(PLUGINS)
     cfg = EnvConfig(name="bfcl", family="arith")
@@ -74,6 +75,7 @@ def test_workers_match_local_rollouts_and_sync_weights(local_ray, tmp_path, monk
     assert all(t.outcome_reward is not None and not t.flags.failed for t in remote)
 
 
+@pytest.mark.slow
 def test_lora_workers_receive_only_the_adapters_and_match_the_driver(local_ray, tmp_path, monkeypatch):
     from evolvekit.config import TrainConfig
     from evolvekit.llm.lora import policy_weights

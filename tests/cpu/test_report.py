@@ -64,6 +64,7 @@ def run_dir(tmp_path_factory):
     return rd
 
 
+@pytest.mark.slow
 def test_report_writes_html_and_figures(run_dir):
     from evolvekit.report.html import write_report
 
@@ -106,6 +107,7 @@ def _ablation_folder(run_dir, root, rows=("grpo_real", "<b>row")):
     return root
 
 
+@pytest.mark.slow
 def test_report_on_a_folder_of_runs_groups_rows_over_seeds(run_dir, tmp_path):
     import json
     import sys

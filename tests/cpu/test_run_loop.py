@@ -211,6 +211,7 @@ def test_training_refuses_a_served_policy_before_making_a_run_folder(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_damaged_checkpoint_resumes_from_the_previous_one(tiny, tmp_path):
     """A truncated newest checkpoint is detected by its checksums; the run falls back to the one before it and
     re-runs the iteration after it, ending with every iteration done and the same number of rollouts."""
@@ -248,6 +249,7 @@ def test_a_damaged_checkpoint_resumes_from_the_previous_one(tiny, tmp_path):
     store2.close()
 
 
+@pytest.mark.slow
 def test_resume_cli_names_a_damaged_checkpoint_in_one_line(tiny, tmp_path):
     cfg, run_dir, store = open_run(
         load_config(_config(tiny, tmp_path, iterations=1, eval_before=False, eval_after=False)), None
@@ -453,6 +455,7 @@ def test_an_environment_without_tasks_trains_on_its_own_synthesized_tasks(tiny, 
     store.close()
 
 
+@pytest.mark.slow
 def test_report_to_writes_wandb_offline_and_mlflow_beside_tensorboard(tiny, tmp_path):
     """Issue 54 (8): train.report_to. One tiny run reports to TensorBoard, W&B (offline, no network) and MLflow (a
     file store in the run folder); extended by one iteration it continues the same W&B and MLflow runs."""

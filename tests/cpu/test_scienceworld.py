@@ -28,6 +28,7 @@ def _java_children(expect: int | None = None) -> int:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_splits_are_the_simulators_own_and_disjoint():
     from evolvekit.config import EnvConfig
     from evolvekit.env.registry import env_tasks
@@ -44,6 +45,7 @@ def test_splits_are_the_simulators_own_and_disjoint():
     assert _java_children(expect=0) == 0  # the split's JVM was shut down
 
 
+@pytest.mark.slow
 def test_text_actions_score_and_close_frees_the_jvm():
     from evolvekit.config import EnvConfig
     from evolvekit.env.action_text import parse_action
@@ -90,6 +92,7 @@ def test_eval_and_a_short_run_from_the_command_line(tmp_path):
     assert metrics["rollout/steps_mean"] == 2.0 and "train/loss" in metrics
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "sandbox, field",
     [

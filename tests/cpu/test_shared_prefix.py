@@ -103,6 +103,7 @@ def _same(a, b, atol, rtol):
         assert torch.allclose(g_a[k], g_b[k], atol=atol, rtol=rtol), (k, (g_a[k] - g_b[k]).abs().max())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("micro", [1, 2, 4])
 def test_shared_equals_unshared_full_fine_tune(tiny_path, micro):
     samples = _group()
@@ -129,6 +130,7 @@ def test_shared_equals_unshared_with_lora(tiny_path):
     )
 
 
+@pytest.mark.slow
 def test_shared_equals_unshared_with_old_logprob_passes_and_bf16(tiny_path):
     samples = _group()
     # several optimizer steps: old log-probs come from a separate (shared) no-grad pass

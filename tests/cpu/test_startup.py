@@ -24,6 +24,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @needs_mcp
 @pytest.mark.parametrize(
     "command",
