@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Hashable, Protocol, Sequence, runtime_checkable
 
+from evolvekit.engine.sessions import LockStepSessions
 from evolvekit.llm.base import LLM, Completion, SamplingParams
 from evolvekit.types import ChatMessage
 
@@ -118,8 +119,6 @@ class Engine:
         if self.caps.sessions:
             batch: Sessions = self.llm.decode_batch(params, keep_rows=True)
             return batch
-        from evolvekit.engine.sessions import LockStepSessions
-
         return LockStepSessions(self.llm, params, token_ids=self.caps.token_ids)
 
     def reset_prefix_cache(self) -> None:
