@@ -696,6 +696,16 @@ class _Hostile:
                         self.wfile.write(bytes([b]))
                         self.wfile.flush()
                         time.sleep(0.2)
+                elif mode_ == "headers":  # the status line and headers themselves, one byte every 0.2 s
+                    head = b"HTTP/1.1 200 OK\r\nX-Pad: " + b"x" * 200 + b"\r\nContent-Length: 2\r\n\r\n{}"
+                    try:
+                        for b in head:
+                            self.wfile.write(bytes([b]))
+                            self.wfile.flush()
+                            time.sleep(0.2)
+                    except OSError:
+                        pass
+                    self.close_connection = True
                 elif mode_ == "deep":
                     body = b"[" * 100_000 + b"]" * 100_000
                     self.send_response(200)
@@ -726,10 +736,13 @@ class _Hostile:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode, cause", [("trickle", "within"), ("deep", "nested deeper"), ("huge", "over")])
+@pytest.mark.parametrize(
+    "mode, cause", [("trickle", "within"), ("headers", "within"), ("deep", "nested deeper"), ("huge", "over")]
+)
 def test_every_outbound_client_has_a_deadline_and_caps_its_reply(mode, cause):
     """Issue 52 (4): a server sending 1 byte/s hung the clients even with step_timeout_s=5; a deeply nested reply
-    raised RecursionError; a 1 GB /schema reply took the client to 1 GB. Each is now one EnvError line."""
+    raised RecursionError; a 1 GB /schema reply took the client to 1 GB. Each is now one EnvError line. The
+    deadline covers the status line and headers too: trickled, they took 45 s past every per-read timeout."""
     from evolvekit.config import EnvConfig
     from evolvekit.env.agentevolver import AgentEvolverClient
     from evolvekit.env.openenv import OpenEnvEnv

@@ -341,3 +341,38 @@ def test_sandboxes_of_dead_processes_are_swept(tmp_path):
         (p / "notes").mkdir(parents=True)
     assert sweep_orphan_sandboxes(str(tmp_path)) == 1
     assert not orphan.exists() and mine.exists()
+
+
+def test_start_up_is_bounded_as_a_whole_not_per_message():
+    """Issue 52 (9): `startup_timeout_s=5` took 17-18 s, because it bounded each message of the start-up, not the
+    start-up. A server answering each message in 1.5 s (inside a 2 s per-message timeout) needs 3 s for its two
+    answers; it must be refused at 2 s, with the setting named."""
+    import time
+
+    server = str(ROOT / "tests/plugins/mcp_slow_server.py")
+    cfg = EnvConfig(name="mcp", mcp={"command": [sys.executable, server, "1.5"], "sandbox": "none",
+                                     "probe": [{"name": "x"}], "startup_timeout_s": 2})  # fmt: skip
+    env = make_env(cfg)
+    start = time.monotonic()
+    with pytest.raises(EnvError, match="startup_timeout_s"):
+        env.reset(None)
+    took = time.monotonic() - start
+    env.close()
+    assert took < 2.9, f"start-up refused after {took:.2f}s, not at its 2 s bound"
+
+
+@pytest.mark.slow
+def test_a_slow_but_timely_server_starts_and_serves_calls():
+    """The start-up deadline ends once the server is up: calls after it are not cut off by it."""
+    server = str(ROOT / "tests/plugins/mcp_slow_server.py")
+    cfg = EnvConfig(name="mcp", mcp={"command": [sys.executable, server, "0.3"], "sandbox": "none",
+                                     "probe": [{"name": "x"}], "startup_timeout_s": 2})  # fmt: skip
+    env = make_env(cfg)
+    env.reset(None)
+    assert [t.name for t in env.session.tools] == ["noop"]
+    import time
+
+    time.sleep(2.2)  # past the start-up deadline
+    ok, output, unknown = env.session.call("noop", {})
+    assert ok and output == "done" and not unknown, output
+    env.close()

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from evolvekit.config import EnvConfig
 from evolvekit.env.action_text import format_call
 from evolvekit.env.base import Action, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult
-from evolvekit.env.http import bounded_request
+from evolvekit.env.http import bounded_client, bounded_request
 from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.errors import EnvError
 from evolvekit.types import ChatMessage, Task, TaskSource, Trajectory
@@ -62,7 +62,7 @@ class AgentEvolverClient:
         token = os.environ.get(cfg.service_token_env)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.env_type, self.params = cfg.remote_env_type, dict(cfg.remote_params)
-        self.http = client or httpx.Client(
+        self.http = client or bounded_client(
             base_url=cfg.service_url.rstrip("/"), headers=headers, timeout=cfg.step_timeout_s + 5
         )
         self.deadline_s = cfg.step_timeout_s + 5  # the whole reply, not each read (env/http.py)

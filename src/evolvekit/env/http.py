@@ -3,15 +3,21 @@ routes): an overall deadline on the reply, a cap on its size, and JSON parsed on
 
 A server that trickles its reply (one byte a second never trips a per-read timeout), sends a gigabyte, or nests its
 JSON thousands deep becomes one ``EnvError`` line, not a hang, an out-of-memory kill or a RecursionError.
+
+The deadline covers the whole exchange, headers included: clients made by ``bounded_client`` open their sockets
+through ``_DeadlineBackend``, whose every read and write waits at most until the deadline ``bounded_request`` set
+(httpx's own timeouts are per read, so a server trickling its status line and headers was bounded by nothing).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+import httpcore
 import httpx
 
 from evolvekit.errors import EnvError
@@ -19,6 +25,69 @@ from evolvekit.safejson import bracket_depth
 
 MAX_REPLY_BYTES = 8 * 2**20  # 8 MiB: far above any profile, schema or observation an environment sends
 MAX_REPLY_DEPTH = 64  # JSON nesting of a reply (BFCL's deepest state trees are far shallower)
+
+
+_DEADLINE: ContextVar[float | None] = ContextVar("evolvekit_http_deadline", default=None)
+
+
+def _bounded(timeout: float | None) -> float | None:
+    """A socket operation's timeout cut to what is left of the current request's deadline."""
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise httpcore.ReadTimeout("the request's deadline has passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self.inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.inner.read(max_bytes, _bounded(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.inner.write(buffer, _bounded(timeout))
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> Any:
+        return _DeadlineStream(self.inner.start_tls(ssl_context, server_hostname, _bounded(timeout)))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's own socket backend, with every connect, read and write bounded by the request's deadline."""
+
+    def __init__(self) -> None:
+        self.inner = httpcore.SyncBackend()
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Any = None) -> httpcore.NetworkStream:  # fmt: skip
+        return _DeadlineStream(self.inner.connect_tcp(host, port, _bounded(timeout), local_address, socket_options))
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None) -> Any:
+        return _DeadlineStream(self.inner.connect_unix_socket(path, _bounded(timeout), socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)
+
+
+class _DeadlineTransport(httpx.HTTPTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self._pool = httpcore.ConnectionPool(ssl_context=httpx.create_ssl_context(), network_backend=_DeadlineBackend())
+
+
+def bounded_client(**kwargs: Any) -> httpx.Client:
+    """An ``httpx.Client`` (same arguments) whose requests through ``bounded_request`` end at their deadline, headers
+    and body alike."""
+    return httpx.Client(transport=_DeadlineTransport(), **kwargs)
 
 
 @dataclass
@@ -51,12 +120,15 @@ def bounded_request(
     **kwargs: Any,
 ) -> Reply:
     """One request whose whole reply must arrive within ``deadline_s`` and ``max_bytes``; ``where`` names the
-    endpoint in the error. The deadline is checked as the body arrives (each read is also bounded by the client's
-    own timeout)."""
+    endpoint in the error. With a client from ``bounded_client`` (or none: a fresh one is made) every socket
+    operation of the exchange waits at most until the deadline; the deadline is also checked as the body arrives."""
     deadline = time.monotonic() + deadline_s
+    token = _DEADLINE.set(deadline)
+    own = client is None
+    if client is None:
+        client = bounded_client()
     try:
-        stream = client.stream(method, url, **kwargs) if client is not None else httpx.stream(method, url, **kwargs)
-        with stream as resp:
+        with client.stream(method, url, **kwargs) as resp:
             chunks, size = [], 0
             for chunk in resp.iter_bytes():
                 size += len(chunk)
@@ -67,4 +139,10 @@ def bounded_request(
                 chunks.append(chunk)
             return Reply(resp.status_code, b"".join(chunks))
     except httpx.HTTPError as err:
+        if isinstance(err, httpx.TimeoutException) and time.monotonic() >= deadline:
+            raise EnvError(f"{where}: no complete reply within {deadline_s:g}s") from None
         raise EnvError(f"{where}: {type(err).__name__}: {str(err)[:200]}") from None
+    finally:
+        _DEADLINE.reset(token)
+        if own:
+            client.close()

@@ -148,6 +148,29 @@ def result_text(result: Any) -> str:
 _TEXT_KEY = re.compile(r"(?i)content|text|body|message|data")
 
 
+_SHUTDOWN_S = 10.0  # the SDK's own stdio shutdown waits 2 s for the process, then terminates it
+
+
+async def _session_lifetime(client_cls: Any, server: Any, startup_s: float, *, task_status: Any) -> None:
+    """One server's connection from start to close, as one task in the session's event loop. Start-up as a whole
+    (spawn, handshake, tool list) runs under one deadline of ``startup_s``; per-message timeouts alone let a server
+    that answers each message just in time take several times that. Sends (client, tools, stop event) once started,
+    then holds the connection open until the event is set."""
+    import math
+
+    import anyio
+
+    stop = anyio.Event()
+    with anyio.move_on_after(startup_s) as scope:
+        async with client_cls(server, read_timeout_seconds=startup_s) as client:
+            tools = list((await client.list_tools()).tools)
+            scope.deadline = math.inf  # started: the deadline was for start-up only
+            task_status.started((client, tools, stop))
+            await stop.wait()
+    if scope.cancelled_caught:
+        raise TimeoutError(f"start-up took longer than env.mcp.startup_timeout_s = {startup_s:g}s")
+
+
 class MCPSession:
     """A synchronous client of one MCP server: the SDK's ``Client`` driven from an event loop in its own thread."""
 
@@ -163,9 +186,10 @@ class MCPSession:
         self._stack: ExitStack | None = ExitStack()
         try:
             self._portal = self._stack.enter_context(start_blocking_portal())
-            client = Client(server, read_timeout_seconds=startup_timeout_s)
-            self.client = self._stack.enter_context(self._portal.wrap_async_context_manager(client))
-            self.tools = list(self._portal.call(self.client.list_tools).tools)
+            self._lifetime, (self.client, self.tools, self._stop) = self._portal.start_task(
+                _session_lifetime, Client, server, startup_timeout_s
+            )
+            self._stack.callback(self._end_lifetime)  # runs before the portal closes (last in, first out)
             self.server_name = str(getattr(getattr(self.client, "server_info", None), "name", "") or "")
         except BaseException as err:
             self.close()
@@ -184,6 +208,10 @@ class MCPSession:
             text = str(err) or type(err).__name__
             return False, f"Error: {text}", "unknown tool" in text.lower()
         return not bool(getattr(result, "is_error", False)), result_text(result), False
+
+    def _end_lifetime(self) -> None:
+        self._portal.call(self._stop.set)
+        self._lifetime.result(timeout=_SHUTDOWN_S)
 
     def close(self) -> None:
         stack, self._stack = getattr(self, "_stack", None), None

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from evolvekit.config import EnvConfig
 from evolvekit.env.base import Action, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult
-from evolvekit.env.http import Reply, bounded_request
+from evolvekit.env.http import Reply, bounded_client, bounded_request
 from evolvekit.env.service.schemas import CreateRequest, CreateResponse
 from evolvekit.errors import EnvError
 from evolvekit.types import Task, Trajectory
@@ -31,7 +31,7 @@ class RemoteEnv:
         self.name = env
         self.backends = list(backends or [])
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.client = client or httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self.client = client or bounded_client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
         self.deadline_s = timeout_s  # the whole reply, not each read (env/http.py)
         self.instance_id: str | None = None
 
