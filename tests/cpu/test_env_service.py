@@ -10,6 +10,7 @@ from conftest import serving
 from evolvekit.engine.base import Engine
 from evolvekit.env.base import Action, EnvInfo, EvalResult, ResetResult, StepResult
 from evolvekit.env.bfcl import data
+from evolvekit.env.cancel import Cancelled, checkpoint
 from evolvekit.env.registry import register_env
 from evolvekit.env.service.client import RemoteEnv
 from evolvekit.env.service.server import ServiceSettings, create_app
@@ -20,16 +21,35 @@ TOKEN = "test-token"
 
 
 class SlowEnv:
+    """Steps sleep for the seconds their text says, in slices with a cancellation checkpoint between them; a reset
+    with sandbox_config {"sleep": s, "cooperative": bool} sleeps too, with or without checkpoints."""
+
     name = "slow-test"
+    cancelled: list[str] = []  # what was cancelled, in order
+    closed = 0
 
     def profile(self):
         return []
 
+    @staticmethod
+    def _sleep(seconds, what, cooperative=True):
+        end = time.monotonic() + seconds
+        try:
+            while time.monotonic() < end:
+                if cooperative:
+                    checkpoint()
+                time.sleep(0.01)
+        except Cancelled:
+            SlowEnv.cancelled.append(what)
+            raise
+
     def reset(self, task=None, sandbox_config=None):
+        cfg = sandbox_config or {}
+        self._sleep(float(cfg.get("sleep", 0)), "reset", cfg.get("cooperative", True))
         return ResetResult(observation="ready", tools=[])
 
     def step(self, action):
-        time.sleep(float(action.text or 0))
+        self._sleep(float(action.text or 0), "step")
         return StepResult(observation="slept")
 
     def evaluate(self, trajectory=None):
@@ -39,7 +59,7 @@ class SlowEnv:
         return EnvInfo(env_name=self.name)
 
     def close(self):
-        pass
+        SlowEnv.closed += 1
 
 
 register_env("slow-test", "test-only environment whose steps sleep")(lambda cfg: SlowEnv())
@@ -108,11 +128,35 @@ def test_step_timeout_marks_instance_broken(service):
     env = RemoteEnv(url, env="slow-test", token=TOKEN)
     env.reset(None)
     assert env.step(Action(text="0")).observation == "slept"
+    SlowEnv.cancelled.clear()
     with pytest.raises(EnvError, match="504"):
         env.step(Action(text="1.5"))
+    time.sleep(0.2)
+    assert SlowEnv.cancelled == ["step"]  # issue 52 (6): the work stopped at its deadline, not orphaned for 1.5 s
     with pytest.raises(EnvError, match="409"):
         env.step(Action(text="0"))
     env.close()
+
+
+def test_create_past_its_deadline_is_cancelled_or_closed_never_leaked():
+    """Issue 52 (1, 6): /create had no timeout. Building and resetting now has one (504); a reset that checks in
+    is cancelled at it, and one that cannot be interrupted is closed when it finishes, not left running unowned."""
+    settings = ServiceSettings(token=TOKEN, create_timeout_s=0.4, envs=("slow-test",))
+    h = {"Authorization": f"Bearer {TOKEN}"}
+    with serving(create_app(settings)) as url:
+        for cooperative in (True, False):
+            SlowEnv.cancelled.clear()
+            closed = SlowEnv.closed
+            body = {"env": "slow-test", "sandbox_config": {"sleep": 1.2, "cooperative": cooperative}}
+            t0 = time.monotonic()
+            r = httpx.post(url + "/create", json=body, headers=h, timeout=10)
+            assert r.status_code == 504 and "0.4s" in r.json()["detail"], r.text
+            assert time.monotonic() - t0 < 1.0
+            time.sleep(0.2 if cooperative else 1.2)
+            assert SlowEnv.cancelled == (["reset"] if cooperative else [])
+            assert SlowEnv.closed == closed + 1  # the half-built environment was closed either way
+        r = httpx.post(url + "/create", json={"env": "slow-test"}, headers=h)
+        assert r.status_code == 200  # a quick one is served
 
 
 def test_concurrent_episodes_never_share_state(service, task0):

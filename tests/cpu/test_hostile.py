@@ -661,6 +661,28 @@ def test_more_calls_in_one_step_than_the_cap_are_refused_not_executed():
     env.close()
 
 
+def test_bfcl_work_past_its_deadline_stops_between_calls_and_inside_state_walks():
+    """Issue 52 (6): after a 504 the worker thread ran on. Under a deadline (env/cancel.py) a BFCL step stops at the
+    first call past it, and a state walk (grounding) at the first object past it; with no deadline nothing
+    changes."""
+    import time
+
+    from evolvekit.env.bfcl.env import _plain
+    from evolvekit.env.cancel import Cancelled, deadline
+
+    env = BfclEnv()
+    env.reset(Task.model_validate(_task()))
+    calls = [ToolCall(name="touch", arguments={"file_name": f"f{i}"}) for i in range(3)]
+    with deadline(time.monotonic() - 1), pytest.raises(Cancelled):
+        env.step(Action(tool_calls=calls))
+    assert env.executed[-1] == []  # not one call ran
+    with deadline(time.monotonic() - 1), pytest.raises(Cancelled):
+        _plain(env.instances)
+    with deadline(time.monotonic() + 60):
+        assert all(r.ok for r in env.step(Action(tool_calls=calls)).call_results)
+    env.close()
+
+
 def test_an_initial_config_over_the_state_cap_is_refused():
     """Issue 52 (6): a 1.7 MB initial_config made every no-op step take 4-9 s (grounding walks the whole state)."""
     from evolvekit.env.bfcl.env import MAX_CONFIG_LEAVES

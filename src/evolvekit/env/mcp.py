@@ -47,6 +47,7 @@ from evolvekit.env.base import (
     StepResult,
     ToolSchema,
 )
+from evolvekit.env.cancel import checkpoint
 from evolvekit.env.examples import Played, played_examples
 from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.errors import EnvError
@@ -425,6 +426,7 @@ class MCPEnv:
         return StepResult(observation=self.turns[self.turn_index], turn_index=self.turn_index, new_turn=True)
 
     def _execute(self, call: ToolCall) -> CallResult:
+        checkpoint()  # between calls: a step past its request's deadline stops here (env/cancel.py)
         assert self.session is not None
         if call.name not in self.visible:
             return CallResult(

@@ -41,6 +41,7 @@ from evolvekit.env.base import (
     StepResult,
     ToolSchema,
 )
+from evolvekit.env.cancel import checkpoint
 from evolvekit.env.examples import Played, played_examples
 from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.errors import EnvError
@@ -258,6 +259,7 @@ class OpenEnvEnv:
         results: list[CallResult] = []
         reward = 0.0
         for call in action.tool_calls:
+            checkpoint()  # between calls: a step past its request's deadline stops here (env/cancel.py)
             result, r = self._execute(call)
             results.append(result)
             reward += r

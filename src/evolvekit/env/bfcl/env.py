@@ -32,6 +32,7 @@ from evolvekit.env.base import (
 from evolvekit.env.bfcl import data
 from evolvekit.env.bfcl.checker import check, checker_entry_id
 from evolvekit.env.bfcl.tools import bound_call, call_string, doc_to_schema, stringify_result, validate_call
+from evolvekit.env.cancel import checkpoint
 from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.errors import EnvError
 from evolvekit.safejson import json_depth_path
@@ -244,6 +245,7 @@ class BfclEnv:
         while self._shadow_turn < turn:
             self._shadow_turn += 1
             for call in reference[self._shadow_turn]:
+                checkpoint()
                 try:
                     owner = self._shadow[self.method_owner[call.name]]
                     getattr(owner, call.name)(**copy.deepcopy(call.arguments))
@@ -364,6 +366,7 @@ class BfclEnv:
         )
 
     def _execute(self, call: ToolCall) -> CallResult:
+        checkpoint()  # a step past its request's deadline stops here, between calls (env/cancel.py)
         schema = self.callable.get(call.name)
         if schema is None:
             return CallResult(
@@ -524,6 +527,7 @@ def _plain(obj: Any, seen: frozenset[int] = frozenset(), depth: int = 0) -> Any:
         items = [_plain(v, seen, depth + 1) for v in obj]
         return sorted(items, key=str) if isinstance(obj, (set, frozenset)) else items
     if hasattr(obj, "__dict__"):
+        checkpoint()  # once per object of the walk: a huge state's walk stops at its request's deadline
         return {
             "__class__": type(obj).__name__,
             **{k: _plain(v, seen, depth + 1) for k, v in vars(obj).items() if k != "parent" and not callable(v)},

@@ -6,7 +6,8 @@ Binds 127.0.0.1 by default. With a token configured, every request but /healthz 
 ``Authorization: Bearer <token>`` (401 otherwise). Bodies over ``max_body_bytes`` get 413, however they are sent
 (``Content-Length`` or chunked: the body is counted as it arrives); bodies nested deeper than ``max_body_depth``
 or that fail schema validation get 422 naming the field. Each step runs under a timeout (504 when exceeded; the
-instance is then marked broken and must be released). Instances idle for longer than ``idle_ttl_s`` are reaped;
+instance is then marked broken and must be released), and so does each create; the work itself stops at its next
+cancellation checkpoint (env/cancel.py). Instances idle for longer than ``idle_ttl_s`` are reaped;
 at most ``max_instances`` exist at once (503 beyond, checked and reserved atomically). The security model is in
 docs/environments.md.
 """
@@ -33,6 +34,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from evolvekit.config import EnvConfig
+from evolvekit.env import cancel
 from evolvekit.env.action_text import parse_action
 from evolvekit.env.base import EnvInfo, Environment, EnvProfile, EvalResult, StepResult
 from evolvekit.env.registry import make_env
@@ -58,7 +60,8 @@ class _Instance:
 @dataclass
 class ServiceSettings:
     token: str | None = None
-    step_timeout_s: float = 10.0
+    step_timeout_s: float = 10.0  # each step, evaluate and info call; its work is cancelled past it (env/cancel.py)
+    create_timeout_s: float = 60.0  # building an environment (a JVM, a server process) and resetting it
     idle_ttl_s: float = 600.0
     reap_interval_s: float = 30.0
     max_body_bytes: int = 2_000_000
@@ -245,18 +248,39 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         env_name = env_cfg.name
         service.served(env_name)
         service.reserve(env_name)
-        env: Environment | None = None
+        at = time.monotonic() + settings.create_timeout_s
+        handover = threading.Lock()
+        abandoned = False  # set when the request gave up: an environment finished after that is closed, not leaked
+
+        def build() -> tuple[Environment, Any]:
+            """Build and reset under the request's deadline; whatever fails, is cancelled or comes too late closes
+            its own environment."""
+            env: Environment | None = None
+            try:
+                with cancel.deadline(at):
+                    env = make_env(env_cfg)
+                    reset = reset_fn(env)
+                with handover:
+                    if abandoned:
+                        raise cancel.Cancelled("built after its request's deadline")
+                    return env, reset
+            except BaseException:
+                if env is not None:
+                    env.close()
+                raise
+
         try:
             try:
-                env = await run_in_threadpool(make_env, env_cfg)
-                reset = await run_in_threadpool(reset_fn, env)
+                env, reset = await asyncio.wait_for(run_in_threadpool(build), timeout=settings.create_timeout_s)
+            except (asyncio.TimeoutError, cancel.Cancelled):  # whichever comes first at the deadline
+                with handover:
+                    abandoned = True
+                raise HTTPException(
+                    504, f"building and resetting the environment exceeded {settings.create_timeout_s}s"
+                ) from None
             except EvolveKitError as err:
-                if env is not None:
-                    env.close()
                 raise HTTPException(400, str(err)) from None
             except (ValueError, TypeError) as err:  # a simulator refusing its sandbox_config in its own words
-                if env is not None:
-                    env.close()
                 raise HTTPException(400, f"invalid request body at 'sandbox_config': {str(err)[:200]}") from None
             with service.guard:
                 if instance_id is None or instance_id in service.instances:
@@ -297,13 +321,15 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         return upstream.reply(upstream.episode(state, 0.0, False, instance_id, task.task_id))
 
     async def _guarded(inst: _Instance, fn, *args):
+        at = time.monotonic() + settings.step_timeout_s
+
         def run():
-            with inst.lock:  # one call at a time per instance
+            with inst.lock, cancel.deadline(at):  # one call at a time per instance; stops at its deadline
                 return fn(*args)
 
         try:
             return await asyncio.wait_for(run_in_threadpool(run), timeout=settings.step_timeout_s)
-        except asyncio.TimeoutError:
+        except (asyncio.TimeoutError, cancel.Cancelled):  # whichever comes first at the deadline
             inst.broken = f"a call exceeded the {settings.step_timeout_s}s step timeout"
             raise HTTPException(504, inst.broken) from None
         except EvolveKitError as err:
