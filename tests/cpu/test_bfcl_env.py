@@ -209,3 +209,39 @@ def test_incremental_grounding_equals_the_plain_walk_step_by_step():
                 changed += res.grounding.state_changed
             env.close()
     assert compared > 100 and changed > 20  # steps that changed state, and many that did not
+
+
+def test_read_only_methods_leave_the_state_unchanged():
+    """Issue 52 (6): a `pwd` walked the whole file system for grounding. Calls declared read-only (READ_ONLY) touch
+    no backend, so that declaration must hold: every read-only call of the dataset's reference solutions (four
+    categories), and probe calls of the file system's at every step, leave the whole state as it was."""
+    import copy
+
+    from evolvekit.env.bfcl.env import READ_ONLY, _state_leaves
+
+    probes = [("pwd", {}), ("ls", {"a": True}), ("du", {"human_readable": True}), ("find", {})]
+    exercised: set[tuple[str, str]] = set()
+    for category in ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"):
+        for task in data.load_tasks(category):
+            env = BfclEnv()
+            env.reset(task)
+            for call in [c for turn in task.reference_solution or [] for c in turn]:
+                owner = env.method_owner.get(call.name)
+                fs = env.instances.get("GorillaFileSystem")
+                checks = [(owner, call.name, call.arguments)] if call.name in READ_ONLY.get(owner, ()) else []
+                checks += [("GorillaFileSystem", n, a) for n, a in probes] if fs is not None else []
+                for cls, name, args in checks:
+                    before = _state_leaves(env.instances)
+                    try:
+                        getattr(env.instances[cls], name)(**copy.deepcopy(args))
+                    except Exception:  # noqa: BLE001 - a failing call must leave the state as it was too
+                        pass
+                    assert _state_leaves(env.instances) == before, (task.task_id, cls, name, args)
+                    exercised.add((cls, name))
+                try:  # then the reference call itself, read-only or not, moves the state on
+                    getattr(env.instances[owner], call.name)(**copy.deepcopy(call.arguments))
+                except Exception:  # noqa: BLE001
+                    pass
+            env.close()
+    declared = {(cls, name) for cls, names in READ_ONLY.items() for name in names}
+    assert declared <= exercised, sorted(declared - exercised)  # a declaration nothing checked is not kept

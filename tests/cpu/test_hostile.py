@@ -683,6 +683,25 @@ def test_bfcl_work_past_its_deadline_stops_between_calls_and_inside_state_walks(
     env.close()
 
 
+def test_a_read_only_call_walks_no_state(monkeypatch):
+    """Issue 52 (6): a no-op `pwd` on a 1.7 MB file system walked the whole state for grounding. A step of read-only
+    calls (env/bfcl/env.py: READ_ONLY) touches no backend; a writing call still walks the one it touched."""
+    import evolvekit.env.bfcl.env as bfcl_env
+
+    env = BfclEnv()
+    env.reset(Task.model_validate(_task()))
+    env.step(Action(tool_calls=[ToolCall(name="ls", arguments={})]))  # the episode's one initial walk
+    walks = []
+    real = bfcl_env._state_leaves
+    monkeypatch.setattr(bfcl_env, "_state_leaves", lambda instances: walks.append(list(instances)) or real(instances))
+    for name in ("pwd", "ls", "du"):
+        assert env.step(Action(tool_calls=[ToolCall(name=name, arguments={})])).call_results[0].ok
+    assert walks == []
+    res = env.step(Action(tool_calls=[ToolCall(name="touch", arguments={"file_name": "new.txt"})]))
+    assert walks == [["GorillaFileSystem"]] and res.grounding.state_changed
+    env.close()
+
+
 def test_an_initial_config_over_the_state_cap_is_refused():
     """Issue 52 (6): a 1.7 MB initial_config made every no-op step take 4-9 s (grounding walks the whole state)."""
     from evolvekit.env.bfcl.env import MAX_CONFIG_LEAVES

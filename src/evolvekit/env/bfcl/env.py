@@ -46,6 +46,29 @@ MAX_CONFIG_DEPTH = 24  # nesting of an initial_config (BFCL's own deepest file t
 MAX_TURNS = 64  # user turns of one task
 MAX_REFERENCE_CALLS = 512  # calls of one reference solution, all turns together
 MAX_CALLS_PER_STEP = 32  # tool calls of one action; more are refused, not executed
+# Methods that never change their backend's state, read from bfcl-eval's source and checked on data: the test
+# tests/cpu/test_bfcl_env.py::test_read_only_methods_leave_the_state_unchanged runs every call of them in the
+# dataset's reference solutions, and probe calls, and compares the whole state before and after. A step whose
+# calls are all read-only touches no backend, so grounding walks nothing (a `pwd` on a large file system walked it
+# whole). A method missing here is only walked, never wrong.
+READ_ONLY: dict[str, frozenset[str]] = {
+    "GorillaFileSystem": frozenset({"pwd", "ls", "cat", "find", "grep", "wc", "du", "diff", "tail", "sort"}),
+    "TradingBot": frozenset(
+        {"get_stock_info", "get_order_details", "get_watchlist", "get_account_info", "get_available_stocks",
+         "get_current_time"}  # fmt: skip
+    ),
+    "TravelAPI": frozenset(
+        {"compute_exchange_rate", "get_nearest_airport_by_city", "list_all_airports", "get_credit_card_balance",
+         "retrieve_invoice"}  # fmt: skip (not get_flight_cost: it caches the prices it quotes, in the state)
+    ),
+    "VehicleControlAPI": frozenset(
+        {"get_zipcode_based_on_city", "check_tire_pressure", "estimate_distance", "find_nearest_tire_shop",
+         "estimate_drive_feasibility_by_mileage", "liter_to_gallon", "gallon_to_liter", "displayCarStatus",
+         "get_outside_temperature_from_google"}  # fmt: skip
+    ),
+    "MessageAPI": frozenset({"view_messages_sent", "get_user_id"}),
+    "TicketAPI": frozenset({"get_ticket"}),
+}
 MAX_CONFIG_LEAVES = 20_000  # leaves of an initial_config (file contents, entries, balances, ...)
 
 
@@ -342,7 +365,11 @@ class BfclEnv:
             )
         self._class_leaves()  # the state before the calls (walked once per episode)
         results = [self._execute(call) for call in action.tool_calls]
-        touched = {self.method_owner[c.name] for c in action.tool_calls if c.name in self.method_owner}
+        touched = {
+            owner
+            for c in action.tool_calls
+            if (owner := self.method_owner.get(c.name)) is not None and c.name not in READ_ONLY.get(owner, ())
+        }
         obs = "\n".join(f"[{r.name}] " + "".join(f"Warning: {w}. " for w in r.warnings) + r.output for r in results)
         return StepResult(
             observation=obs,
