@@ -54,17 +54,36 @@ MAX_CALLS_PER_STEP = 32  # tool calls of one action; more are refused, not execu
 READ_ONLY: dict[str, frozenset[str]] = {
     "GorillaFileSystem": frozenset({"pwd", "ls", "cat", "find", "grep", "wc", "du", "diff", "tail", "sort"}),
     "TradingBot": frozenset(
-        {"get_stock_info", "get_order_details", "get_watchlist", "get_account_info", "get_available_stocks",
-         "get_current_time"}  # fmt: skip
+        {
+            "get_stock_info",
+            "get_order_details",
+            "get_watchlist",
+            "get_account_info",
+            "get_available_stocks",
+            "get_current_time",
+        }  # fmt: skip
     ),
     "TravelAPI": frozenset(
-        {"compute_exchange_rate", "get_nearest_airport_by_city", "list_all_airports", "get_credit_card_balance",
-         "retrieve_invoice"}  # fmt: skip (not get_flight_cost: it caches the prices it quotes, in the state)
+        {
+            "compute_exchange_rate",
+            "get_nearest_airport_by_city",
+            "list_all_airports",
+            "get_credit_card_balance",
+            "retrieve_invoice",
+        }  # fmt: skip (not get_flight_cost: it caches the prices it quotes, in the state)
     ),
     "VehicleControlAPI": frozenset(
-        {"get_zipcode_based_on_city", "check_tire_pressure", "estimate_distance", "find_nearest_tire_shop",
-         "estimate_drive_feasibility_by_mileage", "liter_to_gallon", "gallon_to_liter", "displayCarStatus",
-         "get_outside_temperature_from_google"}  # fmt: skip
+        {
+            "get_zipcode_based_on_city",
+            "check_tire_pressure",
+            "estimate_distance",
+            "find_nearest_tire_shop",
+            "estimate_drive_feasibility_by_mileage",
+            "liter_to_gallon",
+            "gallon_to_liter",
+            "displayCarStatus",
+            "get_outside_temperature_from_google",
+        }  # fmt: skip
     ),
     "MessageAPI": frozenset({"view_messages_sent", "get_user_id"}),
     "TicketAPI": frozenset({"get_ticket"}),
