@@ -507,6 +507,12 @@ class AttributingConfig(_Section):
         "auto",
         "where step credit comes from: llm = the paper's attributor (§5.1), its labels into Eq. 18-21; grounded = GOOD/BAD from execution against the reference the run may read (a synthesized task's own; for a person-written task the group's own successful episode unless run.oracle) and the environment's state (attributing/grounded.py), into the same Eq. 18-21; gigpo = GiGPO's anchor-state step groups (verl-agent; no helper model): A = A^E + ω·A^S; auto = llm for a served attributor (models.attributor.backend: openai), grounded for an in-process one",
     )
+    similar_success_min: float = F(
+        0.0,
+        "grounded credit for a person-written task (gold closed) with no success of its own yet: borrow the run's shortest success on the most similar task (request words with numbers masked, Jaccard at least this; tool names matched, not arguments). 0 = off. The agent's own trajectories only, never a reference (issue 51: earlier successes on similar tasks)",
+        ge=0,
+        le=1,
+    )
     gigpo_gamma: float = F(0.95, "GiGPO's discount γ of the step returns (verl-agent default 0.95)", ge=0, le=1)
     gigpo_weight: float = F(1.0, "GiGPO's ω, weight of the step-level advantage (verl-agent default 1.0)", ge=0)
     gigpo_norm: Literal["std", "mean"] = F("std", "GiGPO's normalisation inside a group: mean_std_norm or mean_norm")
@@ -845,6 +851,13 @@ def cross_field_problem(cfg: Config) -> str | None:
                 f"attributing.source: gigpo computes its own two-level advantages (A^E + ω·A^S), not Eq. 18-21; "
                 f"{', '.join(ignored)} would be ignored: leave them at their defaults (or use source grounded/llm)"
             )
+    if a.similar_success_min > 0 and not (a.enabled and attribution_source(cfg) == "grounded"):
+        return (
+            "attributing.similar_success_min borrows references for grounded step credit; it needs "
+            "attributing.enabled with source grounded (or auto with an in-process attributor)"
+        )
+    if a.similar_success_min > 0 and a.mode == "outcome_only":
+        return "attributing.similar_success_min feeds the attribution channel; attributing.mode outcome_only has none"
     if cfg.cold_start.enabled and not cfg.cold_start.tasks_file and not cfg.questioning.enabled:
         return "cold_start.enabled needs verified tasks: set cold_start.tasks_file or questioning.enabled"
     if cfg.env.curriculum and cfg.questioning.enabled:

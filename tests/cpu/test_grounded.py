@@ -241,3 +241,87 @@ def test_step_population_credits_an_all_failed_chain_group_that_eq_18_neutralise
     for a in step:
         assert a[0] == pytest.approx(0.0, abs=1e-9) and a[1] < -0.05  # the early answer is pushed down
     store.close()
+
+
+def test_request_similarity_masks_numbers_and_keeps_operation_signs():
+    from evolvekit.attributing.grounded import most_similar, request_similarity, request_words
+
+    a, b = request_words("What is 3 plus 5?"), request_words("What is 12 plus 7.5?")
+    c, d = request_words("What is 3 times 5?"), request_words("Compute 3 + 5.")
+    assert request_similarity(a, b) == 1.0  # numbers differ only
+    assert request_similarity(a, c) == pytest.approx(4 / 6)  # {what, is, #, ?} of {what, is, #, ?, plus, times}
+    assert "+" in d and request_similarity(frozenset(), frozenset()) == 0.0
+    assert most_similar(a, {"x": c, "y": b}, 0.8) == ("y", 1.0)
+    assert most_similar(a, {"x": c}, 0.8) is None
+    assert most_similar(a, {"q": c, "p": c}, 0.5) == ("p", pytest.approx(4 / 6))  # ties: the first id, sorted
+
+
+def test_name_match_borrows_tool_names_not_arguments():
+    steps, _ = _episode(_math_task("m-9", "10 plus 20?", [[ToolCall(name="add", arguments={"a": 10, "b": 20})]]),
+                        [call("add", a=10, b=21), Action(text="31")])  # fmt: skip
+    borrowed = [[ToolCall(name="add", arguments={"a": 3, "b": 4})]]  # another task's success
+    assert grounded_labels(steps, borrowed, False, match="name") == [G, B]
+    assert grounded_labels(steps, borrowed, False, match="call") == [B, B]  # whole calls: nothing matches
+
+
+def test_earlier_successes_on_similar_tasks_credit_an_all_failed_person_task(tmp_path):
+    """Issue 51 (2): step credit from earlier successes on similar tasks. Person-written task A was solved earlier
+    (add, then the answer); every rollout of person-written task B ("What is 10 plus 20?", same wording) fails, some
+    calling add with wrong numbers, some multiply. With attributing.similar_success_min the add steps are GOOD and
+    the multiply steps BAD (the agent's own success on A, tool names only; never A's or B's reference: both are
+    sentinels that no rollout ran); off, the closed all-failed group gets no step verdict and no advantage."""
+    from evolvekit.attributing.stage import AttributedSamples
+    from evolvekit.config import load_config
+    from evolvekit.orchestrator.stages import IterationContext
+    from evolvekit.store.sqlite import RunStore
+    from evolvekit.types import Trajectory
+
+    sentinel = [[ToolCall(name="subtract", arguments={"a": 987654, "b": 123})]]  # no rollout runs it
+    a = _math_task("a", "What is 3 plus 4?", sentinel)
+    b = _math_task("b", "What is 10 plus 20?", sentinel)
+    far = _math_task("c", "Divide 9 by 3.", sentinel)
+    store = RunStore(tmp_path / "run.db")
+    with store.transaction() as c:
+        store.put_tasks(c, [a, b, far], -1)
+    ctx = IterationContext(iteration=0, seed=0, run_dir=tmp_path, store=store)
+
+    def group(task, actions, reward):
+        out = []
+        for acts in actions:
+            steps, _ = _episode(task, acts)
+            out.append(Trajectory(task_id=task.task_id, group_id=task.task_id, outcome_reward=reward, steps=steps))
+        return out
+
+    solved = group(a, [[call("add", a=3, b=4), Action(text="7")]] * 2, 1.0)
+    failed = group(b, [[call("add", a=10, b=21), Action(text="31")], [call("multiply", a=10, b=20), Action(text="200")]]
+                   * 2, 0.0)  # fmt: skip
+    on = ["attributing.enabled=true", "attributing.source=grounded", "attributing.normalization=step"]
+    stage = AttributedSamples.from_config(load_config(None, [*on, "attributing.similar_success_min=0.8"]), None)
+    stage.step_advantages(ctx, solved)  # the earlier success
+    adv, m = stage.step_advantages(ctx, failed)
+    assert m["attribution/similar_referenced"] == 1 and m["attribution/self_referenced"] == 0
+    assert [t.step_attributions for t in failed] == [[G, B], [B, B]] * 2
+    assert adv[0][0] > 0 > adv[1][0]  # the add is pushed up, the multiply down, in a group whose outcomes are all 0
+    assert "987654" not in repr([t.model_dump() for t in failed])
+
+    off = AttributedSamples.from_config(load_config(None, on), None)
+    off.step_advantages(ctx, solved)
+    adv_off, m_off = off.step_advantages(ctx, failed)
+    assert m_off["attribution/similar_referenced"] == 0 and all(v == 0.0 for a_ in adv_off for v in a_.values())
+
+    dissimilar = AttributedSamples.from_config(load_config(None, [*on, "attributing.similar_success_min=0.8"]), None)
+    dissimilar.step_advantages(ctx, group(far, [[call("divide", a=9, b=3), Action(text="3")]] * 2, 1.0))
+    assert dissimilar.step_advantages(ctx, failed)[1]["attribution/similar_referenced"] == 0  # too different
+    store.close()
+
+
+def test_similar_success_min_needs_grounded_attribution():
+    from evolvekit.config import load_config
+    from evolvekit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="similar_success_min"):
+        load_config(None, ["attributing.similar_success_min=0.8"])  # attributing off
+    with pytest.raises(ConfigError, match="similar_success_min"):
+        load_config(
+            None, ["attributing.enabled=true", "attributing.source=gigpo", "attributing.similar_success_min=0.8"]
+        )

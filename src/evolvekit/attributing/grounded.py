@@ -36,10 +36,19 @@ turn, replayed on a private copy of the backends at reset.
 
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+import re
+from typing import Callable, Hashable, Literal, Sequence
 
 from evolvekit.agent.calls import call_key
 from evolvekit.types import Step, StepLabel, ToolCall, Trajectory
+
+
+def name_key(call: ToolCall) -> Hashable:
+    """A call's tool name only: the match of a reference borrowed from another task (its arguments are that task's)."""
+    return call.name
+
+
+_KEYS: dict[str, Callable[[ToolCall], Hashable]] = {"call": call_key, "name": name_key}
 
 
 def _calls_ok(step: Step) -> list[bool]:
@@ -49,17 +58,23 @@ def _calls_ok(step: Step) -> list[bool]:
 
 
 def grounded_labels(
-    steps: Sequence[Step], reference: Sequence[Sequence[ToolCall]] | None, passed: bool
+    steps: Sequence[Step],
+    reference: Sequence[Sequence[ToolCall]] | None,
+    passed: bool,
+    match: Literal["call", "name"] = "call",
 ) -> list[StepLabel]:
     """One label per step by the rules of this module's docstring. ``reference`` is the task's reference solution
-    (per turn; None = the generic fallback), ``passed`` the environment's check of the whole episode."""
+    (per turn; None = the generic fallback), ``passed`` the environment's check of the whole episode. ``match``:
+    rule 3 compares whole calls (``call``) or tool names only (``name``: a reference borrowed from a similar task,
+    whose arguments are not this task's); rule 4's repeats always compare whole calls."""
     labels: list[StepLabel] = []
     turn = 0
-    remaining = [[call_key(c) for c in t] for t in reference] if reference is not None else None
+    key = _KEYS[match]
+    remaining = [[key(c) for c in t] for t in reference] if reference is not None else None
     seen: set[Hashable] = set()
     other_way: list[tuple[int, int]] = []  # (step, turn) labelled BAD by rule 2 or stateless rule 5
     for i, step in enumerate(steps):
-        label, by_reference_only = _label(step, turn, reference, remaining, seen, passed)
+        label, by_reference_only = _label(step, turn, reference, remaining, seen, passed, key)
         labels.append(label)
         if by_reference_only:
             other_way.append((i, turn))
@@ -80,6 +95,7 @@ def _label(
     remaining: list[list[Hashable]] | None,
     seen: set[Hashable],
     passed: bool,
+    key: Callable[[ToolCall], Hashable] = call_key,
 ) -> tuple[StepLabel, bool]:
     """The step's label by rules 1-5, and whether it is BAD only for not matching the reference (rule 2's turn
     ended short, or rule 5 on a stateless backend), which rule 6 revisits once the episode is known to have passed."""
@@ -98,9 +114,9 @@ def _label(
         return (StepLabel.GOOD, False) if not todo or at_end else (StepLabel.BAD, True)
     matched = False
     for call in step.tool_calls:  # rule 3: reference calls, each matched once
-        key = call_key(call)
-        if key in todo:
-            todo.remove(key)
+        k = key(call)
+        if k in todo:
+            todo.remove(k)
             matched = True
     if matched:
         return StepLabel.GOOD, False
@@ -139,3 +155,32 @@ def self_reference(group: Sequence[Trajectory], success_threshold: float) -> lis
     if not turns[-1] and len(turns) > 1:
         turns.pop()
     return turns
+
+
+_NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)*")
+_WORD = re.compile(r"[^\W_]+|[^\w\s]")  # words, and each symbol on its own (+, *, /: an operation's sign)
+
+
+def request_words(request: str) -> frozenset[str]:
+    """A request's words and symbols for similarity: lower-cased, every number one placeholder (tasks of one kind
+    differ in their numbers, not in their verbs or operation signs)."""
+    return frozenset(_WORD.findall(_NUMBER.sub("#", request.lower())))
+
+
+def request_similarity(a: frozenset[str], b: frozenset[str]) -> float:
+    """Jaccard similarity |a ∩ b| / |a ∪ b| of two requests' words (0 for two empty requests)."""
+    union = a | b
+    return len(a & b) / len(union) if union else 0.0
+
+
+def most_similar(
+    words: frozenset[str], candidates: dict[str, frozenset[str]], minimum: float
+) -> tuple[str, float] | None:
+    """The candidate (id, similarity) most similar to ``words``, at least ``minimum`` (ties: the first id in sorted
+    order); None when none reaches it."""
+    best: tuple[str, float] | None = None
+    for cid in sorted(candidates):
+        sim = request_similarity(words, candidates[cid])
+        if sim >= minimum and (best is None or sim > best[1]):
+            best = (cid, sim)
+    return best

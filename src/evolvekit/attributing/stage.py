@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Literal, Sequence
 
 import evolvekit.attributing.estimators  # noqa: F401 - registers dual_channel and gigpo
 from evolvekit.attributing.attributor import StepAttributor
-from evolvekit.attributing.grounded import agreement, grounded_labels, self_reference
+from evolvekit.attributing.grounded import (
+    agreement,
+    grounded_labels,
+    most_similar,
+    request_words,
+    self_reference,
+)
 from evolvekit.boundary import InformationBoundary
 from evolvekit.config import AttributingConfig, Config, attribution_source
 from evolvekit.protocols import IterationContext
@@ -20,18 +26,21 @@ def grounded_for(
     success_threshold: float,
     boundary: InformationBoundary | None = None,
     own_reference: list[list[ToolCall]] | None = None,
+    borrowed: bool = False,
 ) -> list[StepLabel]:
     """Grounded labels of one trajectory (attributing/grounded.py). The reference is the task's own where the
     boundary lets the training side read it (a synthesized task's, or any under ``run.oracle``), else
     ``own_reference``: the calls of a successful episode of the same task from this run (``self_reference``); with
-    neither, the generic fallback (errors BAD, the rest NEUTRAL). Closed gold also drops the steps' distances to the
+    neither, the generic fallback (errors BAD, the rest NEUTRAL). ``borrowed``: ``own_reference`` comes from a
+    similar task's success, so rule 3 matches tool names only. Closed gold also drops the steps' distances to the
     reference end state (``InformationBoundary.steps_view``)."""
     gate = boundary if boundary is not None else InformationBoundary()
     reference = gate.reference(task)
     steps = gate.steps_view(task, traj.steps)
+    match: Literal["call", "name"] = "call"
     if reference is None:
-        reference = own_reference
-    return grounded_labels(steps, reference, traj.checked_outcome >= success_threshold)
+        reference, match = own_reference, ("name" if borrowed else "call")
+    return grounded_labels(steps, reference, traj.checked_outcome >= success_threshold, match)
 
 
 class AttributedSamples(GRPOSamples):
@@ -52,8 +61,10 @@ class AttributedSamples(GRPOSamples):
         self.attributor = attributor
         self.boundary = boundary if boundary is not None else InformationBoundary()
         # per task, the calls of the shortest successful episode this run has seen (the self-derived reference of a
-        # task whose gold is closed); in memory: a resumed run starts it afresh
+        # task whose gold is closed) and the task's request words (to find it for a similar task); in memory: a
+        # resumed run starts them afresh
         self.own_successes: dict[str, list[list[ToolCall]]] = {}
+        self.success_words: dict[str, frozenset[str]] = {}
 
     @classmethod
     def from_config(  # type: ignore[override]
@@ -93,8 +104,11 @@ class AttributedSamples(GRPOSamples):
         task has a reference (``attribution/agreement_with_grounded``: the attributor's measured accuracy)."""
         tasks = ctx.store.task_index()
         threshold = self.success_threshold  # the run's one definition of success
-        own = self._own_references(live, tasks, threshold, metrics)
-        grounded = [grounded_for(tasks.get(t.task_id), t, threshold, self.boundary, own.get(t.task_id)) for t in live]
+        own, borrowed = self._own_references(live, tasks, threshold, metrics)
+        grounded = [
+            grounded_for(tasks.get(t.task_id), t, threshold, self.boundary, own.get(t.task_id), t.task_id in borrowed)
+            for t in live
+        ]
         if source == "grounded":
             labels: list[list[StepLabel] | None] = list(grounded)
             flat = [lab for labs in grounded for lab in labs]
@@ -109,7 +123,8 @@ class AttributedSamples(GRPOSamples):
             agree = compared = 0
             for t, lab, ground in zip(live, labels, grounded):
                 task = tasks.get(t.task_id)
-                if lab is not None and (self.boundary.reference(task) is not None or t.task_id in own):
+                mine = t.task_id in own and t.task_id not in borrowed  # a borrowed reference is no yardstick
+                if lab is not None and (self.boundary.reference(task) is not None or mine):
                     a, n = agreement(lab, ground)
                     agree, compared = agree + a, compared + n
             if compared:
@@ -124,16 +139,33 @@ class AttributedSamples(GRPOSamples):
 
     def _own_references(
         self, live: Sequence[Trajectory], tasks: dict[str, Task], threshold: float, metrics: dict[str, float]
-    ) -> dict[str, list[list[ToolCall]]]:
-        """Self-derived references for the tasks whose gold the boundary closes: this batch's successful episodes of
-        the task (the shortest), else an earlier one of this run. ``attribution/self_referenced`` counts the closed
-        tasks that had one, ``attribution/closed_tasks`` all closed tasks of the batch."""
+    ) -> tuple[dict[str, list[list[ToolCall]]], set[str]]:
+        """Self-derived references for the tasks whose gold the boundary closes, and which of them are borrowed.
+        A task's own: this batch's successful episodes of it (the shortest), else an earlier one of this run. With
+        ``attributing.similar_success_min`` > 0, a closed task without its own borrows the success of the most
+        similar task (request words, ``grounded.request_similarity`` at least that) that has one: the agent's own
+        earlier success on a similar task, matched by tool names only. ``attribution/self_referenced`` counts the
+        closed tasks with their own, ``attribution/similar_referenced`` those with a borrowed one,
+        ``attribution/closed_tasks`` all closed tasks of the batch."""
         closed = {t.task_id for t in live if not self.boundary.gold_allowed(tasks.get(t.task_id))}
-        for task_id in closed:
+        for task_id in sorted({t.task_id for t in live}):
             ref = self_reference([t for t in live if t.task_id == task_id], threshold)
-            if ref is not None:
+            task = tasks.get(task_id)
+            if ref is not None and task is not None:  # every task's success: the agent's own episodes are fair
                 self.own_successes[task_id] = ref
+                self.success_words[task_id] = request_words(" ".join(task.turns))
         own = {k: self.own_successes[k] for k in closed if k in self.own_successes}
+        borrowed: set[str] = set()
+        minimum = self.acfg.similar_success_min
+        for task_id in sorted(closed - own.keys()) if minimum > 0 else []:
+            task = tasks.get(task_id)
+            if task is None:
+                continue
+            found = most_similar(request_words(" ".join(task.turns)), self.success_words, minimum)
+            if found is not None:
+                own[task_id] = self.own_successes[found[0]]
+                borrowed.add(task_id)
         metrics["attribution/closed_tasks"] = float(len(closed))
-        metrics["attribution/self_referenced"] = float(len(own))
-        return own
+        metrics["attribution/self_referenced"] = float(len(own) - len(borrowed))
+        metrics["attribution/similar_referenced"] = float(len(borrowed))
+        return own, borrowed
