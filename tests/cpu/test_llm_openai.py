@@ -104,6 +104,19 @@ def test_retries_on_429_and_5xx(server_factory):
     assert len(s.requests) == 3
 
 
+def test_back_off_doubles_from_backoff_s(server_factory, caplog):
+    """The retry schedule (tenacity since issue 54 (9)): backoff_s, then twice that, one warning per retry."""
+    s = server_factory([503, 429])
+    llm = OpenAICompatLLM("m", base_url=s.url, backoff_s=0.2, max_retries=3)
+    with caplog.at_level("WARNING"):
+        assert llm.chat(_msgs(), SamplingParams())[0][0].text == "echo hi"
+    lines = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert lines == [
+        "openai backend: HTTP 503, retrying in 0.2s (1/3)",
+        "openai backend: HTTP 429, retrying in 0.4s (2/3)",
+    ]
+
+
 def test_gives_up_after_retries(server_factory):
     s = server_factory([500] * 10)
     llm = OpenAICompatLLM("m", base_url=s.url, backoff_s=0.01, max_retries=2)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import httpx
+import tenacity
 
 from evolvekit.errors import LLMError
 from evolvekit.llm.base import Completion, SamplingParams
@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 # the request never reached the server, so sending it again cannot duplicate work
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+class _Retryable(Exception):
+    """A failure a retry can fix: the request never reached the server, the transport failed, or 408/409/429/5xx."""
 
 
 class OpenAICompatLLM:
@@ -87,48 +91,63 @@ class OpenAICompatLLM:
         return body
 
     def _one(self, conversation: Sequence[ChatMessage], params: SamplingParams) -> list[Completion]:
+        """One request, retried by tenacity with exponential back-off (``backoff_s``, doubling) while the failure is
+        one a retry can fix: a request that never reached the server, a transport error, or HTTP 408/409/429/5xx."""
         body = self._payload(conversation, params)
-        delay = self.backoff_s
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            try:
-                resp = self.client.post("/chat/completions", json=body)
-            except NOT_SENT as err:
-                last = f"{type(err).__name__}: {err}"
-            except httpx.TimeoutException as err:  # the server had it and may still run it: not sent twice
-                raise LLMError(
-                    f"{self.base_url}: no answer within models.{self.role}.timeout_s = {self.timeout_s:g} s "
-                    f"({type(err).__name__}); not re-sent, as the server may still be working on it. A slow server "
-                    f"needs a longer models.{self.role}.timeout_s"
-                ) from None
-            except httpx.TransportError as err:
-                last = f"{type(err).__name__}: {err}"
-            else:
-                if resp.status_code == 200:
-                    return self._checked(self._parse(resp.json()), params)
-                if resp.status_code in (401, 403):
-                    raise LLMError(
-                        f"{self.base_url} refused the credentials (HTTP {resp.status_code}); "
-                        f"check the API key in ${self.api_key_env} (models.{self.role}.api_key_env)"
-                    )
-                if resp.status_code == 404:
-                    raise LLMError(
-                        f"{self.base_url}/chat/completions: model '{self.name}' or endpoint not found "
-                        f"(HTTP 404); check models.{self.role}.model and models.{self.role}.base_url"
-                    )
-                if resp.status_code not in RETRY_STATUS:
-                    raise LLMError(f"{self.base_url} answered HTTP {resp.status_code}: {resp.text[:200]}")
-                last = f"HTTP {resp.status_code}"
-            if attempt < self.max_retries:
-                log.warning("openai backend: %s, retrying in %.1fs (%d/%d)", last, delay, attempt + 1, self.max_retries)
-                time.sleep(delay)
-                delay *= 2
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.max_retries + 1),
+            wait=tenacity.wait_exponential(multiplier=self.backoff_s, exp_base=2, min=0),
+            retry=tenacity.retry_if_exception_type(_Retryable),
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        try:
+            return retrying(self._attempt, body, params)
+        except _Retryable as err:
+            last = str(err)
         hint = (
             f"; a slow server may need a longer models.{self.role}.timeout_s (now {self.timeout_s:g} s)"
             if "Timeout" in last
             else ""
         )
         raise LLMError(f"{self.base_url}: gave up after {self.max_retries + 1} attempts ({last}){hint}")
+
+    def _log_retry(self, state: tenacity.RetryCallState) -> None:
+        delay = state.next_action.sleep if state.next_action is not None else 0.0
+        err = state.outcome.exception() if state.outcome is not None else None
+        log.warning(
+            "openai backend: %s, retrying in %.1fs (%d/%d)", err, delay, state.attempt_number, self.max_retries
+        )
+
+    def _attempt(self, body: dict[str, Any], params: SamplingParams) -> list[Completion]:
+        """One POST: the completions, ``_Retryable`` for what a retry can fix, ``LLMError`` for what it cannot."""
+        try:
+            resp = self.client.post("/chat/completions", json=body)
+        except NOT_SENT as err:
+            raise _Retryable(f"{type(err).__name__}: {err}") from None
+        except httpx.TimeoutException as err:  # the server had it and may still run it: not sent twice
+            raise LLMError(
+                f"{self.base_url}: no answer within models.{self.role}.timeout_s = {self.timeout_s:g} s "
+                f"({type(err).__name__}); not re-sent, as the server may still be working on it. A slow server "
+                f"needs a longer models.{self.role}.timeout_s"
+            ) from None
+        except httpx.TransportError as err:
+            raise _Retryable(f"{type(err).__name__}: {err}") from None
+        if resp.status_code == 200:
+            return self._checked(self._parse(resp.json()), params)
+        if resp.status_code in (401, 403):
+            raise LLMError(
+                f"{self.base_url} refused the credentials (HTTP {resp.status_code}); "
+                f"check the API key in ${self.api_key_env} (models.{self.role}.api_key_env)"
+            )
+        if resp.status_code == 404:
+            raise LLMError(
+                f"{self.base_url}/chat/completions: model '{self.name}' or endpoint not found "
+                f"(HTTP 404); check models.{self.role}.model and models.{self.role}.base_url"
+            )
+        if resp.status_code not in RETRY_STATUS:
+            raise LLMError(f"{self.base_url} answered HTTP {resp.status_code}: {resp.text[:200]}")
+        raise _Retryable(f"HTTP {resp.status_code}")
 
     def _checked(self, out: list[Completion], params: SamplingParams) -> list[Completion]:
         """Warn once per habit when the server ignored what was asked: fewer than ``n`` choices, or no log-probs."""
