@@ -115,9 +115,7 @@ class OpenAICompatLLM:
     def _log_retry(self, state: tenacity.RetryCallState) -> None:
         delay = state.next_action.sleep if state.next_action is not None else 0.0
         err = state.outcome.exception() if state.outcome is not None else None
-        log.warning(
-            "openai backend: %s, retrying in %.1fs (%d/%d)", err, delay, state.attempt_number, self.max_retries
-        )
+        log.warning("openai backend: %s, retrying in %.1fs (%d/%d)", err, delay, state.attempt_number, self.max_retries)
 
     def _attempt(self, body: dict[str, Any], params: SamplingParams) -> list[Completion]:
         """One POST: the completions, ``_Retryable`` for what a retry can fix, ``LLMError`` for what it cannot."""
