@@ -67,9 +67,12 @@ def _weights(path) -> dict[str, torch.Tensor]:
     return load_file(str(Path(path) / "model.safetensors"))
 
 
-def test_two_iterations_train_and_write_everything(tiny, tmp_path):
+def test_two_iterations_train_and_write_everything(tiny, tmp_path, caplog):
     cfg, run_dir, store = open_run(load_config(_config(tiny, tmp_path)), None)
-    summary = build_loop(cfg, run_dir, store, show_progress=False).run()
+    with caplog.at_level("INFO", logger="evolvekit.orchestrator.loop"):
+        summary = build_loop(cfg, run_dir, store, show_progress=False).run()
+    updates = [r.getMessage() for r in caplog.records if "update step on" in r.getMessage()]
+    assert len(updates) == 2 and updates[0].startswith("iteration 1/2: update step on 8 samples"), updates
     assert store.completed_iterations() == [0, 1]
     # parameters changed
     before, after = _weights(tiny), _weights(store.latest_checkpoint().path)
@@ -77,7 +80,7 @@ def test_two_iterations_train_and_write_everything(tiny, tmp_path):
     # metrics: JSONL, TensorBoard events, PNG, store
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [x["iteration"] for x in lines] == [0, 1]
-    assert {"rollout/reward_mean", "train/loss", "train/tokens_per_s", "samples/count"} <= set(lines[0])
+    assert {"rollout/reward_mean", "train/loss", "train/tokens_per_s", "samples/count", "time/samples_s"} <= set(lines[0])
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert (run_dir / "learning_curve.png").stat().st_size > 1000
     assert summary["eval_before"]["k"] == 2 and summary["eval_after"] is not None

@@ -192,8 +192,19 @@ class MasterLoop:
         t1 = time.perf_counter()
         samples, sample_metrics = st.samples.build(ctx, trajectories)
         metrics.update(sample_metrics)
+        t2 = time.perf_counter()
+        times["time/samples_s"] = t2 - t1  # advantages, step credit and tokenisation
         metrics.update(st.updater.update(ctx, samples))
-        times["time/update_s"] = time.perf_counter() - t1
+        times["time/update_s"] = time.perf_counter() - t1  # the samples and the optimizer step together
+        log.info(
+            "iteration %d/%d: update step on %d samples: loss %+.4f in %.1fs (samples and step credit %.1fs before)",
+            it + 1,
+            cfg.train.iterations,
+            len(samples),
+            metrics.get("train/loss", 0.0),
+            time.perf_counter() - t2,
+            times["time/samples_s"],
+        )
         ckpt = st.updater.save(self.run_dir / "checkpoints" / f"iter-{it:04d}")
         every, last = cfg.train.eval_every, it + 1 == cfg.train.iterations
         # the last iteration's point is the evaluation after training when there is one (not evaluated twice)
