@@ -21,6 +21,15 @@ def _has_cuda() -> bool:
         return False
 
 
+_NOW = os.environ.get("EVOLVEKIT_TEST_NOW")  # benchmarks/peak_memory.py --label-file: which test is running
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if _NOW:
+        with open(_NOW, "w") as f:
+            f.write(nodeid)
+
+
 def pytest_collection_modifyitems(config, items):
     if _has_cuda():
         return
