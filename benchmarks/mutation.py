@@ -93,14 +93,18 @@ def write_report(rows: list[dict], out: Path, command: str) -> None:
         "Score: (killed + timed out) / mutants. A survivor is a change to the module that none of its tests notices;",
         "each is to be killed by a new test or explained as equivalent (issue 53).",
         "",
-        "| module | tests | mutants | killed | timed out | survived | no tests | score | seconds |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "Each row was run at the commit it names; the command above ran the modules of this look only, and the",
+        "other rows are kept from earlier looks.",
+        "",
+        "| module | tests | mutants | killed | timed out | survived | no tests | score | seconds | commit |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         score = "n/a" if r["score"] is None else f"{r['score']:.1%}"
         lines.append(
             f"| `{r['module']}` | {', '.join(Path(t).name for t in r['tests'])} | {r['total']} | {r['killed']} | "
-            f"{r['timeout']} | {r['survived']} | {r['no_tests']} | {score} | {r['seconds']} |"
+            f"{r['timeout']} | {r['survived']} | {r['no_tests']} | {score} | {r['seconds']} | "
+            f"{r.get('commit', 'fdc5fbe')} |"
         )
     for r in rows:
         if r["survivors"]:
@@ -117,12 +121,16 @@ def main() -> None:
     args = parser.parse_args()
     if not (ROOT / ".venv" / "bin" / "mutmut").exists():
         sys.exit("mutmut is not installed: .venv/bin/pip install -e '.[mutation]' -c constraints.txt")
-    rows = []
+    code = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    previous = args.out.with_suffix(".json")
+    # modules not run now keep their earlier row (each row names the commit it was run at)
+    rows = json.loads(previous.read_text()) if previous.is_file() else []
     for name in args.only or list(MODULES):
         module, tests = MODULES[name]
         print(f"{name}: mutating src/evolvekit/{module} against {', '.join(tests)}", flush=True)
-        rows.append(mutate(name, module, tests, args.work))
-        print(json.dumps({k: v for k, v in rows[-1].items() if k != "survivors"}), flush=True)
+        row = {**mutate(name, module, tests, args.work), "commit": code.stdout.strip()}
+        rows = [r for r in rows if r["module"] != row["module"]] + [row]
+        print(json.dumps({k: v for k, v in row.items() if k != "survivors"}), flush=True)
         write_report(rows, args.out, " ".join(["python", "benchmarks/mutation.py", *sys.argv[1:]]))
 
 
