@@ -305,3 +305,62 @@ def test_step_population_by_hand_keeps_a_group_whose_trajectories_average_the_sa
     assert adv[2] == pytest.approx([0.1 / s + o[1]])
     # degenerate over steps too: every step GOOD
     assert standardize_attribution([[1.0, 1.0], [1.0]], population="step") == [[0.0, 0.0], [0.0]]
+
+
+def test_credit_functions_against_hand_computed_values_at_their_defaults():
+    """Issue 53: survivors of mutation testing on attributing/credit.py (benchmarks/results/mutation.md), each pinned
+    by a hand-computed value: the ±1/0 label rewards, every default (ε, the degenerate σ, the population), the
+    degenerate boundary, the ε sign of Eq. 18 and the modes of Eq. 20."""
+    import math
+    import statistics
+
+    from evolvekit.attributing.credit import (
+        attribution_degenerate,
+        attribution_rewards,
+        fuse,
+        group_step_advantages,
+        standardize_attribution,
+        standardize_outcome,
+    )
+
+    G_, B_, N_ = StepLabel.GOOD, StepLabel.BAD, StepLabel.NEUTRAL
+    assert attribution_rewards([G_, N_, B_, G_]) == [1.0, 0.0, -1.0, 1.0]
+
+    # trajectory population (the default): averages 0.5 and -1 -> μ = -0.25, σ = stdev([0.5, -1]) = 1.0607
+    rewards = [[1.0, 0.0], [-1.0]]
+    sigma = statistics.stdev([0.5, -1.0])
+    want = [[(1.0 + 0.25) / (sigma + 1e-8), (0.0 + 0.25) / (sigma + 1e-8)], [(-1.0 + 0.25) / (sigma + 1e-8)]]
+    assert standardize_attribution(rewards) == want  # exact: the same arithmetic, at the default ε
+    step_sigma = statistics.stdev([1.0, 0.0, -1.0])
+    assert standardize_attribution(rewards, population="step")[0][0] == 1.0 / (step_sigma + 1e-8)
+    assert standardize_attribution(rewards)[0][0] != standardize_attribution(rewards, population="step")[0][0]
+    big_eps = standardize_attribution(rewards, eps=0.5)
+    assert big_eps[1][0] == pytest.approx(-0.75 / (sigma + 0.5))  # σ + ε, not σ − ε
+
+    # a small but real spread is a signal at the default degenerate σ (1e-6), not noise
+    small = [[0.5 + 1e-5], [0.5 - 1e-5]]
+    assert not attribution_degenerate(small) and any(v != 0.0 for r in standardize_attribution(small) for v in r)
+    # the boundary: σ equal to the threshold is not degenerate (strictly below is)
+    exact = statistics.stdev([1.0, 0.0])
+    assert not attribution_degenerate([[1.0], [0.0]], degenerate_std=exact)
+    assert attribution_degenerate([[1.0], [0.0]], degenerate_std=math.nextafter(exact, math.inf))
+    # the default population is the trajectories' averages: each averages 0 (GOOD then BAD), so degenerate
+    even = [[1.0, -1.0], [-1.0, 1.0]]
+    assert attribution_degenerate(even) and not attribution_degenerate(even, population="step")
+
+    # Eq. 19 at its defaults: (R − μ) / (σ + 1e-8), and a tiny real spread is kept
+    s = statistics.stdev([1.0, 0.0])
+    assert standardize_outcome([1.0, 0.0]) == [0.5 / (s + 1e-8), -0.5 / (s + 1e-8)]
+    assert standardize_outcome([1e-5, 0.0])[0] > 0
+
+    # Eq. 20's modes
+    assert fuse([1.0, -1.0], 2.0, 0.5, "both") == [0.5, 1.5]
+    assert fuse([1.0, -1.0], 2.0, 0.5, "attribution_only") == [0.5, -0.5]
+    assert fuse([1.0, -1.0], 2.0, 0.5, "outcome_only") == [0.0, 2.0]
+
+    # Eq. 18-21 at the defaults (ε, population): a hand-computed group
+    adv = group_step_advantages([[G_, B_], [B_]], [1.0, 0.0], [2, 1], alpha=1.0)
+    a_sigma = statistics.stdev([0.0, -1.0])
+    r = [[(1 + 0.5) / (a_sigma + 1e-8), (-1 + 0.5) / (a_sigma + 1e-8)], [(-1 + 0.5) / (a_sigma + 1e-8)]]
+    o = [0.5 / (s + 1e-8), -0.5 / (s + 1e-8)]
+    assert adv == [[r[0][0] + r[0][1] + o[0], r[0][1] + o[0]], [r[1][0] + o[1]]]
