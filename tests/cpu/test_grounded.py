@@ -325,3 +325,87 @@ def test_similar_success_min_needs_grounded_attribution():
         load_config(
             None, ["attributing.enabled=true", "attributing.source=gigpo", "attributing.similar_success_min=0.8"]
         )
+
+
+# --- issue 53: tests from the survivors of mutation testing attributing/grounded.py (146 of 174 killed at first) ---
+
+
+def _s(i, calls=(), ok=None, parse_error=None, g=None, text=""):
+    """A step: ``calls`` as (name, args) pairs; ``ok`` one flag per call (None: no per-call record)."""
+    tc = [ToolCall(name=n, arguments=a) for n, a in calls]
+    rec = [{"ok": o} for o in ok] if ok is not None else []
+    return Step(index=i, action_text=text, tool_calls=tc, calls=rec, parse_error=parse_error, grounding=g)
+
+
+def _g(changed, before, after):
+    return StepGrounding(state_changed=changed, distance_before=before, distance_after=after)
+
+
+def test_rule_6_revisits_only_steps_bad_for_not_matching_the_reference():
+    """In a passed episode whose turn ended with a reference call unexecuted, rule 6 turns GOOD only the steps that
+    were BAD for not matching (rule 2, stateless rule 5); errors (rule 1), repeats (rule 4) and a stateful step that
+    moved away from the end state (rule 5) stay BAD."""
+    ref = [[ToolCall(name="f", arguments={"x": 1})]]
+    steps = [
+        _s(0, [("g", {})], ok=[False]),  # rule 1: an errored call
+        _s(1, parse_error="no JSON"),  # rule 1: nothing executable
+        _s(2, [("h", {})], ok=[True], g=_g(True, 2, 3)),  # rule 5, stateful: farther from the end state
+        _s(3, [("h", {})], ok=[True], g=_g(False, 3, 3)),  # rule 4: a repeat without effect
+        _s(4, text="done"),  # the last turn's answer: GOOD, the episode passed
+    ]
+    assert grounded_labels(steps, ref, True) == [B, B, B, B, G]
+    stateless = [_s(0, [("h", {})], ok=[True], g=_g(True, None, None)), _s(1, text="done")]
+    assert grounded_labels(stateless, ref, False) == [B, B]
+    assert grounded_labels(stateless, ref, True) == [G, G]  # rule 6: solved another way
+    one_none = [_s(0, [("h", {})], ok=[True], g=_g(True, None, 2))]
+    assert grounded_labels(one_none, ref, False) == [B]
+
+
+def test_turns_advance_and_steps_past_the_last_turn_are_labelled():
+    ref = [[ToolCall(name="a")], [ToolCall(name="b")], [ToolCall(name="c")]]
+    none = _g(True, None, None)
+    steps = [_s(0, [("a", {})], [True], g=none), _s(1, text="ok"), _s(2, [("b", {})], [True], g=none),
+             _s(3, text="ok"), _s(4, [("c", {})], [True], g=none), _s(5, text="ok")]  # fmt: skip
+    assert grounded_labels(steps, ref, True) == [G] * 6  # the third turn's c is matched against the third turn
+    extra = [_s(0, [("a", {})], [True], g=none), _s(1, text="ok"), _s(2, [("z", {})], [True], g=none)]
+    assert grounded_labels(extra, ref[:1], True) == [G, G, B]  # a call after the last turn: no reference left
+
+
+def test_repeats_and_unrecorded_calls():
+    ref = [[ToolCall(name="f", arguments={"x": 1})]]
+    # a repeat that changed the state and came closer is judged by rule 5, not rule 4
+    closer = [_s(0, [("h", {})], [True], g=_g(True, 3, 2)), _s(1, [("h", {})], [True], g=_g(True, 2, 1))]
+    assert grounded_labels(closer, ref, False) == [G, G]
+    # a repeat without effect is BAD even where the environment reports no state facts
+    blind = [_s(0, [("h", {})], [True]), _s(1, [("h", {})], [True])]
+    assert grounded_labels(blind, ref, False) == [N, B]
+    # calls without a per-call record count as run: a reference call is GOOD
+    assert grounded_labels([_s(0, [("f", {"x": 1})])], ref, False) == [G]
+
+
+def test_self_reference_turns_parse_errors_and_the_threshold():
+    from evolvekit.attributing.grounded import self_reference
+    from evolvekit.types import Trajectory
+
+    def traj(steps, outcome=1.0):
+        return Trajectory(task_id="t", group_id="g", outcome_reward=outcome, steps=steps)
+
+    a, b = ToolCall(name="a"), ToolCall(name="b")
+    # a parse error without calls does not end the turn, and the episode goes on after it
+    mid = traj([_s(0, [("a", {})], [True]), _s(1, parse_error="bad"), _s(2, [("b", {})], [True]), _s(3, text="x")])
+    assert self_reference([mid], 0.5) == [[a, b]]
+    two = traj([_s(0, [("a", {})], [True]), _s(1, text="x"), _s(2, [("b", {})], [True]), _s(3, text="y")])
+    assert self_reference([two], 0.5) == [[a], [b]]  # the empty turn after the last answer is dropped
+    unfinished = traj([_s(0, [("a", {})], [True]), _s(1, text="x"), _s(2, [("b", {})], [True])])
+    assert self_reference([unfinished], 0.5) == [[a], [b]]  # a last turn with calls is kept
+    assert self_reference([traj([_s(0, text="x")])], 0.5) == [[]]  # solved by the answer alone
+    assert self_reference([traj([_s(0, text="x")], outcome=0.5)], 0.5) == [[]]  # at the threshold is a success
+    assert self_reference([traj([_s(0, text="x")], outcome=0.4)], 0.5) is None
+
+
+def test_request_words_are_lower_case_and_the_minimum_is_inclusive():
+    from evolvekit.attributing.grounded import most_similar, request_words
+
+    words = request_words("What is 3 PLUS 5?")
+    assert {"what", "plus", "#", "?"} <= words and "PLUS" not in words
+    assert most_similar(words, {"x": request_words("what is 7 plus 9?")}, 1.0) == ("x", 1.0)
