@@ -503,9 +503,10 @@ class AttributingConfig(_Section):
     eps: float = F(1e-8, "ε in the standardisations of Eq. 18 and Eq. 19", gt=0)
     max_retries: int = F(2, "retries of an unparseable attribution before neutralising the channel", ge=0)
     concurrency: int = F(4, "concurrent attributor calls", ge=1)
-    source: Literal["auto", "llm", "grounded", "gigpo"] = F(
+    source: str = F(
         "auto",
-        "where step credit comes from: llm = the paper's attributor (§5.1), its labels into Eq. 18-21; grounded = GOOD/BAD from execution against the reference the run may read (a synthesized task's own; for a person-written task the group's own successful episode unless run.oracle) and the environment's state (attributing/grounded.py), into the same Eq. 18-21; gigpo = GiGPO's anchor-state step groups (verl-agent; no helper model): A = A^E + ω·A^S; auto = llm for a served attributor (models.attributor.backend: openai), grounded for an in-process one",
+        "where step credit comes from, a registered step-credit source (attributing/sources.py) or gigpo: llm = the paper's attributor (§5.1), its labels into Eq. 18-21; grounded = GOOD/BAD from execution against the reference the run may read (a synthesized task's own; for a person-written task the group's own successful episode unless run.oracle) and the environment's state (attributing/grounded.py), into the same Eq. 18-21; gigpo = GiGPO's anchor-state step groups (verl-agent; no helper model, no labels): A = A^E + ω·A^S; a plugin's source (env.plugins) by its registered name; auto = llm for a served attributor (models.attributor.backend: openai), grounded for an in-process one",
+        pattern=r"^[a-z][a-z0-9_]*$",
     )
     similar_success_min: float = F(
         0.0,
@@ -833,7 +834,7 @@ def cross_field_problem(cfg: Config) -> str | None:
         )
     a = cfg.attributing
     est = cfg.train.advantage_estimator
-    labelled = a.enabled and attribution_source(cfg) in ("llm", "grounded") and a.mode != "outcome_only"
+    labelled = a.enabled and attribution_source(cfg) != "gigpo" and a.mode != "outcome_only"
     if est in ("grpo", "gigpo") and labelled:
         return (
             f"train.advantage_estimator: {est} reads no step labels; attributing.enabled with source "

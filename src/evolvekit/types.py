@@ -253,7 +253,7 @@ class Trajectory(_Model):
     outcome_reward: float | None = None
     outcome_details: dict[str, Any] = Field(default_factory=dict)
     step_attributions: list[StepLabel] | None = None
-    attribution_source: Literal["llm", "grounded"] | None = None  # who wrote step_attributions
+    attribution_source: str | None = None  # who wrote step_attributions: a step-credit source's registered name
     experience_used: list[str] = Field(default_factory=list)  # experience ids
     flags: TrajectoryFlags = Field(default_factory=TrajectoryFlags)
     error: str | None = None

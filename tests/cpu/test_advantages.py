@@ -112,3 +112,36 @@ def test_config_validate_and_run_refuse_an_unknown_estimator_the_same_way(tmp_pa
     assert ok.returncode == 0, ok.stderr
     res = cli("config", "validate", str(cfg), "--set", "env.name=nowhere")
     assert res.returncode == 2 and "env.name: unknown environment 'nowhere'" in res.stderr  # as `run` says it
+
+
+def test_a_plugin_step_credit_source_is_one_function_one_registration_one_config_value(tmp_path, monkeypatch):
+    """Issue 55 (4): step-credit sources are registered like estimators (attributing/sources.py): a plugin's
+    source labels the steps by config value alone; an unknown name is one line from run and config validate."""
+    from evolvekit.attributing.sources import STEP_CREDIT
+    from evolvekit.attributing.stage import AttributedSamples
+    from evolvekit.env.registry import load_plugins
+    from evolvekit.orchestrator.build import registry_problem
+    from evolvekit.store.sqlite import RunStore
+    from evolvekit.types import StepLabel, Task
+
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    load_plugins(["adv_plugin"])
+    assert {"grounded", "llm", "first_good"} <= set(STEP_CREDIT)
+    on = ["env.plugins=[adv_plugin]", "attributing.enabled=true", "attributing.normalization=step"]
+    cfg = load_config(None, [*on, "attributing.source=first_good"])
+    assert registry_problem(cfg) is None
+    store = RunStore(tmp_path / "run.db")
+    with store.transaction() as c:
+        store.put_tasks(c, [Task(task_id="t", env_name="bfcl", query="q")], -1)
+    ctx = IterationContext(iteration=0, seed=0, run_dir=tmp_path, store=store)
+    group = _group([1.0, 0.0])
+    adv, metrics = AttributedSamples.from_config(cfg, None).step_advantages(ctx, group)
+    assert [t.step_attributions for t in group] == [[StepLabel.GOOD, StepLabel.BAD]] * 2
+    assert {t.attribution_source for t in group} == {"first_good"} and metrics["first_good/trajectories"] == 2.0
+    assert all(a[0] > a[1] for a in adv)  # the GOOD first step is credited above the BAD second, in both
+    bad = load_config(None, [*on, "attributing.source=no_such_source"])
+    assert registry_problem(bad) == (
+        "attributing.source: unknown step-credit source 'no_such_source' (registered: first_good, gigpo, grounded, "
+        "llm; env.plugins)"
+    )
+    store.close()

@@ -13,6 +13,7 @@ from evolvekit.attributing.grounded import (
     request_words,
     self_reference,
 )
+from evolvekit.attributing.sources import STEP_CREDIT, CreditInputs
 from evolvekit.boundary import InformationBoundary
 from evolvekit.config import AttributingConfig, Config, attribution_source
 from evolvekit.protocols import IterationContext
@@ -88,11 +89,11 @@ class AttributedSamples(GRPOSamples):
     def step_advantages(
         self, ctx: IterationContext, live: Sequence[Trajectory]
     ) -> tuple[list[dict[int, float]], dict[str, float]]:
-        """Step labels from the step-credit source (llm or grounded; none for gigpo or ``mode: outcome_only``), then
-        the configured advantage estimator (dual_channel: Eq. 18-21; train/advantages.py)."""
+        """Step labels from the registered step-credit source (attributing/sources.py; none for gigpo or ``mode:
+        outcome_only``), then the configured advantage estimator (dual_channel: Eq. 18-21; train/advantages.py)."""
         metrics: dict[str, float] = {}
         labels: list = [None] * len(live)
-        if self.source in ("llm", "grounded") and self.acfg.mode != "outcome_only":
+        if self.source in STEP_CREDIT and self.acfg.mode != "outcome_only":
             labels = self._labels(ctx, live, self.source, metrics)
         step_adv, more = self.estimator(self.batch(ctx, live, labels))
         return step_adv, {**metrics, **more}
@@ -100,8 +101,9 @@ class AttributedSamples(GRPOSamples):
     def _labels(
         self, ctx: IterationContext, live: Sequence[Trajectory], source: str, metrics: dict[str, float]
     ) -> list[list[StepLabel] | None]:
-        """Step labels from the configured source; the LLM's are also scored against grounded ones wherever the
-        task has a reference (``attribution/agreement_with_grounded``: the attributor's measured accuracy)."""
+        """Step labels from the configured source; any source but ``grounded`` is also scored against the grounded
+        labels wherever the task has a reference of its own (``attribution/agreement_with_grounded``: the source's
+        measured accuracy)."""
         tasks = ctx.store.task_index()
         threshold = self.success_threshold  # the run's one definition of success
         own, borrowed = self._own_references(live, tasks, threshold, metrics)
@@ -109,17 +111,10 @@ class AttributedSamples(GRPOSamples):
             grounded_for(tasks.get(t.task_id), t, threshold, self.boundary, own.get(t.task_id), t.task_id in borrowed)
             for t in live
         ]
-        if source == "grounded":
-            labels: list[list[StepLabel] | None] = list(grounded)
-            flat = [lab for labs in grounded for lab in labs]
-            metrics["attribution/good_ratio"] = sum(lab == StepLabel.GOOD for lab in flat) / len(flat) if flat else 0.0
-            metrics["attribution/neutral_ratio"] = (
-                sum(lab == StepLabel.NEUTRAL for lab in flat) / len(flat) if flat else 0.0
-            )
-        elif self.attributor is not None:
-            result = self.attributor.attribute(live, self.boundary.tasks_view(tasks))
-            labels = result.labels
-            metrics.update(result.metrics())
+        result = STEP_CREDIT[source](CreditInputs(live, self.boundary.tasks_view(tasks), grounded, self.attributor))
+        labels = result.labels
+        metrics.update(result.metrics)
+        if source != "grounded":
             agree = compared = 0
             for t, lab, ground in zip(live, labels, grounded):
                 task = tasks.get(t.task_id)
@@ -129,11 +124,9 @@ class AttributedSamples(GRPOSamples):
                     agree, compared = agree + a, compared + n
             if compared:
                 metrics["attribution/agreement_with_grounded"] = agree / compared
-        else:
-            return [None] * len(live)
         for t, lab in zip(live, labels):
             t.step_attributions = lab
-            t.attribution_source = source if lab is not None else None  # type: ignore[assignment]
+            t.attribution_source = source if lab is not None else None
             t.flags.attribution_neutralised = lab is None
         return labels
 

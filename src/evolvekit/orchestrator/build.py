@@ -400,10 +400,12 @@ def load_task_file(path: str) -> list:
 
 
 def registry_problem(cfg: Config, training: bool = True) -> str | None:
-    """What the registries say of ``cfg``, once ``env.plugins`` are imported (they may register environments and
-    advantage estimators): an unknown ``env.name`` (unless a service provides it) or, for training, an unknown
-    ``train.advantage_estimator``, as one line; else None. `run` and `config validate` both ask it."""
+    """What the registries say of ``cfg``, once ``env.plugins`` are imported (they may register environments,
+    advantage estimators and step-credit sources): an unknown ``env.name`` (unless a service provides it) or, for
+    training, an unknown ``train.advantage_estimator`` or ``attributing.source``, as one line; else None. `run`
+    and `config validate` both ask it."""
     import evolvekit.attributing.estimators  # noqa: F401 - registers dual_channel and gigpo
+    from evolvekit.attributing.sources import STEP_CREDIT
     from evolvekit.env.registry import available_envs, load_plugins
     from evolvekit.train.advantages import ADVANTAGE_ESTIMATORS
 
@@ -415,6 +417,10 @@ def registry_problem(cfg: Config, training: bool = True) -> str | None:
     if training and name not in ADVANTAGE_ESTIMATORS:
         known = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
         return f"train.advantage_estimator: unknown estimator '{name}' (registered: {known}; env.plugins)"
+    source = attribution_source(cfg)
+    if training and cfg.attributing.enabled and source != "gigpo" and source not in STEP_CREDIT:
+        known = ", ".join(sorted([*STEP_CREDIT, "gigpo"]))
+        return f"attributing.source: unknown step-credit source '{source}' (registered: {known}; env.plugins)"
     return None
 
 
