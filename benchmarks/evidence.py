@@ -121,6 +121,9 @@ def markdown(ev, spec) -> str:
         + " | Steps@0.9 | AUC | code |",
         "|" + "---|" * (2 + 3 * len(keys) + 3),
     ]
+    if ev.pending:
+        waiting = ", ".join(f"{name} ({n}/{len(spec.seeds)} seeds)" for name, n in ev.pending.items())
+        lines[-2:-2] = [f"Not reported yet (pre-registered: a row's figures once all its seeds finish): {waiting}.", ""]
     for name, r in ev.rows.items():
         cells = []
         for k in keys:
@@ -218,6 +221,11 @@ def main() -> None:
     ap.add_argument("spec", help="ablation file (base config, budget, seeds, rows)")
     ap.add_argument("--only", nargs="*", default=None, help="run only these rows (the report covers every row)")
     ap.add_argument("--no-run", action="store_true", help="report on finished runs only")
+    ap.add_argument(
+        "--complete-only",
+        action="store_true",
+        help="leave out rows whose pre-registered seeds have not all finished (named as not reported yet)",
+    )
     ap.add_argument("--baseline", default="grpo")
     ap.add_argument(
         "--out", default=None, help="results prefix (default: benchmarks/results/ and the spec's name, see default_out)"
@@ -261,6 +269,11 @@ def main() -> None:
     groups = only_seeds(load_groups(Path(spec.out_dir)), spec.seeds)
     order = [r.name for r in spec.rows]
     groups = sorted([g for g in groups if g.name in order], key=lambda g: order.index(g.name))
+    pending: dict[str, int] = {}
+    if args.complete_only:  # a pre-registered row is reported once all its seeds have finished, not before
+        done = {g.name: sum(1 for r in g.runs if r.evaluations.get("after")) for g in groups}
+        pending = {name: n for name, n in done.items() if n < len(spec.seeds)}
+        groups = [g for g in groups if g.name not in pending]
     rows = row_results(groups, args.baseline, spec.confidence)
     commit = code_commit()
     if args.merge:
@@ -281,6 +294,7 @@ def main() -> None:
         command=" ".join(shlex.quote(a) for a in [".venv/bin/python", *sys.argv]),
         commit=commit,
         lift_reference=spec.lift_reference,
+        pending=pending,
     )
     out = Path(args.out or default_out(Path(args.spec), ev.family))
     out.parent.mkdir(parents=True, exist_ok=True)

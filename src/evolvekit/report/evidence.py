@@ -194,6 +194,9 @@ class EvidenceFile(BaseModel):
     command: str
     commit: str
     lift_reference: str | None = None  # the row whose lift over the base model the others' recovered share is of
+    # rows left out because not all their pre-registered seeds have finished (benchmarks/evidence.py
+    # --complete-only): name -> finished seeds; their figures are not reported until every seed is in
+    pending: dict[str, int] = {}
 
 
 def load_evidence(path: Path | str) -> EvidenceFile:
