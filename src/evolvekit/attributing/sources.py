@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from evolvekit.attributing.attributor import StepAttributor
+from evolvekit.registry import registrar
 from evolvekit.types import StepLabel, Task, Trajectory
 
 
@@ -52,17 +53,9 @@ STEP_CREDIT: dict[str, CreditFn] = {}
 
 
 def register_step_credit(name: str) -> Callable[[CreditFn], CreditFn]:
-    """Register a step-credit source under ``name`` (a second registration of a name is refused)."""
-
-    def add(fn: CreditFn) -> CreditFn:
-        if name in STEP_CREDIT and STEP_CREDIT[name] is not fn:
-            raise ValueError(f"step-credit source '{name}' is already registered")
-        if name in ("auto", "gigpo"):
-            raise ValueError(f"'{name}' is a reserved attributing.source value, not a step-credit source")
-        STEP_CREDIT[name] = fn
-        return fn
-
-    return add
+    """Register a step-credit source under ``name`` (a second registration of a name, or ``auto``/``gigpo``, the
+    other values of ``attributing.source``, is refused)."""
+    return registrar(STEP_CREDIT, "step-credit source", name, reserved=("auto", "gigpo"))
 
 
 @register_step_credit("grounded")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from evolvekit.config import AttributingConfig
+from evolvekit.registry import registrar
 from evolvekit.train.samples import grpo_step_advantages
 from evolvekit.types import StepLabel, Trajectory
 
@@ -51,14 +52,7 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
 
 def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
     """Register an advantage estimator under ``name`` (a second registration of a name is refused)."""
-
-    def add(fn: AdvantageFn) -> AdvantageFn:
-        if name in ADVANTAGE_ESTIMATORS and ADVANTAGE_ESTIMATORS[name] is not fn:
-            raise ValueError(f"advantage estimator '{name}' is already registered")
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return add
+    return registrar(ADVANTAGE_ESTIMATORS, "advantage estimator", name)
 
 
 def get_advantage(name: str) -> AdvantageFn:
