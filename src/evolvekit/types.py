@@ -207,14 +207,20 @@ class TrajectoryFlags(BaseModel):
 
 
 class RewardParts(BaseModel):
-    """The parts the outcome reward was made of (None: not part of this trajectory's reward)."""
+    """The parts a training reward is made of (None: not part of this trajectory's reward), an immutable record.
 
-    model_config = ConfigDict(extra="forbid")
-    outcome: float | None = None  # before shaping: the environment's score (a synthesized task's: its judge mix)
+    The rollout records ``env``; the judge stage ``state_score`` and ``judge_score`` (synthesized tasks); Evolving-RL
+    ``skill_utility`` (extractors). ``train/rewards.py: shape_rewards`` then computes ``outcome``, the shaping parts
+    and the trajectory's ``outcome_reward`` from them, once; nothing else writes ``outcome_reward``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    env: float | None = None  # the environment's own check of the episode, as the rollout recorded it
+    outcome: float | None = None  # before shaping: env, a synthesized task's judge mix, or an extractor's utility
     format: float | None = None  # R_format (EvolveR) of reward shaping
     reasoning: float | None = None  # the reasoning template's reward
     state_score: float | None = None  # synthetic tasks: the environment's state check
     judge_score: float | None = None  # synthetic tasks: the LLM judge (None: not judged, or its fallback)
+    skill_utility: float | None = None  # Evolving-RL extractor: its skill's mean downstream reward (Eq. 2)
 
 
 class EvolvingRole(BaseModel):
@@ -302,7 +308,7 @@ class Trajectory(_Model):
     @property
     def checked_outcome(self) -> float:
         """The environment's own check of the episode, before judge mixing and reward shaping."""
-        for value in (self.rewards.state_score, self.rewards.outcome):
+        for value in (self.rewards.state_score, self.rewards.env, self.rewards.outcome):
             if value is not None:
                 return float(value)
         return float(self.outcome_reward or 0.0)

@@ -488,8 +488,9 @@ def test_coevolve_regenerator_makes_signal_tagged_tasks():
 def test_judge_parsing_fallback_and_mix():
     from evolvekit.config import Config
     from evolvekit.orchestrator.stages import IterationContext
-    from evolvekit.questioning.judge import LLMJudge, judge_prompt, mix_reward, parse_judge_score
+    from evolvekit.questioning.judge import LLMJudge, judge_prompt, parse_judge_score
     from evolvekit.questioning.reward import SyntheticRewardRollouts
+    from evolvekit.train.rewards import mix_reward
     from evolvekit.types import TaskSource
 
     assert parse_judge_score("Reasoning... Score: 0.85") == 0.85
@@ -517,6 +518,10 @@ def test_judge_parsing_fallback_and_mix():
     cfg.questioning.reward = "judge"
     stage = SyntheticRewardRollouts(Inner(), cfg, judge)
     out = stage.rollout(IterationContext(0, 0, Path("."), None), [syn, real])
+    assert [t.outcome_reward for t in out] == [1.0, 0.0, 1.0]  # recorded, not yet mixed (issue 55: one writer)
+    from evolvekit.train.rewards import shape_rewards
+
+    shape_rewards(out, 1.0, 0.0, synthetic_mode="judge", judge_weight=0.5)  # the loop's one reward computation
     assert [t.outcome_reward for t in out] == [0.9, 0.0, 1.0]  # judged; fallback to the state check; real untouched
     assert (out[1].rewards.state_score, out[1].rewards.judge_score) == (0.0, None)
     assert stage.last_metrics["judge/fallbacks"] == 1.0 and stage.last_metrics["judge/calls"] == 4.0

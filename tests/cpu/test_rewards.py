@@ -96,3 +96,34 @@ def test_partial_credit_by_hand_and_only_from_references_the_boundary_opens():
     opened = [traj("p", [(add, True)])]
     shape_rewards(opened, 1.0, 0.0, w_partial=0.2, references=InformationBoundary(oracle=True).references([person]))
     assert opened[0].outcome_reward == 0.1 and opened[0].metadata["partial_credit"] == 0.5
+
+
+def test_the_reward_is_computed_once_from_an_immutable_record():
+    """Issue 55 (5): outcome_reward was rewritten in four places (rollout, judge mix, shaping, Evolving-RL). Now the
+    rollout records the environment's check, the judge stage and Evolving-RL record their parts, and shape_rewards
+    alone computes the reward from the record; the record cannot be changed in place."""
+    import re
+    from pathlib import Path
+
+    import pydantic
+
+    from evolvekit.train.rewards import outcome_part
+    from evolvekit.types import RewardParts
+
+    src = Path(__file__).resolve().parents[2] / "src" / "evolvekit"
+    writers = sorted(
+        str(p.relative_to(src))
+        for p in src.rglob("*.py")
+        if re.search(r"\.outcome_reward\s*(\+|-)?=[^=]", p.read_text())
+    )
+    assert writers == ["agent/rollout.py", "train/rewards.py"], writers
+    parts = RewardParts(env=1.0)
+    with pytest.raises(pydantic.ValidationError):
+        parts.env = 0.0  # type: ignore[misc]
+    # R_out from the parts: an extractor's utility, a synthesized task's judge mix, else the environment's check
+    assert outcome_part(RewardParts(env=1.0, skill_utility=0.25), 0.0) == 0.25
+    assert outcome_part(RewardParts(env=1.0, state_score=1.0, judge_score=0.2), 0.0, "mix", 0.5) == pytest.approx(0.6)
+    assert outcome_part(RewardParts(env=1.0, state_score=1.0, judge_score=0.2), 0.0, "state", 0.5) == 1.0
+    assert outcome_part(RewardParts(env=0.0), 1.0) == 0.0 and outcome_part(RewardParts(), 0.7) == 0.7
+    t = Trajectory(task_id="t", outcome_reward=1.0, rewards=RewardParts(env=1.0, state_score=1.0, judge_score=0.2))
+    assert shape_rewards([t], 1.0, 0.0, synthetic_mode="judge") == {} and t.outcome_reward == 0.2

@@ -27,7 +27,7 @@ from evolvekit.env.prompts import system_prompt
 from evolvekit.errors import EnvError
 from evolvekit.llm.base import LLM, Completion, SamplingParams
 from evolvekit.progress import StageProgress
-from evolvekit.types import CallOutcome, ChatMessage, ContextDecision, Step, Task, Trajectory, new_id
+from evolvekit.types import CallOutcome, ChatMessage, ContextDecision, RewardParts, Step, Task, Trajectory, new_id
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +176,7 @@ def _finish(ep: _Episode) -> Trajectory:
     try:
         if not traj.flags.failed:
             res = ep.env.evaluate(traj)
+            traj.rewards = RewardParts(env=res.score)  # the record's first part; train/rewards.py adds the rest
             traj.outcome_reward = res.score
             traj.outcome_details = res.details
     except Exception as err:  # scoring must never take the batch down

@@ -166,7 +166,8 @@ class EvolvingRLRollouts:
                 traj.evolving = EvolvingRole(role="solver", source=i, skill=s, task_index=j)
             for s, ext in enumerate(ext_trajs):  # Eq. 2: the skill's reward is its mean downstream reward
                 rewards = [float(t.outcome_reward or 0.0) for t in solved if _role(t).skill == s]
-                ext.outcome_reward = 0.0 if _role(ext).abnormal else sum(rewards) / max(1, len(rewards))
+                utility = 0.0 if _role(ext).abnormal else sum(rewards) / max(1, len(rewards))
+                ext.rewards = ext.rewards.model_copy(update={"skill_utility": utility})  # R_out (train/rewards.py)
             out += ext_trajs + solved
         return out
 

@@ -19,7 +19,7 @@ from typing import Callable
 from rich.console import Console
 
 from evolvekit.boundary import InformationBoundary
-from evolvekit.config import Config
+from evolvekit.config import Config, synthetic_reward
 from evolvekit.orchestrator.metrics import MetricsSink, rollout_metrics
 from evolvekit.orchestrator.stages import (
     ExperienceStage,
@@ -170,7 +170,9 @@ class MasterLoop:
                 cfg.reward.w_reasoning,
                 cfg.reward.w_partial,
                 references,
-            )  # EvolveR §3.3; the reasoning template's reward (§6.2.1); partial credit (evolvekit's own)
+                synthetic_reward(cfg),
+                cfg.questioning.judge_weight,
+            )  # each reward computed once from its record: judge mix (§3.4), EvolveR §3.3, reasoning (§6.2.1), partial
             with store.transaction() as c:
                 store.delete_iteration_trajectories(c, it, "train")
                 store.put_tasks(c, tasks, it)

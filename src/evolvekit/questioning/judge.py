@@ -62,15 +62,6 @@ def parse_judge_score(text: str) -> float | None:
     return value if 0.0 <= value <= 1.0 else None
 
 
-def mix_reward(mode: str, state: float | None, judge: float | None, judge_weight: float) -> float:
-    """The synthetic-task reward: 'state', 'judge' or 'mix' = w·judge + (1 − w)·state (missing parts fall back)."""
-    if mode == "state" or judge is None:
-        return float(state or 0.0)
-    if mode == "judge" or state is None:
-        return judge
-    return judge_weight * judge + (1.0 - judge_weight) * state
-
-
 @dataclass
 class JudgeReport:
     scores: list[float | None] = field(default_factory=list)

@@ -2,8 +2,9 @@
 
 Wraps the rollout stage: after the rollouts, every trajectory of a synthetic task keeps the environment's check
 as ``Trajectory.rewards.state_score`` (BFCL: the official checker against the state and results the reference
-solution produces), gets a judge score when the mode asks for one, and its ``outcome_reward`` becomes the
-configured mix. Real tasks keep the environment's reward.
+solution produces) and gets a judge score (``rewards.judge_score``) when the mode asks for one; the loop's reward
+computation (train/rewards.py: shape_rewards) mixes them into ``outcome_reward`` once. Real tasks keep the
+environment's reward.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from evolvekit.questioning.judge import (
     LLMJudge,
     agreement_with_state,
     constant_agreement,
-    mix_reward,
 )
 from evolvekit.types import Task, TaskSource, Trajectory
 
@@ -39,7 +39,6 @@ class SyntheticRewardRollouts:
             and not t.flags.failed
             and not (t.evolving is not None and t.evolving.role == "extractor")
         ]  # an extractor's reward is its skill's utility
-        q = self.cfg.questioning
         judged: list[float | None] = [None] * len(synthetic)
         mode = synthetic_reward(self.cfg)
         if synthetic and mode in ("judge", "mix") and self.judge is not None:
@@ -59,10 +58,8 @@ class SyntheticRewardRollouts:
             if agree is not None:  # beside the better constant answer's: the judge's signal is the difference
                 self.last_metrics["judge/agreement_with_state"] = agree
                 self.last_metrics["judge/constant_agreement"] = constant_agreement(states) or 0.0
-        for (_, traj), j in zip(synthetic, judged):
-            state = traj.outcome_reward
-            traj.rewards = traj.rewards.model_copy(update={"state_score": state, "judge_score": j})
-            traj.outcome_reward = mix_reward(mode, state, j, q.judge_weight)
+        for (_, traj), j in zip(synthetic, judged):  # recorded; train/rewards.py mixes them into the reward, once
+            traj.rewards = traj.rewards.model_copy(update={"state_score": traj.outcome_reward, "judge_score": j})
         if synthetic:
             self.last_metrics["rollout/synthetic_state_score"] = sum(
                 float(t.rewards.state_score or 0.0) for _, t in synthetic

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from evolvekit.agent.calls import call_key
-from evolvekit.types import ToolCall, Trajectory
+from evolvekit.types import RewardParts, ToolCall, Trajectory
 
 SEARCH_TOOL = "search_experience"  # navigating/tool_env.py's action (EvolveR §3.2.2)
 
@@ -93,6 +93,28 @@ def partial_credit(traj: Trajectory, reference: Sequence[Sequence[ToolCall]]) ->
     return (total - len(todo)) / total
 
 
+def mix_reward(mode: str, state: float | None, judge: float | None, judge_weight: float) -> float:
+    """The synthetic-task reward: 'state', 'judge' or 'mix' = w·judge + (1 − w)·state (missing parts fall back)."""
+    if mode == "state" or judge is None:
+        return float(state or 0.0)
+    if mode == "judge" or state is None:
+        return judge
+    return judge_weight * judge + (1.0 - judge_weight) * state
+
+
+def outcome_part(
+    parts: RewardParts, fallback: float, synthetic_mode: str = "state", judge_weight: float = 0.5
+) -> float:
+    """R_out, before shaping, from the record's parts: an Evolving-RL extractor's skill utility; a synthesized task's
+    state check mixed with its judge score (``mix_reward``); else the environment's check (``fallback`` where the
+    record has none: a trajectory made outside a rollout)."""
+    if parts.skill_utility is not None:
+        return parts.skill_utility
+    if parts.state_score is not None:
+        return mix_reward(synthetic_mode, parts.state_score, parts.judge_score, judge_weight)
+    return parts.env if parts.env is not None else fallback
+
+
 def shape_rewards(
     trajectories: Sequence[Trajectory],
     w_outcome: float,
@@ -101,34 +123,45 @@ def shape_rewards(
     w_reasoning: float = 0.0,
     w_partial: float = 0.0,
     references: dict[str, list[list[ToolCall]] | None] | None = None,
+    synthetic_mode: str = "state",
+    judge_weight: float = 0.5,
 ) -> dict[str, float]:
-    """Apply R = w_o·R_out + w_f·R_format (+ w_r·R_reasoning) (+ w_p·R_partial) in place (the parts kept in
-    ``Trajectory.rewards``; R_partial in ``metadata['partial_credit']``).
+    """Each training trajectory's reward, computed once from its record: R = w_o·R_out + w_f·R_format
+    (+ w_r·R_reasoning) (+ w_p·R_partial), R_out by ``outcome_part`` (``synthetic_mode`` and ``judge_weight``:
+    ``questioning.reward`` resolved and ``questioning.judge_weight``). Sets ``Trajectory.outcome_reward`` and a new
+    ``Trajectory.rewards`` record with the parts (R_partial in ``metadata['partial_credit']``); the only writer of
+    ``outcome_reward`` after the rollout.
 
     ``kind``: ``calls`` (execution-checked call credit) or ``evolver`` (EvolveR Eq. 4 with the search action).
     ``references``: per task id, the reference the run may read (src/evolvekit/boundary.py), for ``partial_credit``.
-    Returns metrics."""
-    if w_outcome == 1.0 and w_format == 0.0 and w_reasoning == 0.0 and w_partial == 0.0:
-        return {}
+    Returns metrics (none when no shaping weight departs from R = R_out)."""
+    shaping = not (w_outcome == 1.0 and w_format == 0.0 and w_reasoning == 0.0 and w_partial == 0.0)
     fmt_fn = FORMAT_REWARDS[kind]
     fmt, out = [], []
     for t in trajectories:
         if t.flags.failed:
             continue
-        r_out = float(t.outcome_reward or 0.0)
+        r_out = outcome_part(t.rewards, float(t.outcome_reward or 0.0), synthetic_mode, judge_weight)
+        if not shaping:
+            t.outcome_reward = r_out
+            continue
         r_fmt = fmt_fn(t)
-        t.rewards = t.rewards.model_copy(update={"outcome": r_out, "format": r_fmt})
-        t.outcome_reward = w_outcome * r_out + w_format * r_fmt
+        update: dict[str, float] = {"outcome": r_out, "format": r_fmt}
+        total = w_outcome * r_out + w_format * r_fmt
         if w_reasoning:
             r_reason = reasoning_reward(t)
-            t.rewards = t.rewards.model_copy(update={"reasoning": r_reason})
-            t.outcome_reward += w_reasoning * r_reason
+            update["reasoning"] = r_reason
+            total += w_reasoning * r_reason
         if w_partial:
             ref = (references or {}).get(t.task_id)
             r_part = partial_credit(t, ref) if ref else 0.0
             t.metadata = {**t.metadata, "partial_credit": r_part}
-            t.outcome_reward += w_partial * r_part
+            total += w_partial * r_part
+        t.rewards = t.rewards.model_copy(update=update)
+        t.outcome_reward = total
         fmt.append(r_fmt)
         out.append(r_out)
+    if not shaping:
+        return {}
     n = len(fmt) or 1
     return {"reward/format": sum(fmt) / n, "reward/outcome": sum(out) / n}
