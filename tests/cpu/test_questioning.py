@@ -486,7 +486,6 @@ def test_coevolve_regenerator_makes_signal_tagged_tasks():
 
 
 def test_judge_parsing_fallback_and_mix():
-    from evolvekit.config import Config
     from evolvekit.orchestrator.stages import IterationContext
     from evolvekit.questioning.judge import LLMJudge, judge_prompt, parse_judge_score
     from evolvekit.questioning.reward import SyntheticRewardRollouts
@@ -514,9 +513,7 @@ def test_judge_parsing_fallback_and_mix():
 
     answers = iter(["Score: 0.9", "no idea", "still no idea", "nope"])
     judge = LLMJudge(_Scripted(lambda conv: next(answers)), SamplingParams(), max_retries=2)
-    cfg = Config()
-    cfg.questioning.reward = "judge"
-    stage = SyntheticRewardRollouts(Inner(), cfg, judge)
+    stage = SyntheticRewardRollouts(Inner(), "judge", judge)
     out = stage.rollout(IterationContext(0, 0, Path("."), None), [syn, real])
     assert [t.outcome_reward for t in out] == [1.0, 0.0, 1.0]  # recorded, not yet mixed (issue 55: one writer)
     from evolvekit.train.rewards import shape_rewards

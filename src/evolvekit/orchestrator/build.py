@@ -289,7 +289,7 @@ def build_loop(
                 if judge_mode(cfg) == "constrained"
                 else LLMJudge(jllm, jparams, cfg.questioning.judge_retries)
             )
-        rollouts = SyntheticRewardRollouts(rollouts, cfg, judge)
+        rollouts = SyntheticRewardRollouts(rollouts, synthetic_reward(cfg), judge)
     stages = Stages(
         supply=supply,
         rollouts=rollouts,

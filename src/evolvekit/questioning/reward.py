@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from evolvekit.config import Config, synthetic_reward
 from evolvekit.protocols import IterationContext, RolloutStage
 from evolvekit.questioning.judge import (
     ConstrainedJudge,
@@ -23,8 +22,9 @@ from evolvekit.types import Task, TaskSource, Trajectory
 
 
 class SyntheticRewardRollouts:
-    def __init__(self, inner: RolloutStage, cfg: Config, judge: LLMJudge | ConstrainedJudge | None) -> None:
-        self.inner, self.cfg, self.judge = inner, cfg, judge
+    def __init__(self, inner: RolloutStage, mode: str, judge: LLMJudge | ConstrainedJudge | None) -> None:
+        """``mode``: ``questioning.reward`` resolved (config.synthetic_reward): state, judge or mix."""
+        self.inner, self.mode, self.judge = inner, mode, judge
         self.last_metrics: dict[str, float] = {}
 
     def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
@@ -40,7 +40,7 @@ class SyntheticRewardRollouts:
             and not (t.evolving is not None and t.evolving.role == "extractor")
         ]  # an extractor's reward is its skill's utility
         judged: list[float | None] = [None] * len(synthetic)
-        mode = synthetic_reward(self.cfg)
+        mode = self.mode
         if synthetic and mode in ("judge", "mix") and self.judge is not None:
             report = self.judge.score(synthetic)
             judged = report.scores
