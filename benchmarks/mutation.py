@@ -109,7 +109,10 @@ def write_report(rows: list[dict], out: Path, command: str) -> None:
     for r in rows:
         if r["survivors"]:
             lines += ["", f"## Survivors in `{r['module']}`", "", *(f"- `{s}`" for s in r["survivors"])]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    from evolvekit.report.evidence import with_hand_part  # the reading below the hand mark is kept
+
+    md = out.with_suffix(".md")
+    md.write_text(with_hand_part("\n".join(lines) + "\n", md.read_text() if md.exists() else None))
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
 
 
