@@ -348,6 +348,8 @@ def test_credit_functions_against_hand_computed_values_at_their_defaults():
     even = [[1.0, -1.0], [-1.0, 1.0]]
     assert attribution_degenerate(even) and not attribution_degenerate(even, population="step")
 
+    with pytest.raises(ValueError, match="population"):
+        standardize_attribution(rewards, population="trajectories")  # type: ignore[arg-type]
     # Eq. 19 at its defaults: (R − μ) / (σ + 1e-8), and a tiny real spread is kept
     s = statistics.stdev([1.0, 0.0])
     assert standardize_outcome([1.0, 0.0]) == [0.5 / (s + 1e-8), -0.5 / (s + 1e-8)]

@@ -32,7 +32,9 @@ def _population(rewards: Sequence[Sequence[float] | None], population: Populatio
     (``trajectory``, Eq. 18) or each attributed step's reward (``step``, §7.1)."""
     if population == "step":
         return [x for r in rewards if r for x in r]
-    return [sum(r) / len(r) for r in rewards if r]
+    if population == "trajectory":
+        return [sum(r) / len(r) for r in rewards if r]
+    raise ValueError(f"population must be 'trajectory' or 'step', not {population!r}")
 
 
 def standardize_attribution(
