@@ -399,6 +399,7 @@ def test_self_reference_turns_parse_errors_and_the_threshold():
     unfinished = traj([_s(0, [("a", {})], [True]), _s(1, text="x"), _s(2, [("b", {})], [True])])
     assert self_reference([unfinished], 0.5) == [[a], [b]]  # a last turn with calls is kept
     assert self_reference([traj([_s(0, text="x")])], 0.5) == [[]]  # solved by the answer alone
+    assert self_reference([traj([])], 0.5) == [[]]  # no step at all: one empty turn, not none
     assert self_reference([traj([_s(0, text="x")], outcome=0.5)], 0.5) == [[]]  # at the threshold is a success
     assert self_reference([traj([_s(0, text="x")], outcome=0.4)], 0.5) is None
 
