@@ -127,3 +127,87 @@ def test_the_reward_is_computed_once_from_an_immutable_record():
     assert outcome_part(RewardParts(env=0.0), 1.0) == 0.0 and outcome_part(RewardParts(), 0.7) == 0.7
     t = Trajectory(task_id="t", outcome_reward=1.0, rewards=RewardParts(env=1.0, state_score=1.0, judge_score=0.2))
     assert shape_rewards([t], 1.0, 0.0, synthetic_mode="judge") == {} and t.outcome_reward == 0.2
+
+
+# --- issue 53: tests from the survivors of mutation testing train/rewards.py (203 of 229 killed at first) ---
+
+
+def _ok(name):
+    return {"name": name, "ok": True, "unknown_tool": False}
+
+
+def test_format_rewards_score_every_step_after_an_unscored_one():
+    from evolvekit.train.rewards import evolver_format_reward, search_score
+    from evolvekit.types import TrajectoryFlags
+
+    # a parse error (0), then a step with a good call (1): the mean over both, not a stop at the first
+    t = Trajectory(task_id="t", steps=[_step(0, parse_error="x"), _step(1, [_ok("add")])])
+    assert format_reward(t) == 0.5
+    # a step without calls is not scored, and scoring goes on after it
+    t2 = Trajectory(task_id="t", steps=[_step(0), _step(1, [_ok("add")])])
+    assert format_reward(t2) == 1.0
+    # a truncated episode with steps is not complete: 0
+    trunc = Trajectory(task_id="t", steps=[_step(0, [_ok("add")])], flags=TrajectoryFlags(truncated=True))
+    assert evolver_format_reward(trunc) == 0.0
+    # experience search alone (0.2) against search and an environment tool (0.5)
+    only = Trajectory(task_id="t", steps=[_step(0, [_ok("search_experience")])])
+    both = Trajectory(task_id="t", steps=[_step(0, [_ok("search_experience")]), _step(1, [_ok("add")])])
+    assert evolver_format_reward(only) == pytest.approx((1.0 + search_score(1, False)) / 2) == pytest.approx(0.6)
+    assert evolver_format_reward(both) == pytest.approx((1.0 + search_score(1, True)) / 2) == pytest.approx(0.75)
+
+
+def test_reasoning_reward_bounds_and_unscored_steps():
+    from evolvekit.train.rewards import THINK_WORDS, reasoning_reward
+
+    def step(i, ok, words):
+        return Step(index=i, action_text="x", format_ok=ok, think_words=words)
+
+    lo, hi = THINK_WORDS
+    t = Trajectory(task_id="t", steps=[Step(index=0, action_text="x"), step(1, True, lo), step(2, True, hi)])
+    assert reasoning_reward(t) == 1.0  # the unscored first step is skipped, not a stop; both bounds inclusive
+    assert reasoning_reward(Trajectory(task_id="t", steps=[step(0, True, None)])) == 0.5  # no words: too short
+    assert reasoning_reward(Trajectory(task_id="t", steps=[step(0, True, lo - 1)])) == 0.5
+    assert reasoning_reward(Trajectory(task_id="t", steps=[Step(index=0, action_text="x")])) == 0.0  # nothing scored
+    if lo > 1:  # one word is below the minimum
+        assert reasoning_reward(Trajectory(task_id="t", steps=[step(0, True, 0)])) == 0.5
+
+
+def test_partial_credit_counts_unrecorded_calls_as_run():
+    from evolvekit.train.rewards import partial_credit
+
+    ref = [[ToolCall(name="add", arguments={"a": 1})]]
+    unrecorded = Trajectory(
+        task_id="t", steps=[Step(index=0, action_text="x", tool_calls=[ToolCall(name="add", arguments={"a": 1})])]
+    )
+    assert partial_credit(unrecorded, ref) == 1.0
+
+
+def test_mix_and_shaping_defaults_and_order():
+    from evolvekit.train.rewards import mix_reward, outcome_part
+    from evolvekit.types import RewardParts, TrajectoryFlags
+
+    assert mix_reward("state", None, 0.3, 0.5) == 0.0  # no state check: 0, not 1
+    assert mix_reward("mix", 0.5, 0.2, 0.5) == pytest.approx(0.35)  # w·judge + (1 − w)·state
+    judged = RewardParts(state_score=1.0, judge_score=0.2)
+    assert outcome_part(judged, 0.0) == 1.0  # the default mode is the state check
+    assert outcome_part(judged, 0.0, "mix") == pytest.approx(0.6)  # the default judge weight is 0.5
+    t = Trajectory(task_id="t", outcome_reward=1.0, rewards=judged)
+    shape_rewards([t], 1.0, 0.0)
+    assert t.outcome_reward == 1.0  # shape_rewards' default mode: the state check
+    t = Trajectory(task_id="t", outcome_reward=1.0, rewards=judged)
+    shape_rewards([t], 1.0, 0.0, synthetic_mode="mix")
+    assert t.outcome_reward == pytest.approx(0.6)  # its default judge weight: 0.5
+    t = Trajectory(task_id="t", outcome_reward=1.0, rewards=judged)
+    shape_rewards([t], 1.0, 0.0, synthetic_mode="mix", judge_weight=0.25)
+    assert t.outcome_reward == pytest.approx(0.8)
+    # a failed trajectory is skipped, and the ones after it are still computed (shaping on and off)
+    for w_format in (0.0, 0.1):
+        failed = Trajectory(task_id="t", outcome_reward=0.0, flags=TrajectoryFlags(failed=True))
+        after = Trajectory(task_id="t", outcome_reward=1.0, rewards=judged, steps=[_step(0, [_ok("add")])])
+        shape_rewards([failed, after], 1.0, w_format, synthetic_mode="judge")
+        assert after.outcome_reward == pytest.approx(0.2 + w_format * 1.0)
+    # partial credit adds to the outcome, it does not replace it
+    ref = {"t": [[ToolCall(name="add")]]}
+    t = Trajectory(task_id="t", outcome_reward=1.0, steps=[_step(0, [_ok("add")])])
+    shape_rewards([t], 1.0, 0.0, w_partial=0.2, references=ref)
+    assert t.outcome_reward == pytest.approx(1.2)
