@@ -211,3 +211,15 @@ def test_mix_and_shaping_defaults_and_order():
     t = Trajectory(task_id="t", outcome_reward=1.0, steps=[_step(0, [_ok("add")])])
     shape_rewards([t], 1.0, 0.0, w_partial=0.2, references=ref)
     assert t.outcome_reward == pytest.approx(1.2)
+
+
+def test_every_trajectory_gets_its_reward_and_a_failed_episode_no_format_reward():
+    from evolvekit.train.rewards import evolver_format_reward
+    from evolvekit.types import RewardParts, TrajectoryFlags
+
+    judged = RewardParts(state_score=1.0, judge_score=0.2)
+    trajs = [Trajectory(task_id="t", outcome_reward=1.0, rewards=judged) for _ in range(3)]
+    shape_rewards(trajs, 1.0, 0.0, synthetic_mode="judge")  # no shaping weight: the reward is R_out, for all three
+    assert [t.outcome_reward for t in trajs] == [0.2, 0.2, 0.2]
+    failed = Trajectory(task_id="t", steps=[_step(0, [_ok("add")])], flags=TrajectoryFlags(failed=True))
+    assert evolver_format_reward(failed) == 0.0
