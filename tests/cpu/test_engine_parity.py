@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from evolvekit.llm.base import SamplingParams
-from evolvekit.llm.continuous import ContinuousBatchingLLM, cut_completion
+from evolvekit.llm.continuous import ContinuousBatchingLLM, cut_completion, paged_cache_blocks
 from evolvekit.llm.local import LocalLLM
 from evolvekit.llm.tiny import make_tiny_model
 
@@ -65,6 +65,33 @@ def test_update_weights_reaches_generation_through_the_seam(tmp_path, engine):
     assert c.logprobs == pytest.approx(_plain_logprobs(plain, prompt, c.token_ids), abs=2e-4)
     plain.load_state_dict(old)
     assert c.logprobs != pytest.approx(_plain_logprobs(plain, prompt, c.token_ids), abs=2e-4)
+
+
+def test_paged_cache_blocks_hold_every_row_in_whole_pages():
+    # ceil((10 + 20) / 256) = 1 and ceil((300 + 20) / 256) = 2 pages, plus one spare
+    assert paged_cache_blocks([10, 300], 20, 256) == 4
+    assert paged_cache_blocks([236], 20, 256) == 2  # exactly one page
+    assert paged_cache_blocks([237], 20, 256) == 3  # one token over
+    assert paged_cache_blocks([], 20, 256) == 1
+
+
+def test_continuous_batching_sizes_its_cache_from_the_batch(local, monkeypatch):
+    """Left to itself transformers fills 90% of free memory with KV cache (on CPU: the machine's RAM); the engine
+    passes the batch's own need instead, and generation still completes every row."""
+    seen = []
+    real = type(local.model).generate_batch
+
+    def spy(model, rows, **kw):
+        seen.append(kw["continuous_batching_config"])
+        return real(model, rows, **kw)
+
+    monkeypatch.setattr(type(local.model), "generate_batch", spy)
+    prompts = [local.encode("hello there"), local.encode("a longer prompt than that one")]
+    out = ContinuousBatchingLLM(local).generate_ids(prompts, SamplingParams(n=2, max_new_tokens=5, seed=0))
+    [cfg] = seen
+    assert cfg.num_blocks == paged_cache_blocks([len(p) for p in prompts for _ in range(2)], 5, cfg.page_size)
+    assert cfg.num_blocks < 10 and cfg.return_logprobs
+    assert [len(comps) for comps in out] == [2, 2] and all(c.token_ids for comps in out for c in comps)
 
 
 def test_continuous_batching_cuts_at_stop_strings_and_eos(local):
