@@ -1,4 +1,5 @@
 import json
+import logging
 
 import pytest
 from hypothesis import given, settings
@@ -141,6 +142,25 @@ def test_rollouts_batch_and_complete_and_score():
     assert steps[0].tool_calls and steps[0].completion_token_ids == [7, 8]
     report, _ = evaluate_policy([task], BfclEnv, Engine(ScriptedLLM(task)), cfg, SamplingParams(), k=2)
     assert report.summary()["avg@2"] == 1.0 and report.summary()["best@2"] == 1.0
+
+
+def test_each_step_logs_its_prompt_and_generated_tokens(caplog):
+    """Issue 54 (cost model of long environments): every step's prompt and generated token counts are logged (at
+    DEBUG, with the environment's time), and the evaluation's per-task record carries each episode's totals."""
+    task = next(t for t in data.load_tasks("multi_turn_base") if t.task_id == "multi_turn_base_0")
+    cfg = RolloutConfig(max_steps=2, concurrency=1)
+    with caplog.at_level(logging.DEBUG, logger="evolvekit.agent.rollout"):
+        report, [traj] = evaluate_policy(
+            [task], BfclEnv, Engine(ScriptedLLM(task)), cfg, SamplingParams(), k=1, show_progress=False
+        )
+    lines = [r.getMessage() for r in caplog.records if " step " in r.getMessage()]
+    prompts = [len(s.prompt_token_ids) for s in traj.steps]
+    assert len(lines) == 2 and prompts[1] > prompts[0]
+    for i, (line, n) in enumerate(zip(lines, prompts)):
+        assert line.startswith(f"{task.task_id} step {i}: {n} prompt tokens, 2 generated (")
+        assert "environment" in line
+    [row] = report.per_task
+    assert row["prompt_tokens"] == [sum(prompts)] and row["completion_tokens"] == [4]
 
 
 def test_step_limit_truncates_and_a_failing_rollout_does_not_stop_others():

@@ -107,6 +107,8 @@ def evaluate_policy(
             "task_id": t.task_id,
             "scores": s,
             "steps": [len(tr.steps) for tr in by_task.get(t.task_id, [])],
+            "prompt_tokens": [tr.prompt_tokens for tr in by_task.get(t.task_id, [])],
+            "completion_tokens": [tr.completion_tokens for tr in by_task.get(t.task_id, [])],
             "errors": [tr.error for tr in by_task.get(t.task_id, []) if tr.error],
         }
         for t, s in zip(tasks, scores)

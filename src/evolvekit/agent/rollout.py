@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
@@ -128,10 +129,16 @@ def _advance(ep: _Episode, prompt_ids: list[int], comp: Completion, max_steps: i
     ep.recorder.record(index, prompt_ids, comp.token_ids, comp.logprobs, spans=spans)
     events = [f"{e.kind}: {e.detail}" for e in ep.context.events]
     ep.context.events.clear()
-    ep.prompt_tokens += len(prompt_ids) or comp.usage_prompt_tokens
-    ep.completion_tokens += comp.num_completion_tokens
+    n_prompt, n_gen = len(prompt_ids) or comp.usage_prompt_tokens, comp.num_completion_tokens
+    ep.prompt_tokens += n_prompt
+    ep.completion_tokens += n_gen
     anchor = anchor_key(ep.state_key() if ep.state_key is not None else None, ep.trajectory.steps)
+    t0 = time.perf_counter()
     result = ep.env.step(action)
+    log.debug(
+        "%s step %d: %d prompt tokens, %d generated (%s), environment %.2fs",
+        ep.job.task.task_id, index, n_prompt, n_gen, comp.finish_reason, time.perf_counter() - t0,
+    )  # fmt: skip
     ep.trajectory.steps.append(
         Step(
             index=index,
