@@ -57,9 +57,12 @@ class ModelConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = F(
         "auto", "local backend weights dtype (auto: fp32 on CPU, bf16 on GPU)"
     )
-    engine: Literal["native", "continuous_batching"] = F(
+    engine: Literal["native", "continuous_batching", "vllm"] = F(
         "native",
-        "local backend, policy role: the rollout engine; native = evolvekit's own DecodeBatch (fastest on CPU), continuous_batching = transformers' generate_batch with paged attention (for GPUs; llm/continuous.py)",
+        "local backend, policy role: the rollout engine; native = evolvekit's own DecodeBatch (fastest on CPU), continuous_batching = transformers' generate_batch with paged attention (llm/continuous.py), vllm = an in-process vLLM on the same GPU that receives the weights after every update (llm/vllm_engine.py; needs the vllm package and CUDA)",
+    )
+    gpu_memory_utilization: float = F(
+        0.3, "engine vllm: the share of the GPU's memory vLLM takes (the rest is the trainer's)", gt=0, le=1
     )
     packed_weights: bool = F(
         True,
@@ -791,9 +794,20 @@ def cross_field_problem(cfg: Config) -> str | None:
         )
     if cfg.models.policy.engine != "native" and (cfg.rollout.backend == "ray" or cfg.evolving_rl.enabled):
         return (
-            "models.policy.engine: continuous_batching serves the rollouts of rollout.backend: local without "
+            f"models.policy.engine: {cfg.models.policy.engine} serves the rollouts of rollout.backend: local without "
             "evolving_rl (Ray workers and Evolving-RL's stages run the native engine); use engine: native"
         )
+    if cfg.models.policy.engine == "vllm":
+        pol = cfg.models.policy
+        if pol.backend != "local":
+            return "models.policy.engine: vllm runs beside the in-process policy; it needs models.policy.backend: local"
+        if pol.device == "cpu" or pol.device.startswith("mps"):
+            return "models.policy.engine: vllm needs a CUDA GPU (models.policy.device: auto or cuda)"
+        if cfg.train.lora:
+            return (
+                "models.policy.engine: vllm with train.lora is not supported yet (the adapter would have to be "
+                "merged before each weight push); use engine: native or train.lora: false"
+            )
     if cfg.rollout.backend == "ray" and cfg.evolving_rl.enabled:
         return "rollout.backend: ray is not supported by evolving_rl yet (its source, candidate and solver rollouts run in-process); use rollout.backend: local"
     if (

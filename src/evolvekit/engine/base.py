@@ -4,6 +4,8 @@ Backends:
 - the native CPU engine (``llm/local.py: LocalLLM``): token ids in and out, per-session KV reuse in one continuous
   batch (``decode_batch``), the trained model in process, a prefix cache;
 - transformers' continuous batching (``llm/continuous.py``): token ids in and out, weight updates, a prefix cache;
+- vLLM in process on the trainer's GPU (``llm/vllm_engine.py``): token ids in and out, its own copy of the weights
+  (weight updates, not in process), a prefix cache;
 - an OpenAI-compatible server (``llm/openai_compat.py``): chat messages in, text out.
 
 Callers never ask a backend what it can do; they read ``Engine.caps``, which ``Engine(llm)`` fills once from the

@@ -15,6 +15,7 @@ from evolvekit.boundary import InformationBoundary
 from evolvekit.config import (
     RESUMABLE_FIELDS,
     Config,
+    ModelConfig,
     advantage_estimator,
     apply_override,
     attribution_source,
@@ -173,6 +174,19 @@ def rollout_template(cfg: Config):
     )
 
 
+def rollout_backend(pol: ModelConfig, policy: LocalLLM, seed: int) -> RolloutEngine:
+    """The configured rollout engine over the trained policy (``models.policy.engine``)."""
+    if pol.engine == "continuous_batching":
+        from evolvekit.llm.continuous import ContinuousBatchingLLM
+
+        return ContinuousBatchingLLM(policy)
+    if pol.engine == "vllm":
+        from evolvekit.llm.vllm_engine import VLLMEngine
+
+        return VLLMEngine(policy, gpu_memory_utilization=pol.gpu_memory_utilization, seed=seed)
+    return policy
+
+
 def build_trainer(
     cfg: Config, store: RunStore, console: Console | None = None, parallel: DataParallel | None = None
 ) -> tuple[LocalLLM, GRPOTrainer]:
@@ -198,7 +212,14 @@ def build_trainer(
         ).model  # the initial policy, shared with frozen roles
     # Eq. 17's boost is for experience-guided samples: none exist with as_tool (the search action replaces injection)
     boost = cfg.navigating.eps_high_boost if cfg.navigating.enabled and not cfg.navigating.as_tool else None
-    trainer = GRPOTrainer(policy, cfg.train, eps_high_boost=boost, reference_model=reference, parallel=parallel)
+    trainer = GRPOTrainer(
+        policy,
+        cfg.train,
+        eps_high_boost=boost,
+        reference_model=reference,
+        parallel=parallel,
+        engine=Engine(rollout_backend(pol, policy, cfg.run.seed) if parallel is None or parallel.rank == 0 else policy),
+    )
     if ckpt and not trainer.load_optimizer(Path(ckpt.path)):
         log.warning("checkpoint %s has no optimizer state; AdamW restarts from zero moments", ckpt.path)
     return policy, trainer
@@ -247,14 +268,8 @@ def build_loop(
     # the environment starts before any model loads (exit 2 if it cannot)
     preflight(cfg.env, train_tasks[0] if train_tasks else None)
     policy, trainer = build_trainer(cfg, store, console, parallel)
-    backend: RolloutEngine = (
-        policy  # what rollouts and evaluation generate with: the trained model, through the configured engine
-    )
-    if pol.engine == "continuous_batching":
-        from evolvekit.llm.continuous import ContinuousBatchingLLM
-
-        backend = ContinuousBatchingLLM(policy)
-    engine = Engine(backend)  # its capabilities, found once
+    engine = trainer.engine  # what rollouts and evaluation generate with: the trained model, through its engine
+    backend: RolloutEngine = engine.llm
 
     def env_factory():
         return make_env(cfg.env)

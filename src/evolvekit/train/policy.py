@@ -91,11 +91,14 @@ class Policy:
 
     def publish(self, engine: Engine) -> None:
         """End of an update: the engine generates with the new weights (FSDP2: rank 0's full copy is synced from
-        the shards, and the optimizer state gathered for checkpoints), its cached prefix KV dropped."""
+        the shards, and the optimizer state gathered for checkpoints; an engine holding its own copy of the weights
+        receives them), its cached prefix KV dropped."""
         self.model.eval()
         if self.sharded is not None:
             self.sharded.sync_to(self.llm)
             self._optimizer_state = self.sharded.full_optimizer_state(self.optimizer)
+        if engine.caps.weight_updates and not engine.caps.in_process:  # an engine with its own copy (vLLM)
+            engine.update_weights(self.model.state_dict())
         engine.reset_prefix_cache()  # the sampler's cached prefix KV belongs to the old weights
 
     # -- checkpoints -----------------------------------------------------------------------------------------------

@@ -186,9 +186,11 @@ class GRPOTrainer:
         reference_model=None,
         entropy_coef: float = 0.0,
         parallel: DataParallel | None = None,
+        engine: Engine | None = None,
     ) -> None:
         self.llm = llm
-        self.engine = Engine(llm)  # its capabilities, found once
+        # what rollouts generate with (default: the policy itself), given the new weights after each update
+        self.engine = engine if engine is not None else Engine(llm)
         self.parallel = parallel  # data-parallel ranks (train/distributed.py); None: this process does all
         self.cfg = cfg
         self.eps_high_boost = eps_high_boost
