@@ -23,8 +23,7 @@ from typing import Sequence
 import torch
 
 from evolvekit.llm.base import Completion, SamplingParams
-from evolvekit.llm.local import LocalLLM
-from evolvekit.types import ChatMessage
+from evolvekit.llm.local import LocalLLM, OverLocal
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +50,7 @@ def paged_cache_blocks(prompt_lens: Sequence[int], max_new_tokens: int, page_siz
     return sum(ceil((n + max_new_tokens) / page_size) for n in prompt_lens) + 1
 
 
-class ContinuousBatchingLLM:
+class ContinuousBatchingLLM(OverLocal):
     """``TokenLLM`` over ``model.generate_batch`` (transformers' continuous batching)."""
 
     def __init__(self, local: LocalLLM) -> None:
@@ -62,18 +61,6 @@ class ContinuousBatchingLLM:
     @property
     def model(self):
         return self.local.model
-
-    def apply_chat_template(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
-        return self.local.apply_chat_template(messages, add_generation_prompt)
-
-    def encode(self, text: str) -> list[int]:
-        return self.local.encode(text)
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self.local.decode(token_ids)
-
-    def chat(self, conversations: Sequence[Sequence[ChatMessage]], params: SamplingParams) -> list[list[Completion]]:
-        return self.generate_ids([self.apply_chat_template(c) for c in conversations], params)
 
     def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         """``params.n`` completions per prompt, with the log-probabilities transformers reports for each token

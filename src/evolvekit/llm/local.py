@@ -206,3 +206,25 @@ class LocalLLM:
             if s in tail:
                 return 1
         return None
+
+
+class OverLocal:
+    """The text side of an engine that generates elsewhere but tokenizes as ``local`` does (continuous batching,
+    vLLM): chat template, encode, decode, and chat through the subclass's ``generate_ids``."""
+
+    local: LocalLLM
+
+    def apply_chat_template(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
+        return self.local.apply_chat_template(messages, add_generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        return self.local.encode(text)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.local.decode(token_ids)
+
+    def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
+        raise NotImplementedError
+
+    def chat(self, conversations: Sequence[Sequence[ChatMessage]], params: SamplingParams) -> list[list[Completion]]:
+        return self.generate_ids([self.apply_chat_template(c) for c in conversations], params)

@@ -24,8 +24,7 @@ from typing import Any, Sequence
 from evolvekit.errors import LLMError
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.llm.embedded import resolve_model_path
-from evolvekit.llm.local import LocalLLM
-from evolvekit.types import ChatMessage
+from evolvekit.llm.local import LocalLLM, OverLocal
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ class WeightLoader:
         return len(weights)
 
 
-class VLLMEngine:
+class VLLMEngine(OverLocal):
     """``generate_ids`` / ``update_weights`` / ``reset_prefix_cache`` over an in-process ``vllm.LLM``."""
 
     def __init__(self, local: LocalLLM, gpu_memory_utilization: float = 0.3, seed: int = 0) -> None:
@@ -112,18 +111,6 @@ class VLLMEngine:
         self._vllm = vllm
         self.update_weights(local.model.state_dict())  # the policy's weights (a checkpoint's, on resume)
         log.info("vLLM engine started (%s, gpu_memory_utilization %.2f)", dtype, gpu_memory_utilization)
-
-    def apply_chat_template(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
-        return self.local.apply_chat_template(messages, add_generation_prompt)
-
-    def encode(self, text: str) -> list[int]:
-        return self.local.encode(text)
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self.local.decode(token_ids)
-
-    def chat(self, conversations: Sequence[Sequence[ChatMessage]], params: SamplingParams) -> list[list[Completion]]:
-        return self.generate_ids([self.apply_chat_template(c) for c in conversations], params)
 
     def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         if not prompts:
