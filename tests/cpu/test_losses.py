@@ -258,3 +258,91 @@ def test_the_boost_the_clamp_and_the_dual_clip_act_where_they_should():
         torch.tensor([True]), eps_low=0.2, eps_high=0.28, eps_high_boost=0.6,
     )  # fmt: skip
     assert at_bound["boost_changed"] == 0.0  # ρ exactly 1 + ε_high is not clipped without the boost
+
+
+# -- from the survivors of mutation testing train/losses.py (benchmarks/results/mutation.md) ---------------------------
+
+
+def _one(logp: float, adv: float, guided: bool = False, **kw):
+    """policy_loss on one token with old log-prob 0 (ratio e^logp), ε_low 0.2, ε_high 0.28."""
+    t = torch.tensor([[logp]], dtype=torch.float64)
+    return policy_loss(
+        t, torch.zeros_like(t), torch.tensor([[adv]], dtype=torch.float64), torch.ones_like(t),
+        torch.tensor([guided]), eps_low=0.2, eps_high=0.28, **kw,
+    )  # fmt: skip
+
+
+def test_policy_loss_passes_the_log_ratio_clamp_and_the_dual_clip_to_the_surrogate():
+    # A = −1, ρ = e³ ≈ 20.09: the unclipped branch wins, loss ρ
+    assert float(_one(3.0, -1.0)[0]) == pytest.approx(math.exp(3.0))
+    assert float(_one(3.0, -1.0, log_ratio_clamp=1.0)[0]) == pytest.approx(math.e)  # ρ = e^clamp(3, 1)
+    loss, stats = _one(3.0, -1.0, dual_clip_c=3.0)
+    assert float(loss) == pytest.approx(3.0) and stats["clip_frac"] == 1.0  # bounded by −A·c, counted as clipped
+
+
+def test_policy_loss_boosts_the_upper_bound_of_guided_tokens_only():
+    # A = +1, ρ = e^0.3 ≈ 1.35: clipped at 1.28 without the boost, unclipped under ε̂_high = 0.6
+    assert float(_one(0.3, 1.0, guided=True, eps_high_boost=0.6)[0]) == pytest.approx(-math.exp(0.3))
+    assert float(_one(0.3, 1.0, guided=False, eps_high_boost=0.6)[0]) == pytest.approx(-1.28)
+    assert float(_one(0.3, 1.0, guided=True)[0]) == pytest.approx(-1.28)
+
+
+def test_policy_loss_per_sample_entropy_coefficients_weights_and_denominator_by_hand():
+    logp = torch.zeros(2, 3, dtype=torch.float64)  # ρ = 1 and A = 0: the surrogate is 0
+    entropy = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=torch.float64)
+    kw = dict(
+        eps_low=0.2, eps_high=0.28, entropy=entropy, entropy_coef=torch.tensor([0.1, -0.2], dtype=torch.float64),
+        weights=torch.tensor([1.0, 2.0], dtype=torch.float64),
+    )  # fmt: skip
+    args = (logp, logp.clone(), torch.zeros_like(logp), torch.ones_like(logp), torch.tensor([False, False]))
+    # −c·H·w per token: row 0 −0.1·(1+2+3)·1 = −0.6, row 1 +0.2·(4+5+6)·2 = 6.0; Σ = 5.4
+    loss, stats = policy_loss(*args, **kw)  # type: ignore[arg-type]
+    assert float(loss) == pytest.approx(5.4 / 6)
+    assert float(policy_loss(*args, denominator=12, **kw)[0]) == pytest.approx(5.4 / 12)  # type: ignore[arg-type]
+    assert stats["pg_loss"] == 0.0 and stats["entropy"] == pytest.approx(3.5) and stats["ratio"] == 1.0
+
+
+def test_policy_loss_with_kl_beta_zero_computes_no_kl():
+    _, stats = _one(0.1, 1.0, ref_logprobs=torch.tensor([[0.5]], dtype=torch.float64), kl_beta=0.0)
+    assert "kl" not in stats
+    _, stats = _one(0.1, 1.0, ref_logprobs=torch.tensor([[0.5]], dtype=torch.float64), kl_beta=0.1)
+    assert stats["kl"] == pytest.approx(math.exp(0.4) - 0.4 - 1.0)
+
+
+def test_dual_clip_leaves_positive_advantages_and_exact_ties_alone():
+    one = torch.zeros(1, 1, dtype=torch.float64)
+    loss, taken = clipped_surrogate(one, one, torch.tensor([[0.5]], dtype=torch.float64), 0.2, 0.28, dual_clip_c=3.0)
+    assert float(loss) == -0.5 and float(taken) == 0.0 and taken.dtype == loss.dtype
+    # A = −1, ρ = 1, c = 1: the loss equals the bound −A·c exactly; not a dual-clipped token
+    loss, taken = clipped_surrogate(one, one, torch.tensor([[-1.0]], dtype=torch.float64), 0.2, 0.28, dual_clip_c=1.0)
+    assert float(loss) == 1.0 and float(taken) == 0.0
+
+
+def test_token_mean_of_one_token_and_group_advantages_errors():
+    assert float(token_mean(torch.tensor([[2.5]]), torch.tensor([[1]]))) == 2.5
+    with pytest.raises(ValueError, match="^rewards and group_ids differ in length$"):
+        group_advantages([1.0, 0.0], ["g"])
+
+
+def test_standardize_gives_zeros_for_a_non_finite_population():
+    from evolvekit.train.losses import standardize
+
+    assert standardize([float("nan"), 1.0], 1e-6) == [0.0, 0.0]
+    assert standardize([float("inf"), 1.0], 1e-6) == [0.0, 0.0]
+
+
+def test_ratio_diagnostics_with_old_logprobs_and_the_boost_window():
+    from evolvekit.train.losses import ratio_diagnostics
+
+    # old log-prob −0.5, new −0.2: ρ = e^0.3 ≈ 1.35 on both tokens of the guided row (A = +1), 1 on the vanilla row
+    logp = torch.tensor([[-0.2, -0.2], [-0.5, -0.5]], dtype=torch.float64)
+    old = torch.full_like(logp, -0.5)
+    adv = torch.tensor([[1.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
+    out = ratio_diagnostics(
+        logp, old, adv, torch.ones_like(logp), torch.tensor([True, False]), eps_low=0.2, eps_high=0.28,
+        eps_high_boost=0.6,
+    )  # fmt: skip
+    dev = math.exp(0.3) - 1.0
+    assert out["guided_tokens"] == 2 and out["vanilla_tokens"] == 2
+    assert out["guided_ratio_dev"] == pytest.approx(2 * dev) and out["vanilla_ratio_dev"] == pytest.approx(0.0)
+    assert out["boost_changed"] == 2 and out["guided_clipped"] == 0 and out["vanilla_clipped"] == 0

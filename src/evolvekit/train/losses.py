@@ -14,9 +14,14 @@ import torch
 
 
 def sample_std(values: Sequence[float]) -> float:
-    """The unbiased sample standard deviation (n − 1; veRL's GRPO), 0 for fewer than two values: the σ of AgentEvolver
-    Eqs. 16, 18 and 19 and of GiGPO's groups (one definition for all of them)."""
-    return statistics.stdev(values) if len(values) >= 2 else 0.0
+    """The unbiased sample standard deviation (n − 1; veRL's GRPO), 0 for fewer than two values, NaN when a value is
+    not finite (``statistics.stdev`` raises on those): the σ of AgentEvolver Eqs. 16, 18 and 19 and of GiGPO's groups
+    (one definition for all of them)."""
+    if len(values) < 2:
+        return 0.0
+    if not all(math.isfinite(v) for v in values):
+        return math.nan
+    return statistics.stdev(values)
 
 
 def standardize(values: Sequence[float], eps: float, degenerate_std: float = 1e-6) -> list[float]:
