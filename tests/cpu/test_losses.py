@@ -346,3 +346,16 @@ def test_ratio_diagnostics_with_old_logprobs_and_the_boost_window():
     assert out["guided_tokens"] == 2 and out["vanilla_tokens"] == 2
     assert out["guided_ratio_dev"] == pytest.approx(2 * dev) and out["vanilla_ratio_dev"] == pytest.approx(0.0)
     assert out["boost_changed"] == 2 and out["guided_clipped"] == 0 and out["vanilla_clipped"] == 0
+
+
+def test_guided_flags_may_be_integers_and_the_boost_window_includes_its_upper_end():
+    from evolvekit.train.losses import ratio_diagnostics
+
+    logp = torch.full((2, 1), 0.25, dtype=torch.float64)  # ρ = e^0.25 on both rows, A = +1
+    old, adv, mask = torch.zeros_like(logp), torch.ones_like(logp), torch.ones_like(logp)
+    boost = float(torch.exp(torch.tensor(0.25, dtype=torch.float64))) - 1.0  # 1 + ε̂_high = ρ exactly
+    flags = torch.tensor([1, 0])  # 0/1 integers, as a collated batch may carry them
+    bounds = per_token_eps_high(adv, flags, 0.2, boost)
+    assert bounds[:, 0].tolist() == [boost, 0.2]
+    out = ratio_diagnostics(logp, old, adv, mask, flags, eps_low=0.2, eps_high=0.2, eps_high_boost=boost)
+    assert out["guided_tokens"] == 1 and out["boost_changed"] == 1  # ρ ≤ 1 + ε̂_high: unclipped with the boost
