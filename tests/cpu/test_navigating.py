@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from evolvekit.agent.rollout_stage import RolloutSettings
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.navigating.extract import ExperienceExtractor, parse_experiences, parse_yes_no, refine
 from evolvekit.navigating.pool import ExperiencePool, should_prune
-from evolvekit.navigating.stage import guided_count
+from evolvekit.navigating.stage import NavigationSettings, guided_count
 from evolvekit.types import Experience, ExperienceProvenance
 
 
@@ -152,7 +153,10 @@ def test_reranked_retrieval_credits_the_injected_experience():
     llm = _Scripted(lambda conv: "1, 0" if "List the numbers" in conv[-1].content else "x")
     cfg = Config()
     cfg.navigating.rewrite = False
-    stage = ExperienceMixedRollouts(llm, None, cfg, SamplingParams(), pool, llm, SamplingParams(), show_progress=False)
+    stage = ExperienceMixedRollouts(
+        llm, None, RolloutSettings.of(cfg), NavigationSettings.of(cfg), SamplingParams(), pool, llm, SamplingParams(),
+        show_progress=False,
+    )  # fmt: skip
     text, ids = stage._experience_for(Task(env_name="bfcl", query="first task"))
     assert ids == (second.experience_id,) and "second content" in text
 
@@ -464,8 +468,9 @@ def _mixed(cfg, training_set=()):
     pool = ExperiencePool(lambda texts: np.ones((len(texts), 2), dtype=np.float32) / np.sqrt(2), theta_sim=2.0)
     pool.add(_exp("always", "call add"))
     return ExperienceMixedRollouts(
-        None, None, cfg, SamplingParams(), pool, None, SamplingParams(), show_progress=False, training_set=training_set
-    )
+        None, None, RolloutSettings.of(cfg), NavigationSettings.of(cfg), SamplingParams(), pool, None,
+        SamplingParams(), show_progress=False, training_set=training_set,
+    )  # fmt: skip
 
 
 def test_cold_start_pool_samples_the_whole_training_set():
@@ -482,6 +487,7 @@ def test_cold_start_pool_samples_the_whole_training_set():
     assert {t.task_id for t in chosen} != {t.task_id for t in first_iteration}  # not iteration 0's tasks
     assert chosen == stage.cold_start_tasks(seed=3, fallback=first_iteration)  # seeded
     cfg.navigating.cold_start_tasks = 40
+    stage = _mixed(cfg, train)  # the composition reads the config once
     assert len(stage.cold_start_tasks(seed=3, fallback=first_iteration)) == 40
 
 
@@ -544,7 +550,9 @@ def test_experience_use_counts_follow_reward_success_threshold(threshold, counte
     pool = ExperiencePool(lambda texts: np.ones((len(texts), 2), dtype=np.float32) / np.sqrt(2), theta_sim=2.0)
     exp_id = pool.add(_exp("always", "call add")).experience_id
     used = Trajectory(task_id="t", outcome_reward=0.7, rewards=RewardParts(outcome=0.7), experience_used=[exp_id])
-    stage = ExperienceSummarisation(cfg, pool, ExperienceExtractor(None, SamplingParams(), validate=False))
+    stage = ExperienceSummarisation(
+        NavigationSettings.of(cfg), pool, ExperienceExtractor(None, SamplingParams(), validate=False)
+    )
     stage.process(IterationContext(iteration=0, seed=0, run_dir=None, store=_Store()), [used])
     got = pool.get(exp_id)
     assert got.use_count == 1 and got.success_count == counted

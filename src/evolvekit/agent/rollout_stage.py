@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from evolvekit.agent.rollout import RolloutJob, require_a_valid_episode, run_rollouts
 from evolvekit.agent.templates import TemplateSettings
-from evolvekit.config import Config
+from evolvekit.config import Config, RolloutConfig
 from evolvekit.engine.base import Engine
 from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.protocols import IterationContext
 from evolvekit.types import Task, Trajectory
+
+if TYPE_CHECKING:
+    from evolvekit.agent.ray_backend import RayRolloutPool
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """What rollouts read of the config, gathered by the composition (``of``): the rollout section and the
+    environment's tool rendering."""
+
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    rendering: str = "compact"
+
+    @classmethod
+    def of(cls, cfg: Config) -> RolloutSettings:
+        return cls(rollout=cfg.rollout, rendering=cfg.env.tool_rendering)
 
 
 class VanillaRollouts:
@@ -21,27 +38,24 @@ class VanillaRollouts:
         self,
         llm: LLM,
         make_env: Callable[[], Environment],
-        cfg: Config,
+        settings: RolloutSettings,
         params: SamplingParams,
         show_progress: bool = True,
         template: TemplateSettings | None = None,
+        pool: RayRolloutPool | None = None,
     ) -> None:
-        self.llm, self.make_env, self.cfg, self.params = llm, make_env, cfg, params
+        self.llm, self.make_env, self.settings, self.params = llm, make_env, settings, params
         self.engine = Engine(llm)  # capabilities found once
         self.show_progress = show_progress
-        self.template = template  # the context template with its summariser (None: cfg.rollout's, no summariser)
-        self.pool = None
+        self.template = template  # the context template with its summariser (None: the rollout section's)
+        self.pool = pool  # Ray workers (rollout.backend: ray), built by the composition; None: here
         self.last_metrics: dict[str, float] = {}
-        if cfg.rollout.backend == "ray":
-            from evolvekit.agent.ray_backend import RayRolloutPool
-
-            self.pool = RayRolloutPool(cfg)
 
     def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
         jobs = []
         for i, task in enumerate(tasks):
             group = f"it{ctx.iteration:04d}-g{i:03d}-{task.task_id}"
-            jobs += [RolloutJob(task=task, group_id=group) for _ in range(self.cfg.rollout.group_size)]
+            jobs += [RolloutJob(task=task, group_id=group) for _ in range(self.settings.rollout.group_size)]
         params = self.sampling(ctx.seed)
         return self.run_jobs(jobs, params)
 
@@ -64,9 +78,9 @@ class VanillaRollouts:
                 jobs,
                 self.make_env,
                 self.engine,
-                self.cfg.rollout,
+                self.settings.rollout,
                 params,
-                self.cfg.env.tool_rendering,
+                self.settings.rendering,
                 show_progress=self.show_progress,
                 template=self.template,
             )

@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 import random
 import sqlite3
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from evolvekit.agent.rollout import RolloutJob
-from evolvekit.agent.rollout_stage import VanillaRollouts
-from evolvekit.config import Config
+from evolvekit.agent.rollout_stage import RolloutSettings, VanillaRollouts
+from evolvekit.config import Config, NavigatingConfig
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.navigating.extract import ExperienceExtractor, refine
 from evolvekit.navigating.pool import ExperiencePool
@@ -27,6 +28,7 @@ from evolvekit.store.sqlite import RunStore
 from evolvekit.types import Task, Trajectory
 
 if TYPE_CHECKING:
+    from evolvekit.agent.ray_backend import RayRolloutPool
     from evolvekit.navigating.utility import UtilityTester
 
 
@@ -35,12 +37,36 @@ def guided_count(group_size: int, eta: float) -> int:
     return int(math.floor(eta * group_size + 1e-9))
 
 
+@dataclass(frozen=True)
+class NavigationSettings:
+    """What self-navigating's stages read of the config, gathered by the composition (``of``): its own section, and
+    the few values of other sections it needs, resolved (the group size, the cold start's task count, the run's seed,
+    the success threshold)."""
+
+    navigating: NavigatingConfig = field(default_factory=NavigatingConfig)
+    group_size: int = 8
+    cold_start_tasks: int = 4  # navigating.cold_start_tasks, or one iteration's batch when that is 0
+    seed: int = 0
+    success_threshold: float = 1.0
+
+    @classmethod
+    def of(cls, cfg: Config) -> NavigationSettings:
+        return cls(
+            navigating=cfg.navigating,
+            group_size=cfg.rollout.group_size,
+            cold_start_tasks=cfg.navigating.cold_start_tasks or cfg.train.tasks_per_iteration,
+            seed=cfg.run.seed,
+            success_threshold=cfg.reward.success_threshold,
+        )
+
+
 class ExperienceMixedRollouts(VanillaRollouts):
     def __init__(
         self,
         llm: LLM,
         make_env,
-        cfg: Config,
+        rollout: RolloutSettings,
+        nav: NavigationSettings,
         params: SamplingParams,
         pool: ExperiencePool,
         refiner: LLM | None,
@@ -49,8 +75,10 @@ class ExperienceMixedRollouts(VanillaRollouts):
         training_set: Sequence[Task] = (),
         template=None,
         cold_extractor: ExperienceExtractor | None = None,
+        workers: RayRolloutPool | None = None,
     ) -> None:
-        super().__init__(llm, make_env, cfg, params, show_progress, template)
+        super().__init__(llm, make_env, rollout, params, show_progress, template, workers)
+        self.nav = nav
         self.experiences, self.refiner, self.refine_params = pool, refiner, refine_params
         self.training_set = list(training_set)  # p_train, which the cold-start pool samples (Eq. 13)
         self.last_metrics: dict[str, float] = {}
@@ -58,7 +86,7 @@ class ExperienceMixedRollouts(VanillaRollouts):
         self.cold_extractor = cold_extractor  # writes the cold-start pool (Eq. 13); None: no cold start
 
     def _experience_for(self, task: Task) -> tuple[str | None, tuple[str, ...]]:
-        ncfg = self.cfg.navigating
+        ncfg = self.nav.navigating
         query = "\n".join(task.turns)
         hits = self.experiences.retrieve(query, ncfg.top_k)
         if not hits:
@@ -80,16 +108,16 @@ class ExperienceMixedRollouts(VanillaRollouts):
         without replacement from the whole training set with the run's seed (``fallback``: this iteration's tasks,
         when no training set was given)."""
         pool = self.training_set or list(fallback)
-        n = self.cfg.navigating.cold_start_tasks or self.cfg.train.tasks_per_iteration
+        n = self.nav.cold_start_tasks
         return random.Random(seed).sample(pool, min(n, len(pool)))
 
     def cold_start(self, ctx: IterationContext, tasks: Sequence[Task]) -> int:
         """Eq. 13: with an empty pool, N_pc vanilla rollouts of the initial policy on tasks sampled from p_train
         feed Ω_process."""
-        n_pc = self.cfg.navigating.n_pc
+        n_pc = self.nav.navigating.n_pc
         if len(self.experiences) or not n_pc or self.cold_extractor is None:
             return 0
-        chosen = self.cold_start_tasks(self.cfg.run.seed * 7919 + 13, tasks)
+        chosen = self.cold_start_tasks(self.nav.seed * 7919 + 13, tasks)
         jobs = [
             RolloutJob(task=t, group_id=f"coldstart-{i}-{t.task_id}") for i, t in enumerate(chosen) for _ in range(n_pc)
         ]
@@ -107,10 +135,10 @@ class ExperienceMixedRollouts(VanillaRollouts):
     def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
         self.cold_metrics = {}
         cold = self.cold_start(ctx, tasks)
-        n = self.cfg.rollout.group_size
+        n = self.nav.group_size
         # Eq. 15's N_e guided rollouts; none with as_tool, where the agent's own search_experience calls replace
         # prompt injection (EvolveR §3.2.2), so neither injection nor the boost of guided samples runs
-        n_e = 0 if self.cfg.navigating.as_tool else guided_count(n, self.cfg.navigating.eta)
+        n_e = 0 if self.nav.navigating.as_tool else guided_count(n, self.nav.navigating.eta)
         jobs = []
         for i, task in enumerate(tasks):
             group = f"it{ctx.iteration:04d}-g{i:03d}-{task.task_id}"
@@ -152,21 +180,21 @@ class ExperienceSummarisation:
 
     def __init__(
         self,
-        cfg: Config,
+        nav: NavigationSettings,
         pool: ExperiencePool,
         extractor: ExperienceExtractor,
         utility: UtilityTester | None = None,
     ) -> None:
-        self.cfg, self.pool, self.extractor = cfg, pool, extractor
+        self.nav, self.pool, self.extractor = nav, pool, extractor
         self._pruned: list[str] = []
         self.utility = utility  # Evolving-RL's utility test when navigating.utility_test
 
     def process(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
-        ncfg = self.cfg.navigating
+        ncfg = self.nav.navigating
         metrics = guided_vs_vanilla(trajectories)
         for t in trajectories:
             if t.experience_used and not t.flags.failed:
-                self.pool.record_use(t.experience_used, t.succeeded(self.cfg.reward.success_threshold))
+                self.pool.record_use(t.experience_used, t.succeeded(self.nav.success_threshold))
         tasks = ctx.store.task_index()
         report = self.extractor.extract(trajectories, tasks, ctx.iteration)
         candidates = report.experiences

@@ -35,7 +35,14 @@ from evolvekit.engine.base import Engine
 from evolvekit.errors import ConfigError, EnvError
 from evolvekit.llm.base import InProcessLLM, RolloutEngine
 from evolvekit.orchestrator.loop import MasterLoop, Stages
-from evolvekit.orchestrator.stages import FixedTaskSupply, GRPOSamples, NoExperience, TrainerUpdate, VanillaRollouts
+from evolvekit.orchestrator.stages import (
+    FixedTaskSupply,
+    GRPOSamples,
+    NoExperience,
+    RolloutSettings,
+    TrainerUpdate,
+    VanillaRollouts,
+)
 from evolvekit.provenance import code_commit
 from evolvekit.store.sqlite import RunStore
 
@@ -490,12 +497,19 @@ def _navigation(
     """Vanilla rollouts and no experience, or the self-navigating pair (§4) when ``navigating.enabled``; and the
     environment factory the policy acts in (with ``navigating.as_tool``, wrapped with EvolveR's search_experience:
     held-out evaluation uses it too, as EvolveR's agent searches at test time)."""
+    workers = None
+    if cfg.rollout.backend == "ray":  # rollouts on Ray workers, each rebuilding the environment and the policy
+        from evolvekit.agent.ray_backend import RayRolloutPool
+
+        workers = RayRolloutPool(cfg)
+    rollout = RolloutSettings.of(cfg)
     if not cfg.navigating.enabled:
-        return VanillaRollouts(policy, env_factory, cfg, params, show_progress, template), NoExperience(), env_factory
+        vanilla = VanillaRollouts(policy, env_factory, rollout, params, show_progress, template, workers)
+        return vanilla, NoExperience(), env_factory
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
     from evolvekit.navigating.extract import ExperienceExtractor, llm_equivalence
     from evolvekit.navigating.pool import ExperiencePool
-    from evolvekit.navigating.stage import ExperienceMixedRollouts, ExperienceSummarisation
+    from evolvekit.navigating.stage import ExperienceMixedRollouts, ExperienceSummarisation, NavigationSettings
 
     summarizer = role_llm(cfg.models, "summarizer")
     sparams = sampling_for(cfg.models.summarizer)
@@ -536,10 +550,12 @@ def _navigation(
         constrained=constrained,
         boundary=InformationBoundary(cfg.run.oracle),
     )
+    nav = NavigationSettings.of(cfg)
     rollouts = ExperienceMixedRollouts(
         policy,
         env_factory,
-        cfg,
+        rollout,
+        nav,
         params,
         pool,
         refiner,
@@ -548,6 +564,7 @@ def _navigation(
         training_set=training_set,
         template=template,
         cold_extractor=extractor,
+        workers=workers,
     )
     utility = None
     if cfg.navigating.utility_test:
@@ -563,7 +580,7 @@ def _navigation(
             cfg.navigating.utility_k,
             template,
         )
-    return rollouts, ExperienceSummarisation(cfg, pool, extractor, utility), env_factory
+    return rollouts, ExperienceSummarisation(nav, pool, extractor, utility), env_factory
 
 
 def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory):

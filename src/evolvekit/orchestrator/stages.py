@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 from typing import Sequence
 
-from evolvekit.agent.rollout_stage import VanillaRollouts
+from evolvekit.agent.rollout_stage import RolloutSettings, VanillaRollouts
 from evolvekit.protocols import ExperienceStage, IterationContext, RolloutStage, SampleStage, TaskSupply, UpdateStage
 from evolvekit.store.sqlite import RunStore
 from evolvekit.train.sample_stage import GRPOSamples
@@ -29,6 +29,7 @@ __all__ = [
     "TaskSupply",
     "TrainerUpdate",
     "UpdateStage",
+    "RolloutSettings",
     "VanillaRollouts",
 ]
 
