@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from evolvekit.agent.rollout import RolloutJob, run_rollouts
-from evolvekit.config import Config
+from evolvekit.agent.rollout_stage import RolloutSettings
+from evolvekit.config import Config, EvolvingRLConfig
 from evolvekit.engine.base import Engine
 from evolvekit.llm.base import SamplingParams
 from evolvekit.navigating.evolving_rl import (
@@ -29,6 +30,7 @@ from evolvekit.navigating.evolving_rl import (
 from evolvekit.navigating.extract import render_trajectory
 from evolvekit.navigating.utility import related_tasks
 from evolvekit.protocols import IterationContext
+from evolvekit.train.sample_stage import SampleSettings
 from evolvekit.train.samples import build_samples
 from evolvekit.types import (
     MAX_EXPERIENCE_CHARS,
@@ -73,7 +75,8 @@ class EvolvingRLRollouts:
 
     def __init__(
         self,
-        cfg: Config,
+        evolving: EvolvingRLConfig,
+        rollout: RolloutSettings,
         llm,
         make_env: Callable,
         params: SamplingParams,
@@ -81,7 +84,8 @@ class EvolvingRLRollouts:
         embed,
         template=None,
     ) -> None:
-        self.cfg, self.llm, self.make_env, self.params = cfg, llm, make_env, params
+        self.evolving, self.settings = evolving, rollout
+        self.llm, self.make_env, self.params = llm, make_env, params
         self.engine = Engine(llm)  # capabilities found once
         self.template = template  # the context template with its summariser
         self.candidates, self.embed = list(candidates), embed
@@ -99,15 +103,15 @@ class EvolvingRLRollouts:
 
     # -- (B) ---------------------------------------------------------------------------------------------------------
     def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
-        e = self.cfg.evolving_rl
-        rc = self.cfg.rollout
+        e = self.evolving
+        rc = self.settings.rollout
         sources = run_rollouts(
             [RolloutJob(task=t, group_id=f"it{ctx.iteration:04d}-src-{i}") for i, t in enumerate(tasks)],
             self.make_env,
             self.engine,
             rc,
             self._params(ctx.seed),
-            self.cfg.env.tool_rendering,
+            self.settings.rendering,
             False,
             template=self.template,
         )
@@ -157,7 +161,7 @@ class EvolvingRLRollouts:
                 self.engine,
                 rc,
                 self._params(ctx.seed + 2000 + i),
-                self.cfg.env.tool_rendering,
+                self.settings.rendering,
                 False,
                 template=self.template,
             )
@@ -211,13 +215,13 @@ class EvolvingRLSkills:
 class EvolvingRLSamples:
     """(D): the extractor's and the solver's GRPO groups, weighted by λ_e and λ_s (Eq. 6)."""
 
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
+    def __init__(self, evolving: EvolvingRLConfig, samples: SampleSettings) -> None:
+        self.evolving, self.settings = evolving, samples
 
     def build(
         self, ctx: IterationContext, trajectories: Sequence[Trajectory]
     ) -> tuple[list[TrainingSample], dict[str, float]]:
-        e = self.cfg.evolving_rl
+        e = self.evolving
         w_e, w_s = joint_weights(e.mode, e.lambda_e, e.lambda_s)
         samples: list[TrainingSample] = []
         spreads, bounds, abnormal = [], [], 0
@@ -239,21 +243,21 @@ class EvolvingRLSamples:
             spreads.append(rel["spread"])
             bounds.append(rel["ordering_bound"])
             if w_e > 0:
-                adv_e = extractor_advantages(r, valid, self.cfg.train.eps_norm)
+                adv_e = extractor_advantages(r, valid, self.settings.eps_norm)
                 built, _ = build_samples(
-                    exts, [{0: a} for a in adv_e], strip_experience=False, max_tokens=self.cfg.train.max_sequence_tokens
+                    exts, [{0: a} for a in adv_e], strip_experience=False, max_tokens=self.settings.max_sequence_tokens
                 )
                 samples += [
                     s.model_copy(update={"loss_weight": w_e, "entropy_coef": e.entropy_coef, "loss_group": "extractor"})
                     for s in built
                 ]
             if w_s > 0 and sols:
-                adv_s = solver_advantages(r, self.cfg.train.eps_norm)
+                adv_s = solver_advantages(r, self.settings.eps_norm)
                 step_adv = [
                     {st.index: adv_s[_role(t).skill or 0][_role(t).task_index or 0] for st in t.steps} for t in sols
                 ]
                 built, _ = build_samples(
-                    sols, step_adv, strip_experience=False, max_tokens=self.cfg.train.max_sequence_tokens
+                    sols, step_adv, strip_experience=False, max_tokens=self.settings.max_sequence_tokens
                 )
                 samples += [
                     s.model_copy(update={"loss_weight": w_s, "experience_guided": False, "loss_group": "solver"})
@@ -275,8 +279,9 @@ def evolving_rl_stages(
     cfg: Config, llm, make_env: Callable, params: SamplingParams, candidates: Sequence[Task], embed, template=None
 ) -> tuple[EvolvingRLRollouts, EvolvingRLSkills, EvolvingRLSamples]:
     """Evolving-RL's stages B, C and D(samples), which replace the loop's rollouts, experience and sample stages."""
+    rollout = RolloutSettings.of(cfg)
     return (
-        EvolvingRLRollouts(cfg, llm, make_env, params, candidates, embed, template),
+        EvolvingRLRollouts(cfg.evolving_rl, rollout, llm, make_env, params, candidates, embed, template),
         EvolvingRLSkills(),
-        EvolvingRLSamples(cfg),
+        EvolvingRLSamples(cfg.evolving_rl, SampleSettings.of(cfg)),
     )
