@@ -135,3 +135,14 @@ def test_a_run_rolls_out_and_evaluates_through_continuous_batching(local, tmp_pa
     assert sum(calls) >= 4 + 2 + 2  # the training rollouts and both evaluations
     with pytest.raises(Exception, match="engine: continuous_batching"):
         load_config(None, ["models.policy.engine=continuous_batching", "rollout.backend=ray"])
+
+
+def test_publishing_through_continuous_batching_drops_the_policys_prefix_cache(local):
+    """The trainer publishes each update to the rollout engine; with continuous batching the wrapped policy's own
+    prefix cache (read by its other callers, synthesis say) belongs to the old weights and is dropped too."""
+    from evolvekit.engine.base import Engine
+
+    local.prefix_kv((1, 5, 9))
+    assert local._kv_entry is not None
+    Engine(ContinuousBatchingLLM(local)).reset_prefix_cache()
+    assert local._kv_entry is None

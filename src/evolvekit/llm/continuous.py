@@ -105,5 +105,6 @@ class ContinuousBatchingLLM(OverLocal):
         self.local.update_weights(state_dict)
 
     def reset_prefix_cache(self) -> None:
-        """Nothing is kept between calls (each ``generate_batch`` builds its own paged cache)."""
-        return None
+        """Nothing of its own is kept between calls (each ``generate_batch`` builds its own paged cache); the wrapped
+        policy's prefix cache is dropped (other callers of the policy, synthesis say, read it)."""
+        self.local.reset_prefix_cache()

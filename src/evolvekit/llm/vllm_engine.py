@@ -132,4 +132,6 @@ class VLLMEngine(OverLocal):
         self.reset_prefix_cache()
 
     def reset_prefix_cache(self) -> None:
+        """vLLM's prefix cache and the policy's own (other callers of the policy, synthesis say, read it)."""
         self.llm.reset_prefix_cache()
+        self.local.reset_prefix_cache()
