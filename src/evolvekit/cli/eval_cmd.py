@@ -61,7 +61,8 @@ def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] =
     from evolvekit.agent.evaluate import EpisodeJournal, evaluate_policy, write_results
     from evolvekit.engine.base import Engine
     from evolvekit.env.registry import make_env, preflight
-    from evolvekit.llm.factory import role_llm, sampling_for
+    from evolvekit.llm.factory import role_llm
+    from evolvekit.orchestrator.build import policy_sampling
 
     preflight(cfg.env, tasks[0])  # one episode starts before the model loads: exit 2 now, not a silent score of 0
     # what makes two evaluations the same: their tasks, k, and every setting but the run's name and folder
@@ -77,7 +78,7 @@ def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] =
         len(tasks), k, episodes, cfg.rollout.max_steps, cfg.models.policy.max_new_tokens,
         episodes * cfg.rollout.max_steps * cfg.models.policy.max_new_tokens,
     )  # fmt: skip
-    params = sampling_for(cfg.models.policy, seed=cfg.run.seed)
+    params = policy_sampling(cfg, seed=cfg.run.seed)
     lookup = _experience_lookup(cfg, experiences) if experiences else None
     report, trajs = evaluate_policy(
         tasks,

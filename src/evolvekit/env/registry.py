@@ -18,14 +18,28 @@ log = logging.getLogger(__name__)
 _REGISTRY: dict[str, tuple[Callable[[EnvConfig], Environment], str]] = {}
 _TASKS: dict[str, Callable[[EnvConfig, str], list[Task]]] = {}
 _AVAILABLE: dict[str, Callable[[EnvConfig], bool]] = {}
+_ACTION_STOP: dict[str, tuple[str, ...]] = {}
 
 
-def register_env(name: str, description: str = ""):
+def register_env(name: str, description: str = "", action_stop: Sequence[str] = ()):
+    """Register ``factory(env_cfg) -> Environment`` under ``name``. ``action_stop``: strings that end a policy's
+    action in this environment (a text-action simulator whose action is one line: ``("\n",)``), so a step's
+    generation stops there instead of running to ``models.policy.max_new_tokens``."""
+
     def deco(factory: Callable[[EnvConfig], Environment]):
         _REGISTRY[name] = (factory, description)
+        _ACTION_STOP[name] = tuple(action_stop)
         return factory
 
     return deco
+
+
+def action_stop(cfg: EnvConfig) -> tuple[str, ...]:
+    """The strings that end one action in ``cfg``'s environment (none for tool-call environments, whose calls end at
+    their closing tag)."""
+    _load_builtins()
+    load_plugins(cfg.plugins)
+    return _ACTION_STOP.get(cfg.name, ())
 
 
 def register_task_source(name: str, available: Callable[[EnvConfig], bool] | None = None):

@@ -121,7 +121,9 @@ class ScienceWorldEnv:
         }
 
 
-@register_env("scienceworld", "ScienceWorld text simulator (optional extra 'scienceworld', needs Java)")
+@register_env(
+    "scienceworld", "ScienceWorld text simulator (optional extra 'scienceworld', needs Java)", action_stop=("\n",)
+)  # an action is the message's first line: generation ends at the newline
 def _make(cfg: EnvConfig) -> ScienceWorldEnv:
     return ScienceWorldEnv()
 

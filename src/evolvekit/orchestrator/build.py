@@ -33,7 +33,7 @@ from evolvekit.config import (
 )
 from evolvekit.engine.base import Engine
 from evolvekit.errors import ConfigError, EnvError
-from evolvekit.llm.base import InProcessLLM, RolloutEngine
+from evolvekit.llm.base import InProcessLLM, RolloutEngine, SamplingParams
 from evolvekit.orchestrator.loop import MasterLoop, Stages
 from evolvekit.orchestrator.stages import (
     FixedTaskSupply,
@@ -181,6 +181,15 @@ def rollout_template(cfg: Config):
     )
 
 
+def policy_sampling(cfg: Config, seed: int | None = None) -> SamplingParams:
+    """The policy's sampling settings for rollouts and evaluation: its role's, ended also at the environment's action
+    stop strings (``register_env(action_stop=...)``: a text simulator's newline)."""
+    from evolvekit.env.registry import action_stop
+    from evolvekit.llm.factory import sampling_for
+
+    return sampling_for(cfg.models.policy, seed=seed, stop=action_stop(cfg.env))
+
+
 def rollout_backend(pol: ModelConfig, policy: LocalLLM, seed: int) -> RolloutEngine:
     """The configured rollout engine over the trained policy (``models.policy.engine``)."""
     if pol.engine == "continuous_batching":
@@ -255,9 +264,7 @@ def build_loop(
 ) -> MasterLoop:
     from evolvekit.agent.evaluate import evaluate_policy
     from evolvekit.env.registry import env_tasks, has_task_source, make_env, preflight
-    from evolvekit.llm.factory import sampling_for
 
-    pol = cfg.models.policy
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     own_tasks = has_task_source(cfg.env)
     # an environment nobody wrote tasks for trains on its own synthesized tasks alone (λ = 1); otherwise its
@@ -281,7 +288,7 @@ def build_loop(
     def env_factory():
         return make_env(cfg.env)
 
-    params = sampling_for(pol)
+    params = policy_sampling(cfg)
     supply = _task_supply(cfg, store, train_tasks, policy, env_factory)
     template = rollout_template(cfg)
     rollouts, experience, policy_env = _navigation(
@@ -328,7 +335,7 @@ def build_loop(
         k = cfg.train.eval_k or cfg.rollout.group_size
 
         def evaluator(seed: int):
-            eval_params = sampling_for(pol, seed=seed)
+            eval_params = policy_sampling(cfg, seed=seed)
 
             def on(tasks):
                 return evaluate_policy(
@@ -670,7 +677,6 @@ def pass_probe(cfg: Config, policy, env_factory):
     if not k:
         return None
     from evolvekit.agent.evaluate import evaluate_policy
-    from evolvekit.llm.factory import sampling_for
 
     engine = Engine(policy)  # its capabilities, found once
 
@@ -680,7 +686,7 @@ def pass_probe(cfg: Config, policy, env_factory):
             env_factory,
             engine,
             cfg.rollout,
-            sampling_for(cfg.models.policy, seed=cfg.run.seed),
+            policy_sampling(cfg, seed=cfg.run.seed),
             k,
             cfg.env.tool_rendering,
             show_progress=False,
