@@ -227,6 +227,11 @@ class EnvConfig(_Section):
     tool_rendering: Literal["compact", "json"] = F(
         "compact", "tool schemas in the prompt: one line per tool, or full JSON"
     )
+    action_max_tokens: int | None = F(
+        None,
+        "the most tokens the policy generates for one action, under models.policy.max_new_tokens; None = the environment's registered action length (ScienceWorld: 32 tokens, one command line; tool-call environments: none, models.policy.max_new_tokens alone)",
+        ge=1,
+    )
     service_url: str | None = F(None, "if set, use the environment service at this URL instead of in-process envs")
     service_token_env: str = F("EVOLVEKIT_ENV_TOKEN", "environment variable with the service's bearer token")
     remote_env_type: str = F(

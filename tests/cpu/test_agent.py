@@ -239,5 +239,11 @@ def test_a_text_action_environment_ends_each_generation_at_its_action_stop():
     assert action_stop(sw.env) == ("\n",)
     params = policy_sampling(sw, seed=3)
     assert params.stop == ("\n",) and params.seed == 3
-    assert params.max_new_tokens == sw.models.policy.max_new_tokens
-    assert policy_sampling(load_config(None, [])).stop == ()
+    assert params.max_new_tokens == 32 < sw.models.policy.max_new_tokens  # its registered action length
+    longer = load_config(None, ["env.name=scienceworld", "env.family=null", "env.action_max_tokens=64"])
+    assert policy_sampling(longer).max_new_tokens == 64
+    short = load_config(None, ["env.name=scienceworld", "env.family=null", "models.policy.max_new_tokens=16"])
+    assert policy_sampling(short).max_new_tokens == 16  # never above the policy's own limit
+    default = load_config(None, [])
+    assert policy_sampling(default).stop == ()
+    assert policy_sampling(default).max_new_tokens == default.models.policy.max_new_tokens

@@ -72,13 +72,13 @@ def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] =
     journal = EpisodeJournal(out.with_name(out.stem + ".episodes.jsonl"), key)  # refuses another's before loading
     llm = role_llm(cfg.models, "policy")
     episodes = len(tasks) * k
+    params = policy_sampling(cfg, seed=cfg.run.seed)
     log.info(
         "evaluation: %d tasks x %d samples = %d episodes, each at most %d steps of at most %d generated tokens "
-        "(at most %d generated tokens in all; rollout.max_steps, models.policy.max_new_tokens)",
-        len(tasks), k, episodes, cfg.rollout.max_steps, cfg.models.policy.max_new_tokens,
-        episodes * cfg.rollout.max_steps * cfg.models.policy.max_new_tokens,
+        "(at most %d generated tokens in all; rollout.max_steps, models.policy.max_new_tokens, env.action_max_tokens)",
+        len(tasks), k, episodes, cfg.rollout.max_steps, params.max_new_tokens,
+        episodes * cfg.rollout.max_steps * params.max_new_tokens,
     )  # fmt: skip
-    params = policy_sampling(cfg, seed=cfg.run.seed)
     lookup = _experience_lookup(cfg, experiences) if experiences else None
     report, trajs = evaluate_policy(
         tasks,

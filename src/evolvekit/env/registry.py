@@ -19,16 +19,22 @@ _REGISTRY: dict[str, tuple[Callable[[EnvConfig], Environment], str]] = {}
 _TASKS: dict[str, Callable[[EnvConfig, str], list[Task]]] = {}
 _AVAILABLE: dict[str, Callable[[EnvConfig], bool]] = {}
 _ACTION_STOP: dict[str, tuple[str, ...]] = {}
+_ACTION_TOKENS: dict[str, int] = {}
 
 
-def register_env(name: str, description: str = "", action_stop: Sequence[str] = ()):
+def register_env(
+    name: str, description: str = "", action_stop: Sequence[str] = (), action_max_tokens: int | None = None
+):
     """Register ``factory(env_cfg) -> Environment`` under ``name``. ``action_stop``: strings that end a policy's
     action in this environment (a text-action simulator whose action is one line: ``("\n",)``), so a step's
-    generation stops there instead of running to ``models.policy.max_new_tokens``."""
+    generation stops there instead of running to ``models.policy.max_new_tokens``; ``action_max_tokens``: the
+    longest action it takes (``env.action_max_tokens`` overrides it)."""
 
     def deco(factory: Callable[[EnvConfig], Environment]):
         _REGISTRY[name] = (factory, description)
         _ACTION_STOP[name] = tuple(action_stop)
+        if action_max_tokens is not None:
+            _ACTION_TOKENS[name] = action_max_tokens
         return factory
 
     return deco
@@ -40,6 +46,15 @@ def action_stop(cfg: EnvConfig) -> tuple[str, ...]:
     _load_builtins()
     load_plugins(cfg.plugins)
     return _ACTION_STOP.get(cfg.name, ())
+
+
+def action_max_tokens(cfg: EnvConfig) -> int | None:
+    """``env.action_max_tokens``, else the environment's registered action length, else None (no cap of its own)."""
+    if cfg.action_max_tokens is not None:
+        return cfg.action_max_tokens
+    _load_builtins()
+    load_plugins(cfg.plugins)
+    return _ACTION_TOKENS.get(cfg.name)
 
 
 def register_task_source(name: str, available: Callable[[EnvConfig], bool] | None = None):

@@ -122,8 +122,11 @@ class ScienceWorldEnv:
 
 
 @register_env(
-    "scienceworld", "ScienceWorld text simulator (optional extra 'scienceworld', needs Java)", action_stop=("\n",)
-)  # an action is the message's first line: generation ends at the newline
+    "scienceworld",
+    "ScienceWorld text simulator (optional extra 'scienceworld', needs Java)",
+    action_stop=("\n",),
+    action_max_tokens=32,
+)  # an action is the message's first line (`focus on red paint`: a few tokens): generation ends at the newline
 def _make(cfg: EnvConfig) -> ScienceWorldEnv:
     return ScienceWorldEnv()
 

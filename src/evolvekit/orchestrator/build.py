@@ -183,11 +183,15 @@ def rollout_template(cfg: Config):
 
 def policy_sampling(cfg: Config, seed: int | None = None) -> SamplingParams:
     """The policy's sampling settings for rollouts and evaluation: its role's, ended also at the environment's action
-    stop strings (``register_env(action_stop=...)``: a text simulator's newline)."""
-    from evolvekit.env.registry import action_stop
+    stop strings (``register_env(action_stop=...)``: a text simulator's newline) and capped at its action length
+    (``env.action_max_tokens``, else the registered one: ScienceWorld's 32)."""
+    from evolvekit.env.registry import action_max_tokens, action_stop
     from evolvekit.llm.factory import sampling_for
 
-    return sampling_for(cfg.models.policy, seed=seed, stop=action_stop(cfg.env))
+    pol = cfg.models.policy
+    cap = action_max_tokens(cfg.env)
+    limit = pol.max_new_tokens if cap is None else min(cap, pol.max_new_tokens)
+    return sampling_for(pol, seed=seed, stop=action_stop(cfg.env), max_new_tokens=limit)
 
 
 def rollout_backend(pol: ModelConfig, policy: LocalLLM, seed: int) -> RolloutEngine:
