@@ -8,7 +8,8 @@ keep rollout throughput within 5%).
     done
 
 16 ``arith`` rollouts (3 steps, 48 tokens, seed 0) with the embedded policy, 8 at a time, after a 2-rollout
-warm-up; prints one JSON line. Code before the seam took the LLM, after it an ``Engine``: both are handled.
+warm-up; prints one JSON line. A second argument repeats each task (``... after 4``: 64 rollouts, a steadier
+figure). Code before the seam took the LLM, after it an ``Engine``: both are handled.
 Results: benchmarks/results/engine_seam.md."""
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def main() -> None:
     torch.set_num_threads(2)
     llm = LocalLLM("embedded:smollm2-135m-instruct", device="cpu")
     env_cfg = EnvConfig(name="bfcl", family="arith")
-    jobs = [RolloutJob(task=t) for t in get_family("arith").tasks("dev", 16)]
+    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 1  # each task this many times (longer, steadier runs)
+    jobs = [RolloutJob(task=t) for t in get_family("arith").tasks("dev", 16) for _ in range(repeats)]
     params = SamplingParams(temperature=1.0, max_new_tokens=48, seed=0)
     cfg = RolloutConfig(max_steps=3, concurrency=8)
     run_rollouts(jobs[:2], lambda: make_env(env_cfg), wrap(llm), cfg, params, show_progress=False)  # warm-up
