@@ -16,21 +16,13 @@ import argparse
 import json
 import time
 
-from engine_throughput import ARCHS, random_model
+from engine_throughput import ARCHS, add_batch_args, random_model
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--random-arch", choices=sorted(ARCHS), required=True)
-    ap.add_argument("--tokenizer", default=None)
-    ap.add_argument("--layers", type=int, default=None)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
-    ap.add_argument("--prompts", type=int, default=32)
-    ap.add_argument("--n", type=int, default=8)
-    ap.add_argument("--prompt-len", type=int, default=512)
-    ap.add_argument("--shared-len", type=int, default=448)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
+    add_batch_args(ap, prompts=32, n=8, max_new_tokens=32)
     ap.add_argument("--profile-steps", type=int, default=3)
     args = ap.parse_args()
 

@@ -78,20 +78,25 @@ def random_model(arch: str, tokenizer_dir: str, layers: int | None, device: str,
     return model, tok
 
 
+def add_batch_args(ap: argparse.ArgumentParser, prompts: int, n: int, max_new_tokens: int) -> None:
+    """The model and batch options this benchmark and benchmarks/engine_step_profile.py share."""
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    ap.add_argument("--prompts", type=int, default=prompts)
+    ap.add_argument("--n", type=int, default=n)
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--shared-len", type=int, default=448)
+    ap.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    ap.add_argument("--tokenizer", default=None, help="tokenizer folder for --random-arch (default: embedded SmolLM2)")
+    ap.add_argument("--layers", type=int, default=None, help="override the layer count of --random-arch (smoke runs)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--n", type=int, default=6)
-    ap.add_argument("--prompt-len", type=int, default=512)
-    ap.add_argument("--shared-len", type=int, default=448)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
+    add_batch_args(ap, prompts=8, n=6, max_new_tokens=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--random-arch", choices=sorted(ARCHS), help="random weights of this layer shape (see above)")
-    ap.add_argument("--tokenizer", default=None, help="tokenizer folder for --random-arch (default: embedded SmolLM2)")
-    ap.add_argument("--layers", type=int, default=None, help="override the layer count of --random-arch (smoke runs)")
     ap.add_argument("--engines", default="native,continuous_batching,hf_generate")
     ap.add_argument("--jsonl", default=None, help="append one JSON line per engine as it finishes")
     args = ap.parse_args()
