@@ -16,7 +16,7 @@ import argparse
 import json
 import time
 
-from engine_throughput import ARCHS, add_batch_args, random_model
+from engine_throughput import ARCHS, add_batch_args, random_model, sample_with_generate
 
 
 def main() -> None:
@@ -122,19 +122,7 @@ def main() -> None:
         ids = torch.tensor(prompts, device=llm.device)
         sync()
         t0 = time.perf_counter()
-        with torch.no_grad():
-            llm.model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=new,
-                min_new_tokens=new,
-                num_return_sequences=args.n,
-                pad_token_id=tok.pad_token_id or tok.eos_token_id,
-            )
+        sample_with_generate(llm.model, ids, args.n, new, tok.pad_token_id or tok.eos_token_id, exact=True)
         sync()
         return time.perf_counter() - t0
 

@@ -78,6 +78,27 @@ def random_model(arch: str, tokenizer_dir: str, layers: int | None, device: str,
     return model, tok
 
 
+def sample_with_generate(model, ids, n: int, max_new_tokens: int, pad_id: int, eos_ids=None, exact: bool = False):
+    """transformers' own ``generate`` as the anchor: ``n`` samples per prompt row of ``ids`` at temperature 1, top-k
+    and top-p off; ``exact``: every row runs to ``max_new_tokens`` (no early EOS)."""
+    import torch
+
+    with torch.no_grad():
+        return model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=max_new_tokens if exact else None,
+            num_return_sequences=n,
+            eos_token_id=eos_ids,
+            pad_token_id=pad_id,
+        )
+
+
 def add_batch_args(ap: argparse.ArgumentParser, prompts: int, n: int, max_new_tokens: int) -> None:
     """The model and batch options this benchmark and benchmarks/engine_step_profile.py share."""
     ap.add_argument("--device", default="auto")
@@ -151,19 +172,9 @@ def main() -> None:
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.no_grad():
-            out = local.model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=args.max_new_tokens,
-                num_return_sequences=args.n,
-                eos_token_id=sorted(local.eos_ids),
-                pad_token_id=local.tokenizer.pad_token_id,
-            )
+        out = sample_with_generate(
+            local.model, ids, args.n, args.max_new_tokens, local.tokenizer.pad_token_id, sorted(local.eos_ids)
+        )
         if cuda:
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -223,8 +223,7 @@ class OverLocal:
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.local.decode(token_ids)
 
-    def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
-        raise NotImplementedError
+    generate_ids: Callable[[Sequence[Sequence[int]], SamplingParams], list[list[Completion]]]  # the subclass's engine
 
     def chat(self, conversations: Sequence[Sequence[ChatMessage]], params: SamplingParams) -> list[list[Completion]]:
         return self.generate_ids([self.apply_chat_template(c) for c in conversations], params)
