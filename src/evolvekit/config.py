@@ -522,6 +522,10 @@ class AttributingConfig(_Section):
         ge=0,
         le=1,
     )
+    answer_from_check: bool = F(
+        True,
+        "grounded credit without a reference it may read (the generic fallback): the episode's final answer follows the environment's check, GOOD when it passed, BAD when it failed. false = NEUTRAL, the rule before 2026-11-27, under which an all-failed group's unjudged text answers outranked its one errored call and pushed the policy away from tools (grpo_person_nav_attr seed 3, benchmarks/results/evidence_env_only.md)",
+    )
     gigpo_gamma: float = F(0.95, "GiGPO's discount γ of the step returns (verl-agent default 0.95)", ge=0, le=1)
     gigpo_weight: float = F(1.0, "GiGPO's ω, weight of the step-level advantage (verl-agent default 1.0)", ge=0)
     gigpo_norm: Literal["std", "mean"] = F("std", "GiGPO's normalisation inside a group: mean_std_norm or mean_norm")

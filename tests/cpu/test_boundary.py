@@ -124,8 +124,9 @@ def test_grounded_credit_on_a_person_written_task_uses_the_groups_own_success_no
     assert grounded_for(real, win, 0.5, closed, ref) == [StepLabel.GOOD, StepLabel.GOOD]
     # the oracle reads the gold: the failure's add(2, 3) becomes GOOD
     assert grounded_for(real, lose, 0.5, InformationBoundary(oracle=True), ref)[0] == StepLabel.GOOD
-    # no success and closed gold: the generic fallback (no verdict on a clean call)
-    assert grounded_for(real, lose, 0.5, closed, None) == [StepLabel.NEUTRAL, StepLabel.NEUTRAL]
+    # no success and closed gold: the generic fallback (no verdict on a clean call; the answer by the check)
+    assert grounded_for(real, lose, 0.5, closed, None) == [StepLabel.NEUTRAL, StepLabel.BAD]
+    assert grounded_for(real, lose, 0.5, closed, None, answer_from_check=False) == [StepLabel.NEUTRAL] * 2
 
 
 def test_extraction_writes_no_experience_from_person_written_gold():

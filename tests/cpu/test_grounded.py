@@ -175,7 +175,12 @@ def test_generic_fallback_without_a_reference_errors_bad_rest_neutral():
         Step(index=2, action_text="", parse_error="bad"),
         Step(index=3, action_text="bye"),
     ]
-    assert grounded_labels(steps, None, True) == [B, N, B, N]
+    # the final answer follows the environment's check; off, it is NEUTRAL (the rule before 2026-11-27)
+    assert grounded_labels(steps, None, True) == [B, N, B, G]
+    assert grounded_labels(steps, None, False) == [B, N, B, B]
+    assert grounded_labels(steps, None, False, answer_from_check=False) == [B, N, B, N]
+    assert grounded_labels(steps[:3], None, True) == [B, N, B]  # the last step is an unparseable action: rule 1
+    assert grounded_labels(steps[:2], None, False) == [B, N]  # the last step makes a call: no answer to judge
     assert attribution_rewards([G, B, N]) == [1.0, -1.0, 0.0]
     # a reference but no state facts from the environment: non-reference calls carry no verdict
     ref = [[ToolCall(name="z")]]
@@ -229,9 +234,13 @@ def test_step_population_credits_an_all_failed_chain_group_that_eq_18_neutralise
     # the task is person-written: without the oracle switch its reference is closed and the all-failed group has no
     # success of its own to credit against, so no step gets a verdict and the channel is constant (no gold credit)
     closed = ["attributing.enabled=true", "attributing.source=grounded", "attributing.normalization=step"]
-    adv, mc = AttributedSamples.from_config(load_config(None, closed), None).step_advantages(ctx, trajs)
+    old_rule = load_config(None, [*closed, "attributing.answer_from_check=false"])
+    adv, mc = AttributedSamples.from_config(old_rule, None).step_advantages(ctx, trajs)
     assert mc["attribution/constant_channel_groups"] == 1 and mc["attribution/self_referenced"] == 0
     assert all(a == {0: 0.0, 1: 0.0} for a in adv)
+    # by default the failed answers are BAD by the environment's check; the add still gets no verdict from the gold
+    adv, mc = AttributedSamples.from_config(load_config(None, closed), None).step_advantages(ctx, trajs)
+    assert all(t.step_attributions == [N, B] for t in trajs) and mc["attribution/constant_channel_groups"] == 0
     base = ["attributing.enabled=true", "attributing.source=grounded", "run.oracle=true"]
     eq18, m18 = AttributedSamples.from_config(load_config(None, base), None).step_advantages(ctx, trajs)
     assert all(a == {0: 0.0, 1: 0.0} for a in eq18) and m18["attribution/constant_channel_groups"] == 1
@@ -269,7 +278,8 @@ def test_earlier_successes_on_similar_tasks_credit_an_all_failed_person_task(tmp
     (add, then the answer); every rollout of person-written task B ("What is 10 plus 20?", same wording) fails, some
     calling add with wrong numbers, some multiply. With attributing.similar_success_min the add steps are GOOD and
     the multiply steps BAD (the agent's own success on A, tool names only; never A's or B's reference: both are
-    sentinels that no rollout ran); off, the closed all-failed group gets no step verdict and no advantage."""
+    sentinels that no rollout ran); off, the closed all-failed group's calls get no verdict (its answers are BAD by
+    the environment's check), so the add and the multiply are credited alike."""
     from evolvekit.attributing.stage import AttributedSamples
     from evolvekit.config import load_config
     from evolvekit.orchestrator.stages import IterationContext
@@ -307,7 +317,9 @@ def test_earlier_successes_on_similar_tasks_credit_an_all_failed_person_task(tmp
     off = AttributedSamples.from_config(load_config(None, on), None)
     off.step_advantages(ctx, solved)
     adv_off, m_off = off.step_advantages(ctx, failed)
-    assert m_off["attribution/similar_referenced"] == 0 and all(v == 0.0 for a_ in adv_off for v in a_.values())
+    assert m_off["attribution/similar_referenced"] == 0
+    assert [t.step_attributions for t in failed] == [[N, B]] * 4  # only the check's verdict on the answers
+    assert adv_off[0] == adv_off[1]  # the add and the multiply are not told apart
 
     dissimilar = AttributedSamples.from_config(load_config(None, [*on, "attributing.similar_success_min=0.8"]), None)
     dissimilar.step_advantages(ctx, group(far, [[call("divide", a=9, b=3), Action(text="3")]] * 2, 1.0))
@@ -410,3 +422,58 @@ def test_request_words_are_lower_case_and_the_minimum_is_inclusive():
     words = request_words("What is 3 PLUS 5?")
     assert {"what", "plus", "#", "?"} <= words and "PLUS" not in words
     assert most_similar(words, {"x": request_words("what is 7 plus 9?")}, 1.0) == ("x", 1.0)
+
+
+def _seed3_group(tmp_path, first: list[Action]):
+    """An all-failed group on a person-written task (gold closed, no success of its own): five rollouts answer in
+    text without a call, one runs ``first`` and then answers; every answer is wrong."""
+    from evolvekit.orchestrator.stages import IterationContext
+    from evolvekit.store.sqlite import RunStore
+    from evolvekit.types import Trajectory
+
+    task = _math_task("div-1", "What is 12 divided by 4?", [[ToolCall(name="divide", arguments={"a": 12, "b": 4})]])
+    store = RunStore(tmp_path / "run.db")
+    with store.transaction() as c:
+        store.put_tasks(c, [task], -1)
+    runs = [[Action(text="5")]] * 5 + [[*first, Action(text="5")]]
+    trajs = [
+        Trajectory(task_id=task.task_id, group_id="g", outcome_reward=0.0, steps=_episode(task, actions)[0])
+        for actions in runs
+    ]
+    return IterationContext(iteration=0, seed=0, run_dir=tmp_path, store=store), trajs, store
+
+
+@pytest.mark.parametrize("answer_from_check", [True, False])
+def test_an_all_failed_group_without_a_reference_no_longer_pushes_away_from_tools(tmp_path, answer_from_check):
+    """The collapse of grpo_person_nav_attr's seed 3 (benchmarks/results/evidence_env_only.md), rebuilt: with the
+    fallback's answers NEUTRAL, one errored call is the only verdict of an all-failed group, so Eq. 18 ranks the five
+    text answers above the one rollout that tried a tool. With the answer judged by the environment's check, an
+    errored call and a text answer are both failures (the channel is constant: no gradient, as for GRPO), and a call
+    that ran cleanly ranks above a bare wrong answer."""
+    from evolvekit.attributing.stage import AttributedSamples
+    from evolvekit.config import load_config
+
+    cfg = load_config(
+        None,
+        [
+            "attributing.enabled=true",
+            "attributing.source=grounded",
+            f"attributing.answer_from_check={str(answer_from_check).lower()}",
+        ],
+    )
+    ctx, trajs, store = _seed3_group(tmp_path, [call("no_such_tool", a=12)])  # an errored call
+    adv, _ = AttributedSamples.from_config(cfg, None).step_advantages(ctx, trajs)
+    texts, tried = [a[0] for a in adv[:5]], adv[5][0]
+    if answer_from_check:
+        assert texts == [0.0] * 5 and tried == 0.0
+    else:
+        assert all(x > 0 for x in texts) and tried < 0  # the push away from tools
+    store.close()
+    ctx, trajs, store = _seed3_group(tmp_path / "clean", [call("divide", a=12, b=3)])  # a clean but wrong call
+    adv, _ = AttributedSamples.from_config(cfg, None).step_advantages(ctx, trajs)
+    texts, tried = [a[0] for a in adv[:5]], adv[5][0]
+    if answer_from_check:
+        assert all(x < 0 for x in texts) and tried > 0
+    else:
+        assert texts == [0.0] * 5 and tried == 0.0  # every step NEUTRAL: constant channel
+    store.close()

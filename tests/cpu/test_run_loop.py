@@ -308,7 +308,8 @@ def test_attribution_stage_logs_metrics_and_stores_labels(tiny, tmp_path):
 def test_embedded_attributor_defaults_to_grounded_credit(tiny, tmp_path):
     """attributing.source: auto with an in-process attributor is grounded: no attributor model is built, labels come
     from execution, and the run records which source each helper role used. The coin tasks have no reference: in a
-    group without a passing episode the generic fallback (errors BAD, the rest NEUTRAL); in a group with one, the
+    group without a passing episode the generic fallback (errors BAD, the final answer BAD by the environment's
+    check, the rest NEUTRAL); in a group with one, the
     group's own shortest success is the reference (attributing/grounded.py: self_reference), so a passing episode's
     answer is GOOD and a failing one's BAD."""
     cfg = load_config(
@@ -328,8 +329,9 @@ def test_embedded_attributor_defaults_to_grounded_credit(tiny, tmp_path):
             bad = step.parse_error is not None and not step.tool_calls or any(not c.ok for c in step.calls)
             if bad:
                 assert label == "BAD"
-            elif not group_passed:
-                assert label == "NEUTRAL"
+            elif not group_passed:  # the final answer failed the check; nothing else has a verdict
+                final_answer = step is t.steps[-1] and not step.tool_calls
+                assert label == ("BAD" if final_answer else "NEUTRAL")
             elif not step.tool_calls:  # the answer, against the group's own success
                 assert label == ("GOOD" if passed else "BAD")
     assert "attribution/good_ratio" in store.metrics()[0]

@@ -27,7 +27,12 @@ step t of turn k (a step without tool calls ends its turn):
    benchmarks/results/evidence_arith_turns.md).
 
 Environments without a reference solution (or without ``Step.grounding`` for rule 5) get the generic fallback:
-rule 1 still makes errors BAD; every other step is NEUTRAL (attribution reward 0: no evidence either way).
+rule 1 still makes errors BAD; the episode's final answer (its last step, when that step makes no call) follows the
+environment's check as in rule 2 (``answer_from_check``); every other step is NEUTRAL (attribution reward 0: no
+evidence either way). Without the answer rule, a failed group's unjudged text answers sat above its one errored
+call once Eq. 18 standardised them, so the only gradient pushed away from calling tools (the collapse of
+grpo_person_nav_attr's seed 3 in benchmarks/results/evidence_env_only.md); with it, a failed episode's answer is BAD
+whether or not it called a tool.
 
 BFCL (env/bfcl/env.py) reports, per step, whether the state changed and the distance — the number of differing
 leaves of every stateful backend's attribute tree — to the state the reference solution reaches by the end of the
@@ -62,11 +67,14 @@ def grounded_labels(
     reference: Sequence[Sequence[ToolCall]] | None,
     passed: bool,
     match: Literal["call", "name"] = "call",
+    answer_from_check: bool = True,
 ) -> list[StepLabel]:
     """One label per step by the rules of this module's docstring. ``reference`` is the task's reference solution
     (per turn; None = the generic fallback), ``passed`` the environment's check of the whole episode. ``match``:
     rule 3 compares whole calls (``call``) or tool names only (``name``: a reference borrowed from a similar task,
-    whose arguments are not this task's); rule 4's repeats always compare whole calls."""
+    whose arguments are not this task's); rule 4's repeats always compare whole calls. ``answer_from_check``: in
+    the fallback, the episode's final answer is GOOD when it passed, BAD when it failed (off: NEUTRAL, the rule
+    before 2026-11-27)."""
     labels: list[StepLabel] = []
     turn = 0
     key = _KEYS[match]
@@ -85,6 +93,9 @@ def grounded_labels(
         for i, k in other_way:
             if k < len(remaining) and remaining[k]:
                 labels[i] = StepLabel.GOOD
+    if reference is None and answer_from_check and steps:  # the fallback's rule 2: the final answer
+        if not steps[-1].tool_calls and steps[-1].parse_error is None:
+            labels[-1] = StepLabel.GOOD if passed else StepLabel.BAD
     return labels
 
 

@@ -28,11 +28,13 @@ def grounded_for(
     boundary: InformationBoundary | None = None,
     own_reference: list[list[ToolCall]] | None = None,
     borrowed: bool = False,
+    answer_from_check: bool = True,
 ) -> list[StepLabel]:
     """Grounded labels of one trajectory (attributing/grounded.py). The reference is the task's own where the
     boundary lets the training side read it (a synthesized task's, or any under ``run.oracle``), else
     ``own_reference``: the calls of a successful episode of the same task from this run (``self_reference``); with
-    neither, the generic fallback (errors BAD, the rest NEUTRAL). ``borrowed``: ``own_reference`` comes from a
+    neither, the generic fallback (errors BAD, the final answer by the check unless ``answer_from_check`` is off, the
+    rest NEUTRAL). ``borrowed``: ``own_reference`` comes from a
     similar task's success, so rule 3 matches tool names only. Closed gold also drops the steps' distances to the
     reference end state (``InformationBoundary.steps_view``)."""
     gate = boundary if boundary is not None else InformationBoundary()
@@ -41,7 +43,7 @@ def grounded_for(
     match: Literal["call", "name"] = "call"
     if reference is None:
         reference, match = own_reference, ("name" if borrowed else "call")
-    return grounded_labels(steps, reference, traj.checked_outcome >= success_threshold, match)
+    return grounded_labels(steps, reference, traj.checked_outcome >= success_threshold, match, answer_from_check)
 
 
 class AttributedSamples(GRPOSamples):
@@ -108,7 +110,15 @@ class AttributedSamples(GRPOSamples):
         threshold = self.success_threshold  # the run's one definition of success
         own, borrowed = self._own_references(live, tasks, threshold, metrics)
         grounded = [
-            grounded_for(tasks.get(t.task_id), t, threshold, self.boundary, own.get(t.task_id), t.task_id in borrowed)
+            grounded_for(
+                tasks.get(t.task_id),
+                t,
+                threshold,
+                self.boundary,
+                own.get(t.task_id),
+                t.task_id in borrowed,
+                self.acfg.answer_from_check,
+            )
             for t in live
         ]
         result = STEP_CREDIT[source](CreditInputs(live, self.boundary.tasks_view(tasks), grounded, self.attributor))
