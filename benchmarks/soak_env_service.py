@@ -6,10 +6,10 @@
 Starts the real service as a subprocess (`evolvekit env serve`, loopback, a token), then runs ``--clients`` threads
 for ``--minutes``. Each client loops over a mix: a normal episode on the `arith` family (create, a few steps,
 evaluate, release), and hostile requests (an oversized body, JSON nested 10,000 deep, a foreign Host header, a
-text/plain body, an unserved environment, a task over the turn cap, an action over the call cap, a bad field, an
-unknown instance). A probe in its own process times `/healthz` every 0.2 s (a thread beside the 32 clients would
-time their GIL, not the server). At the end every client has released what it
-created, so any instance still alive is a leak.
+text/plain body, an unserved environment, a task over the turn cap, an action of 30,000 calls (over a step's body
+limit) and one of 300 (over the request's call cap), a bad field, an unknown instance). A probe in its own process
+times `/healthz` every 0.2 s (a thread beside the 32 clients would time their GIL, not the server). At the end every
+client has released what it created, so any instance still alive is a leak.
 
 Reports: `/healthz` latency (p50 / p99 / max, overall and per minute), the server's resident memory at start (after
 a warm-up minute) and at the end, HTTP status counts per request kind (any 500 is a failure), and leaked instances.
@@ -94,7 +94,18 @@ class Soak:
     def hostile(self, c: httpx.Client) -> None:
         task = dict(self.rng.choice(self.tasks))
         kind = self.rng.choice(
-            ["oversized", "deep", "host", "text_plain", "unserved", "turns", "calls", "bad_field", "unknown_id"]
+            [
+                "oversized",
+                "deep",
+                "host",
+                "text_plain",
+                "unserved",
+                "turns",
+                "calls",
+                "call_cap",
+                "bad_field",
+                "unknown_id",
+            ]  # fmt: skip
         )
         if kind == "oversized":
             self._post(c, kind, "/create", content=b'{"env": "' + b"x" * 3_000_000 + b'"}',
@@ -112,11 +123,11 @@ class Soak:
             task["query"] = ["add 1 and 2"] * 2_000
             task["reference_solution"] = [[{"name": "add", "arguments": {"a": 1, "b": 2}}]] * 2_000
             self._post(c, kind, "/create", json={"env": "bfcl", "task": task}, headers=H)
-        elif kind == "calls":
+        elif kind in ("calls", "call_cap"):  # 30,000 calls (1.4 MB: over a step's body limit), or 300 (over the cap)
             r = self._post(c, "create", "/create", json={"env": "bfcl", "task": task}, headers=H)
             if r is not None and r.status_code == 200:
                 iid = r.json()["instance_id"]
-                calls = [{"name": "add", "arguments": {"a": 1, "b": 2}}] * 30_000
+                calls = [{"name": "add", "arguments": {"a": 1, "b": 2}}] * (30_000 if kind == "calls" else 300)
                 self._post(c, kind, "/step", json={"instance_id": iid, "action": {"tool_calls": calls}}, headers=H)
                 self._post(c, "release", "/release", json={"instance_id": iid}, headers=H)
         elif kind == "bad_field":

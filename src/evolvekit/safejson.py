@@ -5,6 +5,7 @@ A leaf module: the parser, the environment service and the task-file loaders sha
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,19 +29,53 @@ def bracket_depth(text: str) -> int:
     return deepest
 
 
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_EMPTY_PAIR = re.compile(rb"\[\]|\{\}")
+
+
+def surely_shallow(raw: bytes, limit: int) -> bool:
+    """True when the JSON text ``raw`` cannot nest deeper than ``limit``, decided in C-speed passes without decoding:
+    keep only the brackets, then remove the empty pairs ``[]``/``{}`` once per level; if at most ``limit`` passes
+    leave nothing, no pair is nested deeper. False means "maybe deeper" (brackets inside strings can interleave with
+    the structure's): the exact check is then ``json_depth_path`` on the decoded value."""
+    rest = raw.translate(None, _NOT_BRACKETS)
+    for _ in range(limit):
+        if not rest:
+            return True
+        rest = _EMPTY_PAIR.sub(b"", rest)
+    return not rest
+
+
 def json_depth_path(value: Any, limit: int) -> str | None:
     """The dotted path of the first container nested deeper than ``limit`` in a decoded JSON value, else None.
 
-    Iterative (no recursion, whatever the depth)."""
+    Iterative (no recursion, whatever the depth). Only containers are visited and no path is built until one is
+    found too deep, so a wide body of scalars (30,000 tool calls) costs one pass over its containers."""
+    if not isinstance(value, (dict, list)):
+        return None
+    if limit < 1:
+        return "(root)"
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > limit:
+                    return _path_to_depth(value, limit + 1)
+                stack.append((child, depth + 1))
+    return None
+
+
+def _path_to_depth(value: Any, depth: int) -> str:
+    """The dotted path of the first container at nesting ``depth`` found depth-first (one exists)."""
     stack: list[tuple[Any, int, str]] = [(value, 1, "")]
     while stack:
-        node, depth, path = stack.pop()
-        if isinstance(node, (dict, list)):
-            if depth > limit:
-                return (path[:80] + "...") if len(path) > 80 else (path or "(root)")
-            items = node.items() if isinstance(node, dict) else enumerate(node)
-            stack.extend((v, depth + 1, f"{path}.{k}" if path else str(k)) for k, v in items)
-    return None
+        node, d, path = stack.pop()
+        if d == depth:
+            return (path[:80] + "...") if len(path) > 80 else (path or "(root)")
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        stack.extend((v, d + 1, f"{path}.{k}" if path else str(k)) for k, v in items if isinstance(v, (dict, list)))
+    raise AssertionError("no container at that depth")  # pragma: no cover - the caller found one
 
 
 def read_jsonl(path: str | Path, model: type[M], what: str) -> list[M]:

@@ -6,6 +6,7 @@ Every model round-trips through JSON (``model_dump_json`` / ``model_validate_jso
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from enum import Enum
@@ -37,10 +38,26 @@ def storable(value: Any) -> Any:
     if isinstance(value, list):
         if not value or isinstance(value[0], (int, float)):  # token ids, log-probs: no text
             return value
-        return [storable(v) for v in value]
+        return value if len(value) >= _WIDE and _clean(value) else [storable(v) for v in value]
     if isinstance(value, dict):
-        return {storable(k): storable(v) for k, v in value.items()}
+        return value if len(value) >= _WIDE and _clean(value) else {storable(k): storable(v) for k, v in value.items()}
     return value
+
+
+_WIDE = 16  # containers this wide are first checked in one C pass; narrower ones are walked (cheaper than the pass)
+# an object that is not JSON (a model already built: its own strings were made storable) is written as null
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=lambda _: None)
+
+
+def _clean(value: list | dict) -> bool:
+    """True when no string anywhere in ``value`` holds a lone surrogate: one pass of the C JSON encoder instead of a
+    Python walk (a request of 30,000 tool calls). False also when the encoder cannot tell (a key that is not a
+    string or number, a cycle): the caller then walks."""
+    try:
+        _ENCODER.encode(value).encode("utf-8")
+    except (UnicodeEncodeError, TypeError, ValueError, RecursionError):
+        return False
+    return True
 
 
 class _Model(BaseModel):

@@ -555,6 +555,126 @@ def test_a_lone_surrogate_from_an_environment_or_model_is_stored_not_a_crash(tmp
     store.close()
 
 
+def test_storable_replaces_surrogates_anywhere_and_keeps_clean_containers_as_they_are():
+    """The fast path of ``storable`` (one C JSON pass, no walk) is taken only when nothing needs replacing."""
+    from evolvekit.types import ToolCall, storable
+
+    wide = {f"k{i}": i for i in range(16)}  # 16 entries and more: the one-pass check first
+    assert storable({**wide, "a": ["x\ud800", {"k\udfff": 1}]}) == {**wide, "a": ["x\ufffd", {"k\ufffd": 1}]}
+    clean = {**wide, "a": ["x", {"k": 1.5, "n": None}], "b": float("nan")}
+    assert storable(clean) is clean
+    call = ToolCall(name="f")
+    assert storable([call] * 16 + ["b\ud800"]) == [call] * 16 + ["b\ufffd"]  # not JSON: opaque, still walked
+    assert storable({**wide, (1, 2): "x\ud800"}) == {**wide, (1, 2): "x\ufffd"}  # a key JSON cannot write: walked
+    assert storable({"narrow": "x\ud800"}) == {"narrow": "\ufffd".join(["x", ""])}
+
+
+def test_json_depth_path_names_the_first_container_past_the_limit():
+    from evolvekit.safejson import json_depth_path
+
+    value = {"a": [1, {"b": [[]]}], "c": "x"}  # depths: root 1, a 2, a.1 3, a.1.b 4, a.1.b.0 5
+    assert json_depth_path(value, 5) is None
+    assert json_depth_path(value, 4) == "a.1.b.0"
+    assert json_depth_path(value, 3) == "a.1.b"
+    assert json_depth_path(value, 0) == "(root)" and json_depth_path("x" * 10, 0) is None
+    deep: list = []
+    for _ in range(5000):  # deeper than any recursion limit
+        deep = [deep]
+    assert json_depth_path({"z": deep}, 32).startswith("z.0.0.0") and json_depth_path({"z": deep}, 5002) is None
+
+
+@pytest.mark.parametrize(
+    "text, limit, shallow",
+    [
+        ('{"a": [1, {"b": [[]]}]}', 5, True),
+        ('{"a": [1, {"b": [[]]}]}', 4, False),
+        ("[]", 1, True),
+        ("[]", 0, False),
+        ("7", 0, True),
+        ('{"a": "[[[[[["}', 5, False),  # brackets in a string: maybe deeper, so the exact check decides
+        ('[{"a": "]"}]', 5, False),  # a string's bracket interleaves with the structure's
+        ('[{"x": 1}, {"y": [2]}, [3]]', 3, True),
+        ('[{"x": 1}, {"y": [2]}, [3]]', 2, False),
+    ],
+)
+def test_surely_shallow_is_never_wrong_when_it_says_shallow(text, limit, shallow):
+    from evolvekit.safejson import json_depth_path, surely_shallow
+
+    assert surely_shallow(text.encode(), limit) is shallow
+    if shallow:  # the fast answer agrees with the exact one
+        assert json_depth_path(json.loads(text), limit) is None
+
+
+def test_request_bodies_are_decoded_and_validated_off_the_event_loop(monkeypatch):
+    """Issue 52 (soak): a large body's decoding, depth check and validation held the event loop for tens of ms, so
+    /healthz waited behind it. Every body is now read in a worker thread: no running event loop there."""
+    import asyncio
+
+    from evolvekit.env.service import server
+
+    threads = []
+    real = server._validated
+
+    def spy(*args):
+        try:
+            asyncio.get_running_loop()
+            threads.append("event loop")
+        except RuntimeError:
+            threads.append("worker")
+        return real(*args)
+
+    monkeypatch.setattr(server, "_validated", spy)
+    with serving(create_app(ServiceSettings())) as url:
+        r = httpx.post(url + "/create", json={"env": "bfcl", "task": _task()}, timeout=60)
+        iid = r.json()["instance_id"]
+        httpx.post(url + "/step", json={"instance_id": iid, "action": {"text": "hi"}}, timeout=60)
+        httpx.post(url + "/info", json={"instance_id": iid}, timeout=60)
+        httpx.post(url + "/evaluate", json={"instance_id": iid}, timeout=60)
+        assert httpx.post(url + "/release", json={"instance_id": iid}, timeout=60).status_code == 200
+        deep = httpx.post(url + "/step", content=b"[" * 100 + b"]" * 100, timeout=60,
+                          headers={"Content-Type": "application/json"})  # fmt: skip
+        assert deep.status_code == 422 and "nested deeper" in deep.json()["detail"]
+    assert threads == ["worker"] * 6
+
+
+def test_a_request_stating_too_many_calls_or_turns_is_refused_before_validation():
+    """Issue 52 (soak): a 30,000-call step or a 2,000-turn task was validated model by model before the environment
+    refused it; the service's request caps refuse it on one length check (422 naming the field). At the cap the
+    request goes through and the environment's own, lower cap answers (BFCL: 32 calls, an error observation)."""
+    from evolvekit.env.service.schemas import MAX_CALLS_PER_REQUEST, MAX_TURNS_PER_REQUEST
+
+    with serving(create_app(ServiceSettings())) as url:
+        iid = httpx.post(url + "/create", json={"env": "bfcl", "task": _task()}, timeout=60).json()["instance_id"]
+        call = {"name": "ls", "arguments": {}}
+        over = {"instance_id": iid, "action": {"tool_calls": [call] * (MAX_CALLS_PER_REQUEST + 1)}}
+        r = httpx.post(url + "/step", json=over, timeout=60)
+        assert r.status_code == 422 and "action.tool_calls" in r.json()["detail"], r.text[:300]
+        at = {"instance_id": iid, "action": {"tool_calls": [call] * MAX_CALLS_PER_REQUEST}}
+        r = httpx.post(url + "/step", json=at, timeout=60)
+        assert r.status_code == 200 and "32" in r.json()["observation"]
+        for key in ("query", "reference_solution"):
+            task = _task()
+            task[key] = ["ls"] * (MAX_TURNS_PER_REQUEST + 1) if key == "query" else [[]] * (MAX_TURNS_PER_REQUEST + 1)
+            r = httpx.post(url + "/create", json={"env": "bfcl", "task": task}, timeout=60)
+            assert r.status_code == 422 and f"task.{key}" in r.json()["detail"], r.text[:300]
+
+
+def test_only_create_takes_the_large_body_limit():
+    """A step, evaluate or release body has its own, smaller limit (its JSON is decoded holding the GIL); /create keeps
+    the large one for a task's initial state. Chunked bodies are counted the same way."""
+    settings = ServiceSettings(max_body_bytes=300_000, max_call_body_bytes=100_000)
+    with serving(create_app(settings)) as url:
+        text = "x" * 150_000
+        for path in ("/step", "/evaluate", "/release", "//step"):
+            r = httpx.post(url + path, json={"instance_id": "nope", "action": {"text": text}}, timeout=60)
+            assert r.status_code == 413 and "100000" in r.json()["detail"], (path, r.status_code)
+        r = httpx.post(url + "/create", json={"env": "bfcl", "task": _task(query=[text])}, timeout=60)
+        assert r.status_code == 200, r.text[:300]
+        chunks = iter([b'{"instance_id": "', b"n" * 120_000, b'"}'])
+        r = httpx.post(url + "/step", content=chunks, headers={"Content-Type": "application/json"}, timeout=60)
+        assert r.status_code == 413
+
+
 def test_the_service_refuses_foreign_host_headers_and_non_json_bodies():
     """Issue 52 (8): a web page must not drive the loopback service: a rebound Host name gets 421, a text/plain or
     form POST (no CORS preflight) gets 415; the loopback names with any port pass."""

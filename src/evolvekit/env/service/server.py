@@ -3,13 +3,15 @@ AgentEvolver's protocol on /get_env_profile, /create, /step, /evaluate, /get_inf
 (env/service/upstream.py: a body with ``env_type`` is upstream's).
 
 Binds 127.0.0.1 by default. With a token configured, every request but /healthz needs
-``Authorization: Bearer <token>`` (401 otherwise). Bodies over ``max_body_bytes`` get 413, however they are sent
-(``Content-Length`` or chunked: the body is counted as it arrives); bodies nested deeper than ``max_body_depth``
-or that fail schema validation get 422 naming the field. Each step runs under a timeout (504 when exceeded; the
-instance is then marked broken and must be released), and so does each create; the work itself stops at its next
-cancellation checkpoint (env/cancel.py). Instances idle for longer than ``idle_ttl_s`` are reaped;
-at most ``max_instances`` exist at once (503 beyond, checked and reserved atomically). The security model is in
-docs/environments.md.
+``Authorization: Bearer <token>`` (401 otherwise). Bodies over ``max_body_bytes`` (/create) or
+``max_call_body_bytes`` (every other route) get 413, however they are sent (``Content-Length`` or chunked: the body
+is counted as it arrives); bodies nested deeper than ``max_body_depth``, stating more calls or turns than the
+request caps (env/service/schemas.py), or failing schema validation get 422 naming the field. Bodies are decoded
+and validated in at most ``decode_workers`` worker threads, never on the event loop. Each step runs under a timeout
+(504 when exceeded; the instance is then marked broken and must be released), and so does each create; the work
+itself stops at its next cancellation checkpoint (env/cancel.py). Instances idle for longer than ``idle_ttl_s`` are
+reaped; at most ``max_instances`` exist at once (503 beyond, checked and reserved atomically). The security model is
+in docs/environments.md.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+import anyio
+import anyio.to_thread
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -41,7 +45,7 @@ from evolvekit.env.registry import make_env
 from evolvekit.env.service import upstream
 from evolvekit.env.service.schemas import CreateRequest, CreateResponse, InstanceRequest, StepRequest
 from evolvekit.errors import EvolveKitError
-from evolvekit.safejson import json_depth_path
+from evolvekit.safejson import json_depth_path, surely_shallow
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +68,14 @@ class ServiceSettings:
     create_timeout_s: float = 60.0  # building an environment (a JVM, a server process) and resetting it
     idle_ttl_s: float = 600.0
     reap_interval_s: float = 30.0
-    max_body_bytes: int = 2_000_000
+    max_body_bytes: int = 2_000_000  # /create, whose task may carry a large initial state
+    # every other route's body (a step: at most 256 calls, model text under the parser's 200,000 characters): its JSON
+    # is decoded in C holding the GIL, ~30 ms for 1.4 MB, which /healthz would wait out
+    max_call_body_bytes: int = 524_288
     max_body_depth: int = 32
+    # request bodies decoded and validated at once, each in a worker thread: CPU work under the GIL, so more threads
+    # only make the event loop (and /healthz) wait longer for the GIL; the rest queue, costing nothing meanwhile
+    decode_workers: int = 2
     max_instances: int = 1024
     default_env: str = "bfcl"
     # the Host header names one of these (a port after it is ignored): a web page that rebinds its own name to
@@ -175,6 +185,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     settings = settings or ServiceSettings()
     service = EnvService(settings)
     tasks = upstream.TaskIndex()  # upstream's /create names tasks by id: looked up among ours only
+    decoders: list[anyio.CapacityLimiter] = []  # made on first use, inside the event loop
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -189,7 +200,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
     app = FastAPI(title="evolvekit environment service", version="1", lifespan=lifespan)
     app.state.service = service
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, max_depth=settings.max_body_depth)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_call_body_bytes, larger={"/create": settings.max_body_bytes})
     app.add_middleware(OriginGuard, allowed_hosts=settings.allowed_hosts)
 
     def auth(request: Request) -> None:
@@ -229,17 +240,23 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         except EvolveKitError as err:
             raise HTTPException(400, str(err)) from None
 
-    async def body_of(request: Request) -> Any:
-        try:
-            return await request.json()
-        except ValueError:
-            raise HTTPException(422, "invalid request body: not JSON") from None
+    async def read_any(request: Request, model: type[M]) -> M | upstream.UpstreamRequest:
+        """The request's body as ``model``, or as upstream AgentEvolver's request when it is one; decoded,
+        depth-checked and validated in a worker thread: a large body's parsing never holds the event loop, which
+        keeps answering other requests (/healthz) meanwhile."""
+        return await decoded(request, model, True)
 
-    def parse(model: type[M], body: Any) -> M:
-        try:
-            return model.model_validate(body)
-        except ValidationError as err:
-            raise RequestValidationError(err.errors()) from None
+    async def read(request: Request, model: type[M]) -> M:
+        """The request's body as ``model`` (an upstream-shaped body is validated as ``model`` too)."""
+        return cast(M, await decoded(request, model, False))
+
+    async def decoded(request: Request, model: type[M], foreign: bool) -> M | upstream.UpstreamRequest:
+        if not decoders:
+            decoders.append(anyio.CapacityLimiter(settings.decode_workers))
+        raw = await request.body()
+        return await anyio.to_thread.run_sync(
+            _validated, raw, settings.max_body_depth, model, foreign, limiter=decoders[0]
+        )
 
     async def new_instance(
         env_cfg: EnvConfig, reset_fn, instance_id: str | None = None, task_id: str = ""
@@ -294,10 +311,9 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
     @app.post("/create", dependencies=[Depends(auth)])
     async def create(request: Request):
-        body = await body_of(request)
-        if upstream.is_upstream(body):
-            return await upstream_create(parse(upstream.UpstreamRequest, body))
-        req = parse(CreateRequest, body)
+        req = await read_any(request, CreateRequest)
+        if isinstance(req, upstream.UpstreamRequest):
+            return await upstream_create(req)
         env_cfg = EnvConfig(name=req.env, backends=req.backends)
         instance_id, reset = await new_instance(env_cfg, lambda env: env.reset(req.task, req.sandbox_config))
         return CreateResponse(instance_id=instance_id, reset=reset)
@@ -342,9 +358,9 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
     @app.post("/step", dependencies=[Depends(auth)])
     async def step(request: Request):
-        body = await body_of(request)
-        if upstream.is_upstream(body):
-            ureq = parse(upstream.UpstreamRequest, body)
+        req = await read_any(request, StepRequest)
+        if isinstance(req, upstream.UpstreamRequest):
+            ureq = req
             iid, inst = upstream_instance(ureq)
             try:
                 text = upstream.assistant_text(ureq.messages)
@@ -354,33 +370,33 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             result: StepResult = await _guarded(inst, inst.env.step, parse_action(text))
             state = upstream.step_state(result)
             return upstream.reply(upstream.episode(state, result.reward, result.done, iid, inst.task_id))
-        req = parse(StepRequest, body)
         inst = service.get(req.instance_id)
         return await _guarded(inst, inst.env.step, req.action)
 
     @app.post("/evaluate", dependencies=[Depends(auth)])
     async def evaluate(request: Request):
-        body = await body_of(request)
-        if upstream.is_upstream(body):
-            _, inst = upstream_instance(parse(upstream.UpstreamRequest, body))
+        req = await read_any(request, InstanceRequest)
+        if isinstance(req, upstream.UpstreamRequest):
+            _, inst = upstream_instance(req)
             result: EvalResult = await _guarded(inst, inst.env.evaluate)
             return upstream.reply(result.score)
-        req = parse(InstanceRequest, body)
         inst = service.get(req.instance_id)
         return await _guarded(inst, inst.env.evaluate)
 
     @app.post("/info", dependencies=[Depends(auth)])
-    async def info(req: InstanceRequest) -> EnvInfo:
+    async def info(request: Request) -> EnvInfo:
+        req = await read(request, InstanceRequest)
         return service.get(req.instance_id).env.info()
 
     @app.post("/get_info", dependencies=[Depends(auth)])
-    async def get_info(req: upstream.UpstreamRequest) -> dict:
-        _, inst = upstream_instance(req)
+    async def get_info(request: Request) -> dict:
+        _, inst = upstream_instance(await read(request, upstream.UpstreamRequest))
         tools = [t.model_dump(mode="json") for t in inst.tools]
         return upstream.reply({"tools": tools, "info": inst.env.info().model_dump(mode="json")})
 
     @app.post("/get_env_profile", dependencies=[Depends(auth)])
-    async def get_env_profile(req: upstream.UpstreamRequest) -> dict:
+    async def get_env_profile(request: Request) -> dict:
+        req = await read(request, upstream.UpstreamRequest)
         split = req.params.get("split", "train")
         family = req.params.get("family")
         if split not in upstream.SPLITS or not (family is None or isinstance(family, str)):
@@ -393,9 +409,9 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
     @app.post("/release", dependencies=[Depends(auth)])
     async def release(request: Request) -> dict:
-        body = await body_of(request)
-        foreign = upstream.is_upstream(body)
-        req_id = (parse(upstream.UpstreamRequest, body) if foreign else parse(InstanceRequest, body)).instance_id
+        req = await read_any(request, InstanceRequest)
+        foreign = isinstance(req, upstream.UpstreamRequest)
+        req_id = req.instance_id
         if not req_id:
             raise HTTPException(422, "invalid request body at 'instance_id': an instance id is required")
         with service.guard:  # a broken instance can be released too
@@ -443,22 +459,24 @@ class OriginGuard:
 
 
 class BodyLimit:
-    """ASGI middleware: reads the body as it arrives and answers 413 past ``max_bytes`` (whether the client sent a
-    ``Content-Length`` or chunks), 400 for a malformed ``Content-Length``, and 422 for a JSON body nested deeper
-    than ``max_depth`` (naming where). The buffered body is then handed on to the app unchanged."""
+    """ASGI middleware: reads the body as it arrives and answers 413 past ``max_bytes`` (or the path's own limit in
+    ``larger``), whether the client sent a ``Content-Length`` or chunks; 400 for a malformed ``Content-Length``. The
+    buffered body is then handed on to the app unchanged (decoding it is the endpoint's, off the event loop:
+    ``_validated``)."""
 
-    def __init__(self, app, max_bytes: int, max_depth: int) -> None:
-        self.app, self.max_bytes, self.max_depth = app, max_bytes, max_depth
+    def __init__(self, app, max_bytes: int, larger: dict[str, int] | None = None) -> None:
+        self.app, self.max_bytes, self.larger = app, max_bytes, dict(larger or {})
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.larger.get(scope.get("path") or "/", self.max_bytes)
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None:
             if not length.isdigit():
                 return await _answer(send, 400, "malformed Content-Length header")
-            if int(length) > self.max_bytes:
-                return await _answer(send, 413, f"request body over {self.max_bytes} bytes")
+            if int(length) > limit:
+                return await _answer(send, 413, f"request body over {limit} bytes")
         chunks, size, more = [], 0, True
         while more:
             message = await receive()
@@ -466,16 +484,11 @@ class BodyLimit:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                return await _answer(send, 413, f"request body over {self.max_bytes} bytes")
+            if size > limit:
+                return await _answer(send, 413, f"request body over {limit} bytes")
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
-        where = _too_deep(body, self.max_depth)
-        if where is not None:
-            return await _answer(
-                send, 422, f"invalid request body at '{where}': nested deeper than {self.max_depth} levels"
-            )
         sent = False
 
         async def replay():
@@ -488,18 +501,24 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-def _too_deep(body: bytes, limit: int) -> str | None:
-    """Where a JSON body nests deeper than ``limit`` ('' for the root), or None (also for non-JSON bodies,
-    which the schema validation answers)."""
-    if not body:
-        return None
+def _validated(raw: bytes, max_depth: int, model: type[M], foreign: bool) -> M | upstream.UpstreamRequest:
+    """A request body decoded and validated (run in a worker thread): 422 when it is not JSON, when it nests deeper
+    than ``max_depth`` (naming where) or when it fails ``model``'s schema (naming the field). With ``foreign``, a
+    body that is upstream AgentEvolver's (``env_type``) is validated as upstream's request instead."""
     try:
-        value = json.loads(body)
+        body = json.loads(raw)
     except RecursionError:
-        return "(root)"
+        raise HTTPException(422, f"invalid request body at '(root)': nested deeper than {max_depth} levels") from None
     except ValueError:
-        return None
-    return json_depth_path(value, limit)
+        raise HTTPException(422, "invalid request body: not JSON") from None
+    where = None if surely_shallow(raw, max_depth) else json_depth_path(body, max_depth)
+    if where is not None:
+        raise HTTPException(422, f"invalid request body at '{where}': nested deeper than {max_depth} levels")
+    target: type[BaseModel] = upstream.UpstreamRequest if foreign and upstream.is_upstream(body) else model
+    try:
+        return target.model_validate(body)  # type: ignore[return-value]
+    except ValidationError as err:
+        raise RequestValidationError(err.errors()) from None
 
 
 async def _answer(send, status: int, detail: str) -> None:
