@@ -1,5 +1,6 @@
 """The environment service on a free loopback port, exercised through the client and raw HTTP."""
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -49,7 +50,14 @@ class SlowEnv:
         return ResetResult(observation="ready", tools=[])
 
     def step(self, action):
-        self._sleep(float(action.text or 0), "step")
+        text = action.text or "0"
+        if text.startswith("blocking:"):  # a call that cannot check in (a JVM's step): it ends only when closed
+            self._gone = getattr(self, "_gone", threading.Event())
+            if self._gone.wait(float(text.split(":", 1)[1])):
+                SlowEnv.cancelled.append("blocking step ended by close")
+                raise RuntimeError("the environment was closed under the call")
+            return StepResult(observation="slept")
+        self._sleep(float(text), "step")
         return StepResult(observation="slept")
 
     def evaluate(self, trajectory=None):
@@ -60,6 +68,8 @@ class SlowEnv:
 
     def close(self):
         SlowEnv.closed += 1
+        self._gone = getattr(self, "_gone", threading.Event())
+        self._gone.set()
 
 
 register_env("slow-test", "test-only environment whose steps sleep")(lambda cfg: SlowEnv())
@@ -136,6 +146,28 @@ def test_step_timeout_marks_instance_broken(service):
     with pytest.raises(EnvError, match="409"):
         env.step(Action(text="0"))
     env.close()
+
+
+def test_a_step_that_cannot_check_in_ends_when_its_environment_is_closed_at_the_deadline(service):
+    """Issue 52 (4, 6): a single blocking call (a ScienceWorld step inside its JVM) ran to its end past the step
+    timeout, holding a worker thread. At the deadline the broken instance's environment is closed beside the call,
+    which ends it; release closes it again, harmlessly."""
+    url, _ = service
+    env = RemoteEnv(url, env="slow-test", token=TOKEN)
+    env.reset(None)
+    SlowEnv.cancelled.clear()
+    closed = SlowEnv.closed
+    t0 = time.monotonic()
+    with pytest.raises(EnvError, match="504"):
+        env.step(Action(text="blocking:5"))
+    for _ in range(100):
+        if SlowEnv.cancelled:
+            break
+        time.sleep(0.02)
+    assert SlowEnv.cancelled == ["blocking step ended by close"] and time.monotonic() - t0 < 3.0
+    assert SlowEnv.closed == closed + 1
+    env.close()  # release: closed a second time, no error
+    assert SlowEnv.closed == closed + 2
 
 
 def test_create_past_its_deadline_is_cancelled_or_closed_never_leaked():

@@ -169,8 +169,9 @@ class EnvService:
         now = time.monotonic()
         with self.guard:
             stale = [k for k, v in self.instances.items() if now - v.last_used > self.settings.idle_ttl_s]
-            for k in stale:
-                self.instances.pop(k).env.close()
+            gone = [self.instances.pop(k) for k in stale]
+        for inst in gone:  # closed outside the lock: a JVM's shutdown must not hold up every create and release
+            _close_quietly(inst.env)
         if stale:
             log.info("reaped %d idle instances", len(stale))
         return len(stale)
@@ -192,7 +193,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         async def reaper() -> None:
             while True:
                 await asyncio.sleep(settings.reap_interval_s)
-                service.reap()
+                await run_in_threadpool(service.reap)  # closing JVMs and server processes: off the event loop
 
         task = asyncio.create_task(reaper())
         yield
@@ -347,6 +348,9 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             return await asyncio.wait_for(run_in_threadpool(run), timeout=settings.step_timeout_s)
         except (asyncio.TimeoutError, cancel.Cancelled):  # whichever comes first at the deadline
             inst.broken = f"a call exceeded the {settings.step_timeout_s}s step timeout"
+            # a call that cannot check in (a simulator's step inside its JVM, a server's reply) ends when its
+            # environment goes: close it now, beside the call, instead of letting the call run on unowned
+            threading.Thread(target=_close_quietly, args=(inst.env,), name="close-broken", daemon=True).start()
             raise HTTPException(504, inst.broken) from None
         except EvolveKitError as err:
             raise HTTPException(400, str(err)) from None
@@ -418,10 +422,19 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             inst = service.instances.pop(req_id, None)
         if inst is None:
             raise HTTPException(404, f"unknown instance_id '{req_id}'")
-        inst.env.close()
+        await run_in_threadpool(_close_quietly, inst.env)  # a JVM's shutdown takes a while: not on the event loop
         return upstream.reply(True) if foreign else {"released": req_id}
 
     return app
+
+
+def _close_quietly(env: Environment) -> None:
+    """Close an environment, logging (not raising) what its close raises: it may already be gone, or be closed
+    twice (after a step past its deadline, and at release)."""
+    try:
+        env.close()
+    except Exception as err:  # noqa: BLE001 - whatever a plugin's close raises, the instance is gone
+        log.warning("closing an environment raised %s: %s", type(err).__name__, err)
 
 
 def host_name(header: str) -> str:
