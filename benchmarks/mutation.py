@@ -83,10 +83,10 @@ def mutate(name: str, module: str, tests: list[str], work: Path) -> dict:
     }
 
 
-def write_report(rows: list[dict], out: Path, command: str) -> None:
-    code = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+def write_report(rows: list[dict], out: Path, command: str, commit: str) -> None:
+    """``commit``: the code this look mutated (HEAD when it started; later commits are not in its copies)."""
     lines = [
-        f"$ {command}   # code: commit {code.stdout.strip()}",
+        f"$ {command}   # code: commit {commit}",
         "",
         "# Mutation testing of the mechanism modules (mutmut)",
         "",
@@ -134,7 +134,8 @@ def main() -> None:
         row = {**mutate(name, module, tests, args.work), "commit": code.stdout.strip()}
         rows = [r for r in rows if r["module"] != row["module"]] + [row]
         print(json.dumps({k: v for k, v in row.items() if k != "survivors"}), flush=True)
-        write_report(rows, args.out, " ".join(["python", "benchmarks/mutation.py", *sys.argv[1:]]))
+        command = " ".join(["python", "benchmarks/mutation.py", *sys.argv[1:]])
+        write_report(rows, args.out, command, code.stdout.strip())
 
 
 if __name__ == "__main__":
