@@ -56,6 +56,7 @@ def mutate(name: str, module: str, tests: list[str], work: Path) -> dict:
             f'only_mutate = ["src/evolvekit/{module}"]\n'
             f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
             'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q", "-o", "addopts="]\n'
+            'also_copy = ["configs/", "examples/"]\n'  # files tests read by path (a family's worked examples)
         )
     env = {**os.environ, "PYTHONPATH": str(copy / "src")}
     mutmut = str(ROOT / ".venv" / "bin" / "mutmut")
@@ -63,6 +64,8 @@ def mutate(name: str, module: str, tests: list[str], work: Path) -> dict:
     with open(copy / "mutmut.log", "w") as log:
         subprocess.run([mutmut, "run", "--max-children", "2"], cwd=copy, env=env, stdout=log, stderr=log)
     subprocess.run([mutmut, "export-cicd-stats"], cwd=copy, env=env, capture_output=True)
+    if "failed to collect stats" in (copy / "mutmut.log").read_text(errors="replace"):
+        raise SystemExit(f"{name}: the tests fail before any mutant (see {copy / 'mutmut.log'}); no row written")
     stats_file = copy / "mutants" / "mutmut-cicd-stats.json"
     stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
     results = subprocess.run([mutmut, "results"], cwd=copy, env=env, capture_output=True, text=True).stdout
