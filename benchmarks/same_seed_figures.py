@@ -31,7 +31,7 @@ def _normal(value: object, roots: tuple[str, str]) -> object:
     text = str(value)
     for root in roots:
         text = text.replace(root, "<run>")
-    text = re.sub(r"(traj|group|exp|task)-[0-9a-f]{12}", r"\1-<id>", text)
+    text = re.sub(r"(traj|group|exp|task|syn|explore)-[0-9a-f]{12}", r"\1-<id>", text)
     try:
         data = json.loads(text)
     except ValueError:
