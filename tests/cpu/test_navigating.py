@@ -469,7 +469,7 @@ def _mixed(cfg, training_set=()):
     pool.add(_exp("always", "call add"))
     return ExperienceMixedRollouts(
         None, None, RolloutSettings.of(cfg), NavigationSettings.of(cfg), SamplingParams(), pool, None,
-        SamplingParams(), show_progress=False, training_set=training_set,
+        SamplingParams(), show_progress=False, training_set=lambda: training_set,
     )  # fmt: skip
 
 

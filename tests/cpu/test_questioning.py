@@ -303,7 +303,8 @@ def test_run_synthesis_stores_each_round_and_a_killed_run_resumes_from_it(tmp_pa
     from types import SimpleNamespace
 
     import evolvekit.llm.factory as factory
-    from evolvekit.orchestrator.build import SYNTHESIS_DONE, _task_supply, open_run
+    from evolvekit.orchestrator.build import SYNTHESIS_DONE, _task_supply, open_run, synthesis_stage
+    from evolvekit.orchestrator.loop import run_synthesis
     from evolvekit.types import TaskSource
 
     answers = iter(
@@ -338,19 +339,26 @@ def test_run_synthesis_stores_each_round_and_a_killed_run_resumes_from_it(tmp_pa
     cfg, run_dir, store = open_run(cfg, None)
     policy = _Scripted(_explorer_answer)  # the explorer is the initial policy (same local model)
     make = lambda: make_env(cfg.env)  # noqa: E731
+
+    def synthesized():  # what the loop does before its first iteration: the synthesis stage, with its commits
+        supply = _task_supply(cfg, store, [], policy, make)
+        assert supply.synthetic == []  # building the loop synthesizes nothing
+        run_synthesis(store, synthesis_stage(cfg, [], policy, make, supply.receive))
+        return supply
+
     with pytest.raises(RuntimeError, match="killed"):  # round 1 keeps one task, round 2 dies
-        _task_supply(cfg, store, [], policy, make)
+        synthesized()
     assert [t.turns[0] for t in store.tasks()] == ["What is 2 plus 5?"]  # round 1 is in the store
     # the round that died is lost whole (its exploration too); the finished round is not
     assert store.count("explorations") == 1 and store.get_meta(SYNTHESIS_DONE) is None
 
-    supply = _task_supply(cfg, store, [], policy, make)  # resumed: goes on from the stored task
+    supply = synthesized()  # resumed: goes on from the stored task
     assert [t.turns[0] for t in supply.synthetic] == ["What is 2 plus 5?", "Multiply 7 by 3, then divide 21 by 7."]
     funnel = json.loads(store.get_meta(SYNTHESIS_DONE))
     assert funnel["explored"] == 2 and funnel["kept"] == 2 and funnel["synthesized"] == 2  # counts carried on
     assert all(t.source == TaskSource.SYNTHETIC for t in store.tasks()) and len(store.tasks()) == 2
 
-    again = _task_supply(cfg, store, [], policy, make)  # finished: no more synthesis (`answers` is spent)
+    again = synthesized()  # finished: no more synthesis (`answers` is spent)
     assert [t.task_id for t in again.synthetic] == [t.task_id for t in supply.synthetic]
     store.close()
 
@@ -874,11 +882,17 @@ def test_the_built_coevolve_hook_carries_every_setting(tmp_path):
     store = RunStore(tmp_path / "run.sqlite")
     from evolvekit.env.registry import make_env
 
-    hook = build._coevolve_hook(cfg, store, None, lambda: make_env(cfg.env), [])
+    hook = build._coevolve_hook(cfg, store, None, lambda: make_env(cfg.env))
     store.close()
     t = hook.tracker
     assert (t.threshold, t.window, t.theta, t.n_min) == (0.8, 3, 7.5, 11)
     assert hook.regenerator.max_contexts == 7 and hook.every == 4
+    # the synthesized and real tasks reach the regeneration's dedup once the synthesis stage hands them over
+    from evolvekit.questioning.supply import HybridTaskSupply
+
+    known = _task("What is 2 plus 5?", [ToolCall(name="add", arguments={"a": 2, "b": 5})], "k-1")
+    HybridTaskSupply(None, [], per_iteration=1, lam=1.0, seed=0, coevolve=hook).receive([known])
+    assert hook.know.__self__.texts == ["What is 2 plus 5?"]
 
 
 def test_coevolve_new_tasks_are_committed_with_the_iteration_not_by_the_stage(tmp_path):

@@ -392,8 +392,8 @@ def test_the_cold_start_pool_samples_the_runs_training_set(tiny, tmp_path):
     loop = build_loop(cfg, run_dir, store, show_progress=False)
     stage = loop.stages.rollouts
     train = {t.task_id for t in loop.stages.supply.training_set()}
-    assert len(train) == 6 and {t.task_id for t in stage.training_set} == train
-    first = [t for t in stage.training_set][:2]
+    assert len(train) == 6 and {t.task_id for t in stage.training_set()} == train  # read when the cold start runs
+    first = [t for t in stage.training_set()][:2]
     picks = {t.task_id for seed in range(8) for t in stage.cold_start_tasks(seed=seed, fallback=first)}
     assert picks <= train and not picks <= {t.task_id for t in first}
     store.close()
@@ -453,7 +453,14 @@ def test_an_environment_without_tasks_trains_on_its_own_synthesized_tasks(tiny, 
         loop_for(base)
     with pytest.raises(EnvError, match="held-out evaluation: .*train.eval_synthetic"):
         loop_for(alone)
-    monkeypatch.setattr(build, "_synthesize", lambda cfg, store, train_tasks, *a: synthetic("syn", 3))
+    real_stage = build.synthesis_stage
+
+    def scripted(cfg, train_tasks, policy, env_factory, receive):  # synthesis as if the explorer had found 3 tasks
+        stage = real_stage(cfg, train_tasks, policy, env_factory, receive)
+        stage.synthesize = lambda stored, funnel, on_round: (synthetic("syn", 3), funnel)
+        return stage
+
+    monkeypatch.setattr(build, "synthesis_stage", scripted)
     loop, store = loop_for([*alone, f"train.eval_synthetic={held}"])
     summary = loop.run()
     assert {t.task_id for t in store.trajectories(0)} <= {f"syn-{i}" for i in range(3)}

@@ -80,7 +80,7 @@ class EvolvingRLRollouts:
         llm,
         make_env: Callable,
         params: SamplingParams,
-        candidates: Sequence[Task],
+        candidates: Callable[[], Sequence[Task]],
         embed,
         template=None,
     ) -> None:
@@ -88,8 +88,15 @@ class EvolvingRLRollouts:
         self.llm, self.make_env, self.params = llm, make_env, params
         self.engine = Engine(llm)  # capabilities found once
         self.template = template  # the context template with its summariser
-        self.candidates, self.embed = list(candidates), embed
+        # the related-task pool, read once when first needed (after the loop's synthesis stage)
+        self.candidate_source, self.embed = candidates, embed
+        self._candidates: list[Task] | None = None
         self.last_metrics: dict[str, float] = {}
+
+    def candidates(self) -> list[Task]:
+        if self._candidates is None:
+            self._candidates = list(self.candidate_source())
+        return self._candidates
 
     def _params(self, seed: int) -> SamplingParams:
         return SamplingParams(
@@ -126,7 +133,7 @@ class EvolvingRLRollouts:
                     n=e.n_candidates, temperature=1.0, max_new_tokens=e.skill_max_tokens, seed=ctx.seed + 1000 + i
                 ),
             )[0]
-            related = related_tasks(task, self.candidates, self.embed, e.k_tasks)
+            related = related_tasks(task, self.candidates(), self.embed, e.k_tasks)
             jobs = []
             ext_trajs = []
             for s, comp in enumerate(comps):
@@ -276,7 +283,13 @@ class EvolvingRLSamples:
 
 
 def evolving_rl_stages(
-    cfg: Config, llm, make_env: Callable, params: SamplingParams, candidates: Sequence[Task], embed, template=None
+    cfg: Config,
+    llm,
+    make_env: Callable,
+    params: SamplingParams,
+    candidates: Callable[[], Sequence[Task]],
+    embed,
+    template=None,
 ) -> tuple[EvolvingRLRollouts, EvolvingRLSkills, EvolvingRLSamples]:
     """Evolving-RL's stages B, C and D(samples), which replace the loop's rollouts, experience and sample stages."""
     rollout = RolloutSettings.of(cfg)

@@ -15,7 +15,7 @@ import math
 import random
 import sqlite3
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from evolvekit.agent.rollout import RolloutJob
 from evolvekit.agent.rollout_stage import RolloutSettings, VanillaRollouts
@@ -72,7 +72,7 @@ class ExperienceMixedRollouts(VanillaRollouts):
         refiner: LLM | None,
         refine_params: SamplingParams,
         show_progress: bool = True,
-        training_set: Sequence[Task] = (),
+        training_set: Callable[[], Sequence[Task]] | None = None,
         template=None,
         cold_extractor: ExperienceExtractor | None = None,
         workers: RayRolloutPool | None = None,
@@ -80,7 +80,10 @@ class ExperienceMixedRollouts(VanillaRollouts):
         super().__init__(llm, make_env, rollout, params, show_progress, template, workers)
         self.nav = nav
         self.experiences, self.refiner, self.refine_params = pool, refiner, refine_params
-        self.training_set = list(training_set)  # p_train, which the cold-start pool samples (Eq. 13)
+        # p_train, which the cold-start pool samples (Eq. 13): read once, when first needed, after the loop's
+        # synthesis stage has made the synthetic tasks (tasks CoEvolve adds later are not part of it)
+        self.training_set = training_set
+        self._p_train: list[Task] | None = None
         self.last_metrics: dict[str, float] = {}
         self.cold_metrics: dict[str, float] = {}
         self.cold_extractor = cold_extractor  # writes the cold-start pool (Eq. 13); None: no cold start
@@ -107,7 +110,9 @@ class ExperienceMixedRollouts(VanillaRollouts):
         """Eq. 13's tasks g ~ p_train: ``navigating.cold_start_tasks`` of them (0 = one iteration's batch), drawn
         without replacement from the whole training set with the run's seed (``fallback``: this iteration's tasks,
         when no training set was given)."""
-        pool = self.training_set or list(fallback)
+        if self._p_train is None:
+            self._p_train = list(self.training_set()) if self.training_set is not None else []
+        pool = self._p_train or list(fallback)
         n = self.nav.cold_start_tasks
         return random.Random(seed).sample(pool, min(n, len(pool)))
 

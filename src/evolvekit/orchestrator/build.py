@@ -34,7 +34,14 @@ from evolvekit.config import (
 from evolvekit.engine.base import Engine
 from evolvekit.errors import ConfigError, EnvError
 from evolvekit.llm.base import InProcessLLM, RolloutEngine, SamplingParams
-from evolvekit.orchestrator.loop import MasterLoop, Stages
+from evolvekit.orchestrator.loop import (  # noqa: F401 - the synthesis markers, re-exported for callers of the builder
+    SYNTHESIS_DONE,
+    SYNTHESIS_PARTIAL,
+    MasterLoop,
+    RoundSink,
+    Stages,
+    SynthesisStage,
+)
 from evolvekit.orchestrator.stages import (
     FixedTaskSupply,
     GRPOSamples,
@@ -48,8 +55,10 @@ from evolvekit.store.sqlite import RunStore
 
 if TYPE_CHECKING:
     from evolvekit.llm.local import LocalLLM
+    from evolvekit.questioning.pipeline import Funnel
     from evolvekit.train.distributed import DataParallel
     from evolvekit.train.trainer import GRPOTrainer
+    from evolvekit.types import Task
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +277,7 @@ def build_loop(
 ) -> MasterLoop:
     from evolvekit.agent.evaluate import evaluate_policy
     from evolvekit.env.registry import env_tasks, has_task_source, make_env, preflight
+    from evolvekit.questioning.supply import HybridTaskSupply
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     own_tasks = has_task_source(cfg.env)
@@ -294,9 +304,14 @@ def build_loop(
 
     params = policy_sampling(cfg)
     supply = _task_supply(cfg, store, train_tasks, policy, env_factory)
+    synthesis = (
+        synthesis_stage(cfg, train_tasks, policy, env_factory, supply.receive)
+        if isinstance(supply, HybridTaskSupply)
+        else None
+    )  # the loop runs it before anything else: the stages below read the training set only once it exists
     template = rollout_template(cfg)
     rollouts, experience, policy_env = _navigation(
-        cfg, store, backend, env_factory, params, show_progress, supply.training_set(), template
+        cfg, store, backend, env_factory, params, show_progress, supply.training_set, template
     )  # policy_env: what the policy acts in, in training and held-out evaluation (with as_tool: search_experience)
     samples = _sample_stage(cfg)
     if cfg.evolving_rl.enabled:  # Evolving-RL replaces stages B, C and D(samples) with its own structure
@@ -304,8 +319,9 @@ def build_loop(
         from evolvekit.navigating.evolving_stage import evolving_rl_stages
         from evolvekit.types import TaskSource
 
-        synthetic = [t for t in supply.training_set() if t.source == TaskSource.SYNTHETIC]
-        candidates = list(train_tasks) + synthetic  # Evolving-RL's related-task pool
+        def candidates() -> list:  # Evolving-RL's related-task pool, once the synthesis stage has run
+            return list(train_tasks) + [t for t in supply.training_set() if t.source == TaskSource.SYNTHETIC]
+
         rollouts, experience, samples = evolving_rl_stages(
             cfg, policy, env_factory, params, candidates, build_embedder(cfg.embedding).embed, template=template
         )
@@ -329,6 +345,7 @@ def build_loop(
         experience=experience,
         samples=samples,
         updater=TrainerUpdate(trainer, parallel),
+        synthesis=synthesis,
     )
 
     evaluator = None
@@ -503,7 +520,7 @@ def _stored_vectors(stored: list, blobs: dict[str, bytes]):
 
 
 def _navigation(
-    cfg: Config, store: RunStore, policy, env_factory, params, show_progress: bool, training_set=(), template=None
+    cfg: Config, store: RunStore, policy, env_factory, params, show_progress: bool, training_set=None, template=None
 ):
     """Vanilla rollouts and no experience, or the self-navigating pair (§4) when ``navigating.enabled``; and the
     environment factory the policy acts in (with ``navigating.as_tool``, wrapped with EvolveR's search_experience:
@@ -612,66 +629,44 @@ def _task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory)
     if not cfg.questioning.enabled:
         return FixedTaskSupply(train_tasks, cfg.train.tasks_per_iteration, cfg.run.seed)
     from evolvekit.questioning.supply import HybridTaskSupply
-    from evolvekit.types import TaskSource
 
-    synthetic = [t for t in store.tasks() if t.source == TaskSource.SYNTHETIC and t.metadata.get("curation")]
-    if store.get_meta(SYNTHESIS_DONE) is None:  # not synthesized yet, or interrupted: go on from the stored rounds
-        synthetic = _synthesize(cfg, store, train_tasks, policy, env_factory, synthetic)
-    coevolve = (
-        _coevolve_hook(cfg, store, policy, env_factory, train_tasks + synthetic) if cfg.coevolve.enabled else None
-    )
+    coevolve = _coevolve_hook(cfg, store, policy, env_factory) if cfg.coevolve.enabled else None
+    # the synthetic tasks come from the loop's synthesis stage (``synthesis_stage``) before the first draw
     return HybridTaskSupply(
-        synthetic, train_tasks, cfg.train.tasks_per_iteration, cfg.questioning.hybrid_lambda, cfg.run.seed, coevolve
+        None, train_tasks, cfg.train.tasks_per_iteration, cfg.questioning.hybrid_lambda, cfg.run.seed, coevolve
     )
 
 
-SYNTHESIS_DONE = "synthesis_funnel"  # run-store meta: the final funnel, written once synthesis has finished
-SYNTHESIS_PARTIAL = "synthesis_funnel_partial"  # the funnel as of the last finished round
+def synthesis_stage(cfg: Config, train_tasks, policy, env_factory, receive) -> SynthesisStage:
+    """Self-questioning's synthesis as a stage of the loop (orchestrator/loop.py: ``run_synthesis`` commits each
+    round and resumes from them): rounds until ``questioning.synthetic_tasks`` are kept (or ``max_rounds`` more
+    rounds ran). Its helper models are loaded when it runs, not when a finished run is resumed."""
 
+    def synthesize(stored: list[Task], funnel: Funnel, on_round: RoundSink) -> tuple[list[Task], Funnel]:
+        from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
+        from evolvekit.questioning.pipeline import known_tasks, synthesize_tasks
 
-def _synthesize(cfg: Config, store: RunStore, train_tasks, policy, env_factory, stored: list) -> list:
-    """Self-questioning's synthesis inside a run. Each round's explorations, kept tasks and funnel are stored in
-    one transaction as the round ends; a resumed run continues from them until ``questioning.synthetic_tasks``
-    are kept (or ``max_rounds`` more rounds ran)."""
-    from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
-    from evolvekit.questioning.pipeline import Funnel, known_tasks, synthesize_tasks
-
-    explorer = role_llm(cfg.models, "explorer")
-    if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
-        explorer = policy  # the initial policy explores (no second copy of the same weights)
-    partial = store.get_meta(SYNTHESIS_PARTIAL)
-    funnel = Funnel(**json.loads(partial)) if partial else Funnel()
-    if stored:
-        log.info(
-            "resuming self-questioning with %d stored synthetic tasks (funnel so far: %s)",
-            len(stored),
-            funnel.as_dict(),
+        explorer = role_llm(cfg.models, "explorer")
+        if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
+            explorer = policy  # the initial policy explores (no second copy of the same weights)
+        tasks, funnel, _ = synthesize_tasks(
+            cfg,
+            cfg.questioning.synthetic_tasks,
+            explorer,
+            sampling_for(cfg.models.explorer, seed=cfg.run.seed),  # run.seed pins self-questioning's samples too
+            role_llm(cfg.models, "synthesizer"),
+            sampling_for(cfg.models.synthesizer, seed=cfg.run.seed + 1),
+            env_factory,
+            build_embedder(cfg.embedding).embed,
+            existing=known_tasks(cfg, train_tasks),
+            on_round=on_round,
+            resume=stored,
+            funnel=funnel,
+            probe=pass_probe(cfg, policy, env_factory),
         )
+        return tasks, funnel
 
-    def keep_round(funnel, new_traces, new_kept) -> None:
-        with store.transaction() as c:
-            store.put_explorations(c, new_traces, -1)
-            store.put_tasks(c, new_kept, -1)
-            store.put_meta(c, SYNTHESIS_PARTIAL, json.dumps(funnel.as_dict()))
-
-    tasks, funnel, _ = synthesize_tasks(
-        cfg,
-        cfg.questioning.synthetic_tasks,
-        explorer,
-        sampling_for(cfg.models.explorer, seed=cfg.run.seed),  # run.seed pins self-questioning's samples too
-        role_llm(cfg.models, "synthesizer"),
-        sampling_for(cfg.models.synthesizer, seed=cfg.run.seed + 1),
-        env_factory,
-        build_embedder(cfg.embedding).embed,
-        existing=known_tasks(cfg, train_tasks),
-        on_round=keep_round,
-        resume=stored,
-        funnel=funnel,
-        probe=pass_probe(cfg, policy, env_factory),
-    )
-    store.set_meta(SYNTHESIS_DONE, json.dumps(funnel.as_dict()))
-    log.info("self-questioning funnel: %s", funnel.as_dict())
-    return tasks
+    return SynthesisStage(synthesize=synthesize, receive=receive)
 
 
 def pass_probe(cfg: Config, policy, env_factory):
@@ -705,7 +700,7 @@ def pass_probe(cfg: Config, policy, env_factory):
 _COEVOLVE_SEED = 500
 
 
-def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory, existing):
+def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory):
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
     from evolvekit.questioning.coevolve import CoEvolveRegenerator, SignalTracker
     from evolvekit.questioning.curate import Deduplicator
@@ -716,8 +711,8 @@ def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory, existing):
     tracker = SignalTracker(co.forgetting_window, co.rare_theta_percent, co.rare_min_patterns, co.success_threshold)
     for it in store.completed_iterations():  # a resumed run rebuilds its score windows and pattern counts
         tracker.observe(store.trajectories(it, "train"))
+    # seeded with the real and synthesized tasks once the synthesis stage has run (HybridTaskSupply.receive)
     dedup = Deduplicator(build_embedder(cfg.embedding).embed, q.lexical_dedup_threshold, q.semantic_dedup_threshold)
-    dedup.seed(existing)
     explorer = role_llm(cfg.models, "explorer")
     if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
         explorer = policy  # the current policy re-explores
@@ -738,4 +733,4 @@ def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory, existing):
         run,
         max_contexts=co.max_contexts,
     )
-    return CoEvolveHook(tracker, regen, co.every_iterations)
+    return CoEvolveHook(tracker, regen, co.every_iterations, know=dedup.seed)

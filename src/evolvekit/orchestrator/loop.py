@@ -1,5 +1,9 @@
 """The master loop (AgentEvolver §6.1): (A) tasks → (B) rollouts → (C) experience → (D) samples and update.
 
+Before the first iteration, with self-questioning, the loop runs the synthesis stage (§3): rounds of exploration,
+synthesis and curation, each round's explorations and kept tasks committed as it ends, then the final funnel; a
+resumed run goes on from the committed rounds, or reuses the tasks once the funnel is stored.
+
 Crash safety: stage B commits the iteration's tasks and trajectories in one transaction (status ``rolled_out``);
 stage D writes the checkpoint folder (atomic rename), then commits metrics, the checkpoint row and status ``done``
 in one transaction. A resumed run skips done iterations, reuses committed rollouts of a half-finished iteration,
@@ -14,7 +18,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from rich.console import Console
 
@@ -29,13 +33,31 @@ from evolvekit.orchestrator.stages import (
     TaskSupply,
     UpdateStage,
 )
+from evolvekit.questioning.explore import ExplorationTrace
+from evolvekit.questioning.pipeline import Funnel
 from evolvekit.store.sqlite import DamagedRows, IterationStatus, RunStore
 from evolvekit.train.rewards import shape_rewards
-from evolvekit.types import Trajectory
+from evolvekit.types import Task, TaskSource, Trajectory
 
 log = logging.getLogger(__name__)
 
 Evaluator = Callable[[int], tuple[dict, list[Trajectory]]]  # seed -> (summary with avg@k/best@k, trajectories)
+
+
+SYNTHESIS_DONE = "synthesis_funnel"  # run-store meta: the final funnel, written once synthesis has finished
+SYNTHESIS_PARTIAL = "synthesis_funnel_partial"  # the funnel as of the last finished round
+
+RoundSink = Callable[[Funnel, list[ExplorationTrace], list[Task]], None]
+
+
+@dataclass
+class SynthesisStage:
+    """Self-questioning's synthesis (§3), run once before training. ``synthesize(stored, funnel, on_round)`` goes
+    on from the tasks and funnel of the rounds already committed, calls ``on_round`` as each round ends, and returns
+    every kept task and the final funnel; ``receive`` hands the tasks to the task supply (λ-mixing, Eq. 12)."""
+
+    synthesize: Callable[[list[Task], Funnel, RoundSink], tuple[list[Task], Funnel]]
+    receive: Callable[[Sequence[Task]], None]
 
 
 @dataclass
@@ -45,6 +67,35 @@ class Stages:
     experience: ExperienceStage
     samples: SampleStage
     updater: UpdateStage
+    synthesis: SynthesisStage | None = None
+
+
+def run_synthesis(store: RunStore, stage: SynthesisStage) -> list[Task]:
+    """The synthesis stage with its commits: each round's explorations, kept tasks and funnel in one transaction as
+    the round ends, the final funnel once it has finished. A run killed in between goes on from its committed rounds;
+    a finished one reuses its tasks. The kept tasks go to the supply (``stage.receive``) and are returned."""
+    stored = [t for t in store.tasks() if t.source == TaskSource.SYNTHETIC and t.metadata.get("curation")]
+    if store.get_meta(SYNTHESIS_DONE) is None:  # not synthesized yet, or interrupted: go on from the stored rounds
+        partial = store.get_meta(SYNTHESIS_PARTIAL)
+        funnel = Funnel(**json.loads(partial)) if partial else Funnel()
+        if stored:
+            log.info(
+                "resuming self-questioning with %d stored synthetic tasks (funnel so far: %s)",
+                len(stored),
+                funnel.as_dict(),
+            )
+
+        def keep_round(funnel: Funnel, new_traces: list[ExplorationTrace], new_kept: list[Task]) -> None:
+            with store.transaction() as c:
+                store.put_explorations(c, new_traces, -1)
+                store.put_tasks(c, new_kept, -1)
+                store.put_meta(c, SYNTHESIS_PARTIAL, json.dumps(funnel.as_dict()))
+
+        stored, funnel = stage.synthesize(stored, funnel, keep_round)
+        store.set_meta(SYNTHESIS_DONE, json.dumps(funnel.as_dict()))
+        log.info("self-questioning funnel: %s", funnel.as_dict())
+    stage.receive(stored)
+    return stored
 
 
 def iteration_seed(seed: int, iteration: int) -> int:
@@ -102,6 +153,8 @@ class MasterLoop:
             config=cfg.model_dump(mode="json"),
         )
         try:
+            if self.stages.synthesis is not None:
+                run_synthesis(store, self.stages.synthesis)
             if cfg.train.eval_before and store.evaluation("before") is None:
                 self._evaluate("before", -1)
             if self.warmup is not None and start == 0 and store.get_meta("cold_start") is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 import sqlite3
-from typing import Sequence
+from typing import Callable, Sequence
 
 from evolvekit.errors import EvolveKitError
 from evolvekit.protocols import IterationContext
@@ -30,27 +30,39 @@ def hybrid_counts(batch: int, lam: float, iteration: int = 0) -> tuple[int, int]
 
 
 class HybridTaskSupply:
-    """Draws ``per_iteration`` tasks per iteration: λ synthetic, 1 − λ real, each pool reshuffled per epoch."""
+    """Draws ``per_iteration`` tasks per iteration: λ synthetic, 1 − λ real, each pool reshuffled per epoch.
+
+    ``synthetic`` None: the tasks come from the loop's synthesis stage (``receive``) before the first draw."""
 
     def __init__(
         self,
-        synthetic: Sequence[Task],
+        synthetic: Sequence[Task] | None,
         real: Sequence[Task],
         per_iteration: int,
         lam: float,
         seed: int,
         coevolve: CoEvolveHook | None = None,
     ) -> None:
-        self.synthetic, self.real = list(synthetic), list(real)
+        self.synthetic: list[Task] = []
+        self.real = list(real)
         self.per_iteration, self.lam, self.seed = per_iteration, lam, seed
         self.coevolve = coevolve  # CoEvolve: adds signal-guided tasks during training
-        if lam > 0 and not self.synthetic:
+        if synthetic is not None:
+            self.receive(synthetic)
+        if lam < 1 and not self.real:
+            raise EvolveKitError("λ < 1 needs real training tasks, and there are none")
+
+    def receive(self, synthetic: Sequence[Task]) -> None:
+        """The synthesized tasks (self-questioning's, from the loop's synthesis stage); CoEvolve's regeneration
+        dedups against them and the real ones."""
+        self.synthetic = list(synthetic)
+        if self.lam > 0 and not self.synthetic:
             raise EvolveKitError(
                 "self-questioning produced no synthetic tasks (see the synthesis funnel in the log); "
                 "a stronger explorer/synthesizer role or more exploration rounds may help"
             )
-        if lam < 1 and not self.real:
-            raise EvolveKitError("λ < 1 needs real training tasks, and there are none")
+        if self.coevolve is not None:
+            self.coevolve.know(self.real + self.synthetic)
 
     @staticmethod
     def _draw(pool: list[Task], start: int, count: int, seed: int) -> list[Task]:
@@ -111,8 +123,10 @@ class CoEvolveHook:
     """Tracks CoEvolve signals on every iteration's trajectories; every F iterations turns them into new tasks
     (stored with their signal provenance) that join the synthetic pool."""
 
-    def __init__(self, tracker, regenerator, every: int) -> None:
+    def __init__(self, tracker, regenerator, every: int, know: Callable[[Sequence[Task]], None] | None = None) -> None:
         self.tracker, self.regenerator, self.every = tracker, regenerator, every
+        # the tasks regeneration must not copy (its dedup's seed): given once the synthesized tasks exist
+        self.know: Callable[[Sequence[Task]], None] = know if know is not None else (lambda tasks: None)
         self.pending: list = []
         self.trajectories: dict[str, Trajectory] = {}
         self.unsaved: list[Task] = []  # new tasks and their traces, for the iteration's commit
