@@ -39,6 +39,7 @@ def test_parser_formats():
     assert parse_action('The answer is {"value": 3}').tool_calls == []  # JSON that is not a call
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.text())
 def test_parser_never_raises_on_arbitrary_text(text):

@@ -211,6 +211,7 @@ def test_incremental_grounding_equals_the_plain_walk_step_by_step():
     assert compared > 100 and changed > 20  # steps that changed state, and many that did not
 
 
+@pytest.mark.slow
 def test_read_only_methods_leave_the_state_unchanged():
     """Issue 52 (6): a `pwd` walked the whole file system for grounding. Calls declared read-only (READ_ONLY) touch
     no backend, so that declaration must hold: every read-only call of the dataset's reference solutions (four

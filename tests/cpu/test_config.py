@@ -262,6 +262,7 @@ def test_gigpo_refuses_the_eq_18_to_21_fields_it_would_ignore():
             load_config(None, [*base, extra])
 
 
+@pytest.mark.slow
 def test_config_show_marks_every_departure_from_the_papers_and_each_is_explained():
     """Issue 53 (6): paper defaults changed without a word. `config show` marks each departure; every shipped
     config says why on the line; docs/training.md's table lists the defaults' and the quickstart's."""
@@ -299,6 +300,7 @@ def test_config_show_marks_every_departure_from_the_papers_and_each_is_explained
     assert all(isinstance(src, str) and src for _, src in PAPER_VALUES.values())
 
 
+@pytest.mark.slow
 def test_defaults_that_follow_from_other_settings_are_marked_not_silent():
     """Issue 55: config.py rewrote defaults silently (w_reasoning with the reasoning template, w_format and format
     with as_tool, Evolving-RL's train settings). Each applies only to a field the config leaves unset, and `config

@@ -11,6 +11,7 @@ def _cli(*args):
     )
 
 
+@pytest.mark.slow
 def test_env_check_json_reports_all_passing():
     res = _cli("env", "check", "--env", "bfcl", "--split", "multi_turn_base", "--json")
     assert res.returncode == 0, res.stderr

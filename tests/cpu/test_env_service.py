@@ -170,6 +170,7 @@ def test_a_step_that_cannot_check_in_ends_when_its_environment_is_closed_at_the_
     assert SlowEnv.closed == closed + 2
 
 
+@pytest.mark.slow
 def test_create_past_its_deadline_is_cancelled_or_closed_never_leaked():
     """Issue 52 (1, 6): /create had no timeout. Building and resetting now has one (504); a reset that checks in
     is cancelled at it, and one that cannot be interrupted is closed when it finishes, not left running unowned."""
@@ -209,6 +210,7 @@ def test_concurrent_episodes_never_share_state(service, task0):
         assert not any(f"dir_{j}" in listing for j in range(8) if j != i)
 
 
+@pytest.mark.slow
 def test_idle_instances_are_reaped(service):
     url, app = service
     env = RemoteEnv(url, env="slow-test", token=TOKEN)

@@ -154,6 +154,7 @@ def test_step_bodies_never_500(client, action, body_extra):
         json_values.map(lambda v: json.dumps(v).encode()),
     )
 )
+@pytest.mark.slow
 def test_raw_bytes_never_500(client, raw):
     for path in ("/create", "/step", "/evaluate", "/release"):
         _ok(client.post(path, content=raw, headers={**H, "Content-Type": "application/json"}))

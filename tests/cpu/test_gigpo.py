@@ -58,6 +58,7 @@ def test_bfcl_state_key_tracks_the_backend_state():
     assert a.state_key() == b.state_key()
 
 
+@pytest.mark.slow
 def test_a_run_with_gigpo_credit_records_anchor_states_and_groups_steps(tmp_path):
     """attributing.source: gigpo on the arith family with a tiny model: no attributor is built, every step carries
     its anchor state, and each task's first steps (all from the start state) form a step group."""

@@ -62,6 +62,7 @@ def service():
 
 
 # -- 1. code execution through ids ---------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("with_metadata", [True, False])
 def test_task_file_ids_never_reach_bfcl_eval(tmp_path, with_metadata):
     marker = tmp_path / "pwned"
@@ -417,6 +418,7 @@ def _evolvekit(*args, cwd):
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
+@pytest.mark.slow
 def test_cli_subprocess_bad_value_exits_2_with_one_line(tmp_path):
     out = subprocess.run(
         [
@@ -712,6 +714,7 @@ def test_env_serve_beyond_loopback_without_a_token_exits_2_in_one_line(tmp_path)
         ('"reference_solution":[[{"name":"add","arguments":{"a":NaN,"b":1}}]]', "not finite"),
     ],
 )
+@pytest.mark.slow
 def test_tasks_check_refuses_a_task_the_environment_refuses_with_exit_2(tmp_path, line, cause):
     """Issue 52 (10): docs/environments.md says a reference naming anything but a tool of the task (or a non-finite
     argument) is refused, exit 2 for `tasks check`; it used to count as infeasible and exit 0."""

@@ -255,6 +255,7 @@ def test_self_questioning_on_an_mcp_server_then_training_on_what_it_kept(tmp_pat
     assert _wait_no_servers() == 0
 
 
+@pytest.mark.slow
 def test_a_shared_server_at_a_streamable_http_url(tmp_path):
     """env.mcp.url: no sandbox, reset calls bring the shared server back, probe calls are the state."""
     import socket
@@ -343,6 +344,7 @@ def test_sandboxes_of_dead_processes_are_swept(tmp_path):
     assert not orphan.exists() and mine.exists()
 
 
+@pytest.mark.slow
 def test_start_up_is_bounded_as_a_whole_not_per_message():
     """Issue 52 (9): `startup_timeout_s=5` took 17-18 s, because it bounded each message of the start-up, not the
     start-up. A server answering each message in 1.5 s (inside a 2 s per-message timeout) needs 3 s for its two

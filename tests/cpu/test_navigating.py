@@ -354,6 +354,7 @@ def test_evaluation_with_test_time_experience(tmp_path, monkeypatch):
     assert "call add with a and b" in text and len(ids) == 1
 
 
+@pytest.mark.slow
 def test_family_worked_examples_seed_the_pool_and_skip_the_cold_start(tmp_path, monkeypatch):
     from evolvekit.config import load_config
     from evolvekit.env.bfcl.families import get_family

@@ -200,6 +200,7 @@ def _example(seed: int = 7) -> dict:
     return {"seed": seed, "actions": [{"n": 1}, {"n": _target(seed) - 1}], "final": "The counter is at the target."}
 
 
+@pytest.mark.slow
 def test_worked_examples_are_played_on_the_server_and_shown_as_chat_turns(server):
     env = make_env(_cfg(server, examples=[_example()]))
     messages = env.reset(env_tasks(_cfg(server, episodes=1), "train")[0]).examples
@@ -280,6 +281,7 @@ def test_eval_and_a_short_run_from_the_command_line_with_the_embedded_model(serv
     assert "train/loss" in metrics and metrics["rollout/steps_mean"] >= 1
 
 
+@pytest.mark.slow
 def test_env_check_resets_every_task_when_none_has_a_reference(server):
     res = subprocess.run(
         [sys.executable, "-m", "evolvekit.cli.main", "env", "check", "--set", "env.name=openenv",

@@ -855,6 +855,7 @@ def test_coevolve_config_reaches_the_tracker_and_regenerator():
     assert cfg.coevolve.success_threshold == 0.8 and cfg.coevolve.max_contexts == 7
 
 
+@pytest.mark.slow
 def test_the_built_coevolve_hook_carries_every_setting(tmp_path):
     """Issue 53: dropping the threshold argument in build._coevolve_hook passed every CoEvolve test (the wiring test
     searched the source text). The hook the run builds is now checked field by field."""

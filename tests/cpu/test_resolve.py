@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from evolvekit.config import Config, load_config
@@ -58,6 +59,7 @@ def test_the_resolution_is_what_runs_on_this_machine():
     assert here["train.autocast"] == ("bf16" if autocast_dtype("auto", device) == torch.bfloat16 else "off")
 
 
+@pytest.mark.slow
 def test_config_show_prints_each_resolution_and_its_reason():
     shown = subprocess.run(
         [sys.executable, "-m", "evolvekit.cli.main", "config", "show", "--set", "attributing.enabled=true"],

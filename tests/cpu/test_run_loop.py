@@ -107,6 +107,7 @@ class _CrashOnce:
         return self.inner.save(path)
 
 
+@pytest.mark.slow
 def test_resume_reuses_committed_rollouts(tiny, tmp_path):
     cfg, run_dir, store = open_run(
         load_config(_config(tiny, tmp_path, iterations=3, eval_before=False, eval_after=False)), None
@@ -339,6 +340,7 @@ def test_embedded_attributor_defaults_to_grounded_credit(tiny, tmp_path):
     store.close()
 
 
+@pytest.mark.slow
 def test_experience_as_a_tool_replaces_injection_and_reaches_held_out_evaluation(tiny, tmp_path):
     """Issue 53 (1): with navigating.as_tool (EvolveR's retrieval as an action), training rollouts offered
     search_experience but held-out evaluation did not, and prompt injection and the boost still ran on η of the
@@ -399,6 +401,7 @@ def test_the_cold_start_pool_samples_the_runs_training_set(tiny, tmp_path):
     store.close()
 
 
+@pytest.mark.slow
 def test_a_resumed_iteration_with_a_damaged_committed_rollout_rolls_out_again(tiny, tmp_path, caplog):
     """Issue 52 (2): an iteration killed after its rollouts were committed resumes by reusing them, unless one row is
     damaged: then it rolls out again (a group missing a row would bias its advantages) and the run finishes."""

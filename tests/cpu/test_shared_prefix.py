@@ -120,6 +120,7 @@ def test_shared_equals_unshared_with_loss_tokens_inside_the_prefix(tiny_path):
     _same(_update(tiny_path, samples, True), _update(tiny_path, samples, False), atol=1e-6, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_shared_equals_unshared_with_lora(tiny_path):
     samples = _group()
     _same(

@@ -245,6 +245,7 @@ def test_group_scales_by_hand():
     assert group_scales([s(3, ""), s(5, "")], 8.0) == [1.0, 1.0]
 
 
+@pytest.mark.slow
 def test_evolving_rl_joint_loss_is_lambda_weighted_sum_of_separate_means(tiny_path):
     """Eq. 6: L = λ_e·L_e + λ_s·L_s with each L its own token mean — so the joint gradient equals λ_e·∇(mean over
     the extractor samples) + λ_s·∇(mean over the solver samples), whatever their token counts."""
