@@ -248,3 +248,12 @@ def test_a_text_action_environment_ends_each_generation_at_its_action_stop():
     default = load_config(None, [])
     assert policy_sampling(default).stop == ()
     assert policy_sampling(default).max_new_tokens == default.models.policy.max_new_tokens
+
+
+def test_eval_minutes_ranges_from_one_step_to_all_steps_at_the_first_steps_pace():
+    """Issue 54: `eval` says how many minutes it will take, from one measured episode start and first step."""
+    from evolvekit.agent.evaluate import eval_minutes
+
+    assert eval_minutes(3.0, 40, 5) == (2.0, 10.0)  # 40 x 3 s = 2 min; x 5 steps = 10 min
+    assert eval_minutes(6.0, 10, 1) == (1.0, 1.0)
+    assert eval_minutes(2.0, 0, 30) == (0.0, 0.0)  # nothing left to run

@@ -23,6 +23,9 @@ def test_eval_json_reports_avg_and_best(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     # the cost before it starts (issue 54): episodes and the bound on generated tokens
     assert "1 tasks x 2 samples = 2 episodes, each at most 2 steps of at most 48 generated tokens" in res.stderr
+    # ... and in minutes, from one real episode start and step, timed (not one of the samples: the journal has two)
+    assert "estimate: one episode's start and first step took" in res.stderr
+    assert "so the 2 episodes left take about" in res.stderr and "min if each takes all 2 steps" in res.stderr
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert 0.0 <= summary["avg@2"] <= summary["best@2"] <= 1.0
     assert summary["tasks"] == 1 and summary["failed_rollouts"] == 0 and summary["completion_tokens"] > 0
@@ -36,6 +39,7 @@ def test_eval_json_reports_avg_and_best(tmp_path):
     assert len(journal) == 3 and "evaluation" in json.loads(journal[0])
     again = _cli(*args, "--out", str(out), *sets)
     assert again.returncode == 0 and "2 of 2 episodes already in" in again.stderr, again.stderr[-2000:]
+    assert "estimate:" not in again.stderr  # nothing left to run, nothing to measure
     assert json.loads(again.stdout.strip().splitlines()[-1])["avg@2"] == summary["avg@2"]
     other = _cli(*args, "--out", str(out), *sets, "--set", "rollout.max_steps=3")  # another evaluation: refused
     assert other.returncode == 2 and "holds episodes of another evaluation" in other.stderr

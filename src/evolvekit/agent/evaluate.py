@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -31,6 +32,39 @@ def best_at_k(scores_per_task: Sequence[Sequence[float]]) -> float:
     if not scores_per_task:
         return 0.0
     return sum(1.0 if any(s >= 1.0 for s in ss) else 0.0 for ss in scores_per_task) / len(scores_per_task)
+
+
+def eval_minutes(first_episode_s: float, episodes: int, max_steps: int) -> tuple[float, float]:
+    """A rough range for an evaluation's minutes from one measured episode start and first step
+    (``first_episode_s``): every episode ending after one step, and every episode taking all ``max_steps`` steps at
+    the first step's pace. Later steps read longer prompts, so the upper end is not a bound."""
+    once = max(first_episode_s, 0.0) * max(episodes, 0) / 60.0
+    return once, once * max(max_steps, 1)
+
+
+@dataclass(frozen=True)
+class FirstStep:
+    """One measured episode start and first step: its seconds and tokens."""
+
+    seconds: float
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def time_first_step(
+    task: Task,
+    make_env: Callable[[], Environment],
+    engine: Engine,
+    cfg: RolloutConfig,
+    params: SamplingParams,
+    rendering: str = "compact",
+) -> FirstStep:
+    """Start one episode of ``task`` and run its first step with the real engine and environment, timed (its
+    trajectory is dropped: it is not one of the evaluation's samples)."""
+    start = time.perf_counter()
+    (traj,) = run_rollouts([RolloutJob(task=task, group_id="estimate")], make_env, engine,
+                           cfg.model_copy(update={"max_steps": 1}), params, rendering, show_progress=False)  # fmt: skip
+    return FirstStep(time.perf_counter() - start, traj.prompt_tokens, traj.completion_tokens)
 
 
 @dataclass

@@ -57,8 +57,8 @@ def _tasks(cfg, category: str, subset: str, limit: Optional[int]) -> list:
     return tasks
 
 
-def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] = None):
-    from evolvekit.agent.evaluate import EpisodeJournal, evaluate_policy, write_results
+def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] = None, estimate: bool = True):
+    from evolvekit.agent.evaluate import EpisodeJournal, eval_minutes, evaluate_policy, time_first_step, write_results
     from evolvekit.engine.base import Engine
     from evolvekit.env.registry import make_env, preflight
     from evolvekit.llm.factory import role_llm
@@ -80,10 +80,22 @@ def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] =
         episodes * cfg.rollout.max_steps * params.max_new_tokens,
     )  # fmt: skip
     lookup = _experience_lookup(cfg, experiences) if experiences else None
+    engine = Engine(llm)
+    left = episodes - len(journal.finished())
+    if estimate and left > 0:  # minutes, not only tokens: one real episode start and step, timed
+        env = lambda: make_env(cfg.env)  # noqa: E731
+        first = time_first_step(tasks[0], env, engine, cfg.rollout, params, cfg.env.tool_rendering)
+        low, high = eval_minutes(first.seconds, left, cfg.rollout.max_steps)
+        log.info(
+            "estimate: one episode's start and first step took %.1f s here (%d prompt tokens, %d generated), so the "
+            "%d episodes left take about %.1f min if each ends after one step, %.1f min if each takes all %d steps at "
+            "that pace (later steps read longer prompts; --no-estimate skips this measurement)",
+            first.seconds, first.prompt_tokens, first.completion_tokens, left, low, high, cfg.rollout.max_steps,
+        )  # fmt: skip
     report, trajs = evaluate_policy(
         tasks,
         lambda: make_env(cfg.env),
-        Engine(llm),
+        engine,
         cfg.rollout,
         params,
         k,
@@ -105,13 +117,15 @@ def unweighted_overall(accuracies: dict[str, float], categories: tuple[str, ...]
     return sum(accuracies.get(c, 0.0) for c in categories) / len(categories)
 
 
-def _leaderboard(cfg, subset: str, limit: Optional[int], out: Path, experiences: Optional[Path]) -> dict:
+def _leaderboard(
+    cfg, subset: str, limit: Optional[int], out: Path, experiences: Optional[Path], estimate: bool = True
+) -> dict:
     """BFCL's multi-turn leaderboard score: per category the share of tasks solved in one attempt (BFCL's checker
     on every turn), and their unweighted mean (``unweighted_overall``)."""
     per: dict[str, dict] = {}
     for category in LEADERBOARD_CATEGORIES:
         tasks = _tasks(cfg, category, subset, limit)
-        report = _evaluate(cfg, tasks, 1, out.with_name(f"{out.stem}.{category}{out.suffix}"), experiences)
+        report = _evaluate(cfg, tasks, 1, out.with_name(f"{out.stem}.{category}{out.suffix}"), experiences, estimate)
         correct = round(report.avg_at_k * report.tasks)
         per[category] = {"accuracy": report.avg_at_k, "total_count": report.tasks, "correct_count": correct}
     overall = unweighted_overall({c: v["accuracy"] for c, v in per.items()})
@@ -156,6 +170,11 @@ def eval_command(
         help="BFCL's multi-turn leaderboard score: the four multi-turn categories, one attempt per task (k = 1), "
         "each category's accuracy and their unweighted mean, computed by bfcl-eval's own function",
     ),
+    estimate: bool = typer.Option(
+        True,
+        "--estimate/--no-estimate",
+        help="before the evaluation, time one episode's start and first step and log the minutes it will take",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Evaluate the policy: avg@k and best@k with per-task results written to a file."""
@@ -194,7 +213,7 @@ def eval_command(
             raise ConfigError(
                 "--leaderboard scores BFCL's own multi-turn categories: env.name bfcl, no env.family, no --panel"
             )
-        scores = _leaderboard(cfg, subset or "all", limit, out, experiences)
+        scores = _leaderboard(cfg, subset or "all", limit, out, experiences, estimate)
         scores["seconds"] = round(time.perf_counter() - t0, 1)
         emit_json(scores) if as_json else sys.stdout.write(" ".join(f"{k_}={v}" for k_, v in scores.items()) + "\n")
         return
@@ -202,7 +221,7 @@ def eval_command(
         tasks, k = list(panel.tasks), panel.k
     else:
         tasks = _tasks(cfg, split, subset or cfg.env.eval_split, limit)
-    report = _evaluate(cfg, tasks, k, out, experiences)
+    report = _evaluate(cfg, tasks, k, out, experiences, estimate)
     # what was evaluated: a family's tasks (its split), another environment's tasks, or a BFCL category
     what = (
         {"family": cfg.env.family, "split": subset or cfg.env.eval_split}
