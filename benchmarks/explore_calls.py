@@ -73,7 +73,7 @@ def main() -> None:
         scaffold=True,
     )
     t0 = time.perf_counter()
-    traces = explorer.explore(lambda: make_env(cfg.env), sandbox_for(cfg), 4, 6)
+    traces = explorer.explore(lambda: make_env(cfg.env), sandbox_for(cfg.env), 4, 6)
     steps = [s for t in traces for s in t.steps]
     print(
         json.dumps(

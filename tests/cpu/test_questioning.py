@@ -23,7 +23,7 @@ from evolvekit.questioning.explore import (
     explorer_messages,
     phase,
 )
-from evolvekit.questioning.pipeline import synthesize_tasks
+from evolvekit.questioning.pipeline import SynthesisSettings, synthesize_tasks
 from evolvekit.questioning.synthesize import parse_synthesis
 from evolvekit.types import Task, ToolCall
 
@@ -164,7 +164,7 @@ def test_pipeline_keeps_only_feasible_unique_tasks():
     )
     rounds = []
     tasks, funnel, traces = synthesize_tasks(
-        cfg,
+        SynthesisSettings.of(cfg),
         5,
         _Scripted(_explorer_answer),
         SamplingParams(),
@@ -212,7 +212,7 @@ _ONE_EXPLORATION = [
 def _synthesize_once(cfg, synth, embed=None, probe=None):
     """One round of exploration (the scripted explorer) and synthesis (``synth``) for up to 5 tasks."""
     return synthesize_tasks(
-        cfg,
+        SynthesisSettings.of(cfg),
         5,
         _Scripted(_explorer_answer),
         SamplingParams(),
@@ -688,7 +688,7 @@ def test_a_family_is_explored_in_the_initial_state_of_its_first_training_task():
     from evolvekit.questioning.pipeline import sandbox_for
 
     cfg = load_config(None, ["env.family=fs_chain"])
-    sandbox = sandbox_for(cfg)
+    sandbox = sandbox_for(cfg.env)
     first = env_tasks(cfg.env, cfg.env.train_split)[0]
     assert sandbox["initial_config"] == first.initial_config and sandbox["tools"][0] == "ls"
     files = sandbox["initial_config"]["GorillaFileSystem"]["root"]["workspace"]["contents"]
@@ -700,7 +700,7 @@ def test_a_family_is_explored_in_the_initial_state_of_its_first_training_task():
         assert res.call_results[0].ok and files[name]["content"] in res.call_results[0].output
     finally:
         env.close()
-    assert sandbox_for(load_config(None, ["env.family=arith_turns"]))["initial_config"] == {}
+    assert sandbox_for(load_config(None, ["env.family=arith_turns"]).env)["initial_config"] == {}
 
 
 def test_the_explorer_is_shown_what_its_sandbox_holds():
@@ -710,7 +710,7 @@ def test_the_explorer_is_shown_what_its_sandbox_holds():
     from evolvekit.env.bfcl.env import describe_state
     from evolvekit.questioning.pipeline import sandbox_for
 
-    sandbox = sandbox_for(load_config(None, ["env.family=fs_chain"]))
+    sandbox = sandbox_for(load_config(None, ["env.family=fs_chain"]).env)
     files = sandbox["initial_config"]["GorillaFileSystem"]["root"]["workspace"]["contents"]
     text = describe_state(sandbox["initial_config"])
     assert text.startswith("Current directory: workspace. It holds: ")
@@ -743,8 +743,8 @@ def test_the_explorer_is_shown_what_its_sandbox_holds():
     for on in (True, False):  # the config switch reaches the explorer a run builds
         cfg = load_config(None, ["env.family=fs_chain", f"questioning.explore_state={str(on).lower()}"])
         explorer, _ = explorer_and_synthesizer(
-            cfg, _Scripted(answer), SamplingParams(), _Scripted(answer), SamplingParams(),
-            partial(make_env, cfg.env), sandbox_for(cfg),
+            SynthesisSettings.of(cfg), _Scripted(answer), SamplingParams(), _Scripted(answer), SamplingParams(),
+            partial(make_env, cfg.env), sandbox_for(cfg.env),
         )  # fmt: skip
         assert explorer.show_start is on
 
@@ -758,7 +758,7 @@ def test_shots_skip_follow_up_turns_of_multi_turn_examples():
 
     cfg = load_config(None, ["env.family=arith_turns"])
     env = make_env(cfg.env)
-    examples = env.reset(None, sandbox_for(cfg)).examples
+    examples = env.reset(None, sandbox_for(cfg.env)).examples
     env.close()
     user_turns = [m.content for m in examples if m.role == "user" and not m.content.startswith("Tool results")]
     assert any("that" in u.lower() or "the result" in u.lower() for u in user_turns)  # follow-ups are there
@@ -959,8 +959,9 @@ def test_coevolve_reexploration_is_seeded_and_each_call_draws_anew():
         co = ["questioning.enabled=true", "coevolve.enabled=true", "coevolve.reexplore_rounds=1"]
         cfg = load_config(None, _ONE_EXPLORATION + co + ["coevolve.reexplore_steps=2"])
         dedup = Deduplicator(lambda texts: np.ones((len(texts), 4)), 0.8, 0.9)
-        return goal_explorer(cfg, _Recording(None), SamplingParams(seed=500), _Scripted(lambda c: "x"),
-                             SamplingParams(seed=501), lambda: make_env(cfg.env), dedup, Funnel())  # fmt: skip
+        return goal_explorer(SynthesisSettings.of(cfg), 1, 2, _Recording(None), SamplingParams(seed=500),
+                             _Scripted(lambda c: "x"), SamplingParams(seed=501), lambda: make_env(cfg.env), dedup,
+                             Funnel())  # fmt: skip
 
     first: list = []
     run = reexplorer(first)
@@ -991,10 +992,11 @@ def test_a_synthesis_dedups_against_the_real_training_tasks_and_the_synthetic_he
     path.write_text(held.model_dump_json() + "\n")
     cfg = load_config(None, ["env.family=arith", f"train.eval_synthetic={path}"])
     train = env_tasks(cfg.env, cfg.env.train_split)
-    ids = [t.task_id for t in known_tasks(cfg)]
+    ids = [t.task_id for t in known_tasks(cfg.env, cfg.train.eval_synthetic)]
     assert train and ids == [t.task_id for t in train] + ["held_1"]
-    assert [t.task_id for t in known_tasks(cfg, train[:1])] == [train[0].task_id, "held_1"]
-    assert [t.task_id for t in known_tasks(load_config(None, ["env.family=arith"]), [])] == []
+    first = known_tasks(cfg.env, cfg.train.eval_synthetic, train[:1])
+    assert [t.task_id for t in first] == [train[0].task_id, "held_1"]
+    assert [t.task_id for t in known_tasks(load_config(None, ["env.family=arith"]).env, None, [])] == []
 
 
 def test_carried_values_links_and_chains_of_explored_calls():
@@ -1019,7 +1021,7 @@ def test_follow_up_shots_come_from_the_real_arith_turns_examples():
 
     cfg = load_config(None, ["env.family=arith_turns"])
     env = make_env(cfg.env)
-    examples = env.reset(None, sandbox_for(cfg)).examples
+    examples = env.reset(None, sandbox_for(cfg.env)).examples
     env.close()
     shots = follow_up_shots(examples)
     assert [r for _, r in shots] == [
@@ -1030,7 +1032,7 @@ def test_follow_up_shots_come_from_the_real_arith_turns_examples():
     assert '"a": 12' in shots[0][0] and '"result": 12' in shots[0][0]  # the earlier call's result and the carried 12
     cfg1 = load_config(None, ["env.family=arith"])  # one-call examples have no follow-up turn
     env = make_env(cfg1.env)
-    assert follow_up_shots(env.reset(None, sandbox_for(cfg1)).examples) == []
+    assert follow_up_shots(env.reset(None, sandbox_for(cfg1.env)).examples) == []
     env.close()
 
 
@@ -1170,7 +1172,7 @@ def test_chain_shots_come_from_the_real_arith_chain_examples():
 
     cfg = load_config(None, ["env.family=arith_chain"])
     env = make_env(cfg.env)
-    shots = chain_shots(env.reset(None, sandbox_for(cfg)).examples)
+    shots = chain_shots(env.reset(None, sandbox_for(cfg.env)).examples)
     env.close()
     assert [r for _, r in shots] == [
         "Add 5 and 7, then multiply the sum by 3.",
@@ -1181,7 +1183,7 @@ def test_chain_shots_come_from_the_real_arith_chain_examples():
     for family in ("arith", "arith_turns"):  # one call per request: nothing chained to show
         cfg = load_config(None, [f"env.family={family}"])
         env = make_env(cfg.env)
-        assert chain_shots(env.reset(None, sandbox_for(cfg)).examples) == []
+        assert chain_shots(env.reset(None, sandbox_for(cfg.env)).examples) == []
         env.close()
 
 
@@ -1241,7 +1243,7 @@ def test_numbers_constrained_synthesizer_states_only_its_calls_values(smollm2):
 
     cfg = load_config(None, ["env.family=arith_turns"])
     env = make_env(cfg.env)
-    shots = follow_up_shots(env.reset(None, sandbox_for(cfg)).examples)
+    shots = follow_up_shots(env.reset(None, sandbox_for(cfg.env)).examples)
     env.close()
     pairs = [
         ((ToolCall(name="add", arguments={"a": 14, "b": 8}), '[add] {"result": 22}'), ("multiply", 22, 7)),

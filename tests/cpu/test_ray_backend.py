@@ -7,7 +7,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from evolvekit.agent.ray_backend import RayEnv, RayRolloutPool, init_ray  # noqa: E402
+from evolvekit.agent.ray_backend import RayEnv, RayRolloutPool, WorkerSpec, init_ray  # noqa: E402
 from evolvekit.agent.rollout import RolloutJob, run_rollouts  # noqa: E402
 from evolvekit.config import EnvConfig, load_config  # noqa: E402
 from evolvekit.engine.base import Engine  # noqa: E402
@@ -62,7 +62,7 @@ def test_workers_match_local_rollouts_and_sync_weights(local_ray, tmp_path, monk
     tasks = env_tasks(cfg.env, "train")
     jobs = [RolloutJob(task=t, group_id=f"g{i}") for i, t in enumerate(tasks[:5])]
     params = SamplingParams(temperature=0.0, max_new_tokens=6)
-    pool = RayRolloutPool(cfg)
+    pool = RayRolloutPool(WorkerSpec.of(cfg))
     try:
         pool.sync_weights(other.model)  # the workers now hold the seed-1 weights, not the seed-0 file they loaded
         remote = pool.run(jobs, params)
@@ -116,7 +116,7 @@ def test_lora_workers_receive_only_the_adapters_and_match_the_driver(local_ray, 
     tasks = env_tasks(cfg.env, "train")
     jobs = [RolloutJob(task=t, group_id=f"g{i}") for i, t in enumerate(tasks[:3])]
     params = SamplingParams(temperature=0.0, max_new_tokens=6)
-    pool = RayRolloutPool(cfg)
+    pool = RayRolloutPool(WorkerSpec.of(cfg))
     try:
         assert pool.gpus == 0.0  # no GPU in this cluster
         pool.sync_weights(driver.model)
@@ -140,3 +140,14 @@ def test_worker_gpus_share_the_cluster():
     assert worker_gpus(None, 0.0, 2) == 0.0
     assert worker_gpus(None, 8.0, 2) == 1.0 and worker_gpus(None, 1.0, 4) == 0.25
     assert worker_gpus(0.5, 8.0, 2) == 0.5
+
+
+def test_a_worker_is_sent_what_it_reads_of_the_config_not_the_whole_config():
+    """Issue 55: the Ray pool took the whole config and shipped it to every worker. It now takes a ``WorkerSpec``:
+    the policy's model, the environment, the rollout section and the LoRA rank, which round-trips through JSON."""
+    cfg = load_config(None, ["env.family=arith", "rollout.ray_workers=3", "train.lora_rank=4"])
+    spec = WorkerSpec.of(cfg)
+    assert set(WorkerSpec.model_fields) == {"policy", "env", "rollout", "lora_rank"}
+    assert spec.policy == cfg.models.policy and spec.env == cfg.env and spec.rollout == cfg.rollout
+    assert spec.lora_rank == 4 and spec.rollout.ray_workers == 3
+    assert WorkerSpec.model_validate_json(spec.model_dump_json()) == spec

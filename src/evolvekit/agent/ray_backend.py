@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
-from evolvekit.config import Config, EnvConfig
+from pydantic import BaseModel, ConfigDict
+
+from evolvekit.config import Config, EnvConfig, ModelConfig, RolloutConfig
 from evolvekit.errors import ConfigError
 from evolvekit.llm.base import SamplingParams
 from evolvekit.types import Trajectory
@@ -94,19 +96,35 @@ class RayEnv:
             self._ray.kill(self.actor)
 
 
+class WorkerSpec(BaseModel):
+    """What a rollout worker reads of the run's config (``of``), shipped to each worker as JSON: the policy's model,
+    the environment, the rollout section (Ray's settings among them) and the LoRA rank of the weights it loads."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    policy: ModelConfig
+    env: EnvConfig
+    rollout: RolloutConfig
+    lora_rank: int = 16
+
+    @classmethod
+    def of(cls, cfg: Config) -> WorkerSpec:
+        return cls(policy=cfg.models.policy, env=cfg.env, rollout=cfg.rollout, lora_rank=cfg.train.lora_rank)
+
+
 class _WorkerImpl:
     """A rollout worker actor: its own LLM client (or local model copy) and environment actors."""
 
-    def __init__(self, cfg_json: str, env_actors: bool) -> None:
+    def __init__(self, spec_json: str, env_actors: bool) -> None:
         import os
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from evolvekit.llm.factory import build_llm
 
-        self.cfg = Config.model_validate_json(cfg_json)
+        self.spec = WorkerSpec.model_validate_json(spec_json)
         from evolvekit.engine.base import Engine
 
-        self.llm = build_llm(self.cfg.models.policy, "policy")
+        self.llm = build_llm(self.spec.policy, "policy")
         self.engine = Engine(self.llm)  # capabilities found once
         self.env_actors = env_actors
 
@@ -116,7 +134,7 @@ class _WorkerImpl:
 
         if not self.engine.caps.in_process:
             return False
-        self.llm.model = load_policy_weights(self.engine.model, kind, state, self.cfg.train.lora_rank)  # type: ignore[attr-defined]
+        self.llm.model = load_policy_weights(self.engine.model, kind, state, self.spec.lora_rank)  # type: ignore[attr-defined]
         self.engine.reset_prefix_cache()
         return True
 
@@ -124,17 +142,17 @@ class _WorkerImpl:
         from evolvekit.agent.rollout import run_rollouts
         from evolvekit.env.registry import make_env
 
-        cfg = self.cfg
+        spec = self.spec
         if self.env_actors:
 
             def make():
-                return RayEnv(cfg.env, cfg.rollout.ray_env_cpus)
+                return RayEnv(spec.env, spec.rollout.ray_env_cpus)
         else:
 
             def make():
-                return make_env(cfg.env)
+                return make_env(spec.env)
 
-        return run_rollouts(jobs, make, self.engine, cfg.rollout, params, cfg.env.tool_rendering, show_progress=False)
+        return run_rollouts(jobs, make, self.engine, spec.rollout, params, spec.env.tool_rendering, show_progress=False)
 
 
 def worker_gpus(requested: float | None, cluster_gpus: float, workers: int) -> float:
@@ -145,14 +163,18 @@ def worker_gpus(requested: float | None, cluster_gpus: float, workers: int) -> f
 
 
 class RayRolloutPool:
-    def __init__(self, cfg: Config, env_actors: bool = True, runtime_env: dict | None = None) -> None:
+    """Rollouts on Ray workers (``rollout.backend: ray``); each worker builds its policy and environments from the
+    ``WorkerSpec`` it is sent (not the whole config)."""
+
+    def __init__(self, spec: WorkerSpec, env_actors: bool = True, runtime_env: dict | None = None) -> None:
         ray = _ray()
-        init_ray(cfg.rollout.ray_address, runtime_env=runtime_env)
+        ro = spec.rollout
+        init_ray(ro.ray_address, runtime_env=runtime_env)
         self._ray = ray
-        n = max(1, cfg.rollout.ray_workers)
-        self.gpus = worker_gpus(cfg.rollout.ray_worker_gpus, ray.cluster_resources().get("GPU", 0.0), n)
-        worker_cls = ray.remote(num_cpus=cfg.rollout.ray_worker_cpus, num_gpus=self.gpus)(_WorkerImpl)
-        self.workers = [worker_cls.remote(cfg.model_dump_json(), env_actors) for _ in range(n)]
+        n = max(1, ro.ray_workers)
+        self.gpus = worker_gpus(ro.ray_worker_gpus, ray.cluster_resources().get("GPU", 0.0), n)
+        worker_cls = ray.remote(num_cpus=ro.ray_worker_cpus, num_gpus=self.gpus)(_WorkerImpl)
+        self.workers = [worker_cls.remote(spec.model_dump_json(), env_actors) for _ in range(n)]
         self.shipped_tensors = 0  # tensors of the last sync (LoRA: the adapters only)
 
     def sync_weights(self, model) -> None:

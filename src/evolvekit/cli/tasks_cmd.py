@@ -32,7 +32,7 @@ def synthesize(
     from evolvekit.env.registry import make_env, preflight
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
     from evolvekit.orchestrator.build import pass_probe
-    from evolvekit.questioning.pipeline import known_tasks, synthesize_tasks
+    from evolvekit.questioning.pipeline import SynthesisSettings, known_tasks, synthesize_tasks
 
     cfg = load_config(config, list(overrides or []) + ([f"env.name={env}"] if env else []))
     setup_logging(cfg.run.log_level)
@@ -53,8 +53,9 @@ def synthesize(
             trace_fh.flush()
             console.print(f"funnel: {funnel.as_dict()}")
 
+        settings = SynthesisSettings.of(cfg)
         _, funnel, _ = synthesize_tasks(
-            cfg,
+            settings,
             n,
             role_llm(cfg.models, "explorer"),
             sampling_for(cfg.models.explorer, seed=cfg.run.seed),  # as in a run: run.seed pins the samples
@@ -62,7 +63,8 @@ def synthesize(
             sampling_for(cfg.models.synthesizer, seed=cfg.run.seed + 1),
             lambda: make_env(cfg.env),
             embedder.embed,
-            existing=known_tasks(cfg),  # as in a run: no copy of a real training or held-out task
+            # as in a run: no copy of a real training or held-out task
+            existing=known_tasks(settings.env, settings.eval_synthetic),
             max_rounds=max_rounds,
             on_round=on_round,
             probe=pass_probe(cfg, role_llm(cfg.models, "policy"), lambda: make_env(cfg.env)),

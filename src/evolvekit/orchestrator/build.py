@@ -527,9 +527,9 @@ def _navigation(
     held-out evaluation uses it too, as EvolveR's agent searches at test time)."""
     workers = None
     if cfg.rollout.backend == "ray":  # rollouts on Ray workers, each rebuilding the environment and the policy
-        from evolvekit.agent.ray_backend import RayRolloutPool
+        from evolvekit.agent.ray_backend import RayRolloutPool, WorkerSpec
 
-        workers = RayRolloutPool(cfg)
+        workers = RayRolloutPool(WorkerSpec.of(cfg))
     rollout = RolloutSettings.of(cfg)
     if not cfg.navigating.enabled:
         vanilla = VanillaRollouts(policy, env_factory, rollout, params, show_progress, template, workers)
@@ -644,13 +644,14 @@ def synthesis_stage(cfg: Config, train_tasks, policy, env_factory, receive) -> S
 
     def synthesize(stored: list[Task], funnel: Funnel, on_round: RoundSink) -> tuple[list[Task], Funnel]:
         from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
-        from evolvekit.questioning.pipeline import known_tasks, synthesize_tasks
+        from evolvekit.questioning.pipeline import SynthesisSettings, known_tasks, synthesize_tasks
 
         explorer = role_llm(cfg.models, "explorer")
         if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
             explorer = policy  # the initial policy explores (no second copy of the same weights)
+        settings = SynthesisSettings.of(cfg)
         tasks, funnel, _ = synthesize_tasks(
-            cfg,
+            settings,
             cfg.questioning.synthetic_tasks,
             explorer,
             sampling_for(cfg.models.explorer, seed=cfg.run.seed),  # run.seed pins self-questioning's samples too
@@ -658,7 +659,7 @@ def synthesis_stage(cfg: Config, train_tasks, policy, env_factory, receive) -> S
             sampling_for(cfg.models.synthesizer, seed=cfg.run.seed + 1),
             env_factory,
             build_embedder(cfg.embedding).embed,
-            existing=known_tasks(cfg, train_tasks),
+            existing=known_tasks(settings.env, settings.eval_synthetic, train_tasks),
             on_round=on_round,
             resume=stored,
             funnel=funnel,
@@ -704,7 +705,7 @@ def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory):
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
     from evolvekit.questioning.coevolve import CoEvolveRegenerator, SignalTracker
     from evolvekit.questioning.curate import Deduplicator
-    from evolvekit.questioning.pipeline import Funnel, goal_explorer
+    from evolvekit.questioning.pipeline import Funnel, SynthesisSettings, goal_explorer
     from evolvekit.questioning.supply import CoEvolveHook
 
     co, q = cfg.coevolve, cfg.questioning
@@ -718,7 +719,9 @@ def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory):
         explorer = policy  # the current policy re-explores
     seed = cfg.run.seed + _COEVOLVE_SEED  # run.seed pins re-exploration too, apart from the first synthesis's draws
     run = goal_explorer(
-        cfg,
+        SynthesisSettings.of(cfg),
+        co.reexplore_rounds,
+        co.reexplore_steps,
         explorer,
         sampling_for(cfg.models.explorer, seed=seed),
         role_llm(cfg.models, "synthesizer"),

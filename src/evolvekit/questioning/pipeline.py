@@ -6,7 +6,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
-from evolvekit.config import Config, forced_choice
+from evolvekit.config import Config, EnvConfig, QuestioningConfig, forced_choice
 from evolvekit.engine.base import Capabilities
 from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, SamplingParams
@@ -36,13 +36,33 @@ class Funnel:
         return asdict(self)
 
 
-def sandbox_for(cfg: Config) -> dict:
+@dataclass(frozen=True)
+class SynthesisSettings:
+    """What self-questioning's pipeline reads of the config, gathered by the composition (``of``): the questioning
+    section, the environment, the synthesizer's number constraint resolved for its model, and the synthetic held-out
+    file dedup runs against."""
+
+    questioning: QuestioningConfig
+    env: EnvConfig
+    numbers_constrained: bool = False
+    eval_synthetic: str | None = None
+
+    @classmethod
+    def of(cls, cfg: Config) -> SynthesisSettings:
+        return cls(
+            questioning=cfg.questioning,
+            env=cfg.env,
+            numbers_constrained=forced_choice(cfg.questioning.numbers_constrained, cfg.models.synthesizer),
+            eval_synthetic=cfg.train.eval_synthetic,
+        )
+
+
+def sandbox_for(env: EnvConfig) -> dict:
     """The sandbox the explorer starts in: a task family's tool subset in the initial state of its first training
     task (a file tree for ``fs_chain``; an empty file system leaves an explorer little but ``ls`` that succeeds), or
     the configured backends in the initial state of a real training task that uses them (BFCL)."""
     from evolvekit.env.registry import env_tasks, has_task_source
 
-    env = cfg.env
     if env.family:
         from evolvekit.env.bfcl.families import get_family
 
@@ -61,15 +81,17 @@ def sandbox_for(cfg: Config) -> dict:
     return {"classes": classes, "initial_config": {}}
 
 
-def known_tasks(cfg: Config, train_tasks: Sequence[Task] | None = None) -> list[Task]:
+def known_tasks(
+    env: EnvConfig, eval_synthetic: str | None = None, train_tasks: Sequence[Task] | None = None
+) -> list[Task]:
     """The tasks a synthesis dedups against (§3.3): the environment's real training tasks (``train_tasks`` when the
     caller has them) and the synthetic held-out file, so no synthesized task copies a training or held-out one."""
     from evolvekit.env.registry import env_tasks, has_task_source
     from evolvekit.safejson import read_jsonl
 
     if train_tasks is None:
-        train_tasks = env_tasks(cfg.env, cfg.env.train_split) if has_task_source(cfg.env) else []
-    held = read_jsonl(cfg.train.eval_synthetic, Task, "a task") if cfg.train.eval_synthetic else []
+        train_tasks = env_tasks(env, env.train_split) if has_task_source(env) else []
+    held = read_jsonl(eval_synthetic, Task, "a task") if eval_synthetic else []
     return list(train_tasks) + list(held)
 
 
@@ -83,14 +105,13 @@ def synthetic_metadata(sandbox: dict) -> dict:
     return meta
 
 
-def scaffold_on(cfg: Config, llm: LLM) -> bool:
+def scaffold_on(mode: str, llm: LLM) -> bool:
     """questioning.scaffold: 'auto' turns the small-model scaffolds on for in-process (local) models."""
-    mode = cfg.questioning.scaffold
     return mode == "on" or (mode == "auto" and Capabilities.of(llm).constrained)
 
 
 def explorer_and_synthesizer(
-    cfg: Config,
+    settings: SynthesisSettings,
     explorer_llm: LLM,
     explorer_params: SamplingParams,
     synth_llm: LLM,
@@ -99,17 +120,17 @@ def explorer_and_synthesizer(
     sandbox: dict,
     agreement: ToolAgreement | None = None,
 ) -> tuple[Explorer, TaskSynthesizer]:
-    q = cfg.questioning
+    q = settings.questioning
     explorer = Explorer(
         explorer_llm,
         explorer_params,
         q.n_breadth,
         q.n_depth,
-        cfg.env.tool_rendering,
-        scaffold=scaffold_on(cfg, explorer_llm),
+        settings.env.tool_rendering,
+        scaffold=scaffold_on(q.scaffold, explorer_llm),
         show_start=q.explore_state,
     )
-    targeted = scaffold_on(cfg, synth_llm)
+    targeted = scaffold_on(q.scaffold, synth_llm)
     shots: list[tuple[str, str]] = []
     follow: list[tuple[str, str]] = []
     chained: list[tuple[str, str]] = []
@@ -134,7 +155,7 @@ def explorer_and_synthesizer(
         chain_shots=chained,
         candidates=q.request_candidates,
         agreement=agreement,
-        numbers_constrained=forced_choice(q.numbers_constrained, cfg.models.synthesizer),
+        numbers_constrained=settings.numbers_constrained,
     )
 
 
@@ -150,7 +171,7 @@ def _reseed(explorer: Explorer, synth: TaskSynthesizer, done: int) -> None:
 
 
 def synthesize_tasks(
-    cfg: Config,
+    settings: SynthesisSettings,
     n: int,
     explorer_llm: LLM,
     explorer_params: SamplingParams,
@@ -177,11 +198,11 @@ def synthesize_tasks(
     ``probe`` (with ``questioning.pass_filter_samples`` > 0) scores the policy's attempts at each curated task; only
     tasks with mixed outcomes are kept (``learnable``).
     """
-    q = cfg.questioning
-    sandbox = sandbox_for(cfg)
-    checks = curation_checks(cfg, make_env, sandbox, embed)
+    q = settings.questioning
+    sandbox = sandbox_for(settings.env)
+    checks = curation_checks(q, make_env, sandbox, embed)
     explorer, synth = explorer_and_synthesizer(
-        cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env, sandbox, checks.agreement
+        settings, explorer_llm, explorer_params, synth_llm, synth_params, make_env, sandbox, checks.agreement
     )
     dedup = Deduplicator(embed, q.lexical_dedup_threshold, q.semantic_dedup_threshold)
     dedup.seed(list(existing) + list(resume))
@@ -196,7 +217,7 @@ def synthesize_tasks(
         traces += new
         funnel.explored += len(new)
         funnel.explored_calls += sum(len(t.successful_calls()) for t in new)
-        rep = synth.synthesize(new, cfg.env.name, meta)
+        rep = synth.synthesize(new, settings.env.name, meta)
         funnel.synthesized += len(rep.tasks)
         funnel.synthesis_unparseable += rep.unparseable
         funnel.unchained += rep.unchained
@@ -250,9 +271,10 @@ class CurationChecks:
     agreement: ToolAgreement | None = None
 
 
-def curation_checks(cfg: Config, make_env: Callable[[], Environment], sandbox: dict, embed=None) -> CurationChecks:
-    """The checks ``cfg.questioning`` asks for; tool agreement reads the sandbox's tools from one reset."""
-    q = cfg.questioning
+def curation_checks(
+    q: QuestioningConfig, make_env: Callable[[], Environment], sandbox: dict, embed=None
+) -> CurationChecks:
+    """The checks the questioning section asks for; tool agreement reads the sandbox's tools from one reset."""
     agreement = None
     if q.tool_agreement:
         if embed is None:
@@ -310,7 +332,9 @@ def curate_new(
 
 
 def goal_explorer(
-    cfg: Config,
+    settings: SynthesisSettings,
+    rounds: int,
+    steps: int,
     explorer_llm: LLM,
     explorer_params: SamplingParams,
     synth_llm: LLM,
@@ -319,25 +343,24 @@ def goal_explorer(
     dedup: Deduplicator,
     funnel: Funnel,
 ) -> Callable[[str, str], list[Task]]:
-    """CoEvolve §3.2: re-explore from a signal context (``reexplore_rounds`` runs × ``reexplore_steps`` steps),
-    then synthesize and curate like any exploration."""
-    co = cfg.coevolve
-    sandbox = sandbox_for(cfg)
-    checks = curation_checks(cfg, make_env, sandbox, dedup.embed)
+    """CoEvolve §3.2: re-explore from a signal context (``rounds`` runs × ``steps`` steps: ``coevolve.reexplore_rounds``
+    and ``reexplore_steps``), then synthesize and curate like any exploration."""
+    sandbox = sandbox_for(settings.env)
+    checks = curation_checks(settings.questioning, make_env, sandbox, dedup.embed)
     explorer, synth = explorer_and_synthesizer(
-        cfg, explorer_llm, explorer_params, synth_llm, synth_params, make_env, sandbox, checks.agreement
+        settings, explorer_llm, explorer_params, synth_llm, synth_params, make_env, sandbox, checks.agreement
     )
     meta = synthetic_metadata(sandbox)
 
     def explore(goal: str) -> list[ExplorationTrace]:
         _reseed(explorer, synth, funnel.explored)  # each re-exploration draws anew
-        return explorer.explore(make_env, sandbox, co.reexplore_rounds, co.reexplore_steps, goal=goal)
+        return explorer.explore(make_env, sandbox, rounds, steps, goal=goal)
 
     return _Reexplore(
         explore,
         lambda tasks: curate_new(tasks, dedup, make_env, funnel, checks),
         synth,
-        cfg.env.name,
+        settings.env.name,
         meta,
         funnel,
     )
