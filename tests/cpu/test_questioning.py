@@ -679,18 +679,25 @@ def test_targeted_synthesis_parsing_windows_and_shots():
     assert len(shots) == 1 and shots[0][1] == "What is 1 plus 2?" and '"add"' in shots[0][0] and "3" in shots[0][0]
 
 
-def test_a_family_is_explored_in_the_initial_state_of_its_first_training_task():
-    """fs_chain's explorer starts in a real training task's file tree, so reading, entering and moving its files can
-    succeed (in an empty file system only ls and creations could: an fs_chain evidence run synthesized mostly
+def test_a_family_is_explored_in_a_state_its_own_generator_draws():
+    """fs_chain's explorer starts in a file tree the family's generator draws (not a person-written task's), so
+    reading, entering and moving its files can succeed (in an empty file system only ls and creations could: an fs_chain evidence run synthesized mostly
     ls(a=True) tasks); a family without state (arith_turns) keeps an empty one."""
     from evolvekit.env.base import Action
+    from evolvekit.env.bfcl.families import get_family
     from evolvekit.env.registry import env_tasks
+    from evolvekit.questioning import pipeline
     from evolvekit.questioning.pipeline import sandbox_for
 
     cfg = load_config(None, ["env.family=fs_chain"])
     sandbox = sandbox_for(cfg.env)
-    first = env_tasks(cfg.env, cfg.env.train_split)[0]
-    assert sandbox["initial_config"] == first.initial_config and sandbox["tools"][0] == "ls"
+    assert sandbox["initial_config"] == get_family("fs_chain").sandbox_state() and sandbox["tools"][0] == "ls"
+    # drawn from the family's generator at its own seed, never read off a person-written task (issue 51)
+    train = env_tasks(cfg.env, cfg.env.train_split)
+    assert sandbox["initial_config"] and sandbox["initial_config"] != train[0].initial_config
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("evolvekit.env.registry.env_tasks", lambda *a, **k: pytest.fail("read a person-written task"))
+        assert pipeline.sandbox_for(cfg.env) == sandbox
     files = sandbox["initial_config"]["GorillaFileSystem"]["root"]["workspace"]["contents"]
     name = next(n for n, f in files.items() if f["type"] == "file")
     env = make_env(cfg.env)

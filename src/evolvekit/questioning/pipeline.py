@@ -58,17 +58,17 @@ class SynthesisSettings:
 
 
 def sandbox_for(env: EnvConfig) -> dict:
-    """The sandbox the explorer starts in: a task family's tool subset in the initial state of its first training
-    task (a file tree for ``fs_chain``; an empty file system leaves an explorer little but ``ls`` that succeeds), or
-    the configured backends in the initial state of a real training task that uses them (BFCL)."""
+    """The sandbox the explorer starts in: a task family's tool subset in a state drawn from the family's own
+    generator (``TaskFamily.sandbox_state``: a file tree for ``fs_chain``; an empty file system leaves an explorer
+    little but ``ls`` that succeeds), or the configured backends in the initial state of a real training task that
+    uses them (BFCL's own tasks: their initial state is what the agent is shown, not gold; noted in issue 51)."""
     from evolvekit.env.registry import env_tasks, has_task_source
 
     if env.family:
         from evolvekit.env.bfcl.families import get_family
 
         fam = get_family(env.family)
-        first = env_tasks(env, env.train_split)[0] if fam.generator is not None else None
-        state = first.initial_config if first is not None else {}
+        state = fam.sandbox_state()  # the family's generator, not a person-written task
         return {"classes": list(fam.classes), "tools": list(fam.tools), "initial_config": state, "family": fam.name}
 
     classes = list(env.backends)

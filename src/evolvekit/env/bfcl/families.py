@@ -96,6 +96,15 @@ class TaskFamily:
             )
         return out
 
+    def sandbox_state(self) -> dict:
+        """An initial state for exploration drawn from the family's own generator at a seed of its own (not a
+        split's), so self-questioning starts in a state the environment makes, never one read off a person-written
+        task (the information boundary, boundary.py); ``{}`` for a family without state or without a generator."""
+        if self.generator is None:
+            return {}
+        drawn = self.generator(random.Random(f"sandbox:{self.name}"))
+        return dict(drawn[2]) if len(drawn) == 3 else {}
+
     def _draw(self, seed: int, count: int, exclude: set[str] | None = None) -> list[tuple[Any, list, dict]]:
         assert self.generator is not None
         rng = random.Random(seed)
