@@ -246,3 +246,60 @@ def test_read_only_methods_leave_the_state_unchanged():
             env.close()
     declared = {(cls, name) for cls, names in READ_ONLY.items() for name in names}
     assert declared <= exercised, sorted(declared - exercised)  # a declaration nothing checked is not kept
+
+
+def test_the_one_pass_state_walk_equals_copy_then_walk():
+    """Issue 52: a writing call walks its backend's state. The one-pass walk (``_state_leaves``) must give exactly
+    the leaves of the plain definition (``_plain`` copy, then its leaves): on every multi_turn_base task's backends
+    after each reference call, and on odd objects (cycles, sets, text keys that collide, deep nesting, random
+    generators, int subclasses, callables, a ``parent`` link)."""
+    import copy
+    import enum
+    import random
+
+    from evolvekit.env.bfcl.env import _plain_leaves, _state_leaves
+
+    compared = 0
+    for task in data.load_tasks("multi_turn_base")[:40]:
+        env = BfclEnv()
+        env.reset(task)
+        assert _state_leaves(env.instances) == _plain_leaves(env.instances)
+        for call in [c for turn in task.reference_solution or [] for c in turn]:
+            owner = env.method_owner.get(call.name)
+            try:
+                getattr(env.instances[owner], call.name)(**copy.deepcopy(call.arguments))
+            except Exception:  # noqa: BLE001 - a failing call leaves some state too
+                pass
+            assert _state_leaves(env.instances) == _plain_leaves(env.instances), (task.task_id, call.name)
+            compared += 1
+        env.close()
+    assert compared > 100
+
+    class Colour(enum.IntEnum):
+        RED = 1
+
+    class Node:
+        def __init__(self, name, parent=None):
+            self.name, self.parent, self.children, self.tags = name, parent, [], {"b", "a", 3}
+            self.rng, self.fn, self.kind = random.Random(0), len, Colour.RED
+
+    root = Node("root")
+    root.children = [Node("c1", root), Node("c2", root)]
+    root.children[0].children = [root]  # a cycle
+    deep: dict = {}
+    cur = deep
+    for _ in range(80):  # deeper than the 64-level cut
+        cur["x"] = {}
+        cur = cur["x"]
+    odd = {
+        "root": root,
+        "collide": {1: "int", "1": "text", "k": (1, [2, {"z": None}])},
+        "deep": deep,
+        "frozen": frozenset({("t", 1), ("s", 2)}),
+        "empty": {"d": {}, "l": [], "o": Node("e")},
+        "callable": {"f": len, "obj": object()},
+    }
+    for value in odd.values():
+        holder = type("Backend", (), {})()
+        holder.state = value
+        assert _state_leaves({"GorillaFileSystem": holder}) == _plain_leaves({"GorillaFileSystem": holder})

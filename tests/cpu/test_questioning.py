@@ -681,8 +681,9 @@ def test_targeted_synthesis_parsing_windows_and_shots():
 
 def test_a_family_is_explored_in_a_state_its_own_generator_draws():
     """fs_chain's explorer starts in a file tree the family's generator draws (not a person-written task's), so
-    reading, entering and moving its files can succeed (in an empty file system only ls and creations could: an fs_chain evidence run synthesized mostly
-    ls(a=True) tasks); a family without state (arith_turns) keeps an empty one."""
+    reading, entering and moving its files can succeed (in an empty file system only ls and creations could: an
+    fs_chain evidence run synthesized mostly ls(a=True) tasks); a family without state (arith_turns) keeps an empty
+    one."""
     from evolvekit.env.base import Action
     from evolvekit.env.bfcl.families import get_family
     from evolvekit.env.registry import env_tasks
