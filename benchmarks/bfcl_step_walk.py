@@ -58,9 +58,8 @@ def main() -> None:
     values = bfcl_env._leaf_count(config, 10**9)
     print(f"initial state: {values} values (cap {bfcl_env.MAX_CONFIG_LEAVES}); state leaves: {leaves}")
     for name, ts in got.items():
-        print(
-            f"{name}: writing step median {statistics.median(ts) * 1000:.1f} ms (runs: {[round(t * 1000, 1) for t in ts]})"
-        )
+        runs = [round(t * 1000, 1) for t in ts]
+        print(f"{name}: writing step median {statistics.median(ts) * 1000:.1f} ms (runs: {runs})")
     ratio = statistics.median(got["copy-then-walk"]) / statistics.median(got["one-pass"])
     print(f"one-pass is {ratio:.2f}x the speed of copy-then-walk")
 
