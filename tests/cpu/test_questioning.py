@@ -794,6 +794,7 @@ def test_targeted_synthesizer_uses_the_chosen_window_as_reference():
     assert rep.tasks[0].query == "What is 0 plus 1?" and rep.unparseable == 1  # "sure" is not a request
 
 
+@pytest.mark.slow
 def test_scaffold_constrains_the_depth_step_tool_name_to_real_tools(tmp_path):
     """Where the explorer chooses the tool (depth steps), the scaffold restricts the name to the sandbox's tools,
     and the arguments to what the chosen tool's schema accepts."""

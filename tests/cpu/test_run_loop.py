@@ -67,6 +67,7 @@ def _weights(path) -> dict[str, torch.Tensor]:
     return load_file(str(Path(path) / "model.safetensors"))
 
 
+@pytest.mark.slow
 def test_two_iterations_train_and_write_everything(tiny, tmp_path, caplog):
     cfg, run_dir, store = open_run(load_config(_config(tiny, tmp_path)), None)
     with caplog.at_level("INFO", logger="evolvekit.orchestrator.loop"):
