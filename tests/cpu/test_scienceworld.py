@@ -113,3 +113,81 @@ def test_a_bad_sandbox_config_is_one_env_error_naming_the_field(sandbox, field):
             env.reset(None, sandbox)
     finally:
         env.close()
+
+
+@pytest.mark.slow
+def test_the_stepwise_start_builds_what_the_librarys_constructor_builds():
+    """``_start_simulator`` is ScienceWorld's own constructor in steps: the same attributes, and a working
+    simulator."""
+    from scienceworld import ScienceWorldEnv as _SW
+
+    from evolvekit.env.scienceworld import _close, _start_simulator
+
+    theirs, ours = _SW("", envStepLimit=7), _start_simulator(7)
+    try:
+        assert set(vars(ours)) == set(vars(theirs)) and ours.envStepLimit == 7
+        ours.load("boil", 0, "", generateGoldPath=False)
+        assert "Your task is to" in ours.get_task_description()
+    finally:
+        _close(theirs), _close(ours)
+    assert _java_children(expect=0) == 0
+
+
+@pytest.mark.slow
+def test_a_start_past_its_deadline_kills_its_jvm_and_says_cancelled():
+    """Issue 52 (3, 'work that is cancelled, not orphaned'): a JVM still starting at its request's deadline is
+    killed then, not left to finish starting and closed afterwards."""
+    from evolvekit.env.cancel import Cancelled, deadline
+    from evolvekit.env.scienceworld import ScienceWorldEnv
+
+    t0 = time.monotonic()
+    with pytest.raises(Cancelled), deadline(time.monotonic() + 0.05):  # the JVM alone takes ~0.1 s to print its port
+        ScienceWorldEnv()
+    assert time.monotonic() - t0 < 0.9  # the whole start takes ~1.1 s alone, 5-6 s on a busy machine
+    assert _java_children(expect=0) == 0
+
+
+@pytest.mark.slow
+def test_a_reset_past_its_deadline_kills_the_jvm_and_one_in_time_leaves_it_running():
+    from evolvekit.env.cancel import Cancelled, deadline
+    from evolvekit.env.scienceworld import ScienceWorldEnv
+
+    env = ScienceWorldEnv()
+    try:
+        with deadline(time.monotonic() + 30):
+            env.reset(None, {"task_name": "boil", "variation": 0})
+        time.sleep(0.2)
+        assert _java_children(expect=1) == 1 and "This room" in env.step(_look()).observation  # no stop ran
+        with pytest.raises(Cancelled), deadline(time.monotonic() - 1):
+            env.reset(None, {"task_name": "boil", "variation": 1})
+        assert _java_children(expect=0) == 0
+    finally:
+        env.close()
+
+
+def _look():
+    from evolvekit.env.action_text import parse_action
+
+    return parse_action("look around")
+
+
+@pytest.mark.slow
+def test_a_create_past_its_deadline_answers_504_and_leaves_no_jvm():
+    """Issue 52 (3, 4): `env serve` answers a ScienceWorld /create that passes create_timeout_s with a 504, and the
+    JVM that was starting is gone by then, not closed later."""
+    import httpx
+    from conftest import serving
+
+    from evolvekit.env.service.server import ServiceSettings, create_app
+
+    settings = ServiceSettings(envs=("scienceworld",), create_timeout_s=0.3)
+    with serving(create_app(settings)) as url:
+        t0 = time.monotonic()
+        r = httpx.post(url + "/create", json={"env": "scienceworld"}, timeout=30)
+        assert r.status_code == 504 and "exceeded 0.3s" in r.json()["detail"]
+        assert time.monotonic() - t0 < 0.9  # the whole start takes ~1.1 s alone
+        until = time.monotonic() + 0.4  # a killed JVM exits within milliseconds; left to start, it runs ~1 s more
+        while _java_children() and time.monotonic() < until:
+            time.sleep(0.02)
+        assert _java_children() == 0
+        assert httpx.get(url + "/healthz").status_code == 200

@@ -10,9 +10,13 @@ kitchen``), and the simulator's answer is the next user message. The score is th
 from __future__ import annotations
 
 import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from evolvekit.config import EnvConfig
+from evolvekit.env import cancel
 from evolvekit.env.base import Action, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult
 from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.errors import EnvError
@@ -36,6 +40,71 @@ def scienceworld_available() -> str | None:
     return None
 
 
+def _kill(sim: Any) -> None:
+    proc = sim._gateway.java_process
+    if proc.poll() is None:
+        proc.kill()
+
+
+@contextmanager
+def _stopped_at_deadline(sim: Any) -> Iterator[None]:
+    """Under a request's deadline (env/cancel.py), kill the JVM when the deadline passes inside the block: a call
+    into it cannot be interrupted otherwise. The call then fails, and that failure is reported as ``Cancelled``."""
+    cancel.on_expiry(lambda: _kill(sim))
+    try:
+        yield
+    except Exception as err:
+        if cancel.expired():
+            raise cancel.Cancelled("the request's deadline passed; the simulator's JVM was stopped") from err
+        raise
+
+
+def _start_simulator(step_limit: int) -> Any:
+    """ScienceWorld's own constructor (``scienceworld.ScienceWorldEnv.__init__``, without its debug mode), in its
+    steps, so that under a request's deadline the JVM is killed at the deadline from the moment it has started (it
+    prints its port about 0.1 s after its launch; building the simulator inside it takes most of the start)."""
+    from py4j.java_gateway import CallbackServerParameters, GatewayParameters, JavaGateway, launch_gateway
+    from scienceworld import ScienceWorldEnv as _SW
+    from scienceworld.constants import BASEPATH, JAR_PATH
+
+    port, proc = launch_gateway(classpath=JAR_PATH, die_on_exit=True, cwd=BASEPATH, return_proc=True)
+    sim = _SW.__new__(_SW)
+    try:
+        sim._gateway = JavaGateway(
+            gateway_parameters=GatewayParameters(auto_field=True, port=port),
+            callback_server_parameters=CallbackServerParameters(port=0, daemonize=True),
+            java_process=proc,
+        )
+    except BaseException:
+        proc.kill()
+        raise
+    try:
+        with _stopped_at_deadline(sim):
+            gateway = sim._gateway
+            python_port = gateway.get_callback_server().get_listening_port()
+            server = gateway.java_gateway_server
+            server.resetCallbackClient(server.getCallbackClient().getAddress(), python_port)
+            sim.server = gateway.jvm.scienceworld.runtime.pythonapi.PythonInterface()
+    except BaseException:
+        _close(sim)
+        raise
+    sim.lastStepScore = 0
+    sim.taskName = None
+    sim.envStepLimit = step_limit
+    sim.clear_run_histories()
+    sim.goldPathGenerated = False
+    sim._obj_tree_tempdir = tempfile.TemporaryDirectory()
+    return sim
+
+
+def _close(sim: Any) -> None:
+    try:
+        sim.close()
+    except Exception:  # noqa: BLE001 - the gateway may already be gone
+        pass
+    _kill(sim)
+
+
 class ScienceWorldEnv:
     """Tasks carry ``metadata.task_name`` and ``metadata.variation``; the action is the message text."""
 
@@ -45,9 +114,7 @@ class ScienceWorldEnv:
         reason = scienceworld_available()
         if reason:
             raise EnvError(f"ScienceWorld unavailable: {reason}")
-        from scienceworld import ScienceWorldEnv as _SW
-
-        self._env = _SW("", envStepLimit=step_limit)
+        self._env = _start_simulator(step_limit)
         self.task: Task | None = None
         self.score = 0.0
         self.steps = 0
@@ -77,8 +144,9 @@ class ScienceWorldEnv:
         variation = meta.get("variation", 0)
         if isinstance(variation, bool) or not isinstance(variation, int) or not 0 <= variation < 10_000:
             raise EnvError(f"{where}.variation: must be an integer from 0, got {str(variation)[:30]!r}")
-        self._env.load(task_name, variation, "", generateGoldPath=False)
-        obs, info = self._env.reset()
+        with _stopped_at_deadline(self._env):
+            self._env.load(task_name, variation, "", generateGoldPath=False)
+            obs, info = self._env.reset()
         self.task, self.score, self.steps, self.done = task, 0.0, 0, False
         system = SYSTEM.format(actions="\n".join(self._env.get_possible_actions()))
         return ResetResult(
@@ -106,10 +174,7 @@ class ScienceWorldEnv:
         """Shut the simulator's JVM down (it holds ~180 MB)."""
         env, self._env = getattr(self, "_env", None), None
         if env is not None:
-            try:
-                env.close()
-            except Exception:  # noqa: BLE001 - the gateway may already be gone
-                pass
+            _close(env)
 
     def variations(self, task_name: str) -> dict[str, list[int]]:
         """ScienceWorld's own train/dev/test variations of one task type."""
