@@ -30,7 +30,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "grounded": ("attributing/grounded.py", ["tests/cpu/test_grounded.py", "tests/cpu/test_attributing.py"]),
     "gigpo": ("attributing/gigpo.py", ["tests/cpu/test_gigpo.py"]),
     "coevolve": ("questioning/coevolve.py", ["tests/cpu/test_questioning.py"]),
-    "pool": ("navigating/pool.py", ["tests/cpu/test_navigating.py"]),
+    "pool": ("navigating/pool.py", ["tests/cpu/test_pool.py", "tests/cpu/test_navigating.py"]),
     "rewards": ("train/rewards.py", ["tests/cpu/test_rewards.py", "tests/cpu/test_templates.py"]),
 }
 
@@ -55,7 +55,9 @@ def mutate(name: str, module: str, tests: list[str], work: Path) -> dict:
             'source_paths = ["src/evolvekit/"]\n'
             f'only_mutate = ["src/evolvekit/{module}"]\n'
             f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
-            'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q", "-o", "addopts="]\n'
+            # the fast tier only (since 2026-11-27; earlier rows ran slow tests too): a mutant only a slow test
+            # catches counts as a survivor
+            'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q", "-o", "addopts=", "-m", "not slow"]\n'
             'also_copy = ["configs/", "examples/"]\n'  # files tests read by path (a family's worked examples)
         )
     env = {**os.environ, "PYTHONPATH": str(copy / "src")}
