@@ -23,3 +23,26 @@ def test_every_committed_spec_reports_to_its_committed_results():
     for spec in sorted(root.glob("configs/evidence_*.yaml")):
         out = root / default_out(spec, "unused")
         assert out.with_suffix(".md").is_file(), spec.name
+
+
+def test_tool_call_share_counts_rollouts_with_a_call_in_the_asked_iterations(tmp_path):
+    from tool_call_share import tool_call_share  # benchmarks/tool_call_share.py
+
+    from evolvekit.store.sqlite import RunStore
+    from evolvekit.types import Step, ToolCall, Trajectory
+
+    def traj(calls: bool) -> Trajectory:
+        steps = [Step(index=0, action_text="3"), Step(index=1, action_text="x", tool_calls=[ToolCall(name="add")])]
+        return Trajectory(task_id="t", steps=steps if calls else steps[:1])
+
+    store = RunStore(tmp_path / "run.sqlite")
+    with store.transaction() as c:
+        store.put_trajectories(c, [traj(True), traj(False)], 0, "train")
+        store.put_trajectories(c, [traj(True)], 1, "train")
+        store.put_trajectories(c, [traj(True)], 2, "train")  # not asked
+        store.put_trajectories(c, [traj(True)], 0, "eval")  # not training
+    store.close()
+    assert tool_call_share(tmp_path, [0, 1]) is None  # unfinished: no summary.json
+    (tmp_path / "summary.json").write_text("{}")
+    assert tool_call_share(tmp_path, [0, 1]) == (2, 3)
+    assert tool_call_share(tmp_path, [2]) == (1, 1)
