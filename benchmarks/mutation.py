@@ -25,13 +25,24 @@ ROOT = Path(__file__).resolve().parents[1]
 # module (under src/evolvekit) -> the fast tests that exercise it
 MODULES: dict[str, tuple[str, list[str]]] = {
     "losses": ("train/losses.py", ["tests/cpu/test_losses.py", "tests/cpu/test_attributing.py"]),
-    "samples": ("train/samples.py", ["tests/cpu/test_templates.py", "tests/cpu/test_agent.py"]),
+    "samples": ("train/samples.py", ["tests/cpu/test_samples.py", "tests/cpu/test_templates.py"]),
     "credit": ("attributing/credit.py", ["tests/cpu/test_attributing.py"]),
     "grounded": ("attributing/grounded.py", ["tests/cpu/test_grounded.py", "tests/cpu/test_attributing.py"]),
     "gigpo": ("attributing/gigpo.py", ["tests/cpu/test_gigpo.py"]),
     "coevolve": ("questioning/coevolve.py", ["tests/cpu/test_questioning.py"]),
     "pool": ("navigating/pool.py", ["tests/cpu/test_pool.py", "tests/cpu/test_navigating.py"]),
     "rewards": ("train/rewards.py", ["tests/cpu/test_rewards.py", "tests/cpu/test_templates.py"]),
+    # the registered advantage estimators and step-credit sources (issue 55's registries), the LLM attributor
+    "advantages": ("train/advantages.py", ["tests/cpu/test_advantages.py"]),
+    "estimators": ("attributing/estimators.py", ["tests/cpu/test_advantages.py"]),
+    "sources": ("attributing/sources.py", ["tests/cpu/test_advantages.py", "tests/cpu/test_attributing.py"]),
+    "attributor": ("attributing/attributor.py", ["tests/cpu/test_attributing.py"]),
+    # the stage wiring of the orchestrator's builder
+    "build": (
+        "orchestrator/build.py",
+        ["tests/cpu/test_advantages.py", "tests/cpu/test_boundary.py", "tests/cpu/test_questioning.py"]
+        + ["tests/cpu/test_navigating.py", "tests/cpu/test_attributing.py", "tests/cpu/test_run_loop.py"],
+    ),
 }
 
 
