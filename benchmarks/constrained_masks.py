@@ -1,26 +1,51 @@
-"""Guided JSON decoding: evolvekit's lm-format-enforcer constraint against llguidance, per generated token.
+"""Guided JSON decoding per token, before and after the swap to llguidance (issue 54), paired in one process.
 
-    .venv/bin/pip install -e '.[guidance]' -c constraints.txt     # llguidance, pinned (not installed by setup.sh)
+    .venv/bin/pip install -e '.[lmfe]' -c constraints.txt     # lm-format-enforcer, for "before" only
     .venv/bin/python benchmarks/constrained_masks.py --tasks 20
 
-The explorer scaffold decodes a tool's arguments under its JSON schema (``llm/constrain.py: SchemaConstraint``, a
-character-level parser walked over the tokenizer's vocabulary in Python): the hottest Python code of a traced
-quickstart (issue 54). Here both libraries follow the same token sequences: every reference call of the first
-``--tasks`` BFCL ``multi_turn_base`` tasks, its arguments written as compact JSON and tokenized by the embedded
-SmolLM2 tokenizer, under that tool's parameter schema (``json_schema``, strings capped at 64 characters, as the
-explorer does). For each token: the time to advance past the previous token and compute the next allowed set
-(evolvekit: ``advance`` + ``allowed()``, a list of token ids; llguidance: ``consume_token`` + a filled bitmask),
-and whether the real next token is in it. Prints one-off set-up times (vocabulary preparation, per-schema
-construction) and per-token medians. BFCL's references are read here only as realistic JSON to decode; nothing on
-the training side runs this.
+The explorer scaffold decodes a tool's arguments under its JSON schema (``llm/constrain.py: SchemaConstraint``).
+Before: lm-format-enforcer's character-level parser walked over the tokenizer's vocabulary in Python (the
+constraint as it was at commit c81b8b8, read from git), with evolvekit's rules for small models as Python list
+filters. After: llguidance's token mask, with the same rules as boolean masks. Both follow the same token sequences:
+every reference call of the first ``--tasks`` BFCL ``multi_turn_base`` tasks, its arguments written as JSON (compact,
+and with a space after ":" and ",") and tokenized by the embedded SmolLM2 tokenizer, under that tool's parameter
+schema. Per token: the time to advance past the previous token and give the next allowed ids (what the decode batch
+reads), whether the two allowed sets are equal, where they differ (the first three differing tokens of each kind),
+and whether the real next token is allowed. BFCL's references are read here only as realistic JSON to decode;
+nothing on the training side runs this.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
+import subprocess
+import sys
 import time
+from collections import Counter
+from pathlib import Path
+
+BEFORE = "c81b8b8"  # the last commit whose SchemaConstraint used lm-format-enforcer
+
+
+def load_before(root: Path):
+    """``llm/constrain.py`` as it was at ``BEFORE``, as a module of its own."""
+    text = subprocess.run(
+        ["git", "-C", str(root), "show", f"{BEFORE}:src/evolvekit/llm/constrain.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    path = Path("/tmp") / f"evolvekit_constrain_{BEFORE}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("constrain_before", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["constrain_before"] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> None:
@@ -28,104 +53,103 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=20)
     args = ap.parse_args()
 
-    import llguidance
-    import llguidance.hf
-    import llguidance.torch as lltorch
     from transformers import AutoTokenizer
 
     from evolvekit.env.bfcl import data
     from evolvekit.env.bfcl.env import BfclEnv
-    from evolvekit.llm.constrain import SchemaConstraint, SchemaVocabulary, json_schema
+    from evolvekit.llm import constrain as after
     from evolvekit.llm.embedded import smollm2_folder
 
+    before = load_before(Path(__file__).resolve().parents[1])
     tok = AutoTokenizer.from_pretrained(str(smollm2_folder()))
     eos = {tok.eos_token_id}
     t0 = time.perf_counter()
-    vocab = SchemaVocabulary(tok, eos)
-    setup_ours = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    lltok = llguidance.hf.from_tokenizer(tok)
-    setup_ll = time.perf_counter() - t0
-    mask = lltorch.allocate_token_bitmask(1, lltok.vocab_size)
+    vocab_before = before.SchemaVocabulary(tok, eos)
+    t1 = time.perf_counter()
+    vocab_after = after.SchemaVocabulary(tok, eos)
+    setup = {"before": round(t1 - t0, 2), "after": round(time.perf_counter() - t1, 2)}
 
     cases = []
     for task in data.load_tasks("multi_turn_base")[: args.tasks]:
         env = BfclEnv()
         tools = {t.name: t for t in env.reset(task).tools}
         env.close()
-        for turn in task.reference_solution:
+        for turn in task.reference_solution or []:
             for call in turn:
                 if call.name in tools:
                     params = dict(tools[call.name].parameters or {})
                     params.setdefault("type", "object")
                     params.setdefault("properties", {})
-                    text = json.dumps(call.arguments, separators=(",", ":"))
-                    cases.append((params, tok.encode(text, add_special_tokens=False)))
+                    for seps in ((",", ":"), (", ", ": ")):
+                        text = json.dumps(call.arguments, separators=seps)
+                        cases.append((params, tok.encode(text, add_special_tokens=False)))
 
-    ours_ms, ll_ms, build_ours, build_ll = [], [], [], []
-    ours_ok = ll_ok = tokens = 0
+    ms: dict[str, list[float]] = {"before": [], "after": []}
+    build: dict[str, list[float]] = {"before": [], "after": []}
+    real = Counter()
+    same = tokens = 0
+    differences: Counter = Counter()
+
+    def show(ids) -> str:
+        return ", ".join(sorted(repr(tok.decode([i])) for i in list(ids)[:3]))
+
     for params, ids in cases:
         t0 = time.perf_counter()
-        c = SchemaConstraint(vocab, params)
-        build_ours.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        m = llguidance.LLMatcher(lltok, llguidance.LLMatcher.grammar_from_json_schema(json_schema(params, 64)))
-        build_ll.append(time.perf_counter() - t0)
-        ours_live, ll_live = True, True
+        b = before.SchemaConstraint(vocab_before, params)
+        t1 = time.perf_counter()
+        a = after.SchemaConstraint(vocab_after, params)
+        t2 = time.perf_counter()
+        build["before"].append(t1 - t0)
+        build["after"].append(t2 - t1)
         for t in ids:
             tokens += 1
-            if ours_live:
-                t0 = time.perf_counter()
-                allowed = set(c.allowed())
-                ours_ms.append(1000 * (time.perf_counter() - t0))
-                if t in allowed:
-                    ours_ok += 1
-                    t0 = time.perf_counter()
-                    nxt = c.advance(t)
-                    ours_ms[-1] += 1000 * (time.perf_counter() - t0)
-                    ours_live = isinstance(nxt, SchemaConstraint)
-                    c = nxt if ours_live else c
-                else:
-                    ours_live = False
-            if ll_live:
-                t0 = time.perf_counter()
-                lltorch.fill_next_token_bitmask(m, mask, 0)
-                ll_ms.append(1000 * (time.perf_counter() - t0))
-                if (int(mask[0, t // 32]) >> (t % 32)) & 1:
-                    ll_ok += 1
-                    t0 = time.perf_counter()
-                    m.consume_token(t)
-                    ll_ms[-1] += 1000 * (time.perf_counter() - t0)
-                    ll_live = not m.is_error()
-                else:
-                    ll_live = False
+            t0 = time.perf_counter()
+            ids_b = b.allowed()  # a list of ids
+            t1 = time.perf_counter()
+            ids_a = a.allowed()  # a tensor of ids
+            t2 = time.perf_counter()
+            ms["before"].append(1000 * (t1 - t0))
+            ms["after"].append(1000 * (t2 - t1))
+            allowed_b, allowed_a = set(ids_b), set(ids_a.tolist())  # not timed: the decode batch takes either
+            same += allowed_a == allowed_b
+            if allowed_a != allowed_b:
+                only_b, only_a = allowed_b - allowed_a, allowed_a - allowed_b
+                differences[(show(only_b), show(only_a))] += 1
+            real["before"] += t in allowed_b
+            real["after"] += t in allowed_a
+            if t not in allowed_a or t not in allowed_b:
+                break
+            t0 = time.perf_counter()
+            nb = b.advance(t)
+            t1 = time.perf_counter()
+            na = a.advance(t)
+            t2 = time.perf_counter()
+            ms["before"][-1] += 1000 * (t1 - t0)
+            ms["after"][-1] += 1000 * (t2 - t1)
+            if nb is not b or na is not a:  # the value is complete (or a dead end) for either
+                break
 
-    def q(xs: list[float], p: float) -> float:
-        return statistics.quantiles(xs, n=100)[int(p) - 1] if len(xs) > 1 else (xs[0] if xs else 0.0)
+    def q(xs: list[float], p: int) -> float:
+        return statistics.quantiles(xs, n=100)[p - 1] if len(xs) > 1 else (xs[0] if xs else 0.0)
 
     out = {
         "calls": len(cases),
         "tokens": tokens,
-        "vocabulary_setup_s": {"evolvekit": round(setup_ours, 2), "llguidance": round(setup_ll, 2)},
-        "schema_build_ms_median": {
-            "evolvekit": round(1000 * statistics.median(build_ours), 3),
-            "llguidance": round(1000 * statistics.median(build_ll), 3),
-        },
-        "per_token_ms_median": {
-            "evolvekit": round(statistics.median(ours_ms), 3),
-            "llguidance": round(statistics.median(ll_ms), 3),
-        },
-        "per_token_ms_p90": {"evolvekit": round(q(ours_ms, 90), 3), "llguidance": round(q(ll_ms, 90), 3)},
-        "per_token_ms_mean": {
-            "evolvekit": round(statistics.fmean(ours_ms), 3),
-            "llguidance": round(statistics.fmean(ll_ms), 3),
-        },
-        "real_token_allowed": {"evolvekit": f"{ours_ok}/{tokens}", "llguidance": f"{ll_ok}/{tokens}"},
+        "vocabulary_setup_s": setup,
+        "schema_build_ms_median": {k: round(1000 * statistics.median(v), 3) for k, v in build.items()},
+        "per_token_ms_median": {k: round(statistics.median(v), 3) for k, v in ms.items()},
+        "per_token_ms_p90": {k: round(q(v, 90), 3) for k, v in ms.items()},
+        "per_token_ms_mean": {k: round(statistics.fmean(v), 3) for k, v in ms.items()},
+        "real_token_allowed": {k: f"{real[k]}/{tokens}" for k in ("before", "after")},
+        "same_allowed_set": f"{same}/{tokens}",
+        "differences (only before | only after): steps": [
+            f"{b or '-'} | {a or '-'}: {n}" for (b, a), n in differences.most_common(12)
+        ],
     }
-    out["mean_ratio_evolvekit_over_llguidance"] = round(
-        out["per_token_ms_mean"]["evolvekit"] / max(out["per_token_ms_mean"]["llguidance"], 1e-9), 1
+    out["mean_ratio_before_over_after"] = round(
+        out["per_token_ms_mean"]["before"] / max(out["per_token_ms_mean"]["after"], 1e-9), 1
     )
-    print(json.dumps(out, indent=1))
+    print(json.dumps(out, indent=1, ensure_ascii=False))
 
 
 if __name__ == "__main__":

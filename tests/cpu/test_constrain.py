@@ -107,8 +107,7 @@ def test_schema_constrained_rows_produce_objects_the_schema_accepts(llm, vocab):
         call = json.loads(prefix + out[k].text)
         args = call["arguments"]
         assert set(args) <= {"username", "n", "ok"} and {"username", "n"} <= set(args), args
-        # strings are capped (lm-format-enforcer's free-text shortcut may overrun the cap by a token's leading space)
-        assert isinstance(args["username"], str) and len(args["username"]) <= 14 and isinstance(args["n"], int)
+        assert isinstance(args["username"], str) and len(args["username"]) <= 12 and isinstance(args["n"], int)
         assert len(str(args["n"])) <= 13  # a number ends once it has 12 characters (the sign aside)
 
 
@@ -128,7 +127,9 @@ def test_a_number_is_ended_once_it_is_long_enough_and_takes_no_exponent(vocab):
     assert ids["1"] not in c.allowed() and ids[","] in c.allowed()  # three digits: the number ends
     for piece in (",", '"', "s", '":', '"'):
         c = c.advance(ids[piece])
-    assert vocab.unsafe and not set(c.allowed()) & vocab.unsafe  # no piece of a multi-byte character, no "\x19"
+    assert (
+        vocab.unsafe and not set(c.allowed().tolist()) & vocab.unsafe
+    )  # no piece of a multi-byte character, no "\x19"
     for _ in range(5):  # inside a string, digits and "e" are text: no limit applies
         assert ids["1"] in c.allowed() and ids["e"] in c.allowed()
         c = c.advance(ids["1"])
@@ -141,7 +142,7 @@ def test_no_trailing_comma_closes_an_object(vocab):
     c = SchemaConstraint(vocab, {"type": "object", "properties": {"x": {"type": "integer"}, "s": {"type": "string"}}})
     for piece in ('{"', "x", '":', "1", ","):
         c = c.advance(ids[piece])
-    allowed = {vocab.text[t] for t in c.allowed()}
+    allowed = {vocab.text[t] for t in c.allowed().tolist()}
     assert allowed and not any(t.lstrip().startswith(("}", "]")) for t in allowed)
     assert any(t.lstrip().startswith('"') for t in allowed)  # the next key
 
@@ -155,11 +156,11 @@ def test_a_single_space_is_allowed_where_json_takes_whitespace_and_no_other_blan
     c = SchemaConstraint(vocab, {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}})
     for piece in ('{"', "x", '":'):
         c = c.advance(ids[piece])
-    allowed = set(c.allowed())
+    allowed = set(c.allowed().tolist())
     assert ids[" "] in allowed and vocab.space == {ids[" "]}
     assert not (allowed & (vocab.blank - vocab.space))  # no "\n", "  " or "\n\t\t"
     c = c.advance(ids[" "])
-    allowed = {vocab.text[t] for t in c.allowed()}
+    allowed = {vocab.text[t] for t in c.allowed().tolist()}
     assert "1" in allowed and "-" in allowed and " " not in allowed  # a number follows, one space at a time
 
 
@@ -239,3 +240,66 @@ def test_number_constrained_sampling_writes_no_other_number(llm):
     found = re.findall(r"\d+(?:\.\d+)?", text)
     assert found and set(found) <= numbers, text
     assert set(re.findall(r"\d+(?:\.\d+)?", sample(False))) - numbers
+
+
+def _ids(vocab):
+    ids = {}
+    for i, t in vocab.text.items():
+        ids.setdefault(t, i)
+    return ids
+
+
+def test_every_bfcl_tool_schema_gives_a_grammar_and_its_reference_arguments_pass(vocab, llm):
+    """The swap to llguidance (issue 54): every tool schema of every BFCL backend compiles, and the arguments of
+    the first reference calls, tokenized as a writer would, are allowed token by token to the end."""
+    from evolvekit.env.bfcl import data
+    from evolvekit.env.bfcl.env import BfclEnv
+
+    env = BfclEnv()
+    env.reset(None, {"classes": list(data.BACKEND_CLASSES)})
+    tools = {t.name: t for t in env.tools()}
+    env.close()
+    assert len(tools) > 100
+    for tool in tools.values():
+        SchemaConstraint(vocab, dict(tool.parameters or {"type": "object", "properties": {}}))
+    checked = 0
+    for task in data.load_tasks("multi_turn_base")[:4]:
+        for call in [c for turn in task.reference_solution or [] for c in turn if c.name in tools]:
+            c = SchemaConstraint(vocab, dict(tools[call.name].parameters or {}))
+            for t in llm.tokenizer.encode(json.dumps(call.arguments, separators=(",", ": ")), add_special_tokens=False):
+                assert t in c.allowed(), (call, llm.tokenizer.decode([t]))
+                c = c.advance(t)
+            assert c is None  # complete after the closing brace
+            checked += 1
+    assert checked > 10
+
+
+def test_keys_in_the_schemas_order_whole_tokens_and_no_special_token_in_a_string(vocab, llm):
+    ids = _ids(vocab)
+    schema = {
+        "type": "object",
+        "properties": {"b": {"type": "string"}, "a": {"type": "integer"}},
+        "required": ["b", "a"],
+    }
+    c = SchemaConstraint(vocab, schema)
+    c = c.advance(ids['{"'])
+    allowed = {vocab.text[t] for t in c.allowed().tolist()}
+    assert "b" in allowed and "a" not in allowed  # required properties in the schema's order
+    for piece in ("b", '":', '"'):
+        c = c.advance(ids[piece])
+    special = set(range(len(llm.tokenizer))) - set(vocab.text)
+    assert special and not set(c.allowed().tolist()) & special  # inside a string: text tokens only
+
+
+def test_a_refused_token_ends_the_constraint(vocab):
+    ids = _ids(vocab)
+    c = SchemaConstraint(vocab, {"type": "object", "properties": {"x": {"type": "integer"}}})
+    assert ids["x"] not in c.allowed()
+    assert c.advance(ids["x"]) is None  # an unmasked caller fed a refused token: the row decodes freely
+
+
+def test_json_schema_caps_arrays_and_strings():
+    out = json_schema({"type": "object", "properties": {"xs": {"type": "array", "items": {"type": "string"}}}}, 64, 8)
+    assert out["properties"]["xs"]["maxItems"] == 8 and out["properties"]["xs"]["items"]["maxLength"] == 64
+    kept = json_schema({"type": "array", "maxItems": 3}, None, 8)
+    assert kept["maxItems"] == 3  # a schema's own cap stays

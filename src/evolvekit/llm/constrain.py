@@ -9,8 +9,8 @@ decoding as served engines offer it (guided choice, guided JSON).
 
 - ``TokenTrie`` holds the token sequences of the allowed strings; a completed sequence may hand over to a next
   constraint (``then``), e.g. the chosen tool's argument schema.
-- ``SchemaConstraint`` decodes one JSON value under a JSON schema with lm-format-enforcer's character-level
-  parser, walked over the tokenizer's vocabulary.
+- ``SchemaConstraint`` decodes one JSON value under a JSON schema with llguidance's grammar engine (a token mask
+  per step, computed in Rust), with a few rules for small models on top.
 - ``NumberConstraint`` lets free text through but allows only given numbers in it (the synthesizer's requests).
 
 Both are used by the explorer scaffold, so that a small model names a real tool and writes arguments the tool
@@ -19,10 +19,12 @@ accepts (a 135M explorer at T = 1 otherwise writes `{"username": 1a}` or invents
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
 import torch
 
 log = logging.getLogger(__name__)
@@ -81,10 +83,11 @@ _TYPE_ALIASES = {
 }
 
 
-def json_schema(schema: dict, max_string_length: int | None = None) -> dict:
+def json_schema(schema: dict, max_string_length: int | None = None, max_array_length: int | None = None) -> dict:
     """A tool's parameter schema as standard JSON Schema: type aliases mapped, an object with declared properties
-    closed to others (the environment rejects unknown arguments anyway), and — with ``max_string_length`` — every
-    string without a ``maxLength`` capped (a sampled string otherwise runs on to the token limit)."""
+    closed to others (the environment rejects unknown arguments anyway), and — with ``max_string_length`` and
+    ``max_array_length`` — every string without a ``maxLength`` and every array without a ``maxItems`` capped (a
+    sampled string or list otherwise runs on to the token limit)."""
     if not isinstance(schema, dict):
         return schema
     out = {k: v for k, v in schema.items() if k not in ("properties", "items", "default")}
@@ -94,11 +97,15 @@ def json_schema(schema: dict, max_string_length: int | None = None) -> dict:
             del out["type"]
     if max_string_length is not None and out.get("type") == "string" and "enum" not in out:
         out.setdefault("maxLength", max_string_length)
+    if max_array_length is not None and out.get("type") == "array":
+        out.setdefault("maxItems", max_array_length)
     if isinstance(schema.get("properties"), dict):
-        out["properties"] = {k: json_schema(v, max_string_length) for k, v in schema["properties"].items()}
+        out["properties"] = {
+            k: json_schema(v, max_string_length, max_array_length) for k, v in schema["properties"].items()
+        }
         out.setdefault("additionalProperties", False)
     if "items" in schema:
-        out["items"] = json_schema(schema["items"], max_string_length)
+        out["items"] = json_schema(schema["items"], max_string_length, max_array_length)
     if "required" in out and "properties" in out:
         out["required"] = [r for r in out["required"] if r in out["properties"]]
     return out
@@ -108,42 +115,57 @@ _NUMBER_CHARS = set("0123456789.eE+-")
 
 
 class SchemaVocabulary:
-    """The tokenizer's vocabulary prepared once for lm-format-enforcer (a prefix tree of every token's text)."""
+    """The tokenizer's vocabulary prepared once: llguidance's view of it (the grammar engine), and, as boolean masks
+    over the token ids, the token classes the constraint's own rules read."""
 
     def __init__(self, tokenizer, eos_ids: Iterable[int]) -> None:
-        from lmformatenforcer.tokenenforcer import TokenEnforcerTokenizerData
+        import llguidance.hf
 
         zero = tokenizer.encode("0", add_special_tokens=False)[-1]
         special = set(tokenizer.all_special_ids)
-        regular = []
-        for i in range(len(tokenizer)):
-            if i in special:
-                continue
-            # decoded after "0", so a token that starts a word keeps its leading space
-            after = tokenizer.decode([zero, i])[1:]
-            regular.append((i, after, len(after) > len(tokenizer.decode([i]))))
-        self.text = {i: t for i, t, _ in regular}
-        self.numeric = {i for i, t, _ in regular if t and t[0] in _NUMBER_CHARS}  # tokens that extend a number
-        self.blank = {i for i, t, _ in regular if t and not t.strip()}  # whitespace-only tokens ("\n\t\t", "  ")
+        self.size = len(tokenizer)
+        # decoded after "0", so a token that starts a word keeps its leading space
+        self.text = {i: tokenizer.decode([zero, i])[1:] for i in range(self.size) if i not in special}
+        self.numeric = {i for i, t in self.text.items() if t and t[0] in _NUMBER_CHARS}  # tokens that extend a number
+        self.blank = {i for i, t in self.text.items() if t and not t.strip()}  # whitespace-only ("\n\t\t", "  ")
         # ... except one space: where a JSON writer puts a space (after ":" and ","), it is a small model's most
         # likely next token (0.78 after '"a":' for SmolLM2-135M); without it, the mass went to the allowed tokens
         # that start with a space, such as " -", and the explorer wrote almost only negative numbers
-        self.space = {i for i, t, _ in regular if t == " "}
-        # never in generated JSON: pieces of a multi-byte character (alone they decode to U+FFFD, and the parser,
-        # which sees the decoded text, loses track of them: a dead end; whole-character tokens exist) and control
-        # characters (invalid raw inside a JSON string, though the parser lets them in; JSON needs no whitespace)
-        self.unsafe = {i for i, t, _ in regular if "\ufffd" in t or any(ord(ch) < 0x20 for ch in t)}
+        self.space = {i for i, t in self.text.items() if t == " "}
+        # never in generated JSON: pieces of a multi-byte character (alone they decode to U+FFFD; whole-character
+        # tokens exist) and control characters (invalid raw inside a JSON string; JSON needs no whitespace)
+        self.unsafe = {i for i, t in self.text.items() if "\ufffd" in t or any(ord(ch) < 0x20 for ch in t)}
         self.eos = sorted(set(eos_ids))
-        self.start = zero  # a one-token "prompt" the enforcer's states are keyed after
-        self.data = TokenEnforcerTokenizerData(
-            regular, lambda ids: tokenizer.decode(ids).rstrip("\ufffd"), self.eos, False, len(tokenizer)
-        )
+        self.tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=self.size)
+        self.eos_mask = self._mask(self.eos)
+        # what a JSON value may be written with: regular tokens, no end token, no blank but the single space, nothing
+        # unsafe (the grammar decides which of these may come next)
+        self.usable = self._mask(self.text) & ~self._mask(self.blank - self.space) & ~self._mask(self.unsafe)
+        self.numeric_mask = self._mask(self.numeric)
+        self.exponent = self._mask(i for i, t in self.text.items() if t[:1] in ("e", "E"))
+        self.closing = self._mask(i for i, t in self.text.items() if t.lstrip()[:1] in ("}", "]"))
+        self.leading_space = ~self._mask(i for i, t in self.text.items() if not t[:1].isspace())
+
+    def _mask(self, ids: Iterable[int]) -> np.ndarray:
+        out = np.zeros(self.size, dtype=bool)
+        out[np.fromiter(ids, dtype=np.int64)] = True
+        return out
+
+
+def _grammar(schema: dict) -> str:
+    """The value as a Lark grammar for llguidance: one optional space, then JSON under ``schema``. The space is where
+    a writer puts one after ``"arguments":`` (the scaffold's prefix ends there); lm-format-enforcer allowed it, and
+    without it a 135M explorer, made to write ``{"`` straight after the colon, explored fewer distinct arguments.
+    A schema keyword llguidance does not implement is ignored (``lenient``), not an error."""
+    return f'start: " "? value\nvalue: %json {json.dumps({**schema, "x-guidance": {"lenient": True}})}'
 
 
 class SchemaConstraint:
     """One JSON value under a JSON schema; when it is complete, the constraint ``then`` makes follows (or none).
 
-    If the parser reaches a state with no allowed token (it should not), the constraint ends and the row decodes
+    The grammar is llguidance's (the tool's schema as ``json_schema`` writes it, arrays capped at
+    ``max_array_length`` items); on top of it come the rules for a small model (``allowed``). If no token is allowed
+    (it should not happen) or an unmasked caller feeds a refused token, the constraint ends and the row decodes
     freely, logged at debug level."""
 
     def __init__(
@@ -155,44 +177,57 @@ class SchemaConstraint:
         max_array_length: int = 8,
         max_number_length: int = 12,
     ) -> None:
-        from lmformatenforcer import JsonSchemaParser, TokenEnforcer
-        from lmformatenforcer.characterlevelparser import CharacterLevelParserConfig
+        import llguidance
+        import llguidance.numpy
 
-        config = CharacterLevelParserConfig(max_consecutive_whitespaces=1, max_json_array_length=max_array_length)
-        self.enforcer = TokenEnforcer(
-            vocab.data, JsonSchemaParser(json_schema(schema, max_string_length), config=config)
-        )
+        grammar = llguidance.grammar_from("lark", _grammar(json_schema(schema, max_string_length, max_array_length)))
+        self.matcher = llguidance.LLMatcher(vocab.tokenizer, grammar)
+        if self.matcher.is_error():
+            raise ValueError(f"the schema gives no grammar: {self.matcher.get_error()[:200]}")
+        self.bits = llguidance.numpy.allocate_token_bitmask(1, vocab.tokenizer.vocab_size)
         self.vocab, self.then, self.max_number_length = vocab, then, max_number_length
-        self.seq = [vocab.start]
+        self.seq: list[int] = []
         self.number_run = 0  # number characters at the end of the text so far (outside strings)
         self.in_string, self.escaped = False, False
         self.after_comma = False  # the last character outside strings, spaces aside, is a comma
         self.after_space = False  # the last character is a space outside strings (one space at a time)
         self._allowed = self._compute()
 
-    def _compute(self) -> list[int]:
-        return list(self.enforcer.get_allowed_tokens(self.seq).allowed_tokens)
+    def _compute(self) -> np.ndarray:
+        """The grammar's next-token mask (bit i of the bitmask: token i)."""
+        import llguidance.numpy
 
-    def allowed(self) -> list[int]:
-        # no whitespace-only token but a single space (a run of newlines and tabs is a sampled dead end; JSON needs
-        # no whitespace, but a small model puts a space after ":" and ","); no pieces of a multi-byte character,
-        # no control characters (see SchemaVocabulary.unsafe)
+        llguidance.numpy.fill_next_token_bitmask(self.matcher, self.bits, 0)
+        return np.unpackbits(self.bits[0].view(np.uint8), bitorder="little")[: self.vocab.size].astype(bool)
+
+    def mask(self) -> np.ndarray:
+        """The tokens the row may sample next, as a boolean mask: the grammar's, less what a small model misuses.
+
+        No whitespace-only token but a single space (a run of newlines and tabs is a sampled dead end; JSON needs no
+        whitespace, but a small model puts a space after ":" and ","), no piece of a multi-byte character, no control
+        character (``SchemaVocabulary``); outside strings no whitespace right after a space, no "}" or "]" right
+        after a comma, no exponent inside a number, and a number ends once it has ``max_number_length``
+        characters. A rule that would leave nothing allowed is not applied."""
         v = self.vocab
-        out = [
-            t for t in self._allowed if t not in v.eos and (t not in v.blank or t in v.space) and t not in v.unsafe
-        ] or [t for t in self._allowed if t not in v.eos]
-        if self.after_comma and not self.in_string:  # no trailing comma (the parser lets "6 , }" through)
-            out = [t for t in out if v.text.get(t, "").lstrip()[:1] not in ("}", "]")] or out
-        if self.after_space and not self.in_string:  # the parser lets "  -" through
-            out = [t for t in out if not v.text.get(t, " ")[:1].isspace()] or out
-        if self.number_run and not self.in_string:
-            # inside a number: no exponent (lm-format-enforcer lets an integer take one, and 806001E07175 is inf),
-            # and once it is long enough it ends here (JSON allows any length)
-            plain = [t for t in out if self.vocab.text.get(t, "")[:1] not in ("e", "E")]
+        out = self._allowed & v.usable
+        if not out.any():
+            out = self._allowed & ~v.eos_mask
+        if self.in_string:
+            return out
+        for rule, refused in ((self.after_comma, v.closing), (self.after_space, v.leading_space)):
+            if rule:
+                kept = out & ~refused
+                out = kept if kept.any() else out
+        if self.number_run:
+            plain = out & ~v.exponent
             if self.number_run >= self.max_number_length:
-                plain = [t for t in plain if t not in self.vocab.numeric]
-            return plain or out
+                plain &= ~v.numeric_mask
+            out = plain if plain.any() else out
         return out
+
+    def allowed(self) -> torch.Tensor:
+        """``mask()`` as token ids (what the decode batch takes)."""
+        return torch.from_numpy(np.flatnonzero(self.mask()))
 
     def advance(self, token: int):
         piece = self.vocab.text.get(int(token), "")
@@ -211,11 +246,14 @@ class SchemaConstraint:
                 self.after_comma = ch == "," and not self.in_string
             self.after_space = ch.isspace() and not self.in_string
         self.seq.append(int(token))
+        if not self.matcher.consume_token(int(token)) or self.matcher.is_error():
+            log.debug("schema constraint refused %d after %r; decoding freely", token, self.seq[:-1])
+            return None
         self._allowed = self._compute()
-        if any(t in self.vocab.eos for t in self._allowed):  # the value is complete
+        if self._allowed[self.vocab.eos_mask].any():  # the value is complete
             return self.then() if self.then is not None else None
-        if not self._allowed:
-            log.debug("schema constraint reached a dead end after %r; decoding freely", self.seq[1:])
+        if not self._allowed.any():
+            log.debug("schema constraint reached a dead end after %r; decoding freely", self.seq)
             return None
         return self
 
