@@ -46,3 +46,19 @@ def test_tool_call_share_counts_rollouts_with_a_call_in_the_asked_iterations(tmp
     (tmp_path / "summary.json").write_text("{}")
     assert tool_call_share(tmp_path, [0, 1]) == (2, 3)
     assert tool_call_share(tmp_path, [2]) == (1, 1)
+
+
+def test_evidence_paired_prints_the_paired_difference_of_two_rows(tmp_path, capsys, monkeypatch):
+    import evidence_paired  # benchmarks/evidence_paired.py
+
+    rows = {
+        "a": {"seeds": [0, 1, 2], "per_seed_after": {"avg@8": [0.5, 0.6, 0.7], "best@8": [1.0, 1.0, 1.0]}},
+        "b": {"seeds": [2, 1, 0, 3], "per_seed_after": {"avg@8": [0.6, 0.5, 0.4, 0.0], "best@8": [1.0] * 4}},
+    }
+    path = tmp_path / "r.json"
+    path.write_text(__import__("json").dumps({"rows": rows}))
+    monkeypatch.setattr(sys, "argv", ["evidence_paired.py", str(path), "a", "b"])
+    evidence_paired.main()
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].startswith("| b | avg@8 | +0.100 ± 0.000") and "| 0.2500 | 3 / 0 | 3 |" in out[2]  # paired by seed
+    assert "| 1.0000 | 0 / 0 | 3 |" in out[3]  # best@8: no difference
