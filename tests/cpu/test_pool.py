@@ -169,7 +169,7 @@ def test_record_use_counts_uses_and_successes_and_skips_pruned_ids():
     pool.record_use(["A"], success=False)
     assert (pool.get("A").use_count, pool.get("A").success_count) == (2, 1)
     assert (pool.get("B").use_count, pool.get("B").success_count) == (1, 1)
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="gone"):
         pool.get("gone")
 
 
@@ -187,6 +187,7 @@ def test_prune_removes_in_order_and_keeps_vectors_aligned():
     pool.record_use(["B"], success=False)  # s = 2/4
     assert pool.prune(0.6) == ["B"] and len(pool) == 0 and pool.vectors.shape == (0, 0)
     assert pool.add(_exp("a", eid="D")).action == "added" and pool.vectors.tolist() == [[1.0, 0.0]]
+    assert pool.prune(0.6) == ["D"]  # by default an experience never used is pruned too (min_uses = 0)
 
 
 def test_load_reembeds_in_one_batch_and_load_vectors_copies():
@@ -208,7 +209,7 @@ def test_export_then_import_goes_through_the_merge_rule(tmp_path):
     pool = ExperiencePool(Table(TABLE), theta_sim=2.0)
     for w in ("a", "b", "a2"):
         pool.add(_exp(w))
-    path = tmp_path / "deep" / "pool.jsonl"
+    path = tmp_path / "deep" / "er" / "pool.jsonl"  # missing folders are made
     assert pool.export_jsonl(path) == 3 and len(path.read_text().splitlines()) == 3
     merging = ExperiencePool(Table(TABLE), theta_sim=0.85)
     results = merging.import_jsonl(path)

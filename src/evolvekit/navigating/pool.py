@@ -79,12 +79,13 @@ class ExperiencePool:
 
     @vectors.setter
     def vectors(self, value: np.ndarray) -> None:
+        """A float32 copy; an empty array of any shape becomes the empty index."""
         self._buf = np.array(value, dtype=np.float32, copy=True) if value.size else np.zeros((0, 0), dtype=np.float32)
 
     def load_vectors(self, experiences: Sequence[Experience], vectors: np.ndarray) -> None:
         """Restore items with precomputed normalised vectors (no merging, no embedding)."""
         self.items = list(experiences)
-        self.vectors = np.asarray(vectors, dtype=np.float32)
+        self.vectors = np.asarray(vectors)
 
     def add(self, exp: Experience, vector: np.ndarray | None = None) -> AddResult:
         """Add, or merge into the most similar existing experience when similarity ≥ θ_sim and equivalent."""
@@ -136,9 +137,8 @@ class ExperiencePool:
         keep = [i for i, e in enumerate(self.items) if not should_prune(e, theta_prune, min_uses)]
         kept = set(keep)
         removed = [e.experience_id for i, e in enumerate(self.items) if i not in kept]
-        vectors = self.vectors[keep]
+        self.vectors = self.vectors[keep]
         self.items = [self.items[i] for i in keep]
-        self.vectors = vectors if keep else np.zeros((0, 0), dtype=np.float32)
         return removed
 
     # -- sharing -----------------------------------------------------------------------------------------------------
@@ -168,8 +168,4 @@ class ExperiencePool:
     def load(self, experiences: Sequence[Experience]) -> None:
         """Restore a stored pool as is (no merging), re-embedding in one batch."""
         self.items = list(experiences)
-        self.vectors = (
-            self.embed([e.when_to_use for e in self.items]).astype(np.float32)
-            if self.items
-            else np.zeros((0, 0), dtype=np.float32)
-        )
+        self.vectors = self.embed([e.when_to_use for e in self.items]) if self.items else np.zeros((0, 0))
