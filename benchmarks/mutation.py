@@ -29,7 +29,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "credit": ("attributing/credit.py", ["tests/cpu/test_attributing.py"]),
     "grounded": ("attributing/grounded.py", ["tests/cpu/test_grounded.py", "tests/cpu/test_attributing.py"]),
     "gigpo": ("attributing/gigpo.py", ["tests/cpu/test_gigpo.py"]),
-    "coevolve": ("questioning/coevolve.py", ["tests/cpu/test_questioning.py"]),
+    "coevolve": ("questioning/coevolve.py", ["tests/cpu/test_coevolve.py", "tests/cpu/test_questioning.py"]),
     "pool": ("navigating/pool.py", ["tests/cpu/test_pool.py", "tests/cpu/test_navigating.py"]),
     "rewards": ("train/rewards.py", ["tests/cpu/test_rewards.py", "tests/cpu/test_templates.py"]),
     # the registered advantage estimators and step-credit sources (issue 55's registries), the LLM attributor

@@ -36,10 +36,36 @@ def _group(outcomes):
 
 def test_the_built_in_estimators_are_registered_and_unknown_names_are_named():
     assert {"grpo", "dual_channel", "gigpo"} <= set(ADVANTAGE_ESTIMATORS)
-    with pytest.raises(ValueError, match=r"unknown advantage estimator 'nope' \(registered: .*dual_channel"):
+    with pytest.raises(
+        ValueError, match=r"unknown advantage estimator 'nope' \(registered: .*dual_channel, gigpo, grpo"
+    ):
         get_advantage("nope")
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(ValueError, match="^advantage estimator 'grpo' is already registered$"):
         register_advantage("grpo")(lambda batch: ([], {}))
+
+
+def test_a_batch_groups_by_group_id_and_a_trajectory_without_one_is_its_own_group():
+    from evolvekit.config import AttributingConfig
+    from evolvekit.train.advantages import AdvantageBatch
+
+    trajs = [
+        Trajectory(task_id="t", group_id="g"),
+        Trajectory(task_id="t"),
+        Trajectory(task_id="t", group_id="g"),
+        Trajectory(task_id="t"),
+    ]
+    batch = AdvantageBatch(trajs, [None] * 4, 0, 1e-6, AttributingConfig())
+    assert batch.groups() == [[0, 2], [1], [3]]
+
+
+def test_alpha_follows_its_schedule_and_holds_the_last_value():
+    """Eq. 20's α per iteration (attributing.alpha_schedule), else the constant attributing.alpha."""
+    from evolvekit.attributing.estimators import alpha_for
+    from evolvekit.config import AttributingConfig
+
+    scheduled = AttributingConfig(alpha=0.9, alpha_schedule=[0.1, 0.2, 0.3])
+    assert [alpha_for(scheduled, i) for i in range(5)] == [0.1, 0.2, 0.3, 0.3, 0.3]
+    assert [alpha_for(AttributingConfig(alpha=0.7), i) for i in (0, 4)] == [0.7, 0.7]
 
 
 @pytest.mark.parametrize(
