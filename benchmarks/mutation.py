@@ -36,7 +36,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "advantages": ("train/advantages.py", ["tests/cpu/test_advantages.py"]),
     "estimators": ("attributing/estimators.py", ["tests/cpu/test_advantages.py"]),
     "sources": ("attributing/sources.py", ["tests/cpu/test_advantages.py", "tests/cpu/test_attributing.py"]),
-    "attributor": ("attributing/attributor.py", ["tests/cpu/test_attributing.py"]),
+    "attributor": ("attributing/attributor.py", ["tests/cpu/test_attributor.py", "tests/cpu/test_attributing.py"]),
     # the stage wiring of the orchestrator's builder
     "build": (
         "orchestrator/build.py",
