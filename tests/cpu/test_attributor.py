@@ -73,21 +73,21 @@ def test_chunks_retries_failed_calls_neutralisation_and_cost(caplog):
             "t4": ["?", "?", "?"],  # never parseable: neutralised
         }
     )
-    trajs = [_traj("t1", 2), _traj("t2", 1), _traj("empty", 0), _traj("t3", 1), _traj("t4", 1)]
+    trajs = [_traj("t3", 1), _traj("t4", 1), _traj("empty", 0), _traj("t1", 2), _traj("t2", 1)]
     attributor = StepAttributor(llm, SamplingParams(temperature=0.0, seed=1), max_retries=2, concurrency=2)
     with caplog.at_level(logging.WARNING, logger="evolvekit.attributing.attributor"):
         result = attributor.attribute(trajs, {})
-    assert result.labels == [[G, B], [B], [], [G], None]
+    assert result.labels == [[G], None, [], [G, B], [B]]
     assert [ids for ids, _ in llm.chats] == [
-        ["t1", "t2"],  # attempt 0, chunk 1: fails as a whole (t2's "raise")
-        ["t3", "t4"],  # chunk 2 still runs in the same attempt: both unparseable
-        ["t1", "t2"],  # attempt 1: the failed chunk again, with the unparseable ones
-        ["t3", "t4"],
+        ["t3", "t4"],  # attempt 0, chunk 1: both unparseable
+        ["t1", "t2"],  # chunk 2 fails as a whole (t2's "raise"): kept with chunk 1's for the retry
+        ["t3", "t4"],  # attempt 1
+        ["t1", "t2"],
         ["t3", "t4"],  # attempt 2: t3 parses, t4 never does
     ]
     assert result.failures == 1 and result.cost.retries == 4 + 2  # pending at attempts 1 and 2
     assert result.cost.calls == 8  # 5 chat calls of 2; the failed one's two are not counted
     assert (result.cost.prompt_tokens, result.cost.completion_tokens) == (7 * 8, 3 * 8)
-    assert "attributor call failed: boom" in caplog.text
+    assert [r.getMessage() for r in caplog.records] == ["attributor call failed: boom"]
     assert [temp for _, temp in llm.chats][:2] == [0.0, 0.0] and all(t > 0 for _, t in llm.chats[2:])  # warm retries
     assert result.metrics()["attribution/neutralised"] == 1.0 and result.cost.seconds > 0
