@@ -85,6 +85,8 @@ def mutate(name: str, module: str, tests: list[str], work: Path) -> dict:
     survivors = [line.split(":")[0].strip() for line in results.splitlines() if line.strip().endswith("survived")]
     total = int(stats.get("total", 0))
     killed = int(stats.get("killed", 0)) + int(stats.get("timeout", 0))
+    # mutants mutmut could not check (inside a decorated function, or code that runs at import) are in no category
+    checked = killed + int(stats.get("survived", 0)) + int(stats.get("no_tests", 0))
     return {
         "module": f"src/evolvekit/{module}",
         "tests": tests,
@@ -93,7 +95,7 @@ def mutate(name: str, module: str, tests: list[str], work: Path) -> dict:
         "timeout": int(stats.get("timeout", 0)),
         "survived": int(stats.get("survived", 0)),
         "no_tests": int(stats.get("no_tests", 0)),
-        "score": killed / total if total else None,
+        "score": killed / checked if checked else None,
         "seconds": round(time.perf_counter() - t0, 1),
         "survivors": survivors,
     }
