@@ -116,3 +116,14 @@ def test_tasks_synthesize_uses_the_configs_environment_unless_env_is_given(tmp_p
     cmd = [sys.executable, "-m", "evolvekit.cli.main", "tasks", "synthesize", "-c", str(cfg), "--n", "1"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert res.returncode == 2 and "env mcp" in res.stderr and "loaded embedded" not in res.stderr, res.stderr[-800:]
+
+
+def test_llm_path_prints_the_embedded_models_folder(capsys):
+    """Issue 54 (5): `evolvekit llm path` prints the folder a server such as `transformers serve` needs."""
+    from pathlib import Path
+
+    from evolvekit.cli.main import llm_path
+
+    llm_path("embedded:smollm2-135m-instruct")
+    folder = Path(capsys.readouterr().out.strip())
+    assert (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
