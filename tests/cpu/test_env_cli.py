@@ -50,3 +50,14 @@ def test_version_prints_the_package_version_and_the_code_commit():
 
     out = subprocess.run([sys.executable, "-m", "evolvekit.cli.main", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("evolvekit 0.") and "(" in out.stdout, out
+
+
+def test_an_unregistered_environment_names_env_plugins():
+    """Issue 54 (7): without env.plugins the error said the environment "registers no task source"; it now says
+    the name is unknown and how a plugin environment is named."""
+    from evolvekit.config import EnvConfig
+    from evolvekit.env.registry import env_tasks
+    from evolvekit.errors import EnvError
+
+    with pytest.raises(EnvError, match=r"unknown environment 'my_env' \(env\.name\).*named in env\.plugins"):
+        env_tasks(EnvConfig(name="my_env"), "train")
