@@ -303,3 +303,15 @@ def test_json_schema_caps_arrays_and_strings():
     assert out["properties"]["xs"]["maxItems"] == 8 and out["properties"]["xs"]["items"]["maxLength"] == 64
     kept = json_schema({"type": "array", "maxItems": 3}, None, 8)
     assert kept["maxItems"] == 3  # a schema's own cap stays
+
+
+def test_a_hostile_schema_stays_json_and_a_bad_one_is_a_value_error(vocab, llm):
+    """Tool schemas come from outside (MCP, OpenEnv servers): a key written as grammar text is only ever a JSON key,
+    and a schema llguidance cannot compile is a ValueError (the explorer then decodes that call freely)."""
+    key = 'a"}\nstart: /.*/\nvalue: %json {'
+    c = SchemaConstraint(vocab, {"type": "object", "properties": {key: {"type": "string"}}, "required": [key]})
+    ids = _ids(vocab)
+    c = c.advance(ids['{"'])
+    assert ids["}"] not in c.allowed() and ids["x"] not in c.allowed()  # only the key's own text may follow
+    with pytest.raises(ValueError, match="no grammar"):
+        SchemaConstraint(vocab, {"type": "object", "properties": {"x": {"type": "frobnicate"}}})

@@ -43,7 +43,7 @@ class _Expiry:
         with self.lock:
             if self.ended:
                 return
-            if not self.fired:
+            if not self.fired and time.monotonic() <= self.at:
                 self.stops.append(stop)
                 if self.timer is None:
                     self.timer = threading.Timer(max(0.0, self.at - time.monotonic()), self.fire)
@@ -85,15 +85,8 @@ def on_expiry(stop: Callable[[], None]) -> None:
     """Run ``stop`` at the current block's deadline unless the block ends first; at once when it has passed already.
     Nothing happens outside a deadline."""
     expiry = _EXPIRY.get()
-    if expiry is None:
-        return
-    if time.monotonic() > expiry.at:
-        with expiry.lock:
-            ended = expiry.ended
-        if not ended:
-            stop()
-        return
-    expiry.add(stop)
+    if expiry is not None:
+        expiry.add(stop)
 
 
 def expired() -> bool:
