@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,6 +47,22 @@ MODULES: dict[str, tuple[str, list[str]]] = {
 }
 
 
+# a registration decorator on a module-level function: ``@register_step_credit("grounded")`` above ``def name(``
+_REGISTRATION = re.compile(r"^@(register_\w+\([^)\n]*\))\n(def (\w+)\()", re.MULTILINE)
+
+
+def undecorate_registrations(text: str) -> str:
+    """The module with each registration decorator turned into a call after the definitions (``name =
+    register_x("n")(name)`` at the end), the same registrations in the same order. mutmut 3 does not mutate a
+    decorated function; in the copy it mutates this form, so the registered functions themselves are mutated."""
+    calls = [f"{m.group(3)} = {m.group(1)}({m.group(3)})" for m in _REGISTRATION.finditer(text)]
+    if not calls:
+        return text
+    body = _REGISTRATION.sub(lambda m: m.group(2), text)
+    tail = "\n\n\n# registrations (benchmarks/mutation.py: undecorate_registrations)\n" + "\n".join(calls) + "\n"
+    return body.rstrip("\n") + tail
+
+
 def copy_checkout(dest: Path) -> None:
     """The committed tree (``git archive HEAD``), with this checkout's virtual environment linked in."""
     if dest.exists():
@@ -60,6 +77,8 @@ def mutate(name: str, module: str, tests: list[str], work: Path) -> dict:
     """mutmut on one module in its own copy; its counts and survivors."""
     copy = work / name
     copy_checkout(copy)
+    source = copy / "src" / "evolvekit" / module
+    source.write_text(undecorate_registrations(source.read_text()))
     with open(copy / "pyproject.toml", "a", encoding="utf-8") as fh:
         fh.write(
             "\n[tool.mutmut]\n"

@@ -62,3 +62,21 @@ def test_evidence_paired_prints_the_paired_difference_of_two_rows(tmp_path, caps
     out = capsys.readouterr().out.splitlines()
     assert out[2].startswith("| b | avg@8 | +0.100 ± 0.000") and "| 0.2500 | 3 / 0 | 3 |" in out[2]  # paired by seed
     assert "| 1.0000 | 0 / 0 | 3 |" in out[3]  # best@8: no difference
+
+
+def test_mutation_copies_register_after_the_definitions_so_registered_functions_are_mutated():
+    from mutation import undecorate_registrations  # benchmarks/mutation.py
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "src/evolvekit/attributing/sources.py").read_text()
+    out = undecorate_registrations(text)
+    assert not [line for line in out.splitlines() if line.startswith("@register")] and "def grounded_source(" in out
+    assert out.endswith(
+        'grounded_source = register_step_credit("grounded")(grounded_source)\n'
+        'llm_source = register_step_credit("llm")(llm_source)\n'
+    )
+    ns: dict = {}
+    exec(compile(out, "sources_undecorated.py", "exec"), ns)  # noqa: S102 - our own module's text
+    assert ns["STEP_CREDIT"] == {"grounded": ns["grounded_source"], "llm": ns["llm_source"]}
+    plain = "def f():\n    return 1\n"
+    assert undecorate_registrations(plain) == plain
