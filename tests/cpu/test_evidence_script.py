@@ -1,5 +1,7 @@
 """benchmarks/evidence.py: where a report goes when no --out is given."""
 
+import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -80,3 +82,46 @@ def test_mutation_copies_register_after_the_definitions_so_registered_functions_
     assert ns["STEP_CREDIT"] == {"grounded": ns["grounded_source"], "llm": ns["llm_source"]}
     plain = "def f():\n    return 1\n"
     assert undecorate_registrations(plain) == plain
+
+
+def test_a_kept_run_restores_to_the_same_figures_and_is_marked_finished(tmp_path):
+    from keep_runs import keep, restore  # benchmarks/keep_runs.py
+
+    from evolvekit.report.collection import load_groups
+    from evolvekit.store.sqlite import RunStore
+    from evolvekit.types import Step, Task, TaskSource, Trajectory
+
+    run = tmp_path / "runs" / "row_a" / "seed3"
+    run.mkdir(parents=True)
+    store = RunStore(run / "run.sqlite")
+    store.set_meta("code", "abc1234")
+    with store.transaction() as c:
+        store.put_tasks(
+            c, [Task(task_id="s1", env_name="bfcl", query="What is 2 plus 3?", source=TaskSource.SYNTHETIC)], 0
+        )
+        store.put_trajectories(c, [Trajectory(task_id="s1", steps=[Step(index=0, action_text="5")])], 0, "train")
+        store.put_metrics(c, 0, {"rollout/success_rate": 0.25, "attribution/good_ratio": 0.5})
+        store.put_evaluation(c, "before", {"avg@8": 0.25, "best@8": 0.5})
+        store.put_evaluation(c, "after", {"avg@8": 0.625, "best@8": 0.75})
+    store.close()
+    unfinished = tmp_path / "runs" / "row_a" / "seed4"
+    unfinished.mkdir()
+    RunStore(unfinished / "run.sqlite").close()
+    (run / "summary.json").write_text('{"after": {"avg@8": 0.625}}')
+
+    kept = keep(tmp_path / "runs", tmp_path / "kept", ["row_a"])
+    assert kept == [tmp_path / "kept" / "row_a" / "seed3.json"]  # seed 4 has not finished
+    assert keep(tmp_path / "runs", tmp_path / "other", ["row_b"]) == []
+
+    fresh = tmp_path / "fresh"
+    assert restore(tmp_path / "kept", fresh) == [fresh / "row_a" / "seed3"]
+    assert restore(tmp_path / "kept", fresh) == []  # never over an existing run
+    (orig,) = load_groups(tmp_path / "runs")[0].runs[:1]
+    (back,) = load_groups(fresh)[0].runs
+    assert back.evaluations == orig.evaluations and back.metrics == orig.metrics
+    assert back.task_sources == orig.task_sources == {"synthetic": 1} and back.code == "abc1234"
+    # ablate treats a run folder with a summary.json as finished (report/ablate.py), and aggregates that summary
+    assert json.loads((fresh / "row_a" / "seed3" / "summary.json").read_text()) == {"after": {"avg@8": 0.625}}
+    con = sqlite3.connect(fresh / "row_a" / "seed3" / "run.sqlite")
+    assert con.execute("select count(*) from trajectories").fetchone() == (0,)  # episodes are not kept
+    con.close()
