@@ -35,8 +35,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "rewards": ("train/rewards.py", ["tests/cpu/test_rewards.py", "tests/cpu/test_templates.py"]),
     # the registered advantage estimators and step-credit sources (issue 55's registries), the LLM attributor
     "advantages": ("train/advantages.py", ["tests/cpu/test_advantages.py"]),
-    "estimators": ("attributing/estimators.py", ["tests/cpu/test_advantages.py"]),
-    "sources": ("attributing/sources.py", ["tests/cpu/test_advantages.py", "tests/cpu/test_attributing.py"]),
+    "estimators": ("attributing/estimators.py", ["tests/cpu/test_estimators.py", "tests/cpu/test_advantages.py"]),
+    "sources": ("attributing/sources.py", ["tests/cpu/test_estimators.py", "tests/cpu/test_advantages.py"]),
     "attributor": ("attributing/attributor.py", ["tests/cpu/test_attributor.py", "tests/cpu/test_attributing.py"]),
     # the stage wiring of the orchestrator's builder
     "build": (
