@@ -51,19 +51,22 @@ def test_dual_channel_hand_computed_with_its_alpha_schedule_and_group_counts():
     h = [_traj("h", 0.0), _traj("h", 0.0)]
     # group k: mixed outcomes (the third has none: 0), a constant channel (the third's labels failed: None)
     k = [_traj("k", 1.0), _traj("k", 0.0), _traj("k", None)]
-    labels = [[G, B], [B, B], [G], [G], [G], [G], None]
-    adv, metrics = _dual(g + h + k, labels, iteration=1, alpha=0.9, alpha_schedule=[0.2, 0.5])
+    # group m: mixed and live, one step each: Eq. 18 [+0.7071, -0.7071], Eq. 19 the same: 1.5 x 0.7071 each
+    m = [_traj("m", 1.0), _traj("m", 0.0)]
+    labels = [[G, B], [B, B], [G], [G], [G], [G], None, [G], [B]]
+    adv, metrics = _dual(g + h + k + m, labels, iteration=1, alpha=0.9, alpha_schedule=[0.2, 0.5])
     assert adv[0] == {3: pytest.approx(R2), 4: pytest.approx(R2 / 4)}  # the steps' own indices
     assert adv[1] == {0: pytest.approx(-R2), 1: pytest.approx(-3 * R2 / 4)}
     assert adv[2] == adv[3] == {0: 0.0}
     # k: outcomes [1, 0, 0], mu 1/3, sigma sqrt(1/3): one step each, so the outcome channel alone
     assert adv[4] == {0: pytest.approx(2 / 3 / math.sqrt(1 / 3))}
     assert adv[5] == adv[6] == {0: pytest.approx(-1 / 3 / math.sqrt(1 / 3))}
+    assert adv[7] == {0: pytest.approx(1.5 / R2)} and adv[8] == {0: pytest.approx(-1.5 / R2)}
     assert metrics == {
         "attribution/alpha": 0.5,
         "attribution/constant_channel_groups": 2.0,  # h and k
-        "attribution/mixed_groups": 2.0,  # g and k
-        "attribution/mixed_groups_nondegenerate": 1.0,  # g
+        "attribution/mixed_groups": 3.0,  # g, k and m
+        "attribution/mixed_groups_nondegenerate": 2.0,  # g and m
     }
 
 
@@ -103,11 +106,14 @@ def test_gigpo_estimator_hand_computed_with_its_gamma_weight_norm_and_summed_gro
 
 
 def test_the_grounded_source_passes_its_labels_on_with_exact_shares():
-    trajs = [_traj("g", 1.0, 3), _traj("g", 0.0, 1)]
-    grounded = [[G, N, B], [G]]
+    trajs = [_traj("g", 1.0, 3), _traj("g", 0.0, 2)]
+    grounded = [[G, N, B], [G, G]]
     res = grounded_source(CreditInputs(trajectories=trajs, tasks={}, grounded=grounded))
     assert res.labels == grounded and res.labels is not grounded
-    assert res.metrics == {"attribution/good_ratio": 0.5, "attribution/neutral_ratio": 0.25}
+    assert res.metrics == {
+        "attribution/good_ratio": pytest.approx(0.6),
+        "attribution/neutral_ratio": pytest.approx(0.2),
+    }
     empty = grounded_source(CreditInputs(trajectories=[], tasks={}, grounded=[]))
     assert empty.labels == [] and empty.metrics == {"attribution/good_ratio": 0.0, "attribution/neutral_ratio": 0.0}
 

@@ -62,7 +62,7 @@ def register_step_credit(name: str) -> Callable[[CreditFn], CreditFn]:
 def grounded_source(inputs: CreditInputs) -> CreditResult:
     """The grounded labels (attributing/grounded.py), with the share of GOOD and of NEUTRAL steps."""
     flat = [lab for labs in inputs.grounded for lab in labs]
-    n = len(flat) or 1
+    n = len(flat)
     return CreditResult(
         labels=list(inputs.grounded),
         metrics={
