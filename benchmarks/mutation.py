@@ -73,8 +73,9 @@ def copy_checkout(dest: Path) -> None:
     (dest / ".venv").symlink_to(ROOT / ".venv")
 
 
-def mutate(name: str, module: str, tests: list[str], work: Path) -> dict:
-    """mutmut on one module in its own copy; its counts and survivors."""
+def mutate(name: str, module: str, tests: list[str], work: Path, timeout_multiplier: float = 15.0) -> dict:
+    """mutmut on one module in its own copy; its counts and survivors. ``timeout_multiplier``: mutmut's (a mutant
+    times out, and counts as killed, past about 2 x multiplier x its tests' usual time; mutmut's default 15)."""
     copy = work / name
     copy_checkout(copy)
     source = copy / "src" / "evolvekit" / module
@@ -89,6 +90,7 @@ def mutate(name: str, module: str, tests: list[str], work: Path) -> dict:
             # catches counts as a survivor
             'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q", "-o", "addopts=", "-m", "not slow"]\n'
             'also_copy = ["configs/", "examples/"]\n'  # files tests read by path (a family's worked examples)
+            f"timeout_multiplier = {timeout_multiplier}\n"
         )
     env = {**os.environ, "PYTHONPATH": str(copy / "src")}
     mutmut = str(ROOT / ".venv" / "bin" / "mutmut")
@@ -116,6 +118,7 @@ def mutate(name: str, module: str, tests: list[str], work: Path) -> dict:
         "no_tests": int(stats.get("no_tests", 0)),
         "score": killed / checked if checked else None,
         "seconds": round(time.perf_counter() - t0, 1),
+        "timeout_multiplier": timeout_multiplier,
         "survivors": survivors,
     }
 
@@ -158,6 +161,12 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", choices=sorted(MODULES), help="these modules only")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "mutation", help="where the copies go")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "mutation")
+    parser.add_argument(
+        "--timeout-multiplier",
+        type=float,
+        default=15.0,
+        help="mutmut's timeout_multiplier (default 15, mutmut's own): lower it for modules whose tests run models",
+    )
     args = parser.parse_args()
     if not (ROOT / ".venv" / "bin" / "mutmut").exists():
         sys.exit("mutmut is not installed: .venv/bin/pip install -e '.[mutation]' -c constraints.txt")
@@ -168,7 +177,7 @@ def main() -> None:
     for name in args.only or list(MODULES):
         module, tests = MODULES[name]
         print(f"{name}: mutating src/evolvekit/{module} against {', '.join(tests)}", flush=True)
-        row = {**mutate(name, module, tests, args.work), "commit": code.stdout.strip()}
+        row = {**mutate(name, module, tests, args.work, args.timeout_multiplier), "commit": code.stdout.strip()}
         rows = [r for r in rows if r["module"] != row["module"]] + [row]
         print(json.dumps({k: v for k, v in row.items() if k != "survivors"}), flush=True)
         command = " ".join(["python", "benchmarks/mutation.py", *sys.argv[1:]])
