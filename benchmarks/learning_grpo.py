@@ -44,7 +44,8 @@ def run_learning(name: str, args, extra_sets: list[str], title: str) -> dict:
     """Run the master loop with the benchmark budget; write benchmarks/results/<name>.{json,png,md}."""
 
     from evolvekit.config import load_config
-    from evolvekit.orchestrator.build import build_loop, open_run
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
 
     name = name + args.tag
     sets = [

@@ -38,8 +38,8 @@ def _heldout_with_and_without(run_dir: Path, k: int, n_tasks: int) -> dict:
     from evolvekit.engine.base import Engine
     from evolvekit.env.registry import env_tasks, make_env
     from evolvekit.llm.factory import role_llm, sampling_for
-    from evolvekit.orchestrator.build import open_run
     from evolvekit.orchestrator.loop import iteration_seed
+    from evolvekit.orchestrator.run_dir import open_run
 
     cfg, _, store = open_run(None, run_dir)
     ckpt = store.latest_checkpoint()

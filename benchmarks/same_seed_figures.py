@@ -76,7 +76,8 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "plugins"))
     from evolvekit.config import Config
     from evolvekit.llm.tiny import make_tiny_model
-    from evolvekit.orchestrator.build import build_loop, open_run
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
 
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)

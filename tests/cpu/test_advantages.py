@@ -146,7 +146,7 @@ def test_a_plugin_step_credit_source_is_one_function_one_registration_one_config
     from evolvekit.attributing.sources import STEP_CREDIT
     from evolvekit.attributing.stage import AttributedSamples
     from evolvekit.env.registry import load_plugins
-    from evolvekit.orchestrator.build import registry_problem
+    from evolvekit.orchestrator.run_dir import registry_problem
     from evolvekit.store.sqlite import RunStore
     from evolvekit.types import StepLabel, Task
 

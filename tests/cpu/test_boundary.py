@@ -26,7 +26,8 @@ from evolvekit.config import helper_sources, load_config
 from evolvekit.errors import ConfigError
 from evolvekit.llm.tiny import make_tiny_model
 from evolvekit.navigating.extract import ExperienceExtractor
-from evolvekit.orchestrator.build import build_loop, open_run
+from evolvekit.orchestrator.build import build_loop
+from evolvekit.orchestrator.run_dir import open_run
 from evolvekit.types import (
     CallOutcome,
     RewardParts,

@@ -10,7 +10,7 @@ import typer
 from evolvekit.cli.main import app
 from evolvekit.config import config_from_dict
 from evolvekit.errors import ConfigError
-from evolvekit.orchestrator.build import open_run
+from evolvekit.orchestrator.run_dir import open_run
 
 
 def _commands(cmd: click.Command, path: str = "evolvekit"):

@@ -9,7 +9,8 @@ import pytest
 from evolvekit.config import load_config
 from evolvekit.env.bfcl.families import get_family
 from evolvekit.llm.tiny import make_tiny_model
-from evolvekit.orchestrator.build import build_loop, open_run
+from evolvekit.orchestrator.build import build_loop
+from evolvekit.orchestrator.run_dir import open_run
 from evolvekit.train.sft import lr_factor
 
 

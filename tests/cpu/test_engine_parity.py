@@ -113,7 +113,8 @@ def test_a_run_rolls_out_and_evaluates_through_continuous_batching(local, tmp_pa
 
     from evolvekit.config import Config, load_config
     from evolvekit.llm import continuous
-    from evolvekit.orchestrator.build import build_loop, open_run
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
     calls = []

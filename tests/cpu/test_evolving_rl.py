@@ -98,7 +98,8 @@ PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
 def test_one_co_evolution_iteration(tmp_path, monkeypatch):
     from evolvekit.config import load_config
     from evolvekit.llm.tiny import make_tiny_model
-    from evolvekit.orchestrator.build import build_loop, open_run
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
 
     monkeypatch.syspath_prepend(PLUGINS)
     tiny = make_tiny_model(tmp_path / "tiny")

@@ -64,7 +64,8 @@ def test_a_run_with_gigpo_credit_records_anchor_states_and_groups_steps(tmp_path
     its anchor state, and each task's first steps (all from the start state) form a step group."""
     from evolvekit.config import load_config
     from evolvekit.llm.tiny import make_tiny_model
-    from evolvekit.orchestrator.build import build_loop, open_run
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
 
     tiny = make_tiny_model(tmp_path / "tiny")
     cfg = load_config(

@@ -177,7 +177,8 @@ def test_master_loop_with_experience_mixed_rollouts(tmp_path, monkeypatch):
 
     from evolvekit.config import load_config
     from evolvekit.llm.tiny import make_tiny_model
-    from evolvekit.orchestrator.build import build_loop, open_run
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
 
     monkeypatch.syspath_prepend(PLUGINS)
     tiny = make_tiny_model(tmp_path / "tiny")
@@ -236,7 +237,7 @@ def test_experiences_cli_export_import_query(tmp_path):
     import sys
 
     from evolvekit.config import load_config
-    from evolvekit.orchestrator.build import open_run
+    from evolvekit.orchestrator.run_dir import open_run
 
     _, run_dir, store = open_run(load_config(None, [f"run.out_dir={tmp_path}"]), None)
     exp = Experience(
@@ -361,7 +362,8 @@ def test_family_worked_examples_seed_the_pool_and_skip_the_cold_start(tmp_path, 
     from evolvekit.errors import ConfigError
     from evolvekit.llm.tiny import make_tiny_model
     from evolvekit.navigating.seed import family_experiences
-    from evolvekit.orchestrator.build import build_loop, open_run
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
 
     seeds = family_experiences(get_family("arith"))
     assert len(seeds) == len(get_family("arith").demonstrations) and len({e.experience_id for e in seeds}) == len(seeds)

@@ -303,8 +303,9 @@ def test_run_synthesis_stores_each_round_and_a_killed_run_resumes_from_it(tmp_pa
     from types import SimpleNamespace
 
     import evolvekit.llm.factory as factory
-    from evolvekit.orchestrator.build import SYNTHESIS_DONE, _task_supply, open_run, synthesis_stage
+    from evolvekit.orchestrator.build import SYNTHESIS_DONE, _task_supply, synthesis_stage
     from evolvekit.orchestrator.loop import run_synthesis
+    from evolvekit.orchestrator.run_dir import open_run
     from evolvekit.types import TaskSource
 
     answers = iter(
@@ -402,7 +403,8 @@ def test_hybrid_mix_and_advantage_decay(tmp_path):
 @pytest.mark.slow
 def test_run_trains_on_synthetic_tasks_and_evaluates_on_real_ones(tmp_path):
     from evolvekit.llm.tiny import make_tiny_model
-    from evolvekit.orchestrator.build import SYNTHESIS_DONE, build_loop, open_run
+    from evolvekit.orchestrator.build import SYNTHESIS_DONE, build_loop
+    from evolvekit.orchestrator.run_dir import open_run
 
     tiny = make_tiny_model(tmp_path / "tiny")
     cfg = load_config(

@@ -15,7 +15,8 @@ import yaml
 
 from evolvekit.config import load_config
 from evolvekit.llm.tiny import make_tiny_model
-from evolvekit.orchestrator.build import build_loop, open_run
+from evolvekit.orchestrator.build import build_loop
+from evolvekit.orchestrator.run_dir import open_run
 from evolvekit.types import Step, StepLabel, Trajectory
 
 PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")

@@ -22,7 +22,8 @@ import yaml
 
 from evolvekit.config import load_config
 from evolvekit.llm.tiny import make_tiny_model
-from evolvekit.orchestrator.build import build_loop, open_run
+from evolvekit.orchestrator.build import build_loop
+from evolvekit.orchestrator.run_dir import open_run
 from evolvekit.store.sqlite import IterationStatus, RunStore
 
 PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")

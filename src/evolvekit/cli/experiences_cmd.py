@@ -17,7 +17,7 @@ RunOpt = typer.Option(..., "--run", help="run directory (runs/<name>-<timestamp>
 def _open(run: Path):
     from evolvekit.llm.factory import build_embedder
     from evolvekit.navigating.pool import ExperiencePool
-    from evolvekit.orchestrator.build import open_run
+    from evolvekit.orchestrator.run_dir import open_run
 
     cfg, run_dir, store = open_run(None, run)
     setup_logging(cfg.run.log_level)

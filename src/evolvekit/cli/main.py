@@ -114,7 +114,7 @@ def config_validate(
 
     if purpose not in ("run", "eval"):
         raise ConfigError(f"--for must be run or eval, got {purpose!r}")
-    from evolvekit.orchestrator.build import registry_problem
+    from evolvekit.orchestrator.run_dir import registry_problem
 
     cfg = load_config(config, overrides)
     training = purpose == "run"

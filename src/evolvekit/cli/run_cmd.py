@@ -27,7 +27,8 @@ def run_command(
     """Run the master loop: tasks → rollouts → experience → update, with held-out evaluation before and after."""
     from evolvekit.config import load_config
     from evolvekit.errors import EvolveKitError
-    from evolvekit.orchestrator.build import build_loop, open_run, serve_updates
+    from evolvekit.orchestrator.build import build_loop, serve_updates
+    from evolvekit.orchestrator.run_dir import open_run
     from evolvekit.train.distributed import DataParallel
 
     cfg = load_config(config, overrides) if config is not None else None

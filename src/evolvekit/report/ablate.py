@@ -145,7 +145,8 @@ def _run_one(
     """One (row, seed) run, new or resumed; returns None, or the error that stopped it. ``parent_pid``: in a
     spawned worker, the table's process, whose death ends this one too."""
     from evolvekit.config import Config
-    from evolvekit.orchestrator.build import build_loop, open_run
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
 
     if parent_pid is not None:
         exit_when_orphaned(parent_pid)
