@@ -5,6 +5,8 @@ import sqlite3
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from evidence import default_out  # noqa: E402
@@ -125,3 +127,22 @@ def test_a_kept_run_restores_to_the_same_figures_and_is_marked_finished(tmp_path
     con = sqlite3.connect(fresh / "row_a" / "seed3" / "run.sqlite")
     assert con.execute("select count(*) from trajectories").fetchone() == (0,)  # episodes are not kept
     con.close()
+
+
+@pytest.mark.slow
+def test_a_mutmut_timeout_is_run_again_and_counted_by_that_run(tmp_path):
+    from mutation import recheck_timeouts  # benchmarks/mutation.py
+
+    tests = tmp_path / "copy" / "mutants" / "tests"
+    tests.mkdir(parents=True)
+    (tmp_path / "copy" / "mutants" / "src").mkdir()
+    (tests / "test_m.py").write_text(
+        "import os, time\n\n\n"
+        "def test_m():\n"
+        "    m = os.environ.get('MUTANT_UNDER_TEST')\n"
+        "    if m == 'm.hangs':\n"
+        "        time.sleep(60)\n"
+        "    assert m != 'm.caught'\n"
+    )
+    verdicts = recheck_timeouts(tmp_path / "copy", ["tests/test_m.py"], ["m.caught", "m.missed", "m.hangs"], 8)
+    assert verdicts == {"m.caught": "killed", "m.missed": "survived", "m.hangs": "timeout"}
