@@ -91,3 +91,13 @@ def test_chunks_retries_failed_calls_neutralisation_and_cost(caplog):
     assert [r.getMessage() for r in caplog.records] == ["attributor call failed: boom"]
     assert [temp for _, temp in llm.chats][:2] == [0.0, 0.0] and all(t > 0 for _, t in llm.chats[2:])  # warm retries
     assert result.metrics()["attribution/neutralised"] == 1.0 and result.cost.seconds > 0
+
+
+def test_a_failed_call_does_not_skip_the_chunks_after_it():
+    """The first chunk's call fails: the next chunk is still asked in the same attempt, and the failed one again in
+    the next (``continue``, not ``break``: nothing is left unlabelled)."""
+    llm = Scripted({"a": ["raise", "Step 0: GOOD"], "b": ["Step 0: BAD"]})
+    attributor = StepAttributor(llm, SamplingParams(temperature=0.0), max_retries=1, concurrency=1)
+    result = attributor.attribute([_traj("a", 1), _traj("b", 1)], {})
+    assert result.labels == [[G], [B]] and result.failures == 0
+    assert [ids for ids, _ in llm.chats] == [["a"], ["b"], ["a"]]
