@@ -122,3 +122,28 @@ def test_anchor_states_repeat_on_a_stateless_backend_only_where_the_observations
     assert s1 == s2 == s3  # the start state is shared
     assert b1 == b3 and s1 != k1  # the backend alone cannot tell the two results apart; the anchor can
     assert k1 == k2 and k1 != k3
+
+
+def test_step_rewards_the_outcome_on_the_last_step_and_lone_states_by_hand():
+    """Issue 53 (the gigpo look after its timeouts were run again): the environment's step rewards enter the
+    returns, the outcome is added to the last step's reward, and a state visited once has A^S = 0."""
+    # T1 keys [s, u, v], rewards [0, 0.5, 0.25], outcome 1: r = [0, 0.5, 1.25]; gamma 0.5: G = [0.5625, 1.125, 1.25]
+    # T2 keys [s, w], rewards [0.5, 0], outcome 0: r = [0.5, 0]; G = [0.5, 0]
+    # mean norm: episode [+0.5, -0.5]; step group s {0.5625, 0.5} -> [+0.03125, -0.03125]; u, v, w alone -> 0
+    adv = gigpo_advantages(
+        [1.0, 0.0], [["s", "u", "v"], ["s", "w"]], [[0.0, 0.5, 0.25], [0.5, 0.0]], gamma=0.5, omega=1.0, norm="mean"
+    )
+    assert adv == [pytest.approx([0.53125, 0.5, 0.5]), pytest.approx([-0.53125, -0.5])]
+
+
+def test_defaults_are_verl_agents_and_degenerate_std_is_passed_on():
+    """γ 0.95, ω 1, std norm and ε 1e-6 when not given (the estimator passes γ, ω and the norm only)."""
+    # std norm, every state alone: the episode advantage only, (1 - 0.5) / (sqrt(0.5) + 1e-6)
+    alone = gigpo_advantages([1.0, 0.0], [["a"], ["b"]])
+    a_e = 0.5 / (math.sqrt(0.5) + 1e-6)
+    assert alone == [[pytest.approx(a_e, rel=1e-9)], [pytest.approx(-a_e, rel=1e-9)]]
+    # mean norm, shared first state: G = [0.95, 1] and [0, 0]; s -> [+0.475, -0.475]
+    shared = gigpo_advantages([1.0, 0.0], [["s", "x"], ["s", "y"]], norm="mean")
+    assert shared == [pytest.approx([0.975, 0.5]), pytest.approx([-0.975, -0.5])]
+    # a spread below degenerate_std carries no signal: zeros, not a standardised ±0.71
+    assert gigpo_advantages([1.0, 1.2], [["a"], ["b"]], degenerate_std=0.5) == [[0.0], [0.0]]

@@ -58,7 +58,7 @@ def gigpo_advantages(
     """One GRPO group: per trajectory, one advantage per step (A^E + ω·A^S). ``state_keys[i][t]`` is the anchor
     state of trajectory i's step t; ``step_rewards`` are the environment's per-step rewards (0 if None), to which
     the outcome is added at the last step."""
-    episode = _normalised(list(outcomes), "std" if norm == "std" else "mean", eps, degenerate_std)
+    episode = _normalised(list(outcomes), norm, eps, degenerate_std)
     returns = []
     for i, keys in enumerate(state_keys):
         r = list(step_rewards[i]) if step_rewards is not None else [0.0] * len(keys)
