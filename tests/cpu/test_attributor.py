@@ -101,3 +101,65 @@ def test_a_failed_call_does_not_skip_the_chunks_after_it():
     result = attributor.attribute([_traj("a", 1), _traj("b", 1)], {})
     assert result.labels == [[G], [B]] and result.failures == 0
     assert [ids for ids, _ in llm.chats] == [["a"], ["b"], ["a"]]
+
+
+class _Labeler:
+    """A stand-in for the forced-choice labeler (attributing/constrained.py): GOOD for every step, and the prompt
+    and completion token counts 7 + steps and steps."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[list, int]] = []
+
+    def label(self, conv, n):
+        self.asked.append((conv, n))
+        return [G] * n, 7 + n, n
+
+
+def _progress_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "evolvekit.attributing.attributor"]
+
+
+def test_the_constrained_path_asks_once_per_trajectory_with_its_task_and_counts_its_cost(caplog):
+    from evolvekit.types import Task
+
+    attributor = StepAttributor(Scripted({}), SamplingParams(temperature=0.0))
+    attributor.labeler = _Labeler()  # type: ignore[assignment]
+    trajs = [_traj("e", 0), _traj("a", 2), _traj("b", 1)]  # no steps first: not asked, and the rest still are
+    trajs[2].outcome_reward = None
+    task = Task(task_id="TRAJ=a ", env_name="x", query="add the two numbers")
+    with caplog.at_level(logging.INFO, logger="evolvekit.attributing.attributor"):
+        result = attributor.attribute(trajs, {"TRAJ=a ": task})
+    assert result.labels == [[], [G, G], [G]] and result.failures == 0
+    asked = attributor.labeler.asked  # type: ignore[attr-defined]
+    assert [n for _, n in asked] == [2, 1]
+    assert "add the two numbers" in asked[0][0][1].content and "add the two numbers" not in asked[1][0][1].content
+    assert "OVERALL PERFORMANCE SCORE 0\n" in asked[1][0][1].content  # no outcome recorded: scored 0, not 1
+    assert (result.cost.calls, result.cost.prompt_tokens, result.cost.completion_tokens) == (2, 9 + 8, 3)
+    assert 0 < result.cost.seconds < 60
+    lines = _progress_lines(caplog)
+    assert lines[0] == "step attribution: 2 to do" and lines[-1].startswith("step attribution: 2 done in ")
+
+
+def test_the_free_path_logs_its_progress_and_times_itself(caplog):
+    llm = Scripted({"a": ["Step 0: GOOD"], "b": ["Step 0: BAD"]})
+    attributor = StepAttributor(llm, SamplingParams(temperature=0.0))
+    with caplog.at_level(logging.INFO, logger="evolvekit.attributing.attributor"):
+        result = attributor.attribute([_traj("a", 1), _traj("e", 0), _traj("b", 1)], {})
+    assert result.labels == [[G], [], [B]] and 0 < result.cost.seconds < 60
+    lines = _progress_lines(caplog)
+    assert lines[0] == "step attribution: 2 to do" and lines[-1].startswith("step attribution: 2 done in ")
+
+
+def test_default_retries_and_chunks_and_the_labelers_settings(monkeypatch):
+    """Two retries and chunks of four by default; the forced-choice labeler gets the attributor's temperature and
+    seed (0 when none is set)."""
+    llm = Scripted({t: ["?"] * 3 for t in "abcde"})
+    result = StepAttributor(llm, SamplingParams(temperature=0.0)).attribute([_traj(t, 1) for t in "abcde"], {})
+    assert [len(ids) for ids, _ in llm.chats] == [4, 1] * 3 and result.failures == 5
+    made = []
+    monkeypatch.setattr(
+        "evolvekit.attributing.constrained.ConstrainedLabeler", lambda *args: made.append(args) or _Labeler()
+    )
+    StepAttributor(llm, SamplingParams(temperature=0.3), constrained=True)
+    StepAttributor(llm, SamplingParams(temperature=0.0, seed=5), constrained=True)
+    assert made == [(llm, 0.3, 0), (llm, 0.0, 5)]
