@@ -195,3 +195,53 @@ def test_decisions_are_samples_with_the_advantage_of_the_step_they_preceded():
     samples, stats = build_samples([traj], [{0: 0.75, 1: -0.5}], advantage_scale=lambda t: 2.0)
     assert len(samples) == 1 + 3 and stats.samples == 4
     assert samples[1].token_advantages == [0.0, 0.0, -1.0, -1.0]  # scaled like the steps
+
+
+def test_a_span_left_empty_by_stripping_is_dropped_whatever_its_kind():
+    """A prompt span that lay wholly inside the experience has no tokens left: it is dropped, not kept empty."""
+    seq = MergedSequence(
+        token_ids=[1, 2, 3, 4],
+        loss_mask=[0, 0, 0, 1],
+        logprobs=[0.0, 0.0, 0.0, -1.0],
+        step_spans={0: (3, 4)},
+        spans=[
+            TokenSpan(start=0, end=3, kind=EXP),
+            TokenSpan(start=1, end=2, kind=SpanKind.PROMPT),  # inside the experience
+            TokenSpan(start=3, end=4, kind=SpanKind.POLICY),
+        ],
+    )
+    out = strip_spans(seq)
+    assert out.token_ids == [4] and [(s.start, s.end, s.kind) for s in out.spans] == [(0, 1, SpanKind.POLICY)]
+
+
+def test_build_samples_counts_every_skip_and_goes_on_after_a_long_sequence():
+    failed = [_two_step().model_copy(update={"flags": TrajectoryFlags(failed=True)}) for _ in range(2)]
+    _, stats = build_samples(failed, [{0: 1.0}, {0: 1.0}])
+    assert stats.skipped_failed == 2
+    _, stats = build_samples([_two_step(), _two_step()], [{0: 1.0}, {0: 1.0}], max_tokens=6)
+    assert stats.skipped_too_long == 2
+    # two sequences (step 1's prompt does not extend step 0's): the first is over the limit, the second is not
+    split = Trajectory(task_id="t", group_id="g", steps=[_step(0, [1, 2, 3, 4, 5], [10, 11]), _step(1, [7], [12])])
+    samples, stats = build_samples([split], [{0: 1.0, 1: -1.0}], max_tokens=5)
+    assert [s.token_ids for s in samples] == [[7, 12]] and stats.skipped_too_long == 1
+    # the scale is asked of each trajectory
+    guided, plain = _two_step(guided=True), _two_step()
+    out, _ = build_samples(
+        [guided, plain], [{0: 1.0, 1: 1.0}] * 2, advantage_scale=lambda t: 0.5 if t.flags.experience_guided else 2.0
+    )
+    assert max(out[0].token_advantages) == 0.5 and max(out[1].token_advantages) == 2.0
+
+
+def test_decisions_through_build_samples_keep_its_limit_and_the_last_steps_advantage():
+    decisions = [
+        ContextDecision(before_step=9, prompt_token_ids=[1], completion_token_ids=[32]),  # after every step
+        ContextDecision(before_step=0, prompt_token_ids=[1, 2, 3, 4, 5], completion_token_ids=[33, 34, 35]),
+        ContextDecision(before_step=0, prompt_token_ids=[1, 2, 3, 4, 5, 6], completion_token_ids=[36, 37]),
+    ]
+    traj = _two_step().model_copy(update={"context_decisions": decisions})
+    stats = SampleStats()
+    out = decision_samples(traj, {0: 0.75, 1: -0.5, 2: 0.25}, max_tokens=7, stats=stats)
+    assert [s.token_advantages for s in out] == [[0.0, 0.25]]  # the last of three steps, not the second
+    assert stats.skipped_too_long == 2
+    samples, stats = build_samples([traj], [{0: 0.75, 1: -0.5}], max_tokens=7)
+    assert [s.token_ids for s in samples] == [[1, 2, 3, 10, 11, 4, 12], [1, 32]] and stats.skipped_too_long == 2

@@ -131,8 +131,8 @@ def build_samples(
                     experience_guided=traj.flags.experience_guided,
                     # §4.3: trained without the experience, but generated with it: the behaviour policy of Eq. 17's
                     # ratio is π_old(τ | q, exp), so the trainer takes the old log-probs from the sequence as generated
-                    behaviour_token_ids=seq.unstripped_ids if stripped else None,
-                    behaviour_positions=seq.kept_positions if stripped else None,
+                    behaviour_token_ids=seq.unstripped_ids,  # both None when nothing was stripped
+                    behaviour_positions=seq.kept_positions,
                     rollout_logprobs=list(seq.logprobs) if stripped else None,
                 )
             )
