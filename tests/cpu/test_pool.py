@@ -237,3 +237,45 @@ def test_import_limits_and_a_bad_line_add_nothing(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="2"):
         fresh.import_jsonl(bad)
     assert len(fresh) == 0
+
+
+def test_retrieval_returns_the_true_top_k_in_order_five_by_default_and_embeds_nothing_for_k_0():
+    """Eq. 14 against a brute-force ranking (issue 53: the pool's look once mutmut's timeouts were run again)."""
+    rng = np.random.default_rng(0)
+    n = 300  # numpy selects small arrays by sorting them: a wrong partition index shows on larger ones
+    cosines = [round(float(c), 4) for c in rng.permutation(np.linspace(-0.95, 0.95, n))]
+    table = {f"e{i}": _unit(c) for i, c in enumerate(cosines)}
+    table["q"] = [1.0, 0.0]
+    embed = Table(table)
+    pool = ExperiencePool(embed, theta_sim=1.1)  # nothing merges
+    for i in range(n):
+        pool.add(_exp(f"e{i}", eid=f"x{i}"))
+    best_first = sorted(range(n), key=lambda i: -cosines[i])
+    for k in (1, 2, 3, 7, n - 1, n, n + 1):
+        got = pool.retrieve("q", k)
+        assert [e.experience_id for e, _ in got] == [f"x{i}" for i in best_first[: min(k, n)]], k
+        assert [s for _, s in got] == pytest.approx([cosines[i] for i in best_first[: min(k, n)]])
+    assert len(pool.retrieve("q")) == 5  # k = 5, the paper's
+    calls = len(embed.calls)
+    assert pool.retrieve("q", 0) == [] and len(embed.calls) == calls  # nothing asked, nothing embedded
+
+
+def test_an_empty_pool_holds_a_0_by_0_float32_matrix():
+    pool = ExperiencePool(Table(TABLE))
+    assert pool.vectors.shape == (0, 0) and pool.vectors.dtype == np.float32
+    pool.load([])
+    assert pool.vectors.shape == (0, 0) and pool.vectors.dtype == np.float32
+
+
+def test_an_oversized_or_malformed_import_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(pool_module, "MAX_IMPORT_BYTES", 2**20)
+    big = tmp_path / "big.jsonl"
+    big.write_text("x" * (2**20 + 1))
+    pool = ExperiencePool(Table(TABLE))
+    with pytest.raises(ConfigError, match=r"big\.jsonl: over 1 MiB; an experience file holds at most that$"):
+        pool.import_jsonl(big)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"when_to_use": 3}\n')
+    with pytest.raises(ConfigError, match=r"bad\.jsonl:1: not an experience: "):
+        pool.import_jsonl(bad)
+    assert len(pool) == 0

@@ -63,7 +63,7 @@ class ExperiencePool:
 
     def _append(self, exp: Experience, vec: np.ndarray) -> None:
         # capacity doubling: n appends cost O(n) copies in total, not O(n^2)
-        vec = np.asarray(vec, dtype=np.float32)
+        vec = np.asarray(vec)  # stored as float32 by the buffer
         n = len(self.items)
         if self._buf.shape[0] <= n or self._buf.shape[1] != vec.shape[0]:
             grown = np.zeros((max(16, 2 * self._buf.shape[0]), vec.shape[0]), dtype=np.float32)
@@ -109,7 +109,7 @@ class ExperiencePool:
             self._append(exp, vec)
             return AddResult("added", exp.experience_id, best)
         self._append(exp, vec)
-        return AddResult("added", exp.experience_id, 0.0)
+        return AddResult("added", exp.experience_id)  # similarity 0.0: nothing to compare with
 
     def retrieve(self, query: str, k: int = 5) -> list[tuple[Experience, float]]:
         """Eq. 14: top-k experiences by cosine similarity of ``when_to_use`` to the query."""
