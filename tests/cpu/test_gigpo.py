@@ -147,3 +147,8 @@ def test_defaults_are_verl_agents_and_degenerate_std_is_passed_on():
     assert shared == [pytest.approx([0.975, 0.5]), pytest.approx([-0.975, -0.5])]
     # a spread below degenerate_std carries no signal: zeros, not a standardised ±0.71
     assert gigpo_advantages([1.0, 1.2], [["a"], ["b"]], degenerate_std=0.5) == [[0.0], [0.0]]
+
+
+def test_an_unknown_norm_is_refused():
+    with pytest.raises(ValueError, match="GiGPO's norm must be 'std' or 'mean', not 'median'"):
+        gigpo_advantages([1.0, 0.0], [["a"], ["b"]], norm="median")  # type: ignore[arg-type]

@@ -29,14 +29,16 @@ Norm = Literal["std", "mean"]
 
 def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
     """G_t = Σ_{k ≥ t} γ^{k−t} r_k."""
-    out, acc = [0.0] * len(rewards), 0.0
-    for t in range(len(rewards) - 1, -1, -1):
-        acc = rewards[t] + gamma * acc
-        out[t] = acc
-    return out
+    out, acc = [], 0.0
+    for r in reversed(rewards):
+        acc = r + gamma * acc
+        out.append(acc)
+    return out[::-1]
 
 
 def _normalised(values: Sequence[float], norm: Norm, eps: float, degenerate_std: float) -> list[float]:
+    if norm not in ("std", "mean"):
+        raise ValueError(f"GiGPO's norm must be 'std' or 'mean', not {norm!r}")
     if len(values) < 2:
         return [0.0] * len(values)
     if norm == "mean":
