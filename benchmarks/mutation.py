@@ -207,12 +207,13 @@ def main() -> None:
         sys.exit("mutmut is not installed: .venv/bin/pip install -e '.[mutation]' -c constraints.txt")
     code = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     previous = args.out.with_suffix(".json")
-    # modules not run now keep their earlier row (each row names the commit it was run at)
-    rows = json.loads(previous.read_text()) if previous.is_file() else []
     for name in args.only or list(MODULES):
         module, tests = MODULES[name]
         print(f"{name}: mutating src/evolvekit/{module} against {', '.join(tests)}", flush=True)
         row = {**mutate(name, module, tests, args.work, args.timeout_multiplier), "commit": code.stdout.strip()}
+        # modules not run now keep their earlier row (each row names the commit it was run at), read when this row is
+        # written: another look may have written its rows meanwhile
+        rows = json.loads(previous.read_text()) if previous.is_file() else []
         rows = [r for r in rows if r["module"] != row["module"]] + [row]
         print(json.dumps({k: v for k, v in row.items() if k != "survivors"}), flush=True)
         command = " ".join(["python", "benchmarks/mutation.py", *sys.argv[1:]])
