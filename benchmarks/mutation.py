@@ -41,8 +41,9 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
     "build": (
         "orchestrator/build.py",
-        ["tests/cpu/test_advantages.py", "tests/cpu/test_boundary.py", "tests/cpu/test_questioning.py"]
-        + ["tests/cpu/test_navigating.py", "tests/cpu/test_attributing.py", "tests/cpu/test_run_loop.py"]
+        ["tests/cpu/test_build_wiring.py", "tests/cpu/test_coevolve.py", "tests/cpu/test_advantages.py"]
+        + ["tests/cpu/test_boundary.py", "tests/cpu/test_questioning.py", "tests/cpu/test_navigating.py"]
+        + ["tests/cpu/test_attributing.py", "tests/cpu/test_run_loop.py"]
         + ["tests/cpu/test_families.py", "tests/cpu/test_store.py", "tests/cpu/test_agent.py"]
         + ["tests/cpu/test_gigpo.py", "tests/cpu/test_cold_start.py", "tests/cpu/test_templates.py"],
     ),
