@@ -47,3 +47,77 @@ def test_the_pass_probe_runs_the_policy_with_the_runs_rendering_template_seed_an
     assert kw["template"].template == "reasoning"
     off = load_config(None, ["questioning.pass_filter_samples=0"])
     assert pass_probe(off, _Policy(), lambda: None) is None
+
+
+class _Ctx:
+    """What the hybrid advantage scale reads of an iteration: the run's stored tasks."""
+
+    def __init__(self, tasks):
+        self.store = self
+        self._tasks = {t.task_id: t for t in tasks}
+
+    def task_index(self):
+        return self._tasks
+
+
+def test_the_sample_stage_gets_its_scale_attributor_settings_and_boundary(monkeypatch):
+    from evolvekit.attributing.stage import AttributedSamples
+    from evolvekit.llm import factory
+    from evolvekit.orchestrator.build import _sample_stage
+    from evolvekit.train.sample_stage import GRPOSamples
+    from evolvekit.types import TaskSource, Trajectory
+
+    plain = _sample_stage(load_config(None, ["questioning.enabled=false", "attributing.enabled=false"]))
+    assert type(plain) is GRPOSamples and plain.advantage_scale is None
+    # hybrid self-questioning (λ < 1): proxy tasks' advantages scaled by the decay (§3.3)
+    hybrid = _sample_stage(
+        load_config(
+            None,
+            [
+                "questioning.enabled=true",
+                "questioning.hybrid_lambda=0.5",
+                "questioning.synthetic_advantage_decay=0.25",
+                "attributing.enabled=false",
+            ],
+        )
+    )
+    syn = Task(task_id="s", env_name="bfcl", query="q", source=TaskSource.SYNTHETIC)
+    real = Task(task_id="r", env_name="bfcl", query="q")
+    scale = hybrid.advantage_scale(_Ctx([syn, real]))
+    assert scale(Trajectory(task_id="s")) == 0.25 and scale(Trajectory(task_id="r")) == 1.0
+    assert (
+        _sample_stage(load_config(None, ["questioning.enabled=true", "questioning.hybrid_lambda=1.0"])).advantage_scale
+        is None
+    )
+    # the LLM attributor is built with the attributing section's settings, from the attributor role
+    roles: list = []
+    monkeypatch.setattr(factory, "role_llm", lambda models, role: roles.append(role) or _Policy())
+    sets = ["attributing.enabled=true", "attributing.source=llm", "attributing.constrained=off"]
+    sets += ["attributing.max_retries=5", "attributing.concurrency=3", "questioning.enabled=false"]
+    stage = _sample_stage(load_config(None, sets))
+    assert isinstance(stage, AttributedSamples) and roles == ["attributor"]
+    assert (stage.attributor.max_retries, stage.attributor.concurrency, stage.attributor.labeler) == (5, 3, None)
+    assert stage.source == "llm" and stage.boundary.oracle is False
+    oracle = _sample_stage(load_config(None, [*sets, "run.oracle=true"]))
+    assert oracle.boundary.oracle is True
+    # outcome_only has no attribution channel: no attributor is asked
+    outcome_only = _sample_stage(load_config(None, [*sets, "attributing.mode=outcome_only"]))
+    assert outcome_only.attributor is None and roles == ["attributor"] * 2
+    # grounded credit needs no helper model
+    grounded = _sample_stage(load_config(None, ["attributing.enabled=true", "attributing.source=grounded"]))
+    assert grounded.attributor is None and grounded.source == "grounded" and roles == ["attributor"] * 2
+
+
+def test_the_task_supply_gets_the_runs_tasks_batch_seed_and_lambda():
+    from evolvekit.orchestrator.build import _task_supply
+    from evolvekit.orchestrator.stages import FixedTaskSupply
+    from evolvekit.questioning.supply import HybridTaskSupply
+
+    tasks = [Task(task_id=f"t{i}", env_name="bfcl", query="q") for i in range(3)]
+    base = ["train.tasks_per_iteration=2", "run.seed=11"]
+    fixed = _task_supply(load_config(None, [*base, "questioning.enabled=false"]), None, tasks, None, None)
+    assert type(fixed) is FixedTaskSupply and fixed.pool == tasks and (fixed.per_iteration, fixed.seed) == (2, 11)
+    on = [*base, "questioning.enabled=true", "questioning.hybrid_lambda=0.5", "coevolve.enabled=false"]
+    hybrid = _task_supply(load_config(None, on), None, tasks, None, None)
+    assert type(hybrid) is HybridTaskSupply and hybrid.real == tasks and hybrid.synthetic == []
+    assert (hybrid.per_iteration, hybrid.lam, hybrid.seed, hybrid.coevolve) == (2, 0.5, 11, None)
