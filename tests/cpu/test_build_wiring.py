@@ -121,3 +121,68 @@ def test_the_task_supply_gets_the_runs_tasks_batch_seed_and_lambda():
     hybrid = _task_supply(load_config(None, on), None, tasks, None, None)
     assert type(hybrid) is HybridTaskSupply and hybrid.real == tasks and hybrid.synthetic == []
     assert (hybrid.per_iteration, hybrid.lam, hybrid.seed, hybrid.coevolve) == (2, 0.5, 11, None)
+
+
+class _Embedder:
+    def embed(self, texts):
+        import numpy as np
+
+        return np.ones((len(texts), 2)) / np.sqrt(2)
+
+
+def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(tmp_path, monkeypatch):
+    from evolvekit.agent.rollout_stage import VanillaRollouts
+    from evolvekit.llm import factory
+    from evolvekit.navigating.stage import ExperienceMixedRollouts, ExperienceSummarisation
+    from evolvekit.navigating.tool_env import ExperienceToolEnv
+    from evolvekit.orchestrator.build import _navigation
+    from evolvekit.orchestrator.stages import NoExperience
+    from evolvekit.store.sqlite import RunStore
+
+    summarizer = _Policy()
+    monkeypatch.setattr(factory, "role_llm", lambda models, role: summarizer if role == "summarizer" else None)
+    monkeypatch.setattr(factory, "build_embedder", lambda cfg: _Embedder())
+    store = RunStore(tmp_path / "run.sqlite")
+    policy, params, template = _Policy(), object(), object()
+
+    def env_factory():
+        return "the environment"
+
+    def training_set():
+        return []
+
+    off = load_config(None, ["navigating.enabled=false"])
+    rollouts, experience, policy_env = _navigation(off, store, policy, env_factory, params, False, None, template)
+    assert type(rollouts) is VanillaRollouts and isinstance(experience, NoExperience) and policy_env is env_factory
+    assert (rollouts.llm, rollouts.params, rollouts.show_progress, rollouts.template) == (
+        policy,
+        params,
+        False,
+        template,
+    )
+
+    sets = ["navigating.enabled=true", "navigating.theta_sim=0.7", "navigating.rerank=true", "run.oracle=true"]
+    sets += ["navigating.validate_experiences=false", "reward.success_threshold=0.5", "navigating.as_tool=true"]
+    sets += ["navigating.search_k=2", "navigating.utility_test=true", "navigating.utility_k=3"]
+    cfg = load_config(None, sets)
+    rollouts, experience, policy_env = _navigation(
+        cfg, store, policy, env_factory, params, True, training_set, template
+    )
+    assert isinstance(rollouts, ExperienceMixedRollouts) and isinstance(experience, ExperienceSummarisation)
+    pool = rollouts.experiences
+    assert experience.pool is pool and pool.theta_sim == 0.7 and rollouts.refiner is summarizer
+    assert rollouts.training_set is training_set and rollouts.template is template and rollouts.params is params
+    extractor = experience.extractor
+    assert rollouts.cold_extractor is extractor and extractor.llm is summarizer
+    assert (extractor.validate, extractor.success_threshold, extractor.boundary.oracle) == (False, 0.5, True)
+    assert rollouts.nav.navigating is cfg.navigating and rollouts.nav.success_threshold == 0.5
+    # EvolveR's search action: the policy acts in the wrapped environment, in training and in evaluation
+    env = policy_env()
+    assert isinstance(env, ExperienceToolEnv) and env.env == "the environment" and (env.pool, env.k) == (pool, 2)
+    assert rollouts.make_env is policy_env and experience.utility.make_env is policy_env
+    assert (experience.utility.k, experience.utility.template, experience.utility.rendering) == (3, template, "compact")
+    # no re-ranking or rewriting: no refiner; no utility test unless asked
+    plain = load_config(None, ["navigating.enabled=true", "navigating.rerank=false", "navigating.rewrite=false"])
+    rollouts, experience, policy_env = _navigation(plain, store, policy, env_factory, params, True)
+    assert rollouts.refiner is None and experience.utility is None and policy_env is env_factory
+    store.close()
