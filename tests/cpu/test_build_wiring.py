@@ -186,3 +186,101 @@ def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(
     rollouts, experience, policy_env = _navigation(plain, store, policy, env_factory, params, True)
     assert rollouts.refiner is None and experience.utility is None and policy_env is env_factory
     store.close()
+
+
+def test_policy_sampling_caps_the_action_and_takes_the_seed():
+    from evolvekit.orchestrator.build import policy_sampling
+
+    cfg = load_config(None, ["models.policy.max_new_tokens=64", "models.policy.temperature=0.9"])
+    params = policy_sampling(cfg, seed=3)
+    assert (params.max_new_tokens, params.temperature, params.seed, params.stop) == (64, 0.9, 3, ())
+    assert (
+        policy_sampling(
+            load_config(None, ["models.policy.max_new_tokens=64", "env.action_max_tokens=16"])
+        ).max_new_tokens
+        == 16
+    )
+    assert (
+        policy_sampling(
+            load_config(None, ["models.policy.max_new_tokens=64", "env.action_max_tokens=100"])
+        ).max_new_tokens
+        == 64
+    )
+
+
+def test_the_rollout_template_summarises_with_the_summarizer_role_only_when_it_manages_context(monkeypatch):
+    from evolvekit.llm import factory
+    from evolvekit.orchestrator.build import rollout_template
+    from evolvekit.types import ChatMessage
+
+    class _Summarizer:
+        name = "summarizer"
+
+        def __init__(self):
+            self.asked = []
+
+        def chat(self, conversations, params):
+            self.asked.append(params)
+            return [[Completion(text="short")] for _ in conversations]
+
+    summarizer = _Summarizer()
+    roles: list = []
+    monkeypatch.setattr(factory, "role_llm", lambda models, role: roles.append(role) or summarizer)
+    basic = rollout_template(load_config(None, ["rollout.template=basic"]))
+    assert basic.template == "basic" and basic.summarise is None and roles == []
+    cfg = load_config(None, ["rollout.template=sliding_window", "rollout.context_token_limit=512"])
+    window = rollout_template(cfg)
+    assert (window.template, window.token_limit, roles) == ("sliding_window", 512, ["summarizer"])
+    assert window.summarise([ChatMessage(role="user", content="hi")]) == "short"
+    assert summarizer.asked[0].max_new_tokens == cfg.models.summarizer.max_new_tokens
+    assert rollout_template(load_config(None, ["rollout.template=self_managing"])).summarise is not None
+
+
+def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(monkeypatch):
+    from evolvekit.llm import factory
+    from evolvekit.orchestrator.build import synthesis_stage
+    from evolvekit.questioning import pipeline
+
+    synthesizer, policy = _Policy(), _Policy()
+    roles: list = []
+
+    def role(models, name):
+        roles.append(name)
+        return synthesizer if name == "synthesizer" else _Policy()
+
+    monkeypatch.setattr(factory, "role_llm", role)
+    monkeypatch.setattr(factory, "build_embedder", lambda cfg: _Embedder())
+    asked: list = []
+
+    def record(settings, n, explorer, eparams, synth, sparams, make_env, embed, **kw):
+        asked.append((settings, n, explorer, eparams, synth, sparams, make_env, kw))
+        return ["kept"], "funnel", None
+
+    monkeypatch.setattr(pipeline, "synthesize_tasks", record)
+    train = [Task(task_id="p1", env_name="bfcl", query="What is 1 plus 2?")]
+    received: list = []
+    sets = ["questioning.enabled=true", "questioning.synthetic_tasks=5", "run.seed=4"]
+    cfg = load_config(None, sets)
+
+    def env_factory():
+        return None
+
+    stage = synthesis_stage(cfg, train, policy, env_factory, received.extend)
+    stored, funnel, sink = [Task(task_id="s0", env_name="bfcl", query="q")], object(), object()
+    assert stage.synthesize(stored, funnel, sink) == (["kept"], "funnel")
+    ((settings, n, explorer, eparams, synth, sparams, make_env, kw),) = asked
+    assert n == 5 and explorer is policy and synth is synthesizer and make_env is env_factory
+    assert (eparams.seed, sparams.seed) == (4, 5)  # run.seed pins self-questioning's samples (the synthesizer's + 1)
+    assert (eparams.temperature, sparams.temperature) == (
+        cfg.models.explorer.temperature,
+        cfg.models.synthesizer.temperature,
+    )
+    assert kw["existing"] == train and kw["resume"] is stored and kw["funnel"] is funnel and kw["on_round"] is sink
+    assert kw["probe"] is None and settings.env == cfg.env
+    stage.receive(["t"])
+    assert received == ["t"]
+    # an explorer of another model is its own role's
+    other = load_config(None, [*sets, "models.explorer.model=another"])
+    asked.clear()
+    synthesis_stage(other, train, policy, env_factory, received.extend).synthesize([], funnel, sink)
+    assert asked[0][2] is not policy
