@@ -284,3 +284,61 @@ def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(mon
     asked.clear()
     synthesis_stage(other, train, policy, env_factory, received.extend).synthesize([], funnel, sink)
     assert asked[0][2] is not policy
+
+
+def test_build_loop_evaluates_the_eval_split_with_the_runs_k_seed_and_policy_environment(tmp_path, monkeypatch):
+    """The held-out evaluator build_loop hands the loop: the first train.eval_tasks tasks of env.eval_split, k =
+    train.eval_k (else the group size), the seed it is called with, the run's template and rendering; the stages
+    and the person-written tasks it trained on recorded (a one-step test environment and a tiny model)."""
+    from pathlib import Path
+
+    from evolvekit.agent import evaluate
+    from evolvekit.llm.tiny import make_tiny_model
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+    tiny = make_tiny_model(tmp_path / "tiny")
+    asked: list = []
+
+    class _Report:
+        def summary(self):
+            return {"avg@3": 0.5}
+
+    def record(tasks, make_env, engine, rollout, params, k, rendering="compact", show_progress=True, **kw):
+        asked.append(([t.task_id for t in tasks], k, params.seed, rendering, kw["template"].template))
+        return _Report(), []
+
+    monkeypatch.setattr(evaluate, "evaluate_policy", record)
+    sets = [
+        f"run.out_dir={tmp_path / 'runs'}",
+        "env.name=coin",
+        "env.plugins=[coin_env]",
+        "env.eval_split=dev",
+        "env.tool_rendering=json",
+        f"models.policy.model={tiny}",
+        "rollout.group_size=4",
+        "rollout.template=reasoning",
+        "train.eval_tasks=2",
+        "train.eval_k=3",
+        "train.kl_beta=0",
+        "questioning.enabled=false",
+        "navigating.enabled=false",
+        "attributing.enabled=false",
+    ]
+    cfg, run_dir, store = open_run(load_config(None, sets), None)
+    loop = build_loop(cfg, run_dir, store, show_progress=False)
+    summary, trajs = loop.evaluator(9)
+    assert summary == {"avg@3": 0.5, "split": "dev"} and trajs == []
+    assert asked == [(["coin-dev-0", "coin-dev-1"], 3, 9, "json", "reasoning")]
+    assert (
+        store.get_meta("train_tasks") == '["coin-train-0", "coin-train-1", "coin-train-2", "coin-train-3", '
+        '"coin-train-4", "coin-train-5"]'
+    )
+    assert loop.warmup is None and loop.stages.synthesis is None
+    store.close()
+    unset = [s for s in sets if not s.startswith(("train.eval_k", "train.eval_tasks"))]
+    cfg, run_dir, store = open_run(load_config(None, unset), None)
+    build_loop(cfg, run_dir, store, show_progress=False).evaluator(1)
+    assert asked[-1][:2] == ([f"coin-dev-{i}" for i in range(6)], 4)  # every task, k = the group size
+    store.close()
