@@ -3,6 +3,8 @@ written from the builder's mutation look). The collaborators are replaced inside
 
 from __future__ import annotations
 
+import pytest
+
 from evolvekit.config import load_config
 from evolvekit.llm.base import Completion
 from evolvekit.types import Task
@@ -286,6 +288,7 @@ def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(mon
     assert asked[0][2] is not policy
 
 
+@pytest.mark.slow
 def test_build_loop_evaluates_the_eval_split_with_the_runs_k_seed_and_policy_environment(tmp_path, monkeypatch):
     """The held-out evaluator build_loop hands the loop: the first train.eval_tasks tasks of env.eval_split, k =
     train.eval_k (else the group size), the seed it is called with, the run's template and rendering; the stages
@@ -341,4 +344,33 @@ def test_build_loop_evaluates_the_eval_split_with_the_runs_k_seed_and_policy_env
     cfg, run_dir, store = open_run(load_config(None, unset), None)
     build_loop(cfg, run_dir, store, show_progress=False).evaluator(1)
     assert asked[-1][:2] == ([f"coin-dev-{i}" for i in range(6)], 4)  # every task, k = the group size
+    store.close()
+
+
+@pytest.mark.slow
+def test_the_trainer_gets_the_boost_only_for_injected_experience_and_a_reference_only_for_kl(tmp_path, monkeypatch):
+    """Eq. 17's boost applies to experience-guided samples, which exist only when navigating injects experience
+    (not with EvolveR's search action); the KL reference is the initial policy, loaded only when β > 0 and the whole
+    model trains (LoRA's reference is the base under the adapter)."""
+    from evolvekit.llm import factory
+    from evolvekit.llm.tiny import make_tiny_model
+    from evolvekit.orchestrator.build import build_trainer
+    from evolvekit.store.sqlite import RunStore
+
+    tiny = make_tiny_model(tmp_path / "tiny")
+    store = RunStore(tmp_path / "run.sqlite")
+    base = [f"models.policy.model={tiny}", "train.autocast=off"]
+    loaded: list = []
+    real_build = factory.build_llm
+    monkeypatch.setattr(factory, "build_llm", lambda cfg, role: loaded.append(role) or real_build(cfg, role))
+
+    def trainer(*sets):
+        return build_trainer(load_config(None, [*base, *sets]), store)
+
+    policy, nav = trainer("navigating.enabled=true", "navigating.eps_high_boost=0.45", "train.kl_beta=0.01")
+    assert nav.eps_high_boost == 0.45 and nav.reference is not None and nav.engine.llm is policy
+    assert trainer("navigating.enabled=true", "navigating.as_tool=true", "train.kl_beta=0")[1].eps_high_boost is None
+    off = trainer("navigating.enabled=false", "train.kl_beta=0")[1]
+    assert off.eps_high_boost is None and off.reference is None
+    assert loaded == ["reference"]  # loaded for the β > 0 trainer only
     store.close()
