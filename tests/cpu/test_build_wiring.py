@@ -374,3 +374,42 @@ def test_the_trainer_gets_the_boost_only_for_injected_experience_and_a_reference
     assert off.eps_high_boost is None and off.reference is None
     assert loaded == ["reference"]  # loaded for the β > 0 trainer only
     store.close()
+
+
+def test_the_coevolve_hook_gets_its_section_dedup_and_seeds(tmp_path, monkeypatch):
+    from evolvekit.llm import factory
+    from evolvekit.orchestrator.build import _coevolve_hook
+    from evolvekit.questioning import pipeline
+    from evolvekit.store.sqlite import RunStore
+
+    synthesizer, policy = _Policy(), _Policy()
+    monkeypatch.setattr(factory, "role_llm", lambda models, role: synthesizer if role == "synthesizer" else _Policy())
+    monkeypatch.setattr(factory, "build_embedder", lambda cfg: _Embedder())
+    asked: list = []
+
+    def record(settings, rounds, steps, explorer, eparams, synth, sparams, make_env, dedup, funnel):
+        asked.append((rounds, steps, explorer, eparams.seed, synth, sparams.seed, make_env, dedup))
+        return "explore"
+
+    monkeypatch.setattr(pipeline, "goal_explorer", record)
+    sets = ["questioning.enabled=true", "coevolve.enabled=true", "run.seed=3", "coevolve.forgetting_window=7"]
+    sets += ["coevolve.success_threshold=0.25", "coevolve.rare_theta_percent=2", "coevolve.rare_min_patterns=9"]
+    sets += ["coevolve.reexplore_rounds=4", "coevolve.reexplore_steps=6", "coevolve.every_iterations=3"]
+    sets += ["coevolve.max_contexts=2", "questioning.lexical_dedup_threshold=0.7"]
+    sets += ["questioning.semantic_dedup_threshold=0.95"]
+    cfg = load_config(None, sets)
+    store = RunStore(tmp_path / "run.sqlite")
+
+    def env_factory():
+        return None
+
+    hook = _coevolve_hook(cfg, store, policy, env_factory)
+    tracker, regen = hook.tracker, hook.regenerator
+    assert (tracker.window, tracker.theta, tracker.n_min, tracker.threshold) == (7, 2.0, 9, 0.25)
+    assert hook.every == 3 and regen.max_contexts == 2 and regen.explore_fn == "explore" and regen.llm is synthesizer
+    ((rounds, steps, explorer, eseed, synth, sseed, make_env, dedup),) = asked
+    assert (rounds, steps, explorer, synth, make_env) == (4, 6, policy, synthesizer, env_factory)
+    assert (eseed, sseed, regen.params.seed) == (503, 504, 505)  # run.seed + 500, + 1, + 2
+    assert (dedup.lexical_threshold, dedup.semantic_threshold) == (0.7, 0.95)
+    assert hook.know == dedup.seed  # the run's tasks, once synthesized, seed the re-exploration's dedup
+    store.close()
