@@ -380,15 +380,23 @@ def test_the_coevolve_hook_gets_its_section_dedup_and_seeds(tmp_path, monkeypatc
     from evolvekit.llm import factory
     from evolvekit.orchestrator.build import _coevolve_hook
     from evolvekit.questioning import pipeline
-    from evolvekit.store.sqlite import RunStore
+    from evolvekit.store.sqlite import IterationStatus, RunStore
+    from evolvekit.types import Trajectory
 
-    synthesizer, policy = _Policy(), _Policy()
-    monkeypatch.setattr(factory, "role_llm", lambda models, role: synthesizer if role == "synthesizer" else _Policy())
-    monkeypatch.setattr(factory, "build_embedder", lambda cfg: _Embedder())
+    synthesizer, explorer, policy, embedder = _Policy(), _Policy(), _Policy(), _Embedder()
+    roles: list = []
+
+    def role(models, name):
+        roles.append((models, name))
+        return synthesizer if name == "synthesizer" else explorer
+
+    embedded: list = []
+    monkeypatch.setattr(factory, "role_llm", role)
+    monkeypatch.setattr(factory, "build_embedder", lambda cfg: embedded.append(cfg) or embedder)
     asked: list = []
 
     def record(settings, rounds, steps, explorer, eparams, synth, sparams, make_env, dedup, funnel):
-        asked.append((rounds, steps, explorer, eparams.seed, synth, sparams.seed, make_env, dedup))
+        asked.append((settings, rounds, steps, explorer, eparams.seed, synth, sparams.seed, make_env, dedup, funnel))
         return "explore"
 
     monkeypatch.setattr(pipeline, "goal_explorer", record)
@@ -398,7 +406,14 @@ def test_the_coevolve_hook_gets_its_section_dedup_and_seeds(tmp_path, monkeypatc
     sets += ["coevolve.max_contexts=2", "questioning.lexical_dedup_threshold=0.7"]
     sets += ["questioning.semantic_dedup_threshold=0.95"]
     cfg = load_config(None, sets)
+    # a resumed run: iteration 0 finished (two training episodes, one evaluation episode), iteration 1 did not
     store = RunStore(tmp_path / "run.sqlite")
+    with store.transaction() as c:
+        store.put_trajectories(c, [Trajectory(task_id="a", outcome_reward=1.0), Trajectory(task_id="b")], 0, "train")
+        store.put_trajectories(c, [Trajectory(task_id="e")], 0, "eval")
+        store.set_iteration(c, 0, IterationStatus.DONE)
+        store.put_trajectories(c, [Trajectory(task_id="c")], 1, "train")
+        store.set_iteration(c, 1, IterationStatus.ROLLED_OUT)
 
     def env_factory():
         return None
@@ -406,10 +421,22 @@ def test_the_coevolve_hook_gets_its_section_dedup_and_seeds(tmp_path, monkeypatc
     hook = _coevolve_hook(cfg, store, policy, env_factory)
     tracker, regen = hook.tracker, hook.regenerator
     assert (tracker.window, tracker.theta, tracker.n_min, tracker.threshold) == (7, 2.0, 9, 0.25)
+    assert sum(tracker.patterns.values()) == 2 and set(tracker.history) == {"a", "b"}  # iteration 0's training
     assert hook.every == 3 and regen.max_contexts == 2 and regen.explore_fn == "explore" and regen.llm is synthesizer
-    ((rounds, steps, explorer, eseed, synth, sseed, make_env, dedup),) = asked
-    assert (rounds, steps, explorer, synth, make_env) == (4, 6, policy, synthesizer, env_factory)
+    ((settings, rounds, steps, explorer_llm, eseed, synth, sseed, make_env, dedup, funnel),) = asked
+    assert (rounds, steps, explorer_llm, synth, make_env) == (4, 6, policy, synthesizer, env_factory)
+    assert settings.env == cfg.env and isinstance(funnel, pipeline.Funnel) and funnel.kept == 0
     assert (eseed, sseed, regen.params.seed) == (503, 504, 505)  # run.seed + 500, + 1, + 2
-    assert (dedup.lexical_threshold, dedup.semantic_threshold) == (0.7, 0.95)
+    assert (dedup.lexical_threshold, dedup.semantic_threshold, dedup.embed) == (0.7, 0.95, embedder.embed)
     assert hook.know == dedup.seed  # the run's tasks, once synthesized, seed the re-exploration's dedup
+    assert all(models is cfg.models for models, _ in roles) and embedded == [cfg.embedding]
+    assert [name for _, name in roles] == ["explorer", "synthesizer", "synthesizer"]
+    # an explorer of another model (or a served one) is its role's, not the policy
+    asked.clear()
+    _coevolve_hook(load_config(None, [*sets, "models.explorer.model=other"]), store, policy, env_factory)
+    assert asked[0][3] is explorer
+    asked.clear()
+    served = [*sets, "models.explorer.backend=openai", "models.explorer.base_url=http://127.0.0.1:9/v1"]
+    _coevolve_hook(load_config(None, served), store, policy, env_factory)
+    assert asked[0][3] is explorer
     store.close()
