@@ -440,3 +440,31 @@ def test_the_coevolve_hook_gets_its_section_dedup_and_seeds(tmp_path, monkeypatc
     _coevolve_hook(load_config(None, served), store, policy, env_factory)
     assert asked[0][3] is explorer
     store.close()
+
+
+def test_a_data_parallel_rank_takes_part_in_every_update_rank_0_announces(monkeypatch):
+    from evolvekit.orchestrator import build
+
+    class _Trainer:
+        def __init__(self):
+            self.updates = []
+
+        def update(self, samples):
+            self.updates.append(samples)
+
+    class _Parallel:
+        def __init__(self, messages):
+            self.messages, self.sent = list(messages), []
+
+        def broadcast(self, value):
+            self.sent.append(value)
+            return self.messages.pop(0)
+
+    trainer, made = _Trainer(), []
+    monkeypatch.setattr(
+        build, "build_trainer", lambda cfg, store, parallel=None: made.append(parallel) or (None, trainer)
+    )
+    parallel = _Parallel([["s1"], ["s2", "s3"], None, ["never"]])
+    cfg = load_config(None, [])
+    assert build.serve_updates(cfg, "store", parallel) == 2  # type: ignore[arg-type]
+    assert trainer.updates == [["s1"], ["s2", "s3"]] and parallel.sent == [None, None, None] and made == [parallel]
