@@ -468,3 +468,92 @@ def test_a_data_parallel_rank_takes_part_in_every_update_rank_0_announces(monkey
     cfg = load_config(None, [])
     assert build.serve_updates(cfg, "store", parallel) == 2  # type: ignore[arg-type]
     assert trainer.updates == [["s1"], ["s2", "s3"]] and parallel.sent == [None, None, None] and made == [parallel]
+
+
+def test_the_cold_start_warms_up_on_curated_run_made_tasks_never_held_out_ones(tmp_path, monkeypatch):
+    """EvolveR's warm-up pairs: the run's curated synthesized tasks (or cold_start.tasks_file), without held-out
+    tasks (by id or request), person-written ones only through run.oracle; the cold-start settings and the run's
+    seed reach the SFT step; the KL reference becomes the warmed-up policy."""
+    from pathlib import Path
+
+    from evolvekit.errors import ConfigError
+    from evolvekit.orchestrator.build import _cold_start
+    from evolvekit.store.sqlite import RunStore
+    from evolvekit.train import sft
+    from evolvekit.types import TaskSource
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+    paired: list = []
+    warmed: list = []
+
+    class _Stats:
+        def as_metrics(self):
+            return {"cold_start/examples": 1.0}
+
+    def pairs(tasks, make_env, llm, rendering, template, limit, closing="Done.", search=None):
+        paired.append(([t.task_id for t in tasks], make_env, llm, rendering, template, limit, closing, search))
+        return ["pair"]
+
+    monkeypatch.setattr(sft, "reference_pairs", pairs)
+    monkeypatch.setattr(
+        sft, "sft_warmup", lambda trainer, p, ccfg, seed: warmed.append((trainer, p, ccfg, seed)) or _Stats()
+    )
+
+    class _Model:
+        def state_dict(self):
+            return {"w": 1}
+
+    class _Trainer:
+        llm, model = object(), _Model()
+
+    class _Reference:
+        loaded: list = []
+
+        def load_state_dict(self, state):
+            self.loaded.append(state)
+
+    def syn(tid, query, curated=True):
+        meta = {"curation": {"kept": True}} if curated else {}
+        return Task(task_id=tid, env_name="coin", query=query, source=TaskSource.SYNTHETIC, metadata=meta)
+
+    store = RunStore(tmp_path / "run.sqlite")
+    with store.transaction() as c:
+        store.put_tasks(c, [syn("s1", "Say hi."), syn("s2", "Say ho.", curated=False)], -1)
+        store.put_tasks(c, [syn("s3", "Say something (test 0)."), syn("coin-test-1", "Other words.")], -1)
+        store.put_tasks(c, [Task(task_id="p1", env_name="coin", query="Say yes.")], -1)
+    sets = ["env.name=coin", "env.plugins=[coin_env]", "env.eval_split=test", "env.tool_rendering=json", "run.seed=6"]
+    sets += [
+        "cold_start.enabled=true",
+        "cold_start.max_examples=7",
+        "cold_start.closing=Bye.",
+        "rollout.template=reasoning",
+    ]
+    sets += ["rollout.context_token_limit=640", "cold_start.teach_search=off", "questioning.enabled=true"]
+    cfg = load_config(None, sets)
+    trainer, reference = _Trainer(), _Reference()
+
+    def env_factory():
+        return None
+
+    assert _cold_start(cfg, store, trainer, reference, env_factory)() == {"cold_start/examples": 1.0}
+    ((ids, make_env, llm, rendering, template, limit, closing, search),) = paired
+    assert ids == ["s1"]  # not uncurated, not a held-out request or id, not person-written
+    assert (make_env, llm, rendering, limit, closing, search) == (env_factory, trainer.llm, "json", 7, "Bye.", None)
+    assert (template.template, template.token_limit) == ("reasoning", 640)
+    assert warmed == [(trainer, ["pair"], cfg.cold_start, 6)] and reference.loaded == [{"w": 1}]
+
+    # the search action taught when asked; no reference to refresh without KL
+    def answer(query):
+        return "found"
+
+    _cold_start(load_config(None, [*sets, "cold_start.teach_search=on"]), store, trainer, None, env_factory, answer)()
+    assert paired[-1][-1] is answer and reference.loaded == [{"w": 1}]
+    # a task file of person-written tasks is gold: refused unless run.oracle
+    person = tmp_path / "person.jsonl"
+    person.write_text(Task(task_id="p2", env_name="coin", query="Say no.").model_dump_json() + "\n")
+    with pytest.raises(ConfigError, match="the 1 warm-up tasks are person-written; their references are gold"):
+        _cold_start(load_config(None, [*sets, f"cold_start.tasks_file={person}"]), store, trainer, None, env_factory)()
+    oracle = load_config(None, [*sets, f"cold_start.tasks_file={person}", "run.oracle=true"])
+    _cold_start(oracle, store, trainer, None, env_factory)()
+    assert paired[-1][0] == ["p2"]
+    store.close()
