@@ -557,3 +557,44 @@ def test_the_cold_start_warms_up_on_curated_run_made_tasks_never_held_out_ones(t
     _cold_start(oracle, store, trainer, None, env_factory)()
     assert paired[-1][0] == ["p2"]
     store.close()
+
+
+@pytest.mark.slow
+def test_build_loop_scores_synthesized_tasks_with_the_configured_judge(tmp_path, monkeypatch):
+    """questioning.reward: judge wraps the rollouts with the judge role's model and its retries; state needs no judge;
+    the synthesis stage runs before the loop (a tiny model, a one-step test environment)."""
+    from pathlib import Path
+
+    from evolvekit.llm import factory
+    from evolvekit.llm.tiny import make_tiny_model
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
+    from evolvekit.questioning.judge import LLMJudge
+    from evolvekit.questioning.reward import SyntheticRewardRollouts
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+    tiny = make_tiny_model(tmp_path / "tiny")
+    judge_llm = _Policy()
+    real_role = factory.role_llm
+    monkeypatch.setattr(
+        factory, "role_llm", lambda models, role: judge_llm if role == "judge" else real_role(models, role)
+    )
+    sets = [
+        f"run.out_dir={tmp_path / 'runs'}",
+        "env.name=coin",
+        "env.plugins=[coin_env]",
+        f"models.policy.model={tiny}",
+    ]
+    sets += ["questioning.enabled=true", "navigating.enabled=false", "attributing.enabled=false", "train.kl_beta=0"]
+    sets += ["questioning.judge_constrained=off", "questioning.judge_retries=4", "questioning.reward=judge"]
+    cfg, run_dir, store = open_run(load_config(None, sets), None)
+    loop = build_loop(cfg, run_dir, store, show_progress=False)
+    rollouts = loop.stages.rollouts
+    assert isinstance(rollouts, SyntheticRewardRollouts) and rollouts.mode == "judge"
+    assert isinstance(rollouts.judge, LLMJudge) and rollouts.judge.llm is judge_llm and rollouts.judge.max_retries == 4
+    assert loop.stages.synthesis is not None
+    store.close()
+    cfg, run_dir, store = open_run(load_config(None, [*sets, "questioning.reward=state"]), None)
+    state = build_loop(cfg, run_dir, store, show_progress=False).stages.rollouts
+    assert isinstance(state, SyntheticRewardRollouts) and state.mode == "state" and state.judge is None
+    store.close()
