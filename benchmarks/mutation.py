@@ -96,6 +96,9 @@ def mutate(
             'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q", "-o", "addopts=", "-m", "not slow"]\n'
             'also_copy = ["configs/", "examples/"]\n'  # files tests read by path (a family's worked examples)
             f"timeout_multiplier = {timeout_multiplier}\n"
+            # workers forked from a server that has imported the tests but run no torch: a fork after torch has run
+            # deadlocks (mutmut's own advice for torch; the default forks from the process that ran the suite)
+            'process_isolation = "forkserver"\n'
         )
     env = {**os.environ, "PYTHONPATH": str(copy / "src")}
     mutmut = str(ROOT / ".venv" / "bin" / "mutmut")
