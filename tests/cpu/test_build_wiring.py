@@ -462,12 +462,13 @@ def test_a_data_parallel_rank_takes_part_in_every_update_rank_0_announces(monkey
 
     trainer, made = _Trainer(), []
     monkeypatch.setattr(
-        build, "build_trainer", lambda cfg, store, parallel=None: made.append(parallel) or (None, trainer)
+        build, "build_trainer", lambda cfg, store, parallel=None: made.append((cfg, store, parallel)) or (None, trainer)
     )
     parallel = _Parallel([["s1"], ["s2", "s3"], None, ["never"]])
     cfg = load_config(None, [])
     assert build.serve_updates(cfg, "store", parallel) == 2  # type: ignore[arg-type]
-    assert trainer.updates == [["s1"], ["s2", "s3"]] and parallel.sent == [None, None, None] and made == [parallel]
+    assert trainer.updates == [["s1"], ["s2", "s3"]] and parallel.sent == [None, None, None]
+    assert made == [(cfg, "store", parallel)]  # the same trainer as rank 0's: this run's config and store
 
 
 def test_the_cold_start_warms_up_on_curated_run_made_tasks_never_held_out_ones(tmp_path, monkeypatch):
