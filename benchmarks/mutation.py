@@ -77,7 +77,13 @@ def copy_checkout(dest: Path) -> None:
 
 
 def mutate(
-    name: str, module: str, tests: list[str], work: Path, timeout_multiplier: float = 15.0, recheck_limit_s: float = 600
+    name: str,
+    module: str,
+    tests: list[str],
+    work: Path,
+    timeout_multiplier: float = 15.0,
+    recheck_limit_s: float = 600,
+    timeout_constant: float = 1.0,
 ) -> dict:
     """mutmut on one module in its own copy; its counts and survivors. ``timeout_multiplier``: mutmut's (a mutant
     times out, and counts as killed, past about 2 x multiplier x its tests' usual time; mutmut's default 15)."""
@@ -96,6 +102,7 @@ def mutate(
             'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q", "-o", "addopts=", "-m", "not slow"]\n'
             'also_copy = ["configs/", "examples/"]\n'  # files tests read by path (a family's worked examples)
             f"timeout_multiplier = {timeout_multiplier}\n"
+            f"timeout_constant = {timeout_constant}\n"
             # workers forked from a server that has imported the tests but run no torch: a fork after torch has run
             # deadlocks (mutmut's own advice for torch; the default forks from the process that ran the suite)
             'process_isolation = "forkserver"\n'
@@ -135,6 +142,7 @@ def mutate(
         "score": killed / checked if checked else None,
         "seconds": round(time.perf_counter() - t0, 1),
         "timeout_multiplier": timeout_multiplier,
+        "timeout_constant": timeout_constant,
         "survivors": survivors,
     }
 
@@ -143,16 +151,24 @@ def recheck_timeouts(copy: Path, tests: list[str], names: list[str], limit_s: fl
     """Each mutant mutmut timed out, run again directly: the module's tests in one pytest process with the mutant
     switched on (``MUTANT_UNDER_TEST``), no fork. mutmut runs tests in processes forked from one that has run torch,
     and there a test that computes with torch can hang however small the mutant (measured: a metrics-name mutant
-    of attributor.py that fails its test in 3 s directly was a mutmut timeout). Per mutant: ``killed`` (a test
-    failed, or the mutant broke import), ``survived`` (every test passed) or ``timeout`` (still past ``limit_s``)."""
+    of attributor.py that fails its test in 3 s directly was a mutmut timeout). The tests are those mutmut found
+    covering the mutant's function (its stats), else ``tests``. Per mutant: ``killed`` (a test failed, or the mutant
+    broke import), ``survived`` (every test passed) or ``timeout`` (still past ``limit_s``)."""
     env = {**os.environ, "PYTHONPATH": str(copy / "mutants" / "src")}
     args = [str(ROOT / ".venv" / "bin" / "python"), "-m", "pytest", "-p", "no:cacheprovider", "-x", "-q"]
-    args += ["-o", "addopts=", "-m", "not slow", *tests]
+    args += ["-o", "addopts=", "-m", "not slow"]
+    stats = copy / "mutants" / "mutmut-stats.json"  # the tests mutmut found covering each function, when it has them
+    covering = json.loads(stats.read_text()).get("tests_by_mangled_function_name", {}) if stats.is_file() else {}
     verdicts = {}
     for name in names:
+        selected = sorted(covering.get(name.rsplit("__mutmut_", 1)[0], [])) or tests
         try:
             done = subprocess.run(
-                args, cwd=copy / "mutants", env={**env, "MUTANT_UNDER_TEST": name}, capture_output=True, timeout=limit_s
+                [*args, *selected],
+                cwd=copy / "mutants",
+                env={**env, "MUTANT_UNDER_TEST": name},
+                capture_output=True,
+                timeout=limit_s,
             )
             verdicts[name] = "survived" if done.returncode == 0 else "killed"
         except subprocess.TimeoutExpired:
@@ -201,6 +217,13 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "mutation", help="where the copies go")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "mutation")
     parser.add_argument(
+        "--timeout-constant",
+        type=float,
+        default=1.0,
+        help="mutmut's timeout_constant in seconds (default 1, mutmut's own): raise it where a forked worker loads "
+        "a model its tests' measured time did not include",
+    )
+    parser.add_argument(
         "--timeout-multiplier",
         type=float,
         default=15.0,
@@ -214,7 +237,8 @@ def main() -> None:
     for name in args.only or list(MODULES):
         module, tests = MODULES[name]
         print(f"{name}: mutating src/evolvekit/{module} against {', '.join(tests)}", flush=True)
-        row = {**mutate(name, module, tests, args.work, args.timeout_multiplier), "commit": code.stdout.strip()}
+        looked = mutate(name, module, tests, args.work, args.timeout_multiplier, timeout_constant=args.timeout_constant)
+        row = {**looked, "commit": code.stdout.strip()}
         # modules not run now keep their earlier row (each row names the commit it was run at), read when this row is
         # written: another look may have written its rows meanwhile
         rows = json.loads(previous.read_text()) if previous.is_file() else []

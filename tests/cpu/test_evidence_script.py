@@ -146,3 +146,22 @@ def test_a_mutmut_timeout_is_run_again_and_counted_by_that_run(tmp_path):
     )
     verdicts = recheck_timeouts(tmp_path / "copy", ["tests/test_m.py"], ["m.caught", "m.missed", "m.hangs"], 8)
     assert verdicts == {"m.caught": "killed", "m.missed": "survived", "m.hangs": "timeout"}
+
+
+@pytest.mark.slow
+def test_a_rechecked_mutant_runs_the_tests_mutmut_found_covering_its_function(tmp_path):
+    from mutation import recheck_timeouts  # benchmarks/mutation.py
+
+    mutants = tmp_path / "copy" / "mutants"
+    (mutants / "tests").mkdir(parents=True)
+    (mutants / "src").mkdir()
+    (mutants / "tests" / "test_m.py").write_text("def test_m():\n    assert True\n")
+    (mutants / "tests" / "test_other.py").write_text("def test_other():\n    assert False\n")
+    stats = {"tests_by_mangled_function_name": {"pkg.x_f": ["tests/test_m.py::test_m"]}}
+    (mutants / "mutmut-stats.json").write_text(json.dumps(stats))
+    modules = ["tests/test_m.py", "tests/test_other.py"]
+    # x_f's mutant runs test_m only (passes: survived); a function mutmut has no tests for runs the module's (killed)
+    assert recheck_timeouts(tmp_path / "copy", modules, ["pkg.x_f__mutmut_3", "pkg.x_g__mutmut_1"], 60) == {
+        "pkg.x_f__mutmut_3": "survived",
+        "pkg.x_g__mutmut_1": "killed",
+    }
