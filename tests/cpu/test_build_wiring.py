@@ -552,11 +552,25 @@ def test_the_cold_start_warms_up_on_curated_run_made_tasks_never_held_out_ones(t
     # a task file of person-written tasks is gold: refused unless run.oracle
     person = tmp_path / "person.jsonl"
     person.write_text(Task(task_id="p2", env_name="coin", query="Say no.").model_dump_json() + "\n")
-    with pytest.raises(ConfigError, match="the 1 warm-up tasks are person-written; their references are gold"):
+    gold = (
+        r"^cold_start: the 1 warm-up tasks are person-written; their references are gold \(set run.oracle: true to "
+        r"let them through, or warm up on the run's own synthesized tasks\)$"
+    )
+    with pytest.raises(ConfigError, match=gold):
         _cold_start(load_config(None, [*sets, f"cold_start.tasks_file={person}"]), store, trainer, None, env_factory)()
     oracle = load_config(None, [*sets, f"cold_start.tasks_file={person}", "run.oracle=true"])
     _cold_start(oracle, store, trainer, None, env_factory)()
     assert paired[-1][0] == ["p2"]
+    # a mixed file: its person-written tasks are left out, the run-made ones kept, no error
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(person.read_text() + syn("s9", "Say maybe.").model_dump_json() + "\n")
+    _cold_start(load_config(None, [*sets, f"cold_start.tasks_file={mixed}"]), store, trainer, None, env_factory)()
+    assert paired[-1][0] == ["s9"]
+    # held-out synthesized tasks (train.eval_synthetic) are held out too, beside the environment's split
+    held = tmp_path / "held.jsonl"
+    held.write_text(syn("h1", "Say hi.").model_dump_json() + "\n")
+    _cold_start(load_config(None, [*sets, f"train.eval_synthetic={held}"]), store, trainer, None, env_factory)()
+    assert paired[-1][0] == []  # s1's request is a held-out one now; s3's is still the split's
     store.close()
 
 
