@@ -549,6 +549,8 @@ def test_the_cold_start_warms_up_on_curated_run_made_tasks_never_held_out_ones(t
 
     _cold_start(load_config(None, [*sets, "cold_start.teach_search=on"]), store, trainer, None, env_factory, answer)()
     assert paired[-1][-1] is answer and reference.loaded == [{"w": 1}]
+    _cold_start(cfg, store, trainer, None, env_factory, answer)()  # teach_search off: the answer is not used
+    assert paired[-1][-1] is None
     # a task file of person-written tasks is gold: refused unless run.oracle
     person = tmp_path / "person.jsonl"
     person.write_text(Task(task_id="p2", env_name="coin", query="Say no.").model_dump_json() + "\n")
@@ -561,6 +563,11 @@ def test_the_cold_start_warms_up_on_curated_run_made_tasks_never_held_out_ones(t
     oracle = load_config(None, [*sets, f"cold_start.tasks_file={person}", "run.oracle=true"])
     _cold_start(oracle, store, trainer, None, env_factory)()
     assert paired[-1][0] == ["p2"]
+    # nothing verified to warm up on: one line saying so
+    monkeypatch.setattr(sft, "reference_pairs", lambda *a, **k: [])
+    with pytest.raises(ConfigError, match="^cold start: no verified tasks with a reference solution to warm up on$"):
+        _cold_start(cfg, store, trainer, None, env_factory)()
+    monkeypatch.setattr(sft, "reference_pairs", pairs)
     # a mixed file: its person-written tasks are left out, the run-made ones kept, no error
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text(person.read_text() + syn("s9", "Say maybe.").model_dump_json() + "\n")
