@@ -246,9 +246,11 @@ def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(mon
     synthesizer, policy = _Policy(), _Policy()
     roles: list = []
 
+    explorer_role = _Policy()
+
     def role(models, name):
-        roles.append(name)
-        return synthesizer if name == "synthesizer" else _Policy()
+        roles.append((models, name))
+        return synthesizer if name == "synthesizer" else explorer_role
 
     monkeypatch.setattr(factory, "role_llm", role)
     monkeypatch.setattr(factory, "build_embedder", lambda cfg: _Embedder())
@@ -285,7 +287,8 @@ def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(mon
     other = load_config(None, [*sets, "models.explorer.model=another"])
     asked.clear()
     synthesis_stage(other, train, policy, env_factory, received.extend).synthesize([], funnel, sink)
-    assert asked[0][2] is not policy
+    assert asked[0][2] is explorer_role and all(models is other.models for models, _ in roles[-2:])
+    assert [name for _, name in roles[-2:]] == ["explorer", "synthesizer"]
 
 
 @pytest.mark.slow
