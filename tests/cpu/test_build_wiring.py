@@ -253,11 +253,12 @@ def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(mon
         return synthesizer if name == "synthesizer" else explorer_role
 
     monkeypatch.setattr(factory, "role_llm", role)
-    monkeypatch.setattr(factory, "build_embedder", lambda cfg: _Embedder())
+    embedder, embedded = _Embedder(), []
+    monkeypatch.setattr(factory, "build_embedder", lambda cfg: embedded.append(cfg) or embedder)
     asked: list = []
 
     def record(settings, n, explorer, eparams, synth, sparams, make_env, embed, **kw):
-        asked.append((settings, n, explorer, eparams, synth, sparams, make_env, kw))
+        asked.append((settings, n, explorer, eparams, synth, sparams, make_env, {**kw, "embed": embed}))
         return ["kept"], "funnel", None
 
     monkeypatch.setattr(pipeline, "synthesize_tasks", record)
@@ -281,6 +282,7 @@ def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(mon
     )
     assert kw["existing"] == train and kw["resume"] is stored and kw["funnel"] is funnel and kw["on_round"] is sink
     assert kw["probe"] is None and settings.env == cfg.env
+    assert kw["embed"] == embedder.embed and embedded == [cfg.embedding]
     stage.receive(["t"])
     assert received == ["t"]
     # an explorer of another model is its own role's
@@ -289,6 +291,11 @@ def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(mon
     synthesis_stage(other, train, policy, env_factory, received.extend).synthesize([], funnel, sink)
     assert asked[0][2] is explorer_role and all(models is other.models for models, _ in roles[-2:])
     assert [name for _, name in roles[-2:]] == ["explorer", "synthesizer"]
+    # the pass filter's probe, when asked for (questioning.pass_filter_samples)
+    asked.clear()
+    probed = load_config(None, [*sets, "questioning.pass_filter_samples=2"])
+    synthesis_stage(probed, train, policy, env_factory, received.extend).synthesize([], funnel, sink)
+    assert callable(asked[0][7]["probe"])
 
 
 @pytest.mark.slow
