@@ -1,9 +1,10 @@
 """Keep finished evidence runs in the repository, and put them back, so a table longer than one session (a machine
 that starts empty each time) resumes from the seeds that finished before.
 
-    .venv/bin/python benchmarks/keep_runs.py keep runs/evidence_env_only benchmarks/results/kept_runs/evidence_env_only \
-        --rows oracle_nav_attr sft_then_grpo grpo_partial_credit
-    .venv/bin/python benchmarks/keep_runs.py restore benchmarks/results/kept_runs/evidence_env_only runs/evidence_env_only
+    .venv/bin/python benchmarks/keep_runs.py keep runs/evidence_env_only \
+        benchmarks/results/kept_runs/evidence_env_only --rows oracle_nav_attr sft_then_grpo grpo_partial_credit
+    .venv/bin/python benchmarks/keep_runs.py restore \
+        benchmarks/results/kept_runs/evidence_env_only runs/evidence_env_only
 
 ``keep`` writes, for each finished run (``<row>/seed<k>/summary.json`` present) of the named rows, one text file
 ``<row>/seed<k>.json``: its summary.json and the store tables the evidence report reads (meta, iterations, tasks,
