@@ -291,11 +291,25 @@ def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(mon
     synthesis_stage(other, train, policy, env_factory, received.extend).synthesize([], funnel, sink)
     assert asked[0][2] is explorer_role and all(models is other.models for models, _ in roles[-2:])
     assert [name for _, name in roles[-2:]] == ["explorer", "synthesizer"]
-    # the pass filter's probe, when asked for (questioning.pass_filter_samples)
+    # the pass filter's probe, when asked for (questioning.pass_filter_samples): the policy attempts, in the run's
+    # environment
+    from evolvekit.agent import evaluate
+
+    ran: list = []
+
+    class _Report:
+        per_task: list = []
+
+    def evaluated(tasks, make_env, engine, *args, **kw):
+        ran.append((make_env, engine.llm))
+        return _Report(), []
+
+    monkeypatch.setattr(evaluate, "evaluate_policy", evaluated)
     asked.clear()
     probed = load_config(None, [*sets, "questioning.pass_filter_samples=2"])
     synthesis_stage(probed, train, policy, env_factory, received.extend).synthesize([], funnel, sink)
-    assert callable(asked[0][7]["probe"])
+    asked[0][7]["probe"]([])
+    assert ran == [(env_factory, policy)]  # the policy attempts, in the run's environment
 
 
 @pytest.mark.slow
@@ -630,3 +644,13 @@ def test_build_loop_scores_synthesized_tasks_with_the_configured_judge(tmp_path,
     state = build_loop(cfg, run_dir, store, show_progress=False).stages.rollouts
     assert isinstance(state, SyntheticRewardRollouts) and state.mode == "state" and state.judge is None
     store.close()
+
+
+def test_a_bad_held_out_task_file_is_named_as_not_a_task(tmp_path):
+    from evolvekit.errors import ConfigError
+    from evolvekit.orchestrator.build import load_task_file
+
+    bad = tmp_path / "held.jsonl"
+    bad.write_text('{"query": 3}\n')
+    with pytest.raises(ConfigError, match=r"held\.jsonl:1: not a task: "):
+        load_task_file(str(bad))
