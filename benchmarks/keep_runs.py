@@ -59,6 +59,9 @@ def restore_run(kept: Path, run: Path) -> bool:
             if table not in TABLES:
                 raise ValueError(f"{kept}: table {table!r} is not one a kept run holds ({', '.join(TABLES)})")
             cols = content["columns"]
+            known = {row[1] for row in con.execute(f"PRAGMA table_info({table})")}
+            if not cols or not set(cols) <= known:
+                raise ValueError(f"{kept}: table {table!r}: columns {cols!r} are not the store's ({sorted(known)})")
             marks = ", ".join("?" * len(cols))
             con.executemany(
                 f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks})",  # noqa: S608 - checked names
