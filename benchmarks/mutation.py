@@ -66,14 +66,42 @@ def undecorate_registrations(text: str) -> str:
     return body.rstrip("\n") + tail
 
 
-def copy_checkout(dest: Path) -> None:
-    """The committed tree (``git archive HEAD``), with this checkout's virtual environment linked in."""
-    if dest.exists():
+def copy_checkout(dest: Path, keep_verdicts: bool = False) -> None:
+    """The committed tree (``git archive HEAD``), with this checkout's virtual environment linked in.
+    ``keep_verdicts``: an existing copy keeps mutmut's ``mutants/`` folder (its verdicts) and gets HEAD's files
+    written over its own."""
+    if dest.exists() and not keep_verdicts:
         shutil.rmtree(dest)
-    dest.mkdir(parents=True)
+    dest.mkdir(parents=True, exist_ok=True)
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    (dest / ".venv").symlink_to(ROOT / ".venv")
+    if not (dest / ".venv").is_symlink():
+        (dest / ".venv").symlink_to(ROOT / ".venv")
+
+
+# mutmut's exit codes of a mutant's test run: 0 = every test passed (survived); 1 = a test failed (killed)
+_SURVIVED = 0
+
+
+def reopen_verdicts(meta: Path, recheck: tuple[str, ...] = ()) -> dict[str, int]:
+    """A resumed look (``--resume``): in mutmut's verdict file of the module, every survivor and every mutant that
+    was not killed outright (a timeout, a crash) is made undecided again, so the tests as they are now meet it; a kill
+    (exit code 1) stands, unless its function's mangled name starts with one of ``recheck`` (a function whose tests
+    lost an assertion since). mutmut itself re-tests the functions whose source changed (its hashes). Returns the
+    counts: kept kills, reopened."""
+    data = json.loads(meta.read_text())
+    codes = data["exit_code_by_key"]
+    kept = reopened = 0
+    for key, code in codes.items():
+        if code is None:
+            continue
+        if code == 1 and not key.startswith(recheck):
+            kept += 1
+            continue
+        codes[key] = None
+        reopened += 1
+    meta.write_text(json.dumps(data))
+    return {"kept_kills": kept, "reopened": reopened}
 
 
 def mutate(
@@ -84,11 +112,18 @@ def mutate(
     timeout_multiplier: float = 15.0,
     recheck_limit_s: float = 600,
     timeout_constant: float = 1.0,
+    resume: bool = False,
+    recheck: tuple[str, ...] = (),
 ) -> dict:
     """mutmut on one module in its own copy; its counts and survivors. ``timeout_multiplier``: mutmut's (a mutant
-    times out, and counts as killed, past about 2 x multiplier x its tests' usual time; mutmut's default 15)."""
+    times out, and counts as killed, past about 2 x multiplier x its tests' usual time; mutmut's default 15).
+    ``resume``: go on with the copy's earlier, unfinished look (``reopen_verdicts``; ``recheck``: its argument)."""
     copy = work / name
-    copy_checkout(copy)
+    meta = copy / "mutants" / "src" / "evolvekit" / (module + ".meta")
+    resumed = resume and meta.is_file()
+    copy_checkout(copy, keep_verdicts=resumed)
+    if resumed:
+        print(f"{name}: resuming the look in {copy}: {reopen_verdicts(meta, recheck)}", flush=True)
     source = copy / "src" / "evolvekit" / module
     source.write_text(undecorate_registrations(source.read_text()))
     with open(copy / "pyproject.toml", "a", encoding="utf-8") as fh:
@@ -143,6 +178,7 @@ def mutate(
         "seconds": round(time.perf_counter() - t0, 1),
         "timeout_multiplier": timeout_multiplier,
         "timeout_constant": timeout_constant,
+        "resumed": resumed,
         "survivors": survivors,
     }
 
@@ -229,6 +265,19 @@ def main() -> None:
         default=15.0,
         help="mutmut's timeout_multiplier (default 15, mutmut's own): lower it for modules whose tests run models",
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with a module's earlier look in its copy: its kills stand, its survivors and timeouts are checked "
+        "again with the tests as they are now, and mutmut re-tests the functions whose source changed",
+    )
+    parser.add_argument(
+        "--recheck",
+        nargs="*",
+        default=[],
+        help="with --resume: mutmut names (prefixes, e.g. evolvekit.orchestrator.build.x__coevolve_hook) whose kills "
+        "are checked again too (their tests lost an assertion since)",
+    )
     args = parser.parse_args()
     if not (ROOT / ".venv" / "bin" / "mutmut").exists():
         sys.exit("mutmut is not installed: .venv/bin/pip install -e '.[mutation]' -c constraints.txt")
@@ -237,7 +286,16 @@ def main() -> None:
     for name in args.only or list(MODULES):
         module, tests = MODULES[name]
         print(f"{name}: mutating src/evolvekit/{module} against {', '.join(tests)}", flush=True)
-        looked = mutate(name, module, tests, args.work, args.timeout_multiplier, timeout_constant=args.timeout_constant)
+        looked = mutate(
+            name,
+            module,
+            tests,
+            args.work,
+            args.timeout_multiplier,
+            timeout_constant=args.timeout_constant,
+            resume=args.resume,
+            recheck=tuple(args.recheck),
+        )
         row = {**looked, "commit": code.stdout.strip()}
         # modules not run now keep their earlier row (each row names the commit it was run at), read when this row is
         # written: another look may have written its rows meanwhile

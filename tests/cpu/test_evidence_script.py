@@ -165,3 +165,21 @@ def test_a_rechecked_mutant_runs_the_tests_mutmut_found_covering_its_function(tm
         "pkg.x_f__mutmut_3": "survived",
         "pkg.x_g__mutmut_1": "killed",
     }
+
+
+def test_a_resumed_mutation_look_keeps_its_kills_and_reopens_everything_else(tmp_path):
+    """benchmarks/mutation.py --resume: an unfinished look goes on in its copy; its kills stand (unless their
+    function is named to be checked again), and its survivors, timeouts and crashes are undecided again, so the
+    tests as they are now meet them."""
+    import json
+
+    from mutation import reopen_verdicts
+
+    meta = tmp_path / "build.py.meta"
+    codes = {"m.x_a__mutmut_1": 1, "m.x_a__mutmut_2": 0, "m.x_b__mutmut_1": 1, "m.x_b__mutmut_2": None}
+    codes |= {"m.x_c__mutmut_1": 36, "m.x_c__mutmut_2": -11}
+    meta.write_text(json.dumps({"exit_code_by_key": codes, "hash_by_function_name": {"x_a": "h"}}))
+    assert reopen_verdicts(meta, ("m.x_b",)) == {"kept_kills": 1, "reopened": 4}
+    after = json.loads(meta.read_text())
+    assert after["exit_code_by_key"] == {k: (1 if k == "m.x_a__mutmut_1" else None) for k in codes}
+    assert after["hash_by_function_name"] == {"x_a": "h"}  # the rest of mutmut's file as it was
