@@ -57,12 +57,19 @@ class ModelConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = F(
         "auto", "local backend weights dtype (auto: fp32 on CPU, bf16 on GPU)"
     )
-    engine: Literal["native", "continuous_batching", "vllm"] = F(
+    engine: Literal["native", "continuous_batching", "vllm", "sglang"] = F(
         "native",
-        "local backend, policy role: the rollout engine; native = evolvekit's own DecodeBatch (fastest on CPU), continuous_batching = transformers' generate_batch with paged attention (llm/continuous.py), vllm = an in-process vLLM on the same GPU that receives the weights after every update (llm/vllm_engine.py; needs the vllm package and CUDA)",
+        "local backend, policy role: the rollout engine; native = evolvekit's own DecodeBatch (fastest on CPU), continuous_batching = transformers' generate_batch with paged attention (llm/continuous.py), vllm = an in-process vLLM on the same GPU that receives the weights after every update (llm/vllm_engine.py; needs the vllm package and CUDA), sglang = a running SGLang server (engine_url) that loads the trained weights after every update from engine_weights_dir (llm/sglang_engine.py)",
     )
     gpu_memory_utilization: float = F(
         0.3, "engine vllm: the share of the GPU's memory vLLM takes (the rest is the trainer's)", gt=0, le=1
+    )
+    engine_url: str | None = F(
+        None, "engine sglang: the SGLang server's base URL (its native API), e.g. http://127.0.0.1:30000"
+    )
+    engine_weights_dir: str | None = F(
+        None,
+        "engine sglang: a folder the server can read (this machine, or a shared file system) where each update's weights are written for its /update_weights_from_disk",
     )
     packed_weights: bool = F(
         True,
@@ -77,7 +84,7 @@ class ModelConfig(_Section):
     max_new_tokens: int = F(256, "generation cap per call", ge=1)
     timeout_s: float = F(
         60.0,
-        "openai backend: per-request timeout in seconds; a slow local server (CPU, a large model, long generations) may need 300 or more: a request that times out is not sent again (the server may still be working on it), the call fails naming this setting",
+        "openai backend and engine sglang: per-request timeout in seconds; a slow local server (CPU, a large model, long generations) may need 300 or more: a request that times out is not sent again (the server may still be working on it), the call fails naming this setting",
         gt=0,
     )
     concurrency: int = F(8, "openai backend: requests in flight at once for a batch of conversations", ge=1)
@@ -806,6 +813,23 @@ def cross_field_problem(cfg: Config) -> str | None:
             f"models.policy.engine: {cfg.models.policy.engine} serves the rollouts of rollout.backend: local without "
             "evolving_rl (Ray workers and Evolving-RL's stages run the native engine); use engine: native"
         )
+    if cfg.models.policy.engine == "sglang":
+        pol = cfg.models.policy
+        if pol.backend != "local":
+            return (
+                "models.policy.engine: sglang trains the in-process policy and serves its rollouts from a server; it "
+                "needs models.policy.backend: local"
+            )
+        if not pol.engine_url or not pol.engine_weights_dir:
+            missing = "models.policy.engine_url" if not pol.engine_url else "models.policy.engine_weights_dir"
+            return f"models.policy.engine: sglang needs {missing} (the server's URL, and a folder it can read)"
+        if not pol.engine_url.startswith(("http://", "https://")):
+            return "models.policy.engine_url: must start with http:// or https://"
+        if cfg.train.lora:
+            return (
+                "models.policy.engine: sglang with train.lora is not supported yet (the adapter would have to be "
+                "merged before each weight push); use engine: native or train.lora: false"
+            )
     if cfg.models.policy.engine == "vllm":
         pol = cfg.models.policy
         if pol.backend != "local":

@@ -3,6 +3,8 @@ written from the builder's mutation look). The collaborators are replaced inside
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from evolvekit.config import load_config
@@ -654,3 +656,50 @@ def test_a_bad_held_out_task_file_is_named_as_not_a_task(tmp_path):
     bad.write_text('{"query": 3}\n')
     with pytest.raises(ConfigError, match=r"held\.jsonl:1: not a task: "):
         load_task_file(str(bad))
+
+
+@pytest.mark.slow
+def test_at_lambda_1_no_person_written_training_task_reaches_the_training_side(tmp_path, monkeypatch):
+    """Issue 51: a run that trains on its own tasks alone (questioning on, λ = 1) reads nothing of the person-written
+    train split: its synthesis dedups against no person-written request and the stored list of training tasks is
+    empty. At λ < 1 the run trains on those tasks, and both hold them."""
+    from pathlib import Path
+
+    from evolvekit.llm import factory
+    from evolvekit.llm.tiny import make_tiny_model
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
+    from evolvekit.questioning import pipeline
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+    monkeypatch.setattr(factory, "build_embedder", lambda cfg: _Embedder())
+    existing: list = []
+
+    def record(settings, n, explorer, eparams, synth, sparams, make_env, embed, **kw):
+        existing.append([t.task_id for t in kw["existing"]])
+        return [], "funnel", None
+
+    monkeypatch.setattr(pipeline, "synthesize_tasks", record)
+    tiny = make_tiny_model(tmp_path / "tiny")
+    person = [f"coin-train-{i}" for i in range(6)]
+    for lam, want in ((1.0, []), (0.5, person)):
+        sets = [
+            f"run.out_dir={tmp_path / str(lam)}",
+            "env.name=coin",
+            "env.plugins=[coin_env]",
+            f"models.policy.model={tiny}",
+            f"models.synthesizer.model={tiny}",
+            "train.kl_beta=0",
+            "questioning.enabled=true",
+            f"questioning.hybrid_lambda={lam}",
+            "questioning.reward=state",
+            "navigating.enabled=false",
+            "attributing.enabled=false",
+        ]
+        cfg, run_dir, store = open_run(load_config(None, sets), None)
+        loop = build_loop(cfg, run_dir, store, show_progress=False)
+        assert loop.stages.synthesis is not None
+        loop.stages.synthesis.synthesize([], pipeline.Funnel(), lambda *a: None)
+        assert existing[-1] == want
+        assert store.get_meta("train_tasks") == json.dumps(want)
+        store.close()

@@ -713,6 +713,34 @@ def test_a_family_is_explored_in_a_state_its_own_generator_draws():
     assert sandbox_for(load_config(None, ["env.family=arith_turns"]).env)["initial_config"] == {}
 
 
+def test_plain_bfcl_explores_in_states_the_environment_makes_never_a_person_written_tasks():
+    """Issue 51: plain BFCL (no family) took its exploration sandbox from a person-written training task's initial
+    state. It now starts in the backends' own default states, with the file tree the file-system families' generator
+    draws; no person-written task is read."""
+    from evolvekit.env.base import Action
+    from evolvekit.env.bfcl.families import get_family
+    from evolvekit.questioning import pipeline
+
+    tree = get_family("fs_chain").sandbox_state()["GorillaFileSystem"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("evolvekit.env.registry.env_tasks", lambda *a, **k: pytest.fail("read a person-written task"))
+        both = pipeline.sandbox_for(load_config(None, ["env.backends=[GorillaFileSystem, MessageAPI]"]).env)
+        math = pipeline.sandbox_for(load_config(None, ["env.backends=[MathAPI]"]).env)
+        every = pipeline.sandbox_for(load_config(None, []).env)
+    assert both == {"classes": ["GorillaFileSystem", "MessageAPI"], "initial_config": {"GorillaFileSystem": tree}}
+    assert math == {"classes": ["MathAPI"], "initial_config": {}} and every["initial_config"] == both["initial_config"]
+    env = make_env(load_config(None, ["env.backends=[GorillaFileSystem, MessageAPI]"]).env)
+    try:
+        env.reset(None, both)
+        name = next(n for n, f in tree["root"]["workspace"]["contents"].items() if f["type"] == "file")
+        res = env.step(Action(tool_calls=[ToolCall(name="cat", arguments={"file_name": name})]))
+        assert res.call_results[0].ok
+        res = env.step(Action(tool_calls=[ToolCall(name="list_users", arguments={})]))
+        assert res.call_results[0].ok and "Alice" in res.call_results[0].output  # MessageAPI's own default users
+    finally:
+        env.close()
+
+
 def test_the_explorer_is_shown_what_its_sandbox_holds():
     """The sandbox's first observation names the files and folders of its initial state and the explorer's first
     message shows it, so its cd/cat/mv calls can name things that exist (shown nothing, the 135M explorer guessed:
@@ -952,9 +980,6 @@ def test_coevolve_reexploration_is_seeded_and_each_call_draws_anew():
     """CoEvolve's re-exploration samples with the seeds it is given: one call's explorer seeds are the same in a new
     re-explorer built with the same params (run.seed pins it), a second call's are its own, and the run's hook seeds
     every role it builds from run.seed."""
-    import inspect
-
-    from evolvekit.orchestrator import build
     from evolvekit.questioning.curate import Deduplicator
     from evolvekit.questioning.pipeline import Funnel, goal_explorer
 
@@ -983,12 +1008,8 @@ def test_coevolve_reexploration_is_seeded_and_each_call_draws_anew():
     reexplorer(again)("forgetting", "practise add")
     assert n and None not in first and again == first[:n]  # the same seed, the same draws
     assert not set(first[:n]) & set(first[n:])  # the second re-exploration draws anew
-    src = inspect.getsource(build._coevolve_hook)
-    assert "seed = cfg.run.seed + _COEVOLVE_SEED" in src and "sampling_for(cfg.models.explorer, seed=seed)" in src
-    assert (
-        src.count("sampling_for(cfg.models.synthesizer, seed=seed + ") == 2
-        and "sampling_for(cfg.models.synthesizer)" not in src
-    )
+    # that the run's hook seeds every role from run.seed is a behaviour test of the builder (test_build_wiring.py:
+    # test_the_coevolve_hook_gets_its_section_dedup_and_seeds), no longer a search of its source text
 
 
 def test_a_synthesis_dedups_against_the_real_training_tasks_and_the_synthetic_heldout_file(tmp_path):

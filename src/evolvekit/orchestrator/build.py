@@ -92,6 +92,11 @@ def rollout_backend(pol: ModelConfig, policy: LocalLLM, seed: int) -> RolloutEng
         from evolvekit.llm.vllm_engine import VLLMEngine
 
         return VLLMEngine(policy, gpu_memory_utilization=pol.gpu_memory_utilization, seed=seed)
+    if pol.engine == "sglang":
+        from evolvekit.llm.sglang_engine import SGLangEngine
+
+        assert pol.engine_url and pol.engine_weights_dir  # config's rule (config validate says so first)
+        return SGLangEngine(policy, pol.engine_url, pol.engine_weights_dir, timeout_s=pol.timeout_s)
     return policy
 
 
@@ -163,7 +168,10 @@ def build_loop(
     # an environment nobody wrote tasks for trains on its own synthesized tasks alone (λ = 1); otherwise its
     # person-written tasks are needed, and their absence is one line naming what to do (env_tasks)
     alone = cfg.questioning.enabled and cfg.questioning.hybrid_lambda == 1.0
-    train_tasks = env_tasks(cfg.env, cfg.env.train_split) if own_tasks or not alone else []
+    person = env_tasks(cfg.env, cfg.env.train_split) if own_tasks or not alone else []
+    # λ = 1 trains on the run's own tasks: no person-written training task reaches the training side, not even its
+    # request (synthesis's dedup, Evolving-RL's related-task pool, the stored list; issue 51)
+    train_tasks = [] if alone else person
     heldout_synthetic = load_task_file(cfg.train.eval_synthetic) if cfg.train.eval_synthetic else []
     evaluating = cfg.train.eval_before or cfg.train.eval_after or cfg.train.eval_every
     if evaluating and not own_tasks and not heldout_synthetic:
@@ -173,7 +181,7 @@ def build_loop(
             "train.eval_before, train.eval_after and train.eval_every off"
         )
     # the environment starts before any model loads (exit 2 if it cannot)
-    preflight(cfg.env, train_tasks[0] if train_tasks else None)
+    preflight(cfg.env, person[0] if person else None)  # starts the environment only (some need a task)
     policy, trainer = build_trainer(cfg, store, console, parallel)
     engine = trainer.engine  # what rollouts and evaluation generate with: the trained model, through its engine
     backend: RolloutEngine = engine.llm

@@ -58,27 +58,26 @@ class SynthesisSettings:
 
 
 def sandbox_for(env: EnvConfig) -> dict:
-    """The sandbox the explorer starts in: a task family's tool subset in a state drawn from the family's own
+    """The sandbox the explorer starts in, made by the environment, never read off a person-written task (the
+    information boundary, boundary.py). A task family: its tool subset in a state drawn from the family's own
     generator (``TaskFamily.sandbox_state``: a file tree for ``fs_chain``; an empty file system leaves an explorer
-    little but ``ls`` that succeeds), or the configured backends in the initial state of a real training task that
-    uses them (BFCL's own tasks: their initial state is what the agent is shown, not gold; noted in issue 51)."""
-    from evolvekit.env.registry import env_tasks, has_task_source
+    little but ``ls`` that succeeds); a family without state (arith_turns) keeps an empty one. Plain BFCL: the
+    configured backends (empty = the environment's defaults) in their own default states, with the state the
+    families' generators draw for the backends they cover (the file system's tree)."""
+    from evolvekit.env.bfcl.families import FAMILIES, get_family
 
     if env.family:
-        from evolvekit.env.bfcl.families import get_family
-
         fam = get_family(env.family)
         state = fam.sandbox_state()  # the family's generator, not a person-written task
         return {"classes": list(fam.classes), "tools": list(fam.tools), "initial_config": state, "family": fam.name}
-
     classes = list(env.backends)
-    if not has_task_source(env):  # an environment nobody wrote tasks for: explore from its initial state
-        return {"classes": classes, "initial_config": {}}
-    for task in env_tasks(env, env.train_split):
-        involved = task.metadata.get("involved_classes", [])
-        if not classes or set(involved) <= set(classes):
-            return {"classes": classes or involved, "initial_config": task.initial_config}
-    return {"classes": classes, "initial_config": {}}
+    made: dict = {}
+    if env.name == "bfcl":
+        for other in FAMILIES.values():
+            if not classes or set(other.classes) <= set(classes):
+                for cls, cls_state in other.sandbox_state().items():
+                    made.setdefault(cls, cls_state)
+    return {"classes": classes, "initial_config": made}
 
 
 def known_tasks(
