@@ -240,7 +240,7 @@ def test_the_rollout_template_summarises_with_the_summarizer_role_only_when_it_m
     assert rollout_template(load_config(None, ["rollout.template=self_managing"])).summarise is not None
 
 
-def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(monkeypatch):
+def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(monkeypatch, tmp_path):
     from evolvekit.llm import factory
     from evolvekit.orchestrator.build import synthesis_stage
     from evolvekit.questioning import pipeline
@@ -312,6 +312,13 @@ def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(mon
     synthesis_stage(probed, train, policy, env_factory, received.extend).synthesize([], funnel, sink)
     asked[0][7]["probe"]([])
     assert ran == [(env_factory, policy)]  # the policy attempts, in the run's environment
+    # the synthetic held-out file (train.eval_synthetic) is deduplicated against too: no synthesized task copies one
+    held = tmp_path / "held.jsonl"
+    held.write_text(Task(task_id="held_1", env_name="bfcl", query="Add 4 and 5.").model_dump_json() + "\n")
+    asked.clear()
+    with_held = load_config(None, [*sets, f"train.eval_synthetic={held}"])
+    synthesis_stage(with_held, train, policy, env_factory, received.extend).synthesize([], funnel, sink)
+    assert [t.task_id for t in asked[0][7]["existing"]] == ["p1", "held_1"]
 
 
 @pytest.mark.slow
@@ -703,3 +710,35 @@ def test_at_lambda_1_no_person_written_training_task_reaches_the_training_side(t
         assert existing[-1] == want
         assert store.get_meta("train_tasks") == json.dumps(want)
         store.close()
+
+
+def test_the_rollout_backend_is_the_configured_engine_over_the_policy(monkeypatch):
+    """models.policy.engine picks the rollout engine build_trainer hands the trainer: the policy itself (native), or
+    continuous batching, vLLM (with its GPU share and the run's seed) or SGLang (its URL, weights folder and the
+    role's timeout) over the policy."""
+    from evolvekit.llm import continuous, sglang_engine, vllm_engine
+    from evolvekit.orchestrator.build import rollout_backend
+
+    made: list = []
+    monkeypatch.setattr(continuous, "ContinuousBatchingLLM", lambda policy: made.append(("cb", policy)) or "cb")
+    monkeypatch.setattr(vllm_engine, "VLLMEngine", lambda policy, **kw: made.append(("vllm", policy, kw)) or "vllm")
+    monkeypatch.setattr(
+        sglang_engine, "SGLangEngine", lambda policy, *a, **kw: made.append(("sglang", policy, a, kw)) or "sglang"
+    )
+    policy = object()
+
+    def pol(*sets):
+        return load_config(None, list(sets)).models.policy
+
+    assert rollout_backend(pol(), policy, 3) is policy and made == []
+    assert rollout_backend(pol("models.policy.engine=continuous_batching"), policy, 3) == "cb"
+    vllm = pol("models.policy.engine=vllm", "models.policy.gpu_memory_utilization=0.4")
+    assert rollout_backend(vllm, policy, 3) == "vllm"
+    served = ["models.policy.engine=sglang", "models.policy.engine_url=http://h:30000"]
+    served += ["models.policy.engine_weights_dir=/srv/w", "models.policy.timeout_s=45"]
+    assert rollout_backend(pol(*served), policy, 3) == "sglang"
+    assert made == [
+        ("cb", policy),
+        ("vllm", policy, {"gpu_memory_utilization": 0.4, "seed": 3}),
+        ("sglang", policy, ("http://h:30000", "/srv/w"), {"timeout_s": 45.0}),
+    ]
