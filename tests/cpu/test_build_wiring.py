@@ -4,6 +4,7 @@ written from the builder's mutation look). The collaborators are replaced inside
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -742,3 +743,75 @@ def test_the_rollout_backend_is_the_configured_engine_over_the_policy(monkeypatc
         ("vllm", policy, {"gpu_memory_utilization": 0.4, "seed": 3}),
         ("sglang", policy, ("http://h:30000", "/srv/w"), {"timeout_s": 45.0}),
     ]
+
+
+def test_build_trainer_wires_the_checkpoint_device_reference_boost_and_engine(monkeypatch, caplog):
+    """build_trainer against recorders (fast): the policy from the newest intact checkpoint (the console named for
+    its warnings), else the configured model, on the role's device, dtype and packing (a data-parallel rank's own
+    device under `auto`); the optimizer state restored from that checkpoint, a warning when it has none; the KL
+    reference only at β > 0 without LoRA; Eq. 17's boost only for injected experience; the rollout engine over the
+    policy on rank 0 only."""
+    from types import SimpleNamespace
+
+    from evolvekit.llm import factory, local
+    from evolvekit.orchestrator import build
+    from evolvekit.train import trainer as trainer_mod
+
+    checks: list = []
+    ckpt: list = [SimpleNamespace(path="/runs/x/checkpoints/iter-3")]
+    monkeypatch.setattr(build, "intact_checkpoint", lambda store, console: checks.append((store, console)) or ckpt[0])
+    llms: list = []
+
+    class _LLM:
+        def __init__(self, source, device, dtype, packed_weights):
+            llms.append((source, device, dtype, packed_weights))
+
+    class _Trainer:
+        def __init__(self, policy, train, **kw):
+            self.policy, self.train, self.kw = policy, train, kw
+            self.engine = kw["engine"]
+
+        def load_optimizer(self, path):
+            loads.append(path)
+            return has_state[0]
+
+    loads: list = []
+    has_state = [True]
+    monkeypatch.setattr(local, "LocalLLM", _LLM)
+    monkeypatch.setattr(trainer_mod, "GRPOTrainer", _Trainer)
+    references: list = []
+    monkeypatch.setattr(
+        factory, "build_llm", lambda cfg, role: references.append(role) or SimpleNamespace(model="reference-model")
+    )
+    sets = ["models.policy.device=cpu", "models.policy.dtype=bfloat16", "models.policy.packed_weights=false"]
+    sets += ["train.kl_beta=0.02", "navigating.enabled=true", "navigating.eps_high_boost=0.4"]
+    cfg = load_config(None, sets)
+    with caplog.at_level("INFO", logger="evolvekit.orchestrator.build"):
+        policy, tr = build.build_trainer(cfg, "store", "console")
+    assert checks == [("store", "console")] and loads == [Path("/runs/x/checkpoints/iter-3")]
+    assert llms == [("/runs/x/checkpoints/iter-3", "cpu", "bfloat16", False)] and isinstance(policy, _LLM)
+    assert "policy from /runs/x/checkpoints/iter-3" in caplog.text and "no optimizer state" not in caplog.text
+    assert tr.policy is policy and tr.train is cfg.train and tr.engine.llm is policy
+    assert tr.kw["eps_high_boost"] == 0.4 and tr.kw["reference_model"] == "reference-model"
+    assert tr.kw["parallel"] is None and references == ["reference"]
+    # a checkpoint without optimizer state: a warning; no checkpoint: the configured model, nothing restored
+    has_state[0] = False
+    with caplog.at_level("WARNING", logger="evolvekit.orchestrator.build"):
+        build.build_trainer(cfg, "store")
+    assert "iter-3 has no optimizer state; AdamW restarts from zero moments" in caplog.text
+    assert checks[-1] == ("store", None)
+    ckpt[0] = None
+    loads.clear()
+    caplog.clear()
+    plain = load_config(None, ["train.kl_beta=0", "navigating.enabled=true", "navigating.as_tool=true"])
+    with caplog.at_level("INFO", logger="evolvekit.orchestrator.build"):
+        _, tr = build.build_trainer(plain, "store")
+    assert llms[-1][0] == plain.models.policy.model and loads == [] and f"policy from {llms[-1][0]}" in caplog.text
+    assert tr.kw["reference_model"] is None and tr.kw["eps_high_boost"] is None and len(references) == 2
+    lora = load_config(None, ["train.kl_beta=0.02", "train.lora=true", "navigating.enabled=false"])
+    assert build.build_trainer(lora, "store")[1].kw["reference_model"] is None and len(references) == 2
+    # a data-parallel rank: its own device under `auto`, and the policy itself as its engine (no serving engine)
+    rank = SimpleNamespace(state=SimpleNamespace(device="cuda:1"), rank=1)
+    served = load_config(None, ["models.policy.engine=continuous_batching", "train.kl_beta=0"])
+    _, tr = build.build_trainer(served, "store", parallel=rank)  # type: ignore[arg-type]
+    assert llms[-1][1] == "cuda:1" and tr.kw["parallel"] is rank and tr.engine.llm is tr.policy
