@@ -20,6 +20,24 @@ class _Policy:
         return [[Completion(text="Done.")] for _ in conversations]
 
 
+@pytest.fixture()
+def no_model(monkeypatch):
+    """build_loop without loading a model: build_trainer answers a scripted policy and a trainer over it (the
+    trainer's own wiring is build_trainer's test)."""
+    from types import SimpleNamespace
+
+    from evolvekit.engine.base import Engine
+    from evolvekit.orchestrator import build
+
+    policy = _Policy()
+    monkeypatch.setattr(
+        build, "build_trainer", lambda cfg, store, console=None, parallel=None: (
+            policy, SimpleNamespace(engine=Engine(policy), cfg=cfg)
+        ),
+    )  # fmt: skip
+    return policy
+
+
 def test_the_pass_probe_runs_the_policy_with_the_runs_rendering_template_seed_and_k(monkeypatch):
     from evolvekit.agent import evaluate
     from evolvekit.orchestrator.build import pass_probe
@@ -322,20 +340,19 @@ def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(mon
     assert [t.task_id for t in asked[0][7]["existing"]] == ["p1", "held_1"]
 
 
-@pytest.mark.slow
-def test_build_loop_evaluates_the_eval_split_with_the_runs_k_seed_and_policy_environment(tmp_path, monkeypatch):
+def test_build_loop_evaluates_the_eval_split_with_the_runs_k_seed_and_policy_environment(
+    tmp_path, monkeypatch, no_model
+):
     """The held-out evaluator build_loop hands the loop: the first train.eval_tasks tasks of env.eval_split, k =
     train.eval_k (else the group size), the seed it is called with, the run's template and rendering; the stages
-    and the person-written tasks it trained on recorded (a one-step test environment and a tiny model)."""
+    and the person-written tasks it trained on recorded (a one-step test environment and a scripted policy)."""
     from pathlib import Path
 
     from evolvekit.agent import evaluate
-    from evolvekit.llm.tiny import make_tiny_model
     from evolvekit.orchestrator.build import build_loop
     from evolvekit.orchestrator.run_dir import open_run
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
-    tiny = make_tiny_model(tmp_path / "tiny")
     asked: list = []
 
     class _Report:
@@ -353,7 +370,6 @@ def test_build_loop_evaluates_the_eval_split_with_the_runs_k_seed_and_policy_env
         "env.plugins=[coin_env]",
         "env.eval_split=dev",
         "env.tool_rendering=json",
-        f"models.policy.model={tiny}",
         "rollout.group_size=4",
         "rollout.template=reasoning",
         "train.eval_tasks=2",
@@ -615,21 +631,18 @@ def test_the_cold_start_warms_up_on_curated_run_made_tasks_never_held_out_ones(t
     store.close()
 
 
-@pytest.mark.slow
-def test_build_loop_scores_synthesized_tasks_with_the_configured_judge(tmp_path, monkeypatch):
+def test_build_loop_scores_synthesized_tasks_with_the_configured_judge(tmp_path, monkeypatch, no_model):
     """questioning.reward: judge wraps the rollouts with the judge role's model and its retries; state needs no judge;
-    the synthesis stage runs before the loop (a tiny model, a one-step test environment)."""
+    the synthesis stage runs before the loop (a scripted policy, a one-step test environment)."""
     from pathlib import Path
 
     from evolvekit.llm import factory
-    from evolvekit.llm.tiny import make_tiny_model
     from evolvekit.orchestrator.build import build_loop
     from evolvekit.orchestrator.run_dir import open_run
     from evolvekit.questioning.judge import LLMJudge
     from evolvekit.questioning.reward import SyntheticRewardRollouts
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
-    tiny = make_tiny_model(tmp_path / "tiny")
     judge_llm = _Policy()
     real_role = factory.role_llm
     monkeypatch.setattr(
@@ -639,7 +652,6 @@ def test_build_loop_scores_synthesized_tasks_with_the_configured_judge(tmp_path,
         f"run.out_dir={tmp_path / 'runs'}",
         "env.name=coin",
         "env.plugins=[coin_env]",
-        f"models.policy.model={tiny}",
     ]
     sets += ["questioning.enabled=true", "navigating.enabled=false", "attributing.enabled=false", "train.kl_beta=0"]
     sets += ["questioning.judge_constrained=off", "questioning.judge_retries=4", "questioning.reward=judge"]
@@ -666,21 +678,20 @@ def test_a_bad_held_out_task_file_is_named_as_not_a_task(tmp_path):
         load_task_file(str(bad))
 
 
-@pytest.mark.slow
-def test_at_lambda_1_no_person_written_training_task_reaches_the_training_side(tmp_path, monkeypatch):
+def test_at_lambda_1_no_person_written_training_task_reaches_the_training_side(tmp_path, monkeypatch, no_model):
     """Issue 51: a run that trains on its own tasks alone (questioning on, λ = 1) reads nothing of the person-written
     train split: its synthesis dedups against no person-written request and the stored list of training tasks is
     empty. At λ < 1 the run trains on those tasks, and both hold them."""
     from pathlib import Path
 
     from evolvekit.llm import factory
-    from evolvekit.llm.tiny import make_tiny_model
     from evolvekit.orchestrator.build import build_loop
     from evolvekit.orchestrator.run_dir import open_run
     from evolvekit.questioning import pipeline
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
     monkeypatch.setattr(factory, "build_embedder", lambda cfg: _Embedder())
+    monkeypatch.setattr(factory, "role_llm", lambda models, role: _Policy())
     existing: list = []
 
     def record(settings, n, explorer, eparams, synth, sparams, make_env, embed, **kw):
@@ -688,15 +699,12 @@ def test_at_lambda_1_no_person_written_training_task_reaches_the_training_side(t
         return [], "funnel", None
 
     monkeypatch.setattr(pipeline, "synthesize_tasks", record)
-    tiny = make_tiny_model(tmp_path / "tiny")
     person = [f"coin-train-{i}" for i in range(6)]
     for lam, want in ((1.0, []), (0.5, person)):
         sets = [
             f"run.out_dir={tmp_path / str(lam)}",
             "env.name=coin",
             "env.plugins=[coin_env]",
-            f"models.policy.model={tiny}",
-            f"models.synthesizer.model={tiny}",
             "train.kl_beta=0",
             "questioning.enabled=true",
             f"questioning.hybrid_lambda={lam}",
