@@ -3,6 +3,7 @@ installed here; a stand-in server speaks the three calls of SGLang's native API 
 ``input_ids`` and ``return_logprob``, ``/update_weights_from_disk``, ``/flush_cache``) over real HTTP, and samples
 with its own copy of a tiny model, so its log-probabilities are real and its weights are only the pushed ones."""
 
+import asyncio
 import socket
 import threading
 import time
@@ -88,12 +89,15 @@ class _StandIn:
         self.flushes = 0
         self.fail_load = False
         self.fail_generate = False
+        self.delay_s = 0.0
         app = FastAPI()
 
         @app.post("/generate")
         async def generate(request: Request):
             if self.fail_generate:
                 return JSONResponse({"error": "scheduler died"}, status_code=500)
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
             body = await request.json()
             rows, sp = body["input_ids"], body["sampling_params"]
             out = []
@@ -195,6 +199,14 @@ def test_the_engine_samples_the_policy_and_follows_its_updates(tiny_pair, tmp_pa
     server.fail_load = True
     with pytest.raises(LLMError, match="did not load the policy's weights: shape mismatch"):
         engine.update_weights(local.model.state_dict())
+    # a reply over the size cap, and one that does not arrive within the deadline: one line each, no hang
+    engine.max_reply_bytes = 200
+    with pytest.raises(LLMError, match=r"/generate: the reply is over 200 bytes"):
+        engine.generate_ids(prompts, SamplingParams(max_new_tokens=6))
+    engine.max_reply_bytes, engine.deadline_s, server.delay_s = 2**20, 0.5, 3.0
+    with pytest.raises(LLMError, match=r"/generate: no complete reply within 0.5s"):
+        engine.generate_ids(prompts, SamplingParams(max_new_tokens=6))
+    server.delay_s, engine.deadline_s = 0.0, 30.0
     server.fail_generate = True
     with pytest.raises(LLMError, match=r"/generate answered HTTP 500"):
         engine.generate_ids(prompts, SamplingParams())

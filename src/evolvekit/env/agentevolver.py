@@ -22,10 +22,10 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from evolvekit.bounded_http import bounded_client, bounded_request
 from evolvekit.config import EnvConfig
 from evolvekit.env.action_text import format_call
 from evolvekit.env.base import Action, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult
-from evolvekit.env.http import bounded_client, bounded_request
 from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.errors import EnvError
 from evolvekit.types import ChatMessage, Task, TaskSource, Trajectory
@@ -65,7 +65,7 @@ class AgentEvolverClient:
         self.http = client or bounded_client(
             base_url=cfg.service_url.rstrip("/"), headers=headers, timeout=cfg.step_timeout_s + 5
         )
-        self.deadline_s = cfg.step_timeout_s + 5  # the whole reply, not each read (env/http.py)
+        self.deadline_s = cfg.step_timeout_s + 5  # the whole reply, not each read (bounded_http.py)
 
     def call(self, endpoint: str, **fields: Any) -> Any:
         body: dict[str, Any] = {"env_type": self.env_type, "task_id": None, "instance_id": None, "messages": {}}

@@ -169,7 +169,7 @@ class OpenEnvEnv:
 
     # --- what the server offers ------------------------------------------------------------------------------------
     def _get(self, path: str) -> dict[str, Any]:
-        from evolvekit.env.http import bounded_request
+        from evolvekit.bounded_http import bounded_request
 
         t = self.cfg.step_timeout_s
         reply = bounded_request(None, "GET", self.http_url + path, f"OpenEnv GET {path}", t, timeout=t)

@@ -11,7 +11,8 @@ the server can read: the same machine, or a shared file system) and the server l
 starts, so the server samples from the policy (a checkpoint's weights, on resume) and not from whatever it was
 started with; the server must serve the same architecture and tokenizer as ``models.policy.model``.
 
-Every request has a deadline (``timeout_s``); a refused request, a malformed answer or a failed weight load is one
+Every request has an overall deadline (``timeout_s``, the whole reply, not each read) and a size cap
+(``bounded_http``); a refused request, a trickling, huge, deep or malformed answer or a failed weight load is one
 ``LLMError`` line. SGLang is not a dependency: the server is whatever the user runs (``python -m
 sglang.launch_server --model-path <the policy's folder>``). The conversions below are plain functions, tested
 everywhere; ``tests/cpu/test_sglang_engine.py`` runs the engine against a stand-in server over real HTTP.
@@ -24,11 +25,14 @@ import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
+from evolvekit.bounded_http import bounded_client, bounded_request
 from evolvekit.errors import LLMError
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.llm.local import LocalLLM, OverLocal
 
 log = logging.getLogger(__name__)
+
+MAX_REPLY_BYTES = 64 * 2**20  # a /generate reply carries every sampled token's log-probability: ~40 bytes a token
 
 
 def sglang_generate_request(prompts: Sequence[Sequence[int]], params: SamplingParams) -> dict[str, Any]:
@@ -96,33 +100,37 @@ class SGLangEngine(OverLocal):
     """``generate_ids`` / ``update_weights`` / ``reset_prefix_cache`` over a running SGLang server at ``url``."""
 
     def __init__(
-        self, local: LocalLLM, url: str, weights_dir: str | Path, timeout_s: float = 600.0, client: Any = None
+        self,
+        local: LocalLLM,
+        url: str,
+        weights_dir: str | Path,
+        timeout_s: float = 600.0,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
+        client: Any = None,
     ) -> None:
-        import httpx
-
         self.local = local
         self.url = url.rstrip("/")
         self.name = f"sglang:{local.name}"
         self.tokenizer, self.eos_ids = local.tokenizer, local.eos_ids
         self.weights_dir = Path(weights_dir)
-        self.client = client or httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 30.0)))
+        self.deadline_s, self.max_reply_bytes = timeout_s, max_reply_bytes
+        self.client = client or bounded_client(timeout=timeout_s)
         self.version = 0  # weight pushes so far: each goes to a folder of its own
         self.update_weights(local.model.state_dict())  # the policy's weights (a checkpoint's, on resume)
         log.info("SGLang engine at %s (weights through %s)", self.url, self.weights_dir)
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
-        import httpx
-
-        try:
-            resp = self.client.post(self.url + path, json=body)
-        except httpx.HTTPError as err:
-            raise LLMError(f"SGLang server {self.url}{path}: {type(err).__name__}: {err}") from None
+        """One request whose whole reply arrives within the deadline and the size cap (``bounded_http``), as JSON."""
+        where = f"SGLang server {self.url}{path}"
+        resp = bounded_request(
+            self.client, "POST", self.url + path, where, self.deadline_s, self.max_reply_bytes, LLMError, json=body
+        )
         if resp.status_code != 200:
-            raise LLMError(f"SGLang server {self.url}{path} answered HTTP {resp.status_code}: {resp.text[:200]}")
+            raise LLMError(f"{where} answered HTTP {resp.status_code}: {resp.text[:200]}")
         try:
             return resp.json()
-        except ValueError:
-            raise LLMError(f"SGLang server {self.url}{path} answered something that is not JSON") from None
+        except ValueError as err:
+            raise LLMError(f"{where} answered something that is not JSON ({err})") from None
 
     def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         if not prompts:

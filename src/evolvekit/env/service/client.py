@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from evolvekit.bounded_http import Reply, bounded_client, bounded_request
 from evolvekit.config import EnvConfig
 from evolvekit.env.base import Action, EnvInfo, EnvProfile, EvalResult, ResetResult, StepResult
-from evolvekit.env.http import Reply, bounded_client, bounded_request
 from evolvekit.env.service.schemas import CreateRequest, CreateResponse
 from evolvekit.errors import EnvError
 from evolvekit.types import Task, Trajectory
@@ -32,7 +32,7 @@ class RemoteEnv:
         self.backends = list(backends or [])
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.client = client or bounded_client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
-        self.deadline_s = timeout_s  # the whole reply, not each read (env/http.py)
+        self.deadline_s = timeout_s  # the whole reply, not each read (bounded_http.py)
         self.instance_id: str | None = None
 
     @classmethod

@@ -1,8 +1,10 @@
-"""Bounded HTTP for every outbound environment client (the env service, AgentEvolver's protocol, OpenEnv's HTTP
-routes): an overall deadline on the reply, a cap on its size, and JSON parsed only when it is shallow enough.
+"""Bounded HTTP for every outbound client of a server the user points evolvekit at (the env service, AgentEvolver's
+protocol, OpenEnv's HTTP routes, the SGLang rollout engine): an overall deadline on the reply, a cap on its size, and
+JSON parsed only when it is shallow enough. A leaf module: environments and LLM backends both use it.
 
 A server that trickles its reply (one byte a second never trips a per-read timeout), sends a gigabyte, or nests its
-JSON thousands deep becomes one ``EnvError`` line, not a hang, an out-of-memory kill or a RecursionError.
+JSON thousands deep becomes one error line (``EnvError`` for an environment, the caller's ``error`` otherwise), not
+a hang, an out-of-memory kill or a RecursionError.
 
 The deadline covers the whole exchange, headers included: clients made by ``bounded_client`` open their sockets
 through ``_DeadlineBackend``, whose every read and write waits at most until the deadline ``bounded_request`` set
@@ -117,11 +119,13 @@ def bounded_request(
     where: str,
     deadline_s: float,
     max_bytes: int = MAX_REPLY_BYTES,
+    error: type[Exception] = EnvError,
     **kwargs: Any,
 ) -> Reply:
     """One request whose whole reply must arrive within ``deadline_s`` and ``max_bytes``; ``where`` names the
-    endpoint in the error. With a client from ``bounded_client`` (or none: a fresh one is made) every socket
-    operation of the exchange waits at most until the deadline; the deadline is also checked as the body arrives."""
+    endpoint in the error (of type ``error``). With a client from ``bounded_client`` (or none: a fresh one is made)
+    every socket operation of the exchange waits at most until the deadline; the deadline is also checked as the body
+    arrives."""
     deadline = time.monotonic() + deadline_s
     token = _DEADLINE.set(deadline)
     own = client is None
@@ -133,15 +137,15 @@ def bounded_request(
             for chunk in resp.iter_bytes():
                 size += len(chunk)
                 if size > max_bytes:
-                    raise EnvError(f"{where}: the reply is over {max_bytes} bytes")
+                    raise error(f"{where}: the reply is over {max_bytes} bytes")
                 if time.monotonic() > deadline:
-                    raise EnvError(f"{where}: no complete reply within {deadline_s:g}s")
+                    raise error(f"{where}: no complete reply within {deadline_s:g}s")
                 chunks.append(chunk)
             return Reply(resp.status_code, b"".join(chunks))
     except httpx.HTTPError as err:
         if isinstance(err, httpx.TimeoutException) and time.monotonic() >= deadline:
-            raise EnvError(f"{where}: no complete reply within {deadline_s:g}s") from None
-        raise EnvError(f"{where}: {type(err).__name__}: {str(err)[:200]}") from None
+            raise error(f"{where}: no complete reply within {deadline_s:g}s") from None
+        raise error(f"{where}: {type(err).__name__}: {str(err)[:200]}") from None
     finally:
         _DEADLINE.reset(token)
         if own:
