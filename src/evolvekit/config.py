@@ -946,7 +946,8 @@ def training_problem(cfg: Config) -> str | None:
     if cfg.models.policy.backend != "local":
         return (
             "training needs models.policy.backend: local (an OpenAI-compatible server cannot be updated from "
-            "here); use `evolvekit eval` to evaluate a served model"
+            "here); to train a policy a server samples, use models.policy.engine: sglang with the server's "
+            "engine_url; use `evolvekit eval` to evaluate a served model"
         )
     return None
 
