@@ -169,7 +169,9 @@ def tiny_pair(tmp_path):
 @pytest.mark.slow
 def test_the_engine_samples_the_policy_and_follows_its_updates(tiny_pair, tmp_path):
     local, server = tiny_pair
+    (tmp_path / "weights" / "push-000007").mkdir(parents=True)  # an earlier process's push (a resumed run)
     engine = SGLangEngine(local, server.url, tmp_path / "weights", timeout_s=30)
+    assert [p.name for p in (tmp_path / "weights").iterdir()] == ["push-000001"]
     assert Capabilities.of(engine) == Capabilities(token_ids=True, weight_updates=True, prefix_cache=True)
     assert len(server.loads) == 1  # the policy's weights, pushed at start: the server's own were another model's
     prompts = [[1, 5, 9, 13, 17], [1, 7, 7]]

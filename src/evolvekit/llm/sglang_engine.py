@@ -116,6 +116,8 @@ class SGLangEngine(OverLocal):
         self.deadline_s, self.max_reply_bytes = timeout_s, max_reply_bytes
         self.client = client or bounded_client(timeout=timeout_s)
         self.version = 0  # weight pushes so far: each goes to a folder of its own
+        for stale in self.weights_dir.glob("push-*"):  # an earlier process's pushes (a resumed run): this engine's own
+            shutil.rmtree(stale, ignore_errors=True)
         self.update_weights(local.model.state_dict())  # the policy's weights (a checkpoint's, on resume)
         log.info("SGLang engine at %s (weights through %s)", self.url, self.weights_dir)
 
