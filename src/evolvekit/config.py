@@ -813,32 +813,24 @@ def cross_field_problem(cfg: Config) -> str | None:
             f"models.policy.engine: {cfg.models.policy.engine} serves the rollouts of rollout.backend: local without "
             "evolving_rl (Ray workers and Evolving-RL's stages run the native engine); use engine: native"
         )
-    if cfg.models.policy.engine == "sglang":
+    engine = cfg.models.policy.engine
+    if engine in ("vllm", "sglang"):  # engines that hold their own copy of the policy's weights
         pol = cfg.models.policy
         if pol.backend != "local":
             return (
-                "models.policy.engine: sglang trains the in-process policy and serves its rollouts from a server; it "
-                "needs models.policy.backend: local"
+                f"models.policy.engine: {engine} samples for the in-process policy it is trained beside; it needs "
+                "models.policy.backend: local"
             )
-        if not pol.engine_url or not pol.engine_weights_dir:
+        if engine == "vllm" and (pol.device == "cpu" or pol.device.startswith("mps")):
+            return "models.policy.engine: vllm needs a CUDA GPU (models.policy.device: auto or cuda)"
+        if engine == "sglang" and (not pol.engine_url or not pol.engine_weights_dir):
             missing = "models.policy.engine_url" if not pol.engine_url else "models.policy.engine_weights_dir"
             return f"models.policy.engine: sglang needs {missing} (the server's URL, and a folder it can read)"
-        if not pol.engine_url.startswith(("http://", "https://")):
+        if engine == "sglang" and not str(pol.engine_url).startswith(("http://", "https://")):
             return "models.policy.engine_url: must start with http:// or https://"
         if cfg.train.lora:
             return (
-                "models.policy.engine: sglang with train.lora is not supported yet (the adapter would have to be "
-                "merged before each weight push); use engine: native or train.lora: false"
-            )
-    if cfg.models.policy.engine == "vllm":
-        pol = cfg.models.policy
-        if pol.backend != "local":
-            return "models.policy.engine: vllm runs beside the in-process policy; it needs models.policy.backend: local"
-        if pol.device == "cpu" or pol.device.startswith("mps"):
-            return "models.policy.engine: vllm needs a CUDA GPU (models.policy.device: auto or cuda)"
-        if cfg.train.lora:
-            return (
-                "models.policy.engine: vllm with train.lora is not supported yet (the adapter would have to be "
+                f"models.policy.engine: {engine} with train.lora is not supported yet (the adapter would have to be "
                 "merged before each weight push); use engine: native or train.lora: false"
             )
     if cfg.rollout.backend == "ray" and cfg.evolving_rl.enabled:

@@ -143,7 +143,8 @@ class SGLangEngine(OverLocal):
     def update_weights(self, state_dict: dict[str, Any]) -> None:
         """The trainer's weights as a model folder (the policy's config and safetensors) of their own under
         ``weights_dir``, loaded by the server (``/update_weights_from_disk``, which also drops its prefix cache);
-        the previous push's folder is removed once the server holds the new weights."""
+        the previous push's folder is removed once the server holds the new weights. The policy's own prefix cache is
+        ``reset_prefix_cache``'s, which ``Policy.publish`` calls next."""
         self.version += 1
         folder = self.weights_dir / f"push-{self.version:06d}"
         if folder.exists():
@@ -157,7 +158,6 @@ class SGLangEngine(OverLocal):
         previous = self.weights_dir / f"push-{self.version - 1:06d}"
         if previous.exists():
             shutil.rmtree(previous, ignore_errors=True)
-        self.local.reset_prefix_cache()
 
     def reset_prefix_cache(self) -> None:
         """The server's prefix cache and the policy's own (other callers of the policy, synthesis say, read it)."""
