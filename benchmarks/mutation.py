@@ -38,6 +38,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "estimators": ("attributing/estimators.py", ["tests/cpu/test_estimators.py", "tests/cpu/test_advantages.py"]),
     "sources": ("attributing/sources.py", ["tests/cpu/test_estimators.py", "tests/cpu/test_advantages.py"]),
     "attributor": ("attributing/attributor.py", ["tests/cpu/test_attributor.py", "tests/cpu/test_attributing.py"]),
+    # issue 52: the file system's leaves kept per writing call (exactness against the plain walk)
+    "fs_leaves": ("env/bfcl/fs_leaves.py", ["tests/cpu/test_bfcl_fs_leaves.py"]),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
     "build": (
         "orchestrator/build.py",

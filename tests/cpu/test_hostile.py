@@ -808,7 +808,8 @@ def test_bfcl_work_past_its_deadline_stops_between_calls_and_inside_state_walks(
 
 def test_a_read_only_call_walks_no_state(monkeypatch):
     """Issue 52 (6): a no-op `pwd` on a 1.7 MB file system walked the whole state for grounding. A step of read-only
-    calls (env/bfcl/env.py: READ_ONLY) touches no backend; a writing call still walks the one it touched."""
+    calls (env/bfcl/env.py: READ_ONLY) touches no backend; a writing file-system call re-walks only what it changed
+    (env/bfcl/fs_leaves.py; tests/cpu/test_bfcl_fs_leaves.py), and a writing call to another backend walks that one."""
     import evolvekit.env.bfcl.env as bfcl_env
 
     env = BfclEnv()
@@ -821,6 +822,9 @@ def test_a_read_only_call_walks_no_state(monkeypatch):
         assert env.step(Action(tool_calls=[ToolCall(name=name, arguments={})])).call_results[0].ok
     assert walks == []
     res = env.step(Action(tool_calls=[ToolCall(name="touch", arguments={"file_name": "new.txt"})]))
+    assert walks == [] and res.grounding.state_changed
+    env._fs_leaves = None  # without the file system's record, the touched backend is walked whole
+    res = env.step(Action(tool_calls=[ToolCall(name="touch", arguments={"file_name": "two.txt"})]))
     assert walks == [["GorillaFileSystem"]] and res.grounding.state_changed
     env.close()
 

@@ -31,6 +31,7 @@ from evolvekit.env.base import (
 )
 from evolvekit.env.bfcl import data
 from evolvekit.env.bfcl.checker import check, checker_entry_id
+from evolvekit.env.bfcl.fs_leaves import FsLeaves, distance_change
 from evolvekit.env.bfcl.tools import bound_call, call_string, doc_to_schema, stringify_result, validate_call
 from evolvekit.env.cancel import checkpoint
 from evolvekit.env.registry import register_env, register_task_source
@@ -40,6 +41,7 @@ from evolvekit.types import StepGrounding, Task, ToolCall, Trajectory
 
 log = logging.getLogger(__name__)
 
+_FS = "GorillaFileSystem"  # the backend whose state grows with the agent's calls (env/bfcl/fs_leaves.py)
 MAX_CONFIG_DEPTH = 24  # nesting of an initial_config (BFCL's own deepest file trees are far shallower)
 # Work per request is linear in what it states, within these caps (docs/environments.md names them). BFCL's own
 # multi-turn entries have at most a handful of turns, tens of reference calls and a few hundred state leaves.
@@ -141,6 +143,7 @@ class BfclEnv:
         # states split by backend, and each backend's distance to a turn's end for its current leaves; a step walks
         # only the backends its calls touched
         self._leaves: dict[str, dict[str, Any]] | None = None
+        self._fs_leaves: FsLeaves | None = None  # the file system's leaves, re-walked only where a call wrote
         self._ends_by_class: dict[int, dict[str, dict[str, Any]]] = {}
         self._dist: dict[tuple[int, str], int] = {}
 
@@ -309,9 +312,13 @@ class BfclEnv:
     def _class_leaves(self) -> dict[str, dict[str, Any]]:
         """Each stateful backend's leaves as of now (walked once per episode, then kept up to date per step)."""
         if self._leaves is None:
-            self._leaves = {
-                c: _state_leaves({c: inst}) for c, inst in self.instances.items() if not data.is_stateless(c)
-            }
+            self._leaves = {}
+            for c, inst in self.instances.items():
+                if c == _FS:
+                    self._fs_leaves = FsLeaves(c, inst, _state_leaves)
+                    self._leaves[c] = self._fs_leaves.leaves
+                elif not data.is_stateless(c):
+                    self._leaves[c] = _state_leaves({c: inst})
         return self._leaves
 
     def _end_of(self, turn: int) -> dict[str, dict[str, Any]] | None:
@@ -336,19 +343,26 @@ class BfclEnv:
         leaves and their distances to the turn's reference end; a touched one is walked and compared again.
         Equal to ``_grounding`` (tests/cpu/test_bfcl_env.py checks it step by step)."""
         before = self._class_leaves()
+        end = self._end_of(turn)
+        d_before = d_after = None
+        if end is not None:  # before the file system's leaves move on (they change in place)
+            d_before = sum(self._class_distance(turn, c, before[c], end) for c in before)
         after = dict(before)
         changed = set()
         for cls in touched & before.keys():
+            if cls == _FS and self._fs_leaves is not None:
+                delta = self._fs_leaves.settle()
+                if delta:
+                    changed.add(cls)
+                    for t, c in [k for k in self._dist if k[1] == cls]:  # each kept distance moves by the change
+                        self._dist[(t, c)] += distance_change(delta, (self._end_of(t) or {}).get(cls, {}))
+                continue
             now = _state_leaves({cls: self.instances[cls]})
             if now != before[cls]:
                 after[cls] = now
                 changed.add(cls)
-        end = self._end_of(turn)
-        d_before = d_after = None
-        if end is not None:
-            d_before = sum(self._class_distance(turn, c, before[c], end) for c in before)
-        for key in [k for k in self._dist if k[1] in changed]:
-            del self._dist[key]  # distances of the old leaves, at every turn
+                for key in [k for k in self._dist if k[1] == cls]:
+                    del self._dist[key]  # distances of the old leaves, at every turn
         if end is not None:
             d_after = sum(self._class_distance(turn, c, after[c], end) for c in after)
             only_reference = sum(len(v) for c, v in end.items() if c not in before)  # backends the agent lacks
@@ -383,12 +397,14 @@ class BfclEnv:
                 error="too_many_calls",
             )
         self._class_leaves()  # the state before the calls (walked once per episode)
-        results = [self._execute(call) for call in action.tool_calls]
-        touched = {
-            owner
-            for c in action.tool_calls
-            if (owner := self.method_owner.get(c.name)) is not None and c.name not in READ_ONLY.get(owner, ())
-        }
+        results, touched = [], set()
+        for call in action.tool_calls:
+            owner = self.method_owner.get(call.name)
+            if owner is not None and call.name not in READ_ONLY.get(owner, ()):
+                touched.add(owner)
+                if owner == _FS and self._fs_leaves is not None:
+                    self._fs_leaves.before_call()  # what this call may change, kept to compare after
+            results.append(self._execute(call))
         obs = "\n".join(f"[{r.name}] " + "".join(f"Warning: {w}. " for w in r.warnings) + r.output for r in results)
         return StepResult(
             observation=obs,

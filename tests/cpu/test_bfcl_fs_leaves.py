@@ -1,0 +1,157 @@
+"""Issue 52: a writing file-system call re-walks only what it changed (env/bfcl/fs_leaves.py), and the leaves and the
+step grounding stay exactly those of the plain walk."""
+
+import random
+
+import pytest
+
+import evolvekit.env.bfcl.fs_leaves as fs_leaves
+from evolvekit.env.base import Action
+from evolvekit.env.bfcl import data
+from evolvekit.env.bfcl.env import BfclEnv, _state_leaves
+from evolvekit.types import ToolCall
+
+FS = "GorillaFileSystem"
+
+
+def _random_call(env: BfclEnv, rng: random.Random) -> ToolCall:
+    """A file-system call on names that exist in the current folder (or new ones): every writing method, with the
+    odd cases (a folder moved into itself, a copy of a folder into another, writes to a copied file)."""
+    cwd = env.instances[FS]._current_dir
+    names = list(cwd.contents) or ["x"]
+    folders = [n for n, o in cwd.contents.items() if hasattr(o, "contents")]
+    files = [n for n in names if n not in folders]
+    pick, new = rng.choice, f"n{rng.randrange(6)}"
+    options = [
+        ("cd", {"folder": pick(folders)}) if folders else ("cd", {"folder": ".."}),
+        ("cd", {"folder": ".."}),
+        ("mkdir", {"dir_name": new}),
+        ("touch", {"file_name": new + ".txt"}),
+        ("echo", {"content": f"text {rng.randrange(99)}", "file_name": pick(files) if files else new}),
+        ("mv", {"source": pick(names), "destination": pick(names + [new])}),
+        ("cp", {"source": pick(names), "destination": pick(names + [new])}),
+        ("rm", {"file_name": pick(names)}),
+        ("rmdir", {"dir_name": pick(names)}),
+        ("ls", {}),
+    ]
+    name, args = pick(options)
+    return ToolCall(name=name, arguments=args)
+
+
+def _file_system_tasks():
+    for category in ("multi_turn_base", "multi_turn_long_context"):
+        for task in data.load_tasks(category):
+            if FS in (task.initial_config or {}):
+                yield task
+
+
+def test_the_leaves_and_the_grounding_equal_the_plain_walk_after_every_writing_step():
+    """The scope a writing call may change (fs_leaves.py's docstring) must hold: on every file-system task of two
+    categories, the reference calls and then random calls of every writing method (several per step, some steps
+    moving folders into themselves or copying folders that share their files), the kept leaves equal the plain
+    walk after each step, and so does the step's grounding (``_grounding``, every leaf walked and compared)."""
+    rng = random.Random(52)
+    steps = changed = 0
+    outside = 0
+    for task in list(_file_system_tasks())[:60]:
+        env = BfclEnv()
+        env.reset(task)
+        calls = [c for turn in task.reference_solution or [] for c in turn]
+        plan = [[c] for c in calls] + [[_random_call(env, rng)] for _ in range(3)]
+        k = 0
+        while k < len(plan) + 25 and not env.done:
+            step = plan[k] if k < len(plan) else [_random_call(env, rng) for _ in range(rng.randint(1, 3))]
+            k += 1
+            turn, before = env.turn_index, _state_leaves(env.instances)
+            res = env.step(Action(tool_calls=step, text=""))
+            tracker = env._fs_leaves
+            assert tracker is not None
+            assert tracker.leaves == _state_leaves({FS: env.instances[FS]}), (task.task_id, step)
+            if res.grounding is not None:
+                assert res.grounding == env._grounding(before, turn), (task.task_id, step)
+                changed += res.grounding.state_changed
+            steps += 1
+        outside += not env._fs_leaves.alive
+        env.close()
+    assert steps > 1000 and changed > 300
+    assert outside < 30  # most episodes end on the record (``cp a a``, a folder holding itself, leaves it)
+
+
+def _big_file_system(folders: int = 40, files: int = 240) -> dict:
+    content = {f"f{j}.txt": {"type": "file", "content": f"x{j}"} for j in range(files)}
+    tree = {f"d{i}": {"type": "directory", "contents": dict(content)} for i in range(folders)}
+    return {FS: {"root": {"w": {"type": "directory", "contents": tree}}}}
+
+
+def test_a_writing_call_walks_only_what_it_changed(monkeypatch):
+    """Issue 52 (6): a writing call walked its whole backend (76 ms on a file system at the state cap). Counted in
+    objects walked (one checkpoint each): a `touch` in a folder of 40 x 240 files walks the one new file, at its two
+    paths (the folder is the tree's top and ``_current_dir``); `cd` into a folder walks that folder once more (at
+    ``_current_dir``), not the tree; `echo` into a file re-writes that file's leaves and walks no object."""
+    env = BfclEnv()
+    env.reset(None, {"classes": [FS], "initial_config": _big_file_system()})
+    env.step(Action(tool_calls=[ToolCall(name="pwd", arguments={})], text=""))  # the episode's one whole walk
+    walked = []
+    monkeypatch.setattr(fs_leaves, "checkpoint", lambda: walked.append(1))
+    plain = []
+    import evolvekit.env.bfcl.env as bfcl_env
+
+    monkeypatch.setattr(bfcl_env, "_state_leaves", lambda inst: plain.append(1) or _state_leaves(inst))
+    res = env.step(Action(tool_calls=[ToolCall(name="touch", arguments={"file_name": "new.txt"})], text=""))
+    assert res.grounding.state_changed and len(walked) == 2 and plain == []
+    walked.clear()
+    env.step(Action(tool_calls=[ToolCall(name="cd", arguments={"folder": "d3"})], text=""))
+    assert len(walked) == 241 and plain == []  # the folder and its 240 files, at their new second path
+    walked.clear()
+    res = env.step(Action(tool_calls=[ToolCall(name="echo", arguments={"content": "y", "file_name": "f7.txt"})]))
+    assert res.grounding.state_changed and walked == [] and plain == []  # a file's text: its leaves, no object
+    assert env._fs_leaves.leaves == _state_leaves({FS: env.instances[FS]})
+    env.close()
+
+
+@pytest.mark.parametrize("mutate", ["skip_before_call", "skip_entries"])
+def test_the_exactness_check_fails_when_the_tracker_misses_a_change(monkeypatch, mutate):
+    """The test above is not inert: a tracker that keeps no scope, or compares no entries, leaves stale leaves."""
+    if mutate == "skip_before_call":
+        monkeypatch.setattr(fs_leaves.FsLeaves, "before_call", lambda self: None)
+    else:
+        monkeypatch.setattr(fs_leaves.FsLeaves, "_refresh_entry", lambda self, path, name: None)
+    env = BfclEnv()
+    env.reset(None, {"classes": [FS], "initial_config": _big_file_system(2, 3)})
+    env.step(Action(tool_calls=[ToolCall(name="touch", arguments={"file_name": "new.txt"})], text=""))
+    assert env._fs_leaves.leaves != _state_leaves({FS: env.instances[FS]})
+    env.close()
+
+
+@pytest.mark.parametrize("case", ["cycle", "deep"])
+def test_states_outside_the_known_shapes_take_the_whole_walk(case):
+    """A folder copied into itself (``cp d0 d0``: its entries then hold it, and the plain walk cuts the cycle), or a
+    tree nested deeper than the record follows (mkdir and cd, 35 levels), is walked whole at each writing step, with
+    the same leaves and grounding as the plain walk; once that folder leaves the tree (``rm d0``), the record is
+    back."""
+    env = BfclEnv()
+    env.reset(None, {"classes": [FS], "initial_config": _big_file_system(2, 2)})
+    down = [ToolCall(name="mkdir", arguments={"dir_name": "deep"}), ToolCall(name="cd", arguments={"folder": "deep"})]
+    steps = [[ToolCall(name="cp", arguments={"source": "d0", "destination": "d0"})]] if case == "cycle" else [down] * 35
+    for step in steps:
+        before = _state_leaves(env.instances)
+        res = env.step(Action(tool_calls=step, text=""))
+        assert env._fs_leaves.leaves == _state_leaves({FS: env.instances[FS]})
+        assert res.grounding == env._grounding(before, 0)
+    assert not env._fs_leaves.alive
+    if case == "cycle":
+        env.step(Action(tool_calls=[ToolCall(name="rm", arguments={"file_name": "d0"})], text=""))
+        assert env._fs_leaves.alive and env._fs_leaves.leaves == _state_leaves({FS: env.instances[FS]})
+    env.close()
+
+
+def test_distance_change_is_the_plain_distance_difference():
+    """``distance_change`` against ``_distance`` before and after, leaf by leaf (present, absent, equal, other)."""
+    from evolvekit.env.bfcl.env import _distance
+
+    end = {"a": 1, "b": 2, "c": 3}
+    before = {"a": 1, "b": 5, "d": 4}
+    after = {"a": 2, "b": 2, "e": 0, "c": 3}
+    delta = {k: (before.get(k, fs_leaves.GONE), after.get(k, fs_leaves.GONE)) for k in before.keys() | after.keys()}
+    assert _distance(before, end) == 3 and _distance(after, end) == 2
+    assert fs_leaves.distance_change(delta, end) == -1
