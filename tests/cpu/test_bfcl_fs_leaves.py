@@ -157,3 +157,99 @@ def test_distance_change_is_the_plain_distance_difference():
     delta = {k: (before.get(k, fs_leaves.GONE), after.get(k, fs_leaves.GONE)) for k in before.keys() | after.keys()}
     assert _distance(before, end) == 3 and _distance(after, end) == 2
     assert fs_leaves.distance_change(delta, end) == -1
+
+
+class _Folder:
+    def __init__(self, name, parent=None):
+        self.name, self.parent, self.contents = name, parent, {}
+
+
+class _Note:
+    def __init__(self, name, content=""):
+        self.name, self.content = name, content
+
+
+class _Tree:
+    """A stand-in file system of the same shape as bfcl-eval's (folders with ``contents``, files with ``content``)."""
+
+    def __init__(self):
+        self.root = _Folder("/")
+        self.root.contents = {"a": _Folder("a", self.root), "n.txt": _Note("n.txt", "hi")}
+        self.root.contents["a"].contents = {"m.txt": _Note("m.txt", "x")}
+        self._current_dir, self.flag = self.root, True
+
+
+def _odd_changes():
+    """(what a call does to the stand-in tree, whether the record can follow it)."""
+    import datetime
+    import enum
+
+    class Colour(enum.IntEnum):
+        RED = 1
+
+    def at(path):
+        def change(tree):
+            obj = tree._current_dir
+            for part in path[:-1]:
+                obj = obj.contents[part]
+            return obj, path[-1]
+
+        return change
+
+    def set_attr(name, value_of):
+        def go(tree):
+            obj, attr = at(name)(tree)
+            setattr(obj, attr, value_of(tree))
+
+        return go
+
+    return {
+        "new file": (lambda t: t._current_dir.contents.__setitem__("b.txt", _Note("b.txt")), True),
+        "removed folder": (lambda t: t._current_dir.contents.pop("a"), True),
+        "text rewritten": (set_attr(["n.txt", "content"], lambda t: "new"), True),
+        "same text again": (set_attr(["n.txt", "content"], lambda t: "h" + "i"), True),
+        "attribute removed": (lambda t: delattr(t._current_dir.contents["n.txt"], "content"), True),
+        "int subclass": (set_attr(["n.txt", "kind"], lambda t: Colour.RED), True),
+        "a generator": (set_attr(["n.txt", "rng"], lambda t: random.Random(0)), True),
+        "a callable": (set_attr(["n.txt", "fn"], lambda t: len), True),
+        "an opaque value": (set_attr(["n.txt", "when"], lambda t: datetime.datetime(2026, 1, 1)), True),
+        "an object attribute": (set_attr(["n.txt", "meta"], lambda t: _Note("meta", "m")), True),
+        "entry in a folder in it": (lambda t: t._current_dir.contents["a"].contents.pop("m.txt"), True),
+        "folder's entries replaced": (set_attr(["a", "contents"], lambda t: {"z": _Note("z")}), True),
+        "current folder's entries replaced": (lambda t: setattr(t._current_dir, "contents", {}), True),
+        "top attribute": (lambda t: setattr(t, "flag", False), True),
+        "moved down": (lambda t: setattr(t, "_current_dir", t.root.contents["a"]), True),
+        "a list": (set_attr(["n.txt", "lines"], lambda t: ["x", "y"]), False),
+        "a text key that is not text": (lambda t: t._current_dir.contents.__setitem__(3, _Note("3")), False),
+        "an entry that is not an object": (lambda t: t._current_dir.contents.__setitem__("v", 5), False),
+        "a second dict": (set_attr(["n.txt", "index"], lambda t: {"k": _Note("k")}), False),
+        "a folder holding itself": (lambda t: t._current_dir.contents["a"].contents.__setitem__("a", t.root), False),
+        "no current folder": (lambda t: setattr(t, "_current_dir", None), True),  # the next call's scope: whole walk
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_odd_changes()))
+def test_each_kind_of_change_gives_the_plain_walks_leaves_and_delta(case):
+    """Unit level, on a stand-in tree: each kind of change a call can make, and each value the plain walk writes
+    its own way, gives the plain walk's leaves and exactly the leaves that changed; a shape the record does not
+    follow is walked whole (and the record is back once the state is)."""
+    change, followed = _odd_changes()[case]
+    tree = _Tree()
+    tracker = fs_leaves.FsLeaves(FS, tree, _state_leaves)
+    assert tracker.alive and tracker.leaves == _state_leaves({FS: tree})
+    before = _state_leaves({FS: tree})
+    tracker.before_call()
+    change(tree)
+    delta = tracker.settle()
+    after = _state_leaves({FS: tree})
+    assert tracker.leaves == after and tracker.alive == followed
+    gone = fs_leaves.GONE
+    expected = {
+        k: (before.get(k, gone), after.get(k, gone))
+        for k in before.keys() | after.keys()
+        if before.get(k, gone) != after.get(k, gone) or (k in before) != (k in after)
+    }
+    assert delta == expected
+    assert bool(delta) == (before != after)
+    tracker.before_call()  # nothing changes: an empty delta, the same leaves
+    assert tracker.settle() == {} and tracker.leaves == after

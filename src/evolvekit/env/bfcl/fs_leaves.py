@@ -215,8 +215,8 @@ class FsLeaves:
         if leaf in self._obj:
             self._drop(leaf)
         contents = vars(self._obj[path]).get("contents")
-        if not isinstance(contents, dict):
-            raise _Fallback(leaf)
+        if not isinstance(contents, dict) or type(name) is not str:
+            raise _Fallback(leaf)  # a name that is not text: the plain walk's own ordering decides collisions
         if name in contents:
             entry = contents[name]
             if not _is_object(entry) or self._depth[path] + 2 > _MAX_DEPTH:
