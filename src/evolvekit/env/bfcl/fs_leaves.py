@@ -91,7 +91,7 @@ class FsLeaves:
 
     # -- the record ------------------------------------------------------------------------------------------
     def _build(self) -> None:
-        """Walk the whole file system once, recording each object's paths (or retire: the plain walk decides)."""
+        """Walk the whole file system, recording where each object sits (outside the known shapes: the plain walk)."""
         self._obj: dict[str, Any] = {}  # object path -> the object (held, so its id stays its own)
         self._up: dict[str, str | None] = {}  # object path -> its parent object's path
         self._anc: dict[str, frozenset[int]] = {}  # object path -> ids of the containers above it
