@@ -135,11 +135,13 @@ def test_states_outside_the_known_shapes_take_the_whole_walk(case):
     env.reset(None, {"classes": [FS], "initial_config": _big_file_system(2, 2)})
     down = [ToolCall(name="mkdir", arguments={"dir_name": "deep"}), ToolCall(name="cd", arguments={"folder": "deep"})]
     steps = [[ToolCall(name="cp", arguments={"source": "d0", "destination": "d0"})]] if case == "cycle" else [down] * 35
-    for step in steps:
+    for level, step in enumerate(steps, 1):
         before = _state_leaves(env.instances)
         res = env.step(Action(tool_calls=step, text=""))
         assert env._fs_leaves.leaves == _state_leaves({FS: env.instances[FS]})
         assert res.grounding == env._grounding(before, 0)
+        if case == "deep":  # the 29th folder down sits at depth 59, its entries at 60: the record's last level
+            assert env._fs_leaves.alive == (level <= 29), level
     assert not env._fs_leaves.alive
     if case == "cycle":
         env.step(Action(tool_calls=[ToolCall(name="rm", arguments={"file_name": "d0"})], text=""))
@@ -219,6 +221,12 @@ def _odd_changes():
         "current folder's entries replaced": (lambda t: setattr(t._current_dir, "contents", {}), True),
         "top attribute": (lambda t: setattr(t, "flag", False), True),
         "moved down": (lambda t: setattr(t, "_current_dir", t.root.contents["a"]), True),
+        "a new top attribute": (lambda t: setattr(t, "extra", 1), True),
+        "a new top attribute set to None": (lambda t: setattr(t, "extra", None), True),
+        "a new attribute of the current folder set to None": (lambda t: setattr(t._current_dir, "tag", None), True),
+        "a new attribute of a file in it set to None": (set_attr(["n.txt", "tag"], lambda t: None), True),
+        "an entry of a folder in it that is None": (lambda t: t._current_dir.contents["a"].contents.update(z=None), 0),
+        "an entry that is None": (lambda t: t._current_dir.contents.__setitem__("z", None), False),
         "a list": (set_attr(["n.txt", "lines"], lambda t: ["x", "y"]), False),
         "a text key that is not text": (lambda t: t._current_dir.contents.__setitem__(3, _Note("3")), False),
         "an entry that is not an object": (lambda t: t._current_dir.contents.__setitem__("v", 5), False),
@@ -229,7 +237,7 @@ def _odd_changes():
 
 
 @pytest.mark.parametrize("case", sorted(_odd_changes()))
-def test_each_kind_of_change_gives_the_plain_walks_leaves_and_delta(case):
+def test_each_kind_of_change_gives_the_plain_walks_leaves_and_delta(case, monkeypatch):
     """Unit level, on a stand-in tree: each kind of change a call can make, and each value the plain walk writes
     its own way, gives the plain walk's leaves and exactly the leaves that changed; a shape the record does not
     follow is walked whole (and the record is back once the state is)."""
@@ -240,9 +248,12 @@ def test_each_kind_of_change_gives_the_plain_walks_leaves_and_delta(case):
     before = _state_leaves({FS: tree})
     tracker.before_call()
     change(tree)
+    walked = []
+    monkeypatch.setattr(fs_leaves, "checkpoint", lambda: walked.append(1))
     delta = tracker.settle()
+    assert len(walked) <= 2 * 7  # a cycle is cut where it closes (the record's walk, then its second try), not 60 deep
     after = _state_leaves({FS: tree})
-    assert tracker.leaves == after and tracker.alive == followed
+    assert tracker.leaves == after and tracker.alive == bool(followed)
     gone = fs_leaves.GONE
     expected = {
         k: (before.get(k, gone), after.get(k, gone))
@@ -253,3 +264,28 @@ def test_each_kind_of_change_gives_the_plain_walks_leaves_and_delta(case):
     assert bool(delta) == (before != after)
     tracker.before_call()  # nothing changes: an empty delta, the same leaves
     assert tracker.settle() == {} and tracker.leaves == after
+
+
+def test_a_current_folder_left_behind_is_compared_and_walked_nowhere():
+    """One call changes a folder reachable only as ``_current_dir`` (its name, its entries, a file and a folder in
+    it) and then leaves it: the changes have no path left to re-walk, and the leaves are the plain walk's."""
+    tree = _Tree()
+    away = _Folder("away")
+    away.contents = {"f.txt": _Note("f.txt", "1"), "sub": _Folder("sub", away)}
+    tree._current_dir = away
+    tracker = fs_leaves.FsLeaves(FS, tree, _state_leaves)
+    tracker.before_call()
+    away.name, away.contents["new"] = "gone", _Note("new")
+    away.contents["f.txt"].content, away.contents["sub"].contents["x"] = "2", _Note("x")
+    tree._current_dir = tree.root
+    tracker.settle()
+    assert tracker.alive and tracker.leaves == _state_leaves({FS: tree})
+
+
+def test_a_file_system_without_a_current_folder_is_walked_whole():
+    tree = _Tree()
+    del tree._current_dir
+    tracker = fs_leaves.FsLeaves(FS, tree, _state_leaves)
+    tracker.before_call()
+    tree.root.contents["b.txt"] = _Note("b.txt")
+    assert tracker.settle() and tracker.leaves == _state_leaves({FS: tree})

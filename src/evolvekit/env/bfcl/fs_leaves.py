@@ -202,9 +202,7 @@ class FsLeaves:
         if attr == "contents":
             self._forget_entries(path)
         for kid in [k for k in self._kids[path] if k == leaf or k.startswith(leaf + "/")]:
-            self._drop(kid)
-        for own in [k for k in self._own[path] if k.startswith(leaf + "/")]:
-            self._unset(path, own)
+            self._drop(kid)  # an object there, or a folder's entries (an attribute writes no other leaves below it)
         obj = self._obj[path]
         if attr in vars(obj):
             self._attribute(path, attr, vars(obj)[attr])
