@@ -126,7 +126,7 @@ def test_the_exactness_check_fails_when_the_tracker_misses_a_change(monkeypatch,
 
 
 @pytest.mark.parametrize("case", ["cycle", "deep"])
-def test_states_outside_the_known_shapes_take_the_whole_walk(case):
+def test_states_outside_the_known_shapes_take_the_whole_walk(case, monkeypatch):
     """A folder copied into itself (``cp d0 d0``: its entries then hold it, and the plain walk cuts the cycle), or a
     tree nested deeper than the record follows (mkdir and cd, 35 levels), is walked whole at each writing step, with
     the same leaves and grounding as the plain walk; once that folder leaves the tree (``rm d0``), the record is
@@ -135,6 +135,8 @@ def test_states_outside_the_known_shapes_take_the_whole_walk(case):
     env.reset(None, {"classes": [FS], "initial_config": _big_file_system(2, 2)})
     down = [ToolCall(name="mkdir", arguments={"dir_name": "deep"}), ToolCall(name="cd", arguments={"folder": "deep"})]
     steps = [[ToolCall(name="cp", arguments={"source": "d0", "destination": "d0"})]] if case == "cycle" else [down] * 35
+    walked = []
+    monkeypatch.setattr(fs_leaves, "checkpoint", lambda: walked.append(1))
     for level, step in enumerate(steps, 1):
         before = _state_leaves(env.instances)
         res = env.step(Action(tool_calls=step, text=""))
@@ -142,6 +144,8 @@ def test_states_outside_the_known_shapes_take_the_whole_walk(case):
         assert res.grounding == env._grounding(before, 0)
         if case == "deep":  # the 29th folder down sits at depth 59, its entries at 60: the record's last level
             assert env._fs_leaves.alive == (level <= 29), level
+            assert level == 1 or level >= 30 or len(walked) <= 3, (level, len(walked))  # no whole walk (1: the first)
+        walked.clear()
     assert not env._fs_leaves.alive
     if case == "cycle":
         env.step(Action(tool_calls=[ToolCall(name="rm", arguments={"file_name": "d0"})], text=""))
@@ -227,6 +231,7 @@ def _odd_changes():
         "a new attribute of a file in it set to None": (set_attr(["n.txt", "tag"], lambda t: None), True),
         "an entry of a folder in it that is None": (lambda t: t._current_dir.contents["a"].contents.update(z=None), 0),
         "an entry that is None": (lambda t: t._current_dir.contents.__setitem__("z", None), False),
+        "a file that holds itself": (set_attr(["n.txt", "meta"], lambda t: t._current_dir.contents["n.txt"]), False),
         "a list": (set_attr(["n.txt", "lines"], lambda t: ["x", "y"]), False),
         "a text key that is not text": (lambda t: t._current_dir.contents.__setitem__(3, _Note("3")), False),
         "an entry that is not an object": (lambda t: t._current_dir.contents.__setitem__("v", 5), False),
@@ -289,3 +294,28 @@ def test_a_file_system_without_a_current_folder_is_walked_whole():
     tracker.before_call()
     tree.root.contents["b.txt"] = _Note("b.txt")
     assert tracker.settle() and tracker.leaves == _state_leaves({FS: tree})
+
+
+@pytest.mark.parametrize("owner", ["file system", "current folder", "file in it"])
+def test_an_attribute_that_was_none_and_is_removed_leaves_no_leaf(owner):
+    tree = _Tree()
+    obj = {"file system": tree, "current folder": tree.root, "file in it": tree.root.contents["n.txt"]}[owner]
+    obj.extra = None
+    tracker = fs_leaves.FsLeaves(FS, tree, _state_leaves)
+    tracker.before_call()
+    del obj.extra
+    assert tracker.settle() and tracker.leaves == _state_leaves({FS: tree})
+
+
+@pytest.mark.parametrize("levels, followed", [(29, True), (30, False)])
+def test_the_record_follows_a_built_tree_to_its_depth_bound(levels, followed):
+    """The whole walk's depths: folder L levels down sits at depth 2L+1 and its entries dict at 2L+2; past 60 the
+    plain walk decides (its own cut is at 64)."""
+    tree = _Tree()
+    folder = tree.root
+    for _ in range(levels):
+        child = _Folder("d", folder)
+        folder.contents = {"d": child}
+        folder = child
+    tracker = fs_leaves.FsLeaves(FS, tree, _state_leaves)
+    assert tracker.alive == followed and tracker.leaves == _state_leaves({FS: tree})

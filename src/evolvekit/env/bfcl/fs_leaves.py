@@ -85,7 +85,6 @@ class FsLeaves:
     def __init__(self, name: str, fs: Any, plain_walk: Callable[[dict[str, Any]], Leaves]) -> None:
         self.name, self.fs, self._plain_walk = name, fs, plain_walk
         self.leaves: Leaves = {}
-        self.alive = True  # False while the state is outside the known shapes: each settle then walks it whole
         self._pending: list[_Scope] = []
         self._build()
 
@@ -94,7 +93,7 @@ class FsLeaves:
         """Walk the whole file system, recording where each object sits (outside the known shapes: the plain walk)."""
         self._obj: dict[str, Any] = {}  # object path -> the object (held, so its id stays its own)
         self._up: dict[str, str | None] = {}  # object path -> its parent object's path
-        self._anc: dict[str, frozenset[int]] = {}  # object path -> ids of the containers above it
+        self._anc: dict[str, frozenset[int]] = {}  # object path -> ids of the objects above it (a cycle: whole walk)
         self._depth: dict[str, int] = {}  # object path -> the plain walk's depth there
         self._own: dict[str, dict[str, None]] = {}  # object path -> leaves written while it was innermost
         self._kids: dict[str, set[str]] = {}  # object path -> its child objects' paths
@@ -105,14 +104,13 @@ class FsLeaves:
         self._holders: dict[int, set[str]] = {}
         self._log: dict[str, Any] = {}
         self.leaves.clear()
-        self.alive = True
+        self.alive = True  # False while the state is outside the known shapes: each settle then walks it whole
         try:
             self._walk(self.name, self.fs, None, 0, frozenset())
         except _Fallback:
             self.alive = False
             self.leaves.clear()
             self.leaves.update(self._plain_walk({self.name: self.fs}))
-        self._log = {}
 
     def _set(self, owner: str, leaf: str, value: Any) -> None:
         self._log.setdefault(leaf, self.leaves.get(leaf, GONE))
@@ -122,13 +120,13 @@ class FsLeaves:
     def _unset(self, owner: str, leaf: str) -> None:
         if leaf in self._own[owner]:
             del self._own[owner][leaf]
-            self._log.setdefault(leaf, self.leaves.get(leaf, GONE))
-            self.leaves.pop(leaf, None)
+            self._log.setdefault(leaf, self.leaves[leaf])
+            del self.leaves[leaf]
 
     def _walk(self, path: str, obj: Any, up: str | None, depth: int, anc: frozenset[int]) -> None:
         """The plain walk of one object at ``path``, its leaves written and its place recorded."""
         if depth > _MAX_DEPTH or id(obj) in anc:
-            raise _Fallback(path)  # the plain walk cuts here (a cycle, or too deep)
+            raise _Fallback  # the plain walk cuts here (a cycle, or too deep)
         checkpoint()  # once per object, as the plain walk: a huge state's walk stops at its request's deadline
         self._obj[path], self._up[path], self._anc[path], self._depth[path] = obj, up, anc, depth
         self._own[path], self._kids[path] = {}, set()
@@ -151,19 +149,18 @@ class FsLeaves:
         elif isinstance(value, random.Random):
             self._set(path, leaf, None)
         elif isinstance(value, dict):  # a folder's entries: each an object under a text name
-            inner = self._anc[path] | {id(self._obj[path]), id(value)}
-            if attr != "contents" or depth > _MAX_DEPTH or id(value) in self._anc[path]:
-                raise _Fallback(leaf)
+            if attr != "contents" or depth > _MAX_DEPTH:
+                raise _Fallback
             self._entries_of[path] = value
             self._holders.setdefault(id(value), set()).add(path)
             for name, entry in value.items():
                 if type(name) is not str or not _is_object(entry):
-                    raise _Fallback(leaf)
-                self._walk(f"{leaf}/{name}", entry, path, depth + 1, inner)
+                    raise _Fallback
+                self._walk(f"{leaf}/{name}", entry, path, depth + 1, self._anc[path] | {id(self._obj[path])})
         elif _is_object(value):
             self._walk(leaf, value, path, depth, self._anc[path] | {id(self._obj[path])})
         elif isinstance(value, (list, tuple, set, frozenset)):
-            raise _Fallback(leaf)
+            raise _Fallback
         else:  # an opaque value (a datetime): the plain walk writes its type's name
             self._set(path, leaf, type(value).__name__)
 
@@ -176,8 +173,8 @@ class FsLeaves:
         while stack:
             p = stack.pop()
             for leaf in self._own.pop(p):
-                self._log.setdefault(leaf, self.leaves.get(leaf, GONE))
-                self.leaves.pop(leaf, None)
+                self._log.setdefault(leaf, self.leaves[leaf])
+                del self.leaves[leaf]
             stack.extend(self._kids.pop(p))
             self._forget_entries(p)
             obj = self._obj.pop(p)
@@ -214,13 +211,12 @@ class FsLeaves:
             self._drop(leaf)
         contents = vars(self._obj[path]).get("contents")
         if not isinstance(contents, dict) or type(name) is not str:
-            raise _Fallback(leaf)  # a name that is not text: the plain walk's own ordering decides collisions
+            raise _Fallback  # a name that is not text: the plain walk's own ordering decides collisions
         if name in contents:
             entry = contents[name]
-            if not _is_object(entry) or self._depth[path] + 2 > _MAX_DEPTH:
-                raise _Fallback(leaf)
-            anc = self._anc[path] | {id(self._obj[path]), id(contents)}
-            self._walk(leaf, entry, path, self._depth[path] + 2, anc)
+            if not _is_object(entry):
+                raise _Fallback
+            self._walk(leaf, entry, path, self._depth[path] + 2, self._anc[path] | {id(self._obj[path])})
 
     # -- per step --------------------------------------------------------------------------------------------
     def before_call(self) -> None:
@@ -273,7 +269,7 @@ class FsLeaves:
             if top.get(attr, GONE) is not now.get(attr, GONE):
                 self._refresh_attribute(self.name, attr)
         if cwd is None:
-            raise _Fallback("_current_dir")
+            raise _Fallback
         for attr in cwd_vars.keys() | vars(cwd).keys():
             if cwd_vars.get(attr, GONE) is not vars(cwd).get(attr, GONE):
                 for path in list(self._paths.get(id(cwd), ())):
