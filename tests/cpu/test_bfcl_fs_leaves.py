@@ -257,6 +257,11 @@ def test_each_kind_of_change_gives_the_plain_walks_leaves_and_delta(case, monkey
     monkeypatch.setattr(fs_leaves, "checkpoint", lambda: walked.append(1))
     delta = tracker.settle()
     assert len(walked) <= 2 * 7  # a cycle is cut where it closes (the record's walk, then its second try), not 60 deep
+    if followed:  # a change the record follows walks less than the whole tree does
+        whole = []
+        monkeypatch.setattr(fs_leaves, "checkpoint", lambda: whole.append(1))
+        fs_leaves.FsLeaves(FS, tree, _state_leaves)
+        assert len(walked) < len(whole), (len(walked), len(whole))
     after = _state_leaves({FS: tree})
     assert tracker.leaves == after and tracker.alive == bool(followed)
     gone = fs_leaves.GONE
@@ -319,3 +324,49 @@ def test_the_record_follows_a_built_tree_to_its_depth_bound(levels, followed):
         folder = child
     tracker = fs_leaves.FsLeaves(FS, tree, _state_leaves)
     assert tracker.alive == followed and tracker.leaves == _state_leaves({FS: tree})
+
+
+@pytest.mark.parametrize("levels, followed", [(60, True), (61, False)])
+def test_the_record_follows_objects_held_in_attributes_to_its_depth_bound(levels, followed):
+    tree = _Tree()
+    holder = tree
+    for _ in range(levels):  # the k-th object down the chain sits at depth k
+        holder.next = _Note("n")
+        holder = holder.next
+    tracker = fs_leaves.FsLeaves(FS, tree, _state_leaves)
+    assert tracker.alive == followed and tracker.leaves == _state_leaves({FS: tree})
+
+
+def test_a_renamed_folder_keeps_following_its_entries():
+    """A folder's attribute re-walked (its name) leaves its entries followed: a later entry is seen at its path."""
+    tree = _Tree()
+    tracker = fs_leaves.FsLeaves(FS, tree, _state_leaves)
+    for change in (
+        lambda: setattr(tree.root.contents["a"], "name", "b"),
+        lambda: tree.root.contents["a"].contents.update(q=_Note("q")),
+    ):
+        tracker.before_call()
+        change()
+        assert tracker.settle() and tracker.alive and tracker.leaves == _state_leaves({FS: tree})
+
+
+def test_a_step_of_three_calls_that_ends_outside_the_shapes_gives_the_plain_walk():
+    """Three calls in one step: a file made, that file removed, then a folder made to hold the tree's top. Each
+    call's scope is compared with the state after all three, so the file is never walked; the cycle sends the step
+    to the whole walk, after the leaves already re-walked are put back; the delta is the plain walks' difference."""
+    tree = _Tree()
+    tracker = fs_leaves.FsLeaves(FS, tree, _state_leaves)
+    before = dict(tracker.leaves)
+    for change in (
+        lambda: tree.root.contents.update(t=_Note("t")),
+        lambda: tree.root.contents.pop("t"),
+        lambda: tree.root.contents["a"].contents.update(a=tree.root),
+    ):
+        tracker.before_call()
+        change()
+    delta = tracker.settle()
+    after = _state_leaves({FS: tree})
+    assert tracker.leaves == after and not tracker.alive
+    assert set(delta) == {
+        k for k in before.keys() | after.keys() if before.get(k) != after.get(k) or (k in before) != (k in after)
+    }
