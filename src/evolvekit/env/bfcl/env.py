@@ -340,7 +340,8 @@ class BfclEnv:
 
     def _step_grounding(self, touched: set[str], turn: int) -> StepGrounding:
         """``_grounding`` without walking unchanged state: the backends the step's calls did not touch keep their
-        leaves and their distances to the turn's reference end; a touched one is walked and compared again.
+        leaves and their distances to the turn's reference end; a touched one is walked and compared again (the file
+        system: only what its calls changed, env/bfcl/fs_leaves.py, its distances moved by the change).
         Equal to ``_grounding`` (tests/cpu/test_bfcl_env.py checks it step by step)."""
         before = self._class_leaves()
         end = self._end_of(turn)

@@ -264,34 +264,35 @@ class FsLeaves:
 
     def _settle_one(self, scope: _Scope) -> None:
         top, cwd, cwd_vars, entries, inner = scope
-        now = vars(self.fs)
-        for attr in top.keys() | now.keys():
-            if top.get(attr, GONE) is not now.get(attr, GONE):
-                self._refresh_attribute(self.name, attr)
+        for attr in _replaced(top, vars(self.fs)):
+            self._refresh_attribute(self.name, attr)
         if cwd is None:
             raise _Fallback
-        for attr in cwd_vars.keys() | vars(cwd).keys():
-            if cwd_vars.get(attr, GONE) is not vars(cwd).get(attr, GONE):
-                for path in list(self._paths.get(id(cwd), ())):
-                    self._refresh_attribute(path, attr)
+        self._refresh_attributes(cwd, cwd_vars)
         current = vars(cwd).get("contents")
         if current is not cwd_vars.get("contents") or not isinstance(current, dict):
             return  # a new entries dict: walked whole above
-        for name in entries.keys() | current.keys():
-            if entries.get(name, GONE) is not current.get(name, GONE):
-                for path in list(self._holders.get(id(current), ())):
-                    self._refresh_entry(path, name)
+        self._refresh_entries(current, entries)
         for name, (obj, kept_vars, kept, kept_entries) in inner.items():
             if current.get(name) is not obj:
                 continue  # replaced or removed: walked above
-            now_vars = vars(obj)
-            for attr in kept_vars.keys() | now_vars.keys():
-                if kept_vars.get(attr, GONE) is not now_vars.get(attr, GONE):
-                    for path in list(self._paths.get(id(obj), ())):
-                        self._refresh_attribute(path, attr)
-            if kept_entries is None or now_vars.get("contents") is not kept or not isinstance(kept, dict):
-                continue
-            for sub in kept_entries.keys() | kept.keys():
-                if kept_entries.get(sub, GONE) is not kept.get(sub, GONE):
-                    for path in list(self._holders.get(id(kept), ())):
-                        self._refresh_entry(path, sub)
+            self._refresh_attributes(obj, kept_vars)
+            if kept_entries is not None and vars(obj).get("contents") is kept and isinstance(kept, dict):
+                self._refresh_entries(kept, kept_entries)
+
+    def _refresh_attributes(self, obj: Any, kept: dict[str, Any]) -> None:
+        """Each attribute of ``obj`` that is not the one kept, re-walked at every path of ``obj``."""
+        for attr in _replaced(kept, vars(obj)):
+            for path in list(self._paths.get(id(obj), ())):
+                self._refresh_attribute(path, attr)
+
+    def _refresh_entries(self, entries: dict[str, Any], kept: dict[str, Any]) -> None:
+        """Each entry of a folder's ``entries`` dict that is not the one kept, re-walked at every folder holding it."""
+        for name in _replaced(kept, entries):
+            for path in list(self._holders.get(id(entries), ())):
+                self._refresh_entry(path, name)
+
+
+def _replaced(kept: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The keys whose value is not the same object as the one kept (added, removed or replaced)."""
+    return [k for k in kept.keys() | now.keys() if kept.get(k, GONE) is not now.get(k, GONE)]
