@@ -4,7 +4,7 @@ transformers' own `generate` as the anchor.
     .venv/bin/python benchmarks/engine_throughput.py --prompts 8 --n 6 --max-new-tokens 64
     python3 benchmarks/engine_throughput.py --random-arch qwen2.5-1.5b --jsonl rows.jsonl   # on a GPU
 
-Both engines (`models.policy.engine`) generate from one model object and the same group-shaped batch: ``--prompts``
+The engines (`models.policy.engine`) generate from one model object and the same group-shaped batch: ``--prompts``
 prompts of ``--prompt-len`` token ids that share their first ``--shared-len`` (a rollout batch's system prompt,
 tools and worked examples), ``--n`` samples each, temperature 1, ``--max-new-tokens`` at most. Each engine makes one
 warm-up call, then ``--repeats`` timed calls (the native engine's kept prefix is dropped before every call, so
@@ -18,6 +18,9 @@ reach ``--max-new-tokens``.
 Qwen2.5-1.5B (their published config.json, 151,936-row tied embedding), with the tokenizer of ``--tokenizer`` (by
 default the embedded SmolLM2 one, since no Qwen tokenizer ships offline) for the prompts' ids and EOS; the parameter
 count is printed, not assumed.
+`vllm` (``--engines ...,vllm``, where vLLM is installed on a CUDA machine) is the in-process vLLM engine of
+``models.policy.engine: vllm`` over the same weights (saved to a temporary folder for vLLM to start from), taking
+``--vllm-memory`` of the GPU's memory for its weights and KV cache; its own prefix cache is dropped before every call.
 The anchor row `hf_generate` is ``model.generate`` on the same prompts (``num_return_sequences=--n``, sampling at
 temperature 1 with top-k and top-p off, the model's default dynamic KV cache).
 """
@@ -26,8 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+ENGINES = ("native", "continuous_batching", "hf_generate", "vllm")
 
 # The published Qwen2.5 instruct models' config.json: layer shapes and the 151,936-row embedding (tied).
 ARCHS: dict[str, dict] = {
@@ -119,11 +126,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--random-arch", choices=sorted(ARCHS), help="random weights of this layer shape (see above)")
     ap.add_argument("--engines", default="native,continuous_batching,hf_generate")
+    ap.add_argument("--vllm-memory", type=float, default=0.4, help="engine vllm: its gpu_memory_utilization")
     ap.add_argument("--jsonl", default=None, help="append one JSON line per engine as it finishes")
     args = ap.parse_args()
     engines = [e for e in args.engines.split(",") if e]
-    if not engines or set(engines) - {"native", "continuous_batching", "hf_generate"}:
-        ap.error("--engines is a comma list of native, continuous_batching, hf_generate")
+    if not engines or set(engines) - set(ENGINES):
+        ap.error(f"--engines is a comma list of {', '.join(ENGINES)}")
     if not 0 <= args.shared_len < args.prompt_len:
         ap.error("--shared-len must be at least 0 and below --prompt-len")
 
@@ -139,7 +147,14 @@ def main() -> None:
         hf_model, tok = random_model(
             args.random_arch, args.tokenizer or str(smollm2_folder()), args.layers, args.device, args.dtype
         )
-        local = LocalLLM(hf_model=hf_model, tokenizer=tok, device=args.device, dtype=args.dtype)
+        if "vllm" in engines:  # vLLM starts from a folder: the same random weights, saved
+            folder = Path(tempfile.mkdtemp(prefix="engine_throughput_"))
+            hf_model.save_pretrained(folder)
+            tok.save_pretrained(folder)
+            del hf_model
+            local = LocalLLM(str(folder), device=args.device, dtype=args.dtype)
+        else:
+            local = LocalLLM(hf_model=hf_model, tokenizer=tok, device=args.device, dtype=args.dtype)
         model_name = f"random {args.random_arch}" + (f" ({args.layers} layers)" if args.layers else "")
     else:
         local = LocalLLM(args.model, device=args.device, dtype=args.dtype)
@@ -187,7 +202,12 @@ def main() -> None:
     def run_engine(name: str):
         if name == "hf_generate":
             return lambda seed: timed_generate(seed)
-        engine = local if name == "native" else ContinuousBatchingLLM(local)
+        if name == "vllm":
+            from evolvekit.llm.vllm_engine import VLLMEngine
+
+            engine: Any = VLLMEngine(local, gpu_memory_utilization=args.vllm_memory)
+        else:
+            engine = local if name == "native" else ContinuousBatchingLLM(local)
         return lambda seed: timed(engine, seed)
 
     rows: dict[str, dict] = {}

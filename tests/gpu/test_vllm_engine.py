@@ -1,7 +1,11 @@
 """The vLLM rollout engine (``models.policy.engine: vllm``) on a GPU where vLLM is installed; skipped elsewhere.
 
 Its sampled tokens' log-probabilities equal a plain forward of the policy, and after the trainer's weights are pushed
-(``update_weights``) they equal a plain forward of the new weights."""
+(``update_weights``) they equal a plain forward of the new weights; a whole run with ``engine: vllm`` trains the policy
+and leaves vLLM sampling the run's checkpoint. The tiny model has a head size of 32 (128 wide, 4 heads), the smallest
+vLLM's Triton attention takes."""
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,11 +24,15 @@ def _plain(model, prompt, tokens):
     return [float(lp[len(prompt) - 1 + i, t]) for i, t in enumerate(tokens)]
 
 
+def _tiny(tmp_path):
+    return make_tiny_model(tmp_path / "model", hidden=128, heads=4)
+
+
 def test_vllm_engine_samples_the_policy_and_follows_its_updates(tmp_path):
     from evolvekit.llm.local import LocalLLM
     from evolvekit.llm.vllm_engine import VLLMEngine
 
-    local = LocalLLM(str(make_tiny_model(tmp_path / "model")), device="cuda", dtype="float32")
+    local = LocalLLM(str(_tiny(tmp_path)), device="cuda", dtype="float32")
     engine = VLLMEngine(local, gpu_memory_utilization=0.2)
     prompts = [[1, 5, 9, 13, 17], [1, 7, 7]]
     params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=5)
@@ -38,3 +46,49 @@ def test_vllm_engine_samples_the_policy_and_follows_its_updates(tmp_path):
     engine.update_weights(local.model.state_dict())
     [[c]] = engine.generate_ids([prompts[0]], SamplingParams(n=1, temperature=1.0, max_new_tokens=6, seed=6))
     assert c.logprobs == pytest.approx(_plain(local.model, prompts[0], c.token_ids), abs=1e-3)
+
+
+def test_a_run_with_the_vllm_engine_trains_the_policy_that_vllm_samples(tmp_path, monkeypatch):
+    """`evolvekit run` with ``engine: vllm``: the rollouts come from vLLM, the update trains the policy, and after the
+    run vLLM's log-probabilities are those of the run's checkpoint (it received the trained weights)."""
+    import yaml
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from evolvekit.config import load_config
+    from evolvekit.llm.vllm_engine import VLLMEngine
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+    made: list[VLLMEngine] = []
+    start = VLLMEngine.__init__
+
+    def keep(self, *args, **kwargs):  # the real engine, kept so the test can ask it afterwards
+        start(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(VLLMEngine, "__init__", keep)
+    tiny = _tiny(tmp_path)
+    data = {
+        "run": {"name": "vllm", "out_dir": str(tmp_path / "runs"), "seed": 1},
+        "env": {"name": "coin", "plugins": ["coin_env"]},
+        "rollout": {"max_steps": 1, "group_size": 4},
+        "train": {"iterations": 2, "tasks_per_iteration": 2, "learning_rate": 1e-2, "kl_beta": 0.0,
+                  "eval_before": False, "eval_after": False, "autocast": "off"},
+        "models": {"policy": {"model": str(tiny), "max_new_tokens": 9, "device": "cuda", "dtype": "float32",
+                              "engine": "vllm", "gpu_memory_utilization": 0.2}},
+    }  # fmt: skip
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(data))
+    cfg, run_dir, store = open_run(load_config(path), None)
+    build_loop(cfg, run_dir, store, show_progress=False).run()
+    [engine] = made
+    checkpoint = Path(store.latest_checkpoint().path)
+    trained, initial = load_file(str(checkpoint / "model.safetensors")), load_file(str(tiny / "model.safetensors"))
+    assert any(not torch.equal(trained[k], initial[k]) for k in initial if k in trained)  # it did train
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).to("cuda")
+    prompt = [1, 5, 9, 13, 17]
+    [[c]] = engine.generate_ids([prompt], SamplingParams(n=1, temperature=1.0, max_new_tokens=6, seed=3))
+    assert c.logprobs == pytest.approx(_plain(model, prompt, c.token_ids), abs=1e-3)
+    store.close()
