@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from evolvekit.types import Step, StepGrounding, Task, TaskSource, ToolCall
+from evolvekit.types import Step, StepGrounding, Task, TaskSource, ToolCall, Trajectory
 
 ORACLE_LABEL = "oracle"
 
@@ -70,6 +70,18 @@ class InformationBoundary:
                 out.append(s)
             else:
                 out.append(s.model_copy(update={"grounding": StepGrounding(state_changed=g.state_changed)}))
+        return out
+
+    def trajectories_view(self, tasks: Sequence[Task], trajectories: Sequence[Trajectory]) -> list[Trajectory]:
+        """The rollouts as the training side keeps them (the store included): each step seen through ``steps_view``
+        of its task (a task not in ``tasks`` counts as person-written)."""
+        by_id = {t.task_id: t for t in tasks}
+        out = []
+        for traj in trajectories:
+            task = by_id.get(traj.task_id)
+            steps = self.steps_view(task, traj.steps)
+            same = all(a is b for a, b in zip(steps, traj.steps))
+            out.append(traj if same else traj.model_copy(update={"steps": steps}))
         return out
 
     @property

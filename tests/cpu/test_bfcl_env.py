@@ -303,3 +303,32 @@ def test_the_one_pass_state_walk_equals_copy_then_walk():
         holder = type("Backend", (), {})()
         holder.state = value
         assert _state_leaves({"GorillaFileSystem": holder}) == _plain_leaves({"GorillaFileSystem": holder})
+
+
+def test_person_written_reference_distances_are_computed_only_where_they_may_be_read(base_tasks):
+    """The information boundary at its source: with ``person_reference_distances`` off (the composition's setting
+    unless run.oracle), a person-written task's reference is never replayed and its steps carry no distances, while
+    the state change is still reported; a synthesized task's own reference still gives them, and the switch on gives
+    them for the person-written task too."""
+    from evolvekit.types import TaskSource
+
+    person = base_tasks["multi_turn_base_0"]
+    synthetic = person.model_copy(update={"source": TaskSource.SYNTHETIC})
+
+    def first_step(task, person_distances: bool):
+        env = BfclEnv()
+        env.person_reference_distances = person_distances
+        env.reset(task)
+        res = env.step(Action(tool_calls=list(task.reference_solution[0][:1]), text=""))
+        replayed = dict(env.reference_ends)
+        env.close()
+        return res.grounding, replayed
+
+    closed, replayed = first_step(person, False)
+    assert person.source == TaskSource.REAL and replayed == {}
+    assert closed is not None and closed.distance_before is None and closed.distance_after is None
+    opened, replayed_open = first_step(person, True)
+    assert opened is not None and opened.distance_before is not None and replayed_open
+    assert closed.state_changed == opened.state_changed
+    own, _ = first_step(synthetic, False)
+    assert own == opened  # the run's own reference: the same distances

@@ -223,9 +223,15 @@ def _run_and_collect(tiny, out: Path, oracle: bool, monkeypatch) -> dict[str, li
             found["samples"].append(tok.decode(s.behaviour_token_ids))
         found["labels"].append(json.dumps(s.token_advantages))
     found["experiences"] = [e.model_dump_json() for e in store.experiences()]
-    for phase in ("train", "eval"):
+    distances: list[str] = []  # stored steps that carry distances to a reference end state (the ledger's)
+    for phase in ("train", "eval_before", "eval_after"):
         for t in store.trajectories(None, phase):
             found["trajectories"].append(t.model_dump_json())
+            distances += [
+                f"{phase}:{s.grounding.distance_before}"
+                for s in t.steps
+                if s.grounding is not None and s.grounding.distance_before is not None
+            ]
             for st in t.steps:
                 found["steps"].append(tok.decode(st.prompt_token_ids) + tok.decode(st.completion_token_ids))
             found["labels"].append(json.dumps([str(x) for x in t.step_attributions or []]))
@@ -238,6 +244,7 @@ def _run_and_collect(tiny, out: Path, oracle: bool, monkeypatch) -> dict[str, li
         ]
     con.close()
     assert samples, "the run trained on nothing: the test would prove nothing"
+    found["stored distances"] = distances
     return found
 
 
@@ -249,11 +256,18 @@ def _leaks(found: dict[str, list[str]]) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_no_person_written_gold_reaches_training_unless_the_oracle_switch_is_on(tiny, tmp_path, monkeypatch):
-    closed = _leaks(_run_and_collect(tiny, tmp_path / "closed", False, monkeypatch))
+    found = _run_and_collect(tiny, tmp_path / "closed", False, monkeypatch)
+    closed = _leaks(found)
     assert sum(closed.values()) == 0, f"person-written gold reached the training side: {closed}"
-    opened = _leaks(_run_and_collect(tiny, tmp_path / "oracle", True, monkeypatch))
+    # the ledger's steps measure distances to the reference's end: none is kept, in the store or after it
+    assert found["stored distances"] == []
+    found = _run_and_collect(tiny, tmp_path / "oracle", True, monkeypatch)
+    opened = _leaks(found)
     # the switch lets them through: reference-written experiences, and the cold start's targets
     assert opened["experiences"] > 0 and opened["samples"] > 0, opened
+    # and the training rollouts' distances; held-out evaluation keeps none either way (it is scored by outcome)
+    kept = found["stored distances"]
+    assert kept and all(d.startswith("train:") for d in kept), kept
 
 
 def test_a_cold_start_on_person_written_tasks_needs_the_oracle_switch(tiny, tmp_path):

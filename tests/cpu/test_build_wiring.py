@@ -824,3 +824,29 @@ def test_build_trainer_wires_the_checkpoint_device_reference_boost_and_engine(mo
     served = load_config(None, ["models.policy.engine=continuous_batching", "train.kl_beta=0"])
     _, tr = build.build_trainer(served, "store", parallel=rank)  # type: ignore[arg-type]
     assert llms[-1][1] == "cuda:1" and tr.kw["parallel"] is rank and tr.engine.llm is tr.policy
+
+
+@pytest.mark.parametrize("oracle", [False, True])
+def test_the_environments_build_loop_makes_measure_person_written_distances_only_under_the_oracle(
+    tmp_path, monkeypatch, no_model, oracle
+):
+    """Every environment the composition builds (rollouts and evaluation share its factory) is told once whether a
+    person-written task's reference distances may be computed: only under run.oracle (src/evolvekit/boundary.py)."""
+    from evolvekit.env.bfcl.env import BfclEnv
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
+
+    sets = [
+        f"run.out_dir={tmp_path / 'runs'}",
+        f"run.oracle={str(oracle).lower()}",
+        "env.name=bfcl",
+        "questioning.enabled=false",
+        "navigating.enabled=false",
+        "attributing.enabled=false",
+    ]
+    cfg, run_dir, store = open_run(load_config(None, sets), None)
+    loop = build_loop(cfg, run_dir, store, show_progress=False)
+    env = loop.stages.rollouts.make_env()
+    assert isinstance(env, BfclEnv) and env.person_reference_distances is oracle
+    env.close()
+    store.close()

@@ -50,9 +50,11 @@ class LedgerEnv:
 
     def step(self, action: Action) -> StepResult:
         before = self._distance()
-        if not action.tool_calls:
+        if not action.tool_calls:  # an answer (or no parsable call): the episode ends where the state is
             self.done = True
-            return StepResult(observation="", done=True)
+            return StepResult(
+                observation="", done=True, grounding=StepGrounding(distance_before=before, distance_after=before)
+            )
         results = []
         for call in action.tool_calls:
             try:

@@ -127,6 +127,15 @@ class StateKeyed(Protocol):
 
 
 @runtime_checkable
+class ReferenceDistances(Protocol):
+    """An environment whose steps report distances to a task's reference end state (``StepGrounding``; BFCL), and
+    which can leave them out for person-written tasks: ``person_reference_distances`` False computes them for
+    synthesized tasks only (the composition sets it from ``run.oracle``, once per environment it builds)."""
+
+    person_reference_distances: bool
+
+
+@runtime_checkable
 class SearchesExperience(Protocol):
     """An environment that offers experience search as a tool (EvolveR, ``navigating/tool_env.py``) and reports
     which experiences an episode's searches returned."""

@@ -160,6 +160,7 @@ def build_loop(
     parallel: DataParallel | None = None,
 ) -> MasterLoop:
     from evolvekit.agent.evaluate import evaluate_policy
+    from evolvekit.env.base import ReferenceDistances
     from evolvekit.env.registry import env_tasks, has_task_source, make_env, preflight
     from evolvekit.questioning.supply import HybridTaskSupply
 
@@ -187,7 +188,10 @@ def build_loop(
     backend: RolloutEngine = engine.llm
 
     def env_factory():
-        return make_env(cfg.env)
+        env = make_env(cfg.env)
+        if isinstance(env, ReferenceDistances):  # told once, as it is built: no person-written gold distances
+            env.person_reference_distances = cfg.run.oracle  # unless run.oracle (src/evolvekit/boundary.py)
+        return env
 
     params = policy_sampling(cfg)
     supply = _task_supply(cfg, store, train_tasks, policy, env_factory)

@@ -127,6 +127,7 @@ class MasterLoop:
             return None
         t0 = time.perf_counter()
         summary, trajs = self.evaluator(iteration_seed(self.cfg.run.seed, 10_000 + iteration))
+        trajs = self.boundary.trajectories_view([], trajs)  # held-out tasks: scored by outcome, no step distances
         summary = {**summary, "seconds": round(time.perf_counter() - t0, 1), "iteration": iteration}
         with self.store.transaction() as c:
             self.store.delete_iteration_trajectories(c, iteration, f"eval_{phase}")
@@ -212,7 +213,8 @@ class MasterLoop:
             trajectories = reused
         else:
             tasks = st.supply.tasks(ctx)
-            trajectories = st.rollouts.rollout(ctx, tasks)
+            # stored and staged as the training side may see them: no person-written task's reference distances
+            trajectories = self.boundary.trajectories_view(tasks, st.rollouts.rollout(ctx, tasks))
             # partial credit reads a reference: a person-written task's only under run.oracle
             references = self.boundary.references(tasks) if cfg.reward.w_partial else None
             shape_rewards(

@@ -37,7 +37,7 @@ from evolvekit.env.cancel import checkpoint
 from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.errors import EnvError
 from evolvekit.safejson import json_depth_path
-from evolvekit.types import StepGrounding, Task, ToolCall, Trajectory
+from evolvekit.types import StepGrounding, Task, TaskSource, ToolCall, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +118,9 @@ class BfclEnv:
         self.default_backends = list(backends or [])
         self.long_context_override = long_context
         self.instance_id = uuid.uuid4().hex[:12]
+        # step distances to a person-written task's reference end state (``ReferenceDistances``): the composition
+        # turns them off unless run.oracle, since the information boundary drops them anyway (src/evolvekit/boundary.py)
+        self.person_reference_distances = True
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -182,7 +185,8 @@ class BfclEnv:
         self._reveal(0)
         if task.reference_solution is not None:
             self._reference_strings(task.reference_solution)  # refuse a bad reference now, not at evaluate()
-            if not all(data.is_stateless(c) for c in self.instances):  # stateless: no state to approach
+            stateful = not all(data.is_stateless(c) for c in self.instances)  # stateless: no state to approach
+            if stateful and (self.person_reference_distances or task.source == TaskSource.SYNTHETIC):
                 self._replay = (task.reference_solution, task.initial_config, long_context)
         examples = []
         if self.meta.allowed_tools:
