@@ -93,9 +93,21 @@ def _hand_back_before_a_slow_test(request):
     up by more than ``_GREW`` since the last one: modules that each grow by less than ``_GREW`` keep their freed heap
     otherwise. The suite's peak at 70d6b2b was 7.74 GiB (8.31 GB; the MCP self-questioning run, the test process at
     6.65 GiB); issue 55 asks for under 8 GB. About 100 slow tests: at most one collection (about 0.4 s) each."""
-    if request.node.get_closest_marker("slow") is not None and _resident_bytes() - _TRIMMED[0] > _GREW:
-        _collect_and_trim()
+    if request.node.get_closest_marker("slow") is not None:
+        _drop_shared_models()
+        if _resident_bytes() - _TRIMMED[0] > _GREW:
+            _collect_and_trim()
     yield
+
+
+def _drop_shared_models() -> None:
+    """The frozen-role models llm/factory.py shares between a run's roles, kept for the life of the process: in the
+    test process that is every model any earlier test's run loaded (the embedded SmolLM2 once per device, dtype and
+    packing). A slow test starts after those runs are over, so the cache lets them go; what a fixture still holds
+    stays, and a later run loads its own (the embedded model loads in about 0.2 s)."""
+    factory = sys.modules.get("evolvekit.llm.factory")
+    if factory is not None:
+        factory._LOCAL_CACHE.clear()
 
 
 @pytest.fixture(scope="session")
