@@ -4,7 +4,8 @@
 #
 # vLLM 0.24.0 is the release that pins the machine image's torch (2.11.0, CUDA 13); its wheel (279 MB) and the
 # packages it needs that the image lacks (benchmarks/device_vllm_deps.txt, 62 wheels, 41 MB) are over the 64 MiB a
-# call carries, so they travel as one tar (the wheel's contents as .tar.xz, the wheels beside it) cut in three parts:
+# call carries, so they travel as one tar (the wheel's contents as .tar.xz, the wheels beside it) cut in three parts
+# (benchmarks/device_vllm_pack.sh makes them here):
 #   run(command="mkdir -p /tmp/vc && cp .vc1/p1 /tmp/vc/", carry=[".vc1"])
 #   run(command="cp .vc2/p2 /tmp/vc/", carry=[".vc2"])
 #   run(command="bash benchmarks/device_vllm.sh", carry=[".vc3", ".whl", ".devtok"], timeout_s=560)
@@ -15,10 +16,9 @@ set -u
 export PYTHONUNBUFFERED=1 VLLM_WORKER_MULTIPROC_METHOD=spawn
 OUT=${OUT:-/tmp/vllm_out}
 mkdir -p "$OUT" /tmp/vb
-BLOB_SHA=c294ded974ac7b9f84f54b6940f47a678ca5b60f6a173a31ab753aef99d55ed1
 part() { ls "/tmp/vc/$1" ".vc${1#p}/$1" 2>/dev/null | head -1; }  # kept in /tmp, else in its ignored folder
 cat "$(part p1)" "$(part p2)" .vc3/p3 > /tmp/vb/blob.tar || exit 1
-echo "$BLOB_SHA  /tmp/vb/blob.tar" | sha256sum -c - || exit 1
+echo "$(cat .vc3/blob.sha256)  /tmp/vb/blob.tar" | sha256sum -c - || exit 1
 tar -xf /tmp/vb/blob.tar -C /tmp/vb || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   /tmp/vb/vdeps/*.whl .whl/*.whl || exit 1
