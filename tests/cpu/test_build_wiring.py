@@ -850,3 +850,90 @@ def test_the_environments_build_loop_makes_measure_person_written_distances_only
     assert isinstance(env, BfclEnv) and env.person_reference_distances is oracle
     env.close()
     store.close()
+
+
+def test_build_trainer_puts_the_configured_engine_over_the_policy_with_the_runs_seed(monkeypatch):
+    """Rank 0 (and a run without data parallelism) generates through ``rollout_backend``'s engine, built over the
+    trained policy with the run's seed (vLLM's sampling seed); another rank through the policy itself."""
+    from types import SimpleNamespace
+
+    from evolvekit.llm import local
+    from evolvekit.orchestrator import build
+    from evolvekit.train import trainer as trainer_mod
+
+    monkeypatch.setattr(build, "intact_checkpoint", lambda store, console: None)
+    monkeypatch.setattr(local, "LocalLLM", lambda source, **kw: SimpleNamespace(source=source))
+
+    class _Trainer:
+        def __init__(self, policy, train, **kw):
+            self.policy, self.engine = policy, kw["engine"]
+
+    monkeypatch.setattr(trainer_mod, "GRPOTrainer", _Trainer)
+    asked: list = []
+    served = object()
+    monkeypatch.setattr(build, "rollout_backend", lambda pol, policy, seed: asked.append((pol, policy, seed)) or served)
+    cfg = load_config(None, ["models.policy.engine=continuous_batching", "train.kl_beta=0", "run.seed=13"])
+    for parallel in (None, SimpleNamespace(state=SimpleNamespace(device="cpu"), rank=0)):
+        policy, tr = build.build_trainer(cfg, "store", parallel=parallel)  # type: ignore[arg-type]
+        assert tr.engine.llm is served and asked[-1] == (cfg.models.policy, policy, 13)
+    other = SimpleNamespace(state=SimpleNamespace(device="cpu"), rank=1)
+    policy, tr = build.build_trainer(cfg, "store", parallel=other)  # type: ignore[arg-type]
+    assert tr.engine.llm is policy and len(asked) == 2
+
+
+@pytest.mark.parametrize("flag", ["train.eval_before", "train.eval_after", "train.eval_every"])
+def test_any_one_kind_of_held_out_evaluation_needs_tasks_to_evaluate(tmp_path, monkeypatch, no_model, flag):
+    """An environment with no tasks of its own and no held-out synthesized file: each evaluation switch alone is
+    refused at build time, naming what to do; with all three off the loop builds."""
+    from evolvekit.errors import EnvError
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+    off = ["train.eval_before=false", "train.eval_after=false", "train.eval_every=0"]
+    on = "train.eval_every=1" if flag == "train.eval_every" else f"{flag}=true"
+    base = [f"run.out_dir={tmp_path / 'runs'}", "env.name=coin_notask", "env.plugins=[notask_env]"]
+    base += ["questioning.enabled=true", "questioning.hybrid_lambda=1.0", "navigating.enabled=false"]
+    base += ["attributing.enabled=false"]
+    cfg, run_dir, store = open_run(load_config(None, base + [s for s in off if not s.startswith(flag)] + [on]), None)
+    with pytest.raises(EnvError, match=r"turn train\.eval_before, train\.eval_after and train\.eval_every off$"):
+        build_loop(cfg, run_dir, store, show_progress=False)
+    store.close()
+
+
+def test_build_loop_hands_its_collaborators_the_runs_own_objects(tmp_path, monkeypatch, no_model):
+    """build_loop's wiring: the environment's preflight with the first person-written training task, the trainer
+    built with the run's console and data-parallel group, the task supply with the run's store, policy and
+    environment factory; and the tokenizers' threads turned off unless the user set them."""
+    from rich.console import Console
+
+    from evolvekit.orchestrator import build
+    from evolvekit.orchestrator.run_dir import open_run
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    preflights: list = []
+    monkeypatch.setattr("evolvekit.env.registry.preflight", lambda env, task: preflights.append((env, task)))
+    trainers: list = []
+    scripted = build.build_trainer  # the no_model fixture's
+    monkeypatch.setattr(
+        build, "build_trainer", lambda *args: trainers.append(args) or scripted(*args)
+    )  # fmt: skip
+    supplies: list = []
+    real_supply = build._task_supply
+    monkeypatch.setattr(
+        build, "_task_supply", lambda *args: supplies.append(args) or real_supply(*args)
+    )  # fmt: skip
+    sets = [f"run.out_dir={tmp_path / 'runs'}", "env.name=coin", "env.plugins=[coin_env]", "train.kl_beta=0"]
+    sets += ["questioning.enabled=false", "navigating.enabled=false", "attributing.enabled=false"]
+    cfg, run_dir, store = open_run(load_config(None, sets), None)
+    console, group = Console(), object()
+    loop = build.build_loop(cfg, run_dir, store, console, show_progress=False, parallel=group)  # type: ignore[arg-type]
+    assert [(e, t.task_id) for e, t in preflights] == [(cfg.env, "coin-train-0")]
+    assert trainers == [(cfg, store, console, group)]
+    [(c, s, train_tasks, policy, env_factory)] = supplies
+    assert c is cfg and s is store and policy is loop.stages.rollouts.llm
+    assert [t.task_id for t in train_tasks][:2] == ["coin-train-0", "coin-train-1"]
+    assert env_factory is loop.stages.rollouts.make_env
+    assert __import__("os").environ["TOKENIZERS_PARALLELISM"] == "false"
+    store.close()
