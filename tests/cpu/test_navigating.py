@@ -559,3 +559,54 @@ def test_experience_use_counts_follow_reward_success_threshold(threshold, counte
     stage.process(IterationContext(iteration=0, seed=0, run_dir=None, store=_Store()), [used])
     got = pool.get(exp_id)
     assert got.use_count == 1 and got.success_count == counted
+
+
+def test_the_search_tool_keeps_the_environments_step_and_state_key():
+    """A step that searches and calls the environment's own tools is the environment's step in every respect
+    (its reward, the end of its turn or episode, its new tools, its grounding), with the search's answer and call
+    first; a search alone moves nothing. GiGPO's anchor reads the wrapped environment's backend state through the
+    wrapper, and "" (no backend state) where it names none."""
+    from evolvekit.env.base import Action, CallResult, StepResult, ToolSchema
+    from evolvekit.navigating.tool_env import TOOL_NAME, ExperienceToolEnv
+    from evolvekit.types import StepGrounding, ToolCall
+
+    new_tool = ToolSchema(name="revealed", description="", parameters={})
+
+    class _Inner:  # a stand-in environment: one step that ends the turn and changes the backend
+        name = "inner"
+
+        def __init__(self):
+            self.state = "s0"
+
+        def step(self, action):
+            self.state = "s1"
+            return StepResult(
+                observation="next request", reward=0.5, done=False, turn_index=1, new_turn=True, tools=[new_tool],
+                call_results=[CallResult(name="add", ok=True, output="3")],
+                grounding=StepGrounding(state_changed=True, distance_before=2, distance_after=1),
+            )  # fmt: skip
+
+        def state_key(self):
+            return self.state
+
+    pool = ExperiencePool(_embedder({"q": [1.0, 0.0], "adding": [1.0, 0.0]}))
+    pool.add(_exp("adding", "call add"))
+    env = ExperienceToolEnv(_Inner(), pool, k=1)  # type: ignore[arg-type]
+    assert env.state_key() == "s0"
+    search = ToolCall(name=TOOL_NAME, arguments={"query": "q"})
+    alone = env.step(Action(tool_calls=[search]))
+    assert not alone.new_turn and alone.grounding is None and env.state_key() == "s0"
+    out = env.step(Action(tool_calls=[search, ToolCall(name="add", arguments={"a": 1, "b": 2})]))
+    assert (out.reward, out.new_turn, out.turn_index, out.done) == (0.5, True, 1, False)
+    assert out.grounding == StepGrounding(state_changed=True, distance_before=2, distance_after=1)
+    assert [t.name for t in out.tools or []] == ["revealed", TOOL_NAME]
+    assert [r.name for r in out.call_results] == [TOOL_NAME, "add"]
+    assert out.observation.startswith(f"[{TOOL_NAME}] - When to use: adding") and out.observation.endswith(
+        "next request"
+    )
+    assert env.state_key() == "s1"
+
+    class _Stateless:
+        name = "plain"
+
+    assert ExperienceToolEnv(_Stateless(), pool).state_key() == ""  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ returned (``experience_ids_used``) so the EvolveR score sees them.
 
 from __future__ import annotations
 
-from evolvekit.env.base import Action, CallResult, Environment, ResetResult, StepResult, ToolSchema
+from evolvekit.env.base import Action, CallResult, Environment, ResetResult, StateKeyed, StepResult, ToolSchema
 from evolvekit.navigating.pool import ExperiencePool
 from evolvekit.train.rewards import SEARCH_TOOL
 
@@ -39,6 +39,12 @@ class ExperienceToolEnv:
         self.env, self.pool, self.k = env, pool, k
         self.name = getattr(env, "name", "env")
         self.experience_ids_used: list[str] = []
+        self._state_key = env.state_key if isinstance(env, StateKeyed) else None  # found once
+
+    def state_key(self) -> str:
+        """The wrapped environment's backend state (GiGPO's anchor, ``agent/rollout.py: anchor_key``); "" where it
+        names none, which the anchor reads as no backend state. A search changes no backend state."""
+        return self._state_key() if self._state_key is not None else ""
 
     def profile(self):
         return self.env.profile()
@@ -63,11 +69,14 @@ class ExperienceToolEnv:
         results = [self._search(str(c.arguments.get("query", ""))) for c in mine]
         others = [c for c in action.tool_calls if c.name != TOOL_NAME]
         obs = [f"[{r.name}] {r.output}" for r in results]
-        if others:
-            inner = self.env.step(action.model_copy(update={"tool_calls": others}))
-            results += inner.call_results
-            obs.append(inner.observation)
-        return StepResult(observation="\n".join(obs), call_results=results)
+        if not others:  # only searches: the environment does not move
+            return StepResult(observation="\n".join(obs), call_results=results)
+        inner = self.env.step(action.model_copy(update={"tool_calls": others}))
+        obs.append(inner.observation)
+        # the environment's step in every other respect (reward, end of turn or episode, new tools, grounding)
+        tools = None if inner.tools is None else [*inner.tools, TOOL]
+        update = {"observation": "\n".join(obs), "call_results": results + inner.call_results, "tools": tools}
+        return inner.model_copy(update=update)
 
     def evaluate(self, trajectory=None):
         return self.env.evaluate(trajectory)
