@@ -12,16 +12,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_tests}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:src EVOLVEKIT_CACHE=/tmp/ekc
-M=/tmp/ekc/models/smollm2-135m-instruct
-mkdir -p "$M" && cp .devtok/* "$M"/
-python3 -c "import torch; from transformers import AutoConfig, LlamaForCausalLM; torch.manual_seed(0); M='$M'; \
-LlamaForCausalLM(AutoConfig.from_pretrained(M)).save_pretrained(M)" || exit 1
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__)"
-  git log -1 --format=%H 2>/dev/null || true
-} 2>&1 | tee "$OUT/machine.txt"
+source benchmarks/device_common.sh
 timeout 400 python3 -m pytest tests/gpu tests/cpu/test_run_loop.py -p no:cacheprovider -q -rs --timeout 180 \
   --deselect tests/cpu/test_run_loop.py::test_report_to_writes_wandb_offline_and_mlflow_beside_tensorboard \
   -o addopts="" --durations=15 2>&1 | tee "$OUT/pytest.txt"

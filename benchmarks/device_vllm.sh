@@ -23,17 +23,7 @@ tar -xf /tmp/vb/blob.tar -C /tmp/vb || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   /tmp/vb/vdeps/*.whl .whl/*.whl || exit 1
 python3 -c "import tarfile; tarfile.open('/tmp/vb/vllm_024.tar.xz').extractall('/tmp/site')" || exit 1
-export PYTHONPATH=/tmp/site:src EVOLVEKIT_CACHE=/tmp/ekc
-M=/tmp/ekc/models/smollm2-135m-instruct
-mkdir -p "$M" && cp .devtok/* "$M"/
-python3 -c "import torch; from transformers import AutoConfig, LlamaForCausalLM; torch.manual_seed(0); M='$M'; \
-LlamaForCausalLM(AutoConfig.from_pretrained(M)).save_pretrained(M)" || exit 1
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  python3 -c "import sys, torch, transformers, vllm; print(sys.version.split()[0], torch.__version__, \
-transformers.__version__, 'vllm', vllm.__version__)"
-  git log -1 --format=%H 2>/dev/null || true
-} 2>&1 | tee "$OUT/machine.txt"
+DEVICE_VERSIONS=vllm source benchmarks/device_common.sh
 timeout 330 python3 -m pytest tests/gpu/test_vllm_engine.py -p no:cacheprovider -q -rs --timeout 240 -o addopts="" \
   --durations=5 2>&1 | tee "$OUT/pytest.txt" | grep -v "Warning\|warn(" | tail -60
 echo "pytest rc=${PIPESTATUS[0]}" | tee -a "$OUT/pytest.txt"
