@@ -937,3 +937,50 @@ def test_build_loop_hands_its_collaborators_the_runs_own_objects(tmp_path, monke
     assert env_factory is loop.stages.rollouts.make_env
     assert __import__("os").environ["TOKENIZERS_PARALLELISM"] == "false"
     store.close()
+
+
+def test_build_loop_hands_synthesis_navigation_and_evolving_rl_the_runs_objects(tmp_path, monkeypatch, no_model):
+    """The stages build_loop composes get its own objects: self-questioning's synthesis the run's person-written
+    tasks, policy, environment factory and the supply's receiver; the navigating pair the policy's engine, the
+    environment factory, the run's sampling, progress setting, training set and template; Evolving-RL's stages the
+    config, policy, environment, sampling, the embedder's function, the template, and as related tasks the person-
+    written training tasks with the synthesized ones (and no other)."""
+    from types import SimpleNamespace
+
+    from evolvekit.llm import factory
+    from evolvekit.navigating import evolving_stage
+    from evolvekit.orchestrator import build
+    from evolvekit.orchestrator.run_dir import open_run
+    from evolvekit.types import TaskSource
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+    synth: list = []
+    monkeypatch.setattr(build, "synthesis_stage", lambda *args: synth.append(args) or "synthesis")
+    navs: list = []
+    real_nav = build._navigation
+    monkeypatch.setattr(build, "_navigation", lambda *args: navs.append(args) or real_nav(*args))
+    evolving: list = []
+    embedder = SimpleNamespace(embed=lambda texts: [])
+    monkeypatch.setattr(factory, "build_embedder", lambda cfg: embedder)
+    monkeypatch.setattr(
+        evolving_stage, "evolving_rl_stages", lambda *args, **kw: evolving.append((args, kw)) or ("r", "e", "s")
+    )  # fmt: skip
+    sets = [f"run.out_dir={tmp_path / 'runs'}", "env.name=coin", "env.plugins=[coin_env]", "train.kl_beta=0"]
+    sets += ["questioning.enabled=true", "questioning.hybrid_lambda=0.5", "questioning.reward=state"]
+    sets += ["navigating.enabled=false", "attributing.enabled=false", "evolving_rl.enabled=true"]
+    cfg, run_dir, store = open_run(load_config(None, sets), None)
+    loop = build.build_loop(cfg, run_dir, store, show_progress=False)
+    assert loop.stages.synthesis == "synthesis" and loop.stages.samples == "s"
+    [(c, train_tasks, policy, env_factory, receive)] = synth
+    assert c is cfg and [t.task_id for t in train_tasks][:1] == ["coin-train-0"]
+    assert policy is no_model
+    [(c, s, backend, factory_, params, progress, training_set, template)] = navs
+    assert (c, s, backend, factory_, progress) == (cfg, store, no_model, env_factory, False)
+    assert params == build.policy_sampling(cfg) and template == build.rollout_template(cfg)
+    assert training_set == loop.stages.supply.training_set
+    [(args, kw)] = evolving
+    assert args[:4] == (cfg, policy, env_factory, params) and args[5] is embedder.embed and kw == {"template": template}
+    syn = Task(task_id="syn", env_name="coin", query="q", source=TaskSource.SYNTHETIC)
+    receive([syn])
+    assert [t.task_id for t in args[4]()] == [t.task_id for t in train_tasks] + ["syn"]
+    store.close()
