@@ -645,9 +645,13 @@ def test_build_loop_scores_synthesized_tasks_with_the_configured_judge(tmp_path,
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
     judge_llm = _Policy()
     real_role = factory.role_llm
-    monkeypatch.setattr(
-        factory, "role_llm", lambda models, role: judge_llm if role == "judge" else real_role(models, role)
-    )
+    asked: list = []
+
+    def role(models, name):
+        asked.append((models, name))
+        return judge_llm if name == "judge" else real_role(models, name)
+
+    monkeypatch.setattr(factory, "role_llm", role)
     sets = [
         f"run.out_dir={tmp_path / 'runs'}",
         "env.name=coin",
@@ -660,7 +664,18 @@ def test_build_loop_scores_synthesized_tasks_with_the_configured_judge(tmp_path,
     rollouts = loop.stages.rollouts
     assert isinstance(rollouts, SyntheticRewardRollouts) and rollouts.mode == "judge"
     assert isinstance(rollouts.judge, LLMJudge) and rollouts.judge.llm is judge_llm and rollouts.judge.max_retries == 4
+    assert rollouts.judge.params == factory.sampling_for(cfg.models.judge) and asked == [(cfg.models, "judge")]
     assert loop.stages.synthesis is not None
+    store.close()
+    # the constrained judge (judge_constrained: on) gets the judge role's model and sampling
+    from evolvekit.questioning import judge as judge_mod
+
+    made: list = []
+    monkeypatch.setattr(judge_mod, "ConstrainedJudge", lambda llm, params: made.append((llm, params)) or "constrained")
+    on = [s for s in sets if not s.startswith("questioning.judge_constrained")] + ["questioning.judge_constrained=on"]
+    cfg, run_dir, store = open_run(load_config(None, on), None)
+    assert build_loop(cfg, run_dir, store, show_progress=False).stages.rollouts.judge == "constrained"
+    assert made == [(judge_llm, factory.sampling_for(cfg.models.judge))]
     store.close()
     cfg, run_dir, store = open_run(load_config(None, [*sets, "questioning.reward=state"]), None)
     state = build_loop(cfg, run_dir, store, show_progress=False).stages.rollouts
@@ -899,6 +914,9 @@ def test_any_one_kind_of_held_out_evaluation_needs_tasks_to_evaluate(tmp_path, m
     with pytest.raises(EnvError, match=r"turn train\.eval_before, train\.eval_after and train\.eval_every off$"):
         build_loop(cfg, run_dir, store, show_progress=False)
     store.close()
+    cfg, run_dir, store = open_run(load_config(None, base + off), None)
+    assert build_loop(cfg, run_dir, store, show_progress=False).evaluator is None  # nothing to evaluate
+    store.close()
 
 
 def test_build_loop_hands_its_collaborators_the_runs_own_objects(tmp_path, monkeypatch, no_model):
@@ -930,7 +948,7 @@ def test_build_loop_hands_its_collaborators_the_runs_own_objects(tmp_path, monke
     console, group = Console(), object()
     loop = build.build_loop(cfg, run_dir, store, console, show_progress=False, parallel=group)  # type: ignore[arg-type]
     assert [(e, t.task_id) for e, t in preflights] == [(cfg.env, "coin-train-0")]
-    assert trainers == [(cfg, store, console, group)]
+    assert trainers == [(cfg, store, console, group)] and loop.stages.updater.parallel is group
     [(c, s, train_tasks, policy, env_factory)] = supplies
     assert c is cfg and s is store and policy is loop.stages.rollouts.llm
     assert [t.task_id for t in train_tasks][:2] == ["coin-train-0", "coin-train-1"]
@@ -961,7 +979,8 @@ def test_build_loop_hands_synthesis_navigation_and_evolving_rl_the_runs_objects(
     monkeypatch.setattr(build, "_navigation", lambda *args: navs.append(args) or real_nav(*args))
     evolving: list = []
     embedder = SimpleNamespace(embed=lambda texts: [])
-    monkeypatch.setattr(factory, "build_embedder", lambda cfg: embedder)
+    embedders: list = []
+    monkeypatch.setattr(factory, "build_embedder", lambda cfg: embedders.append(cfg) or embedder)
     monkeypatch.setattr(
         evolving_stage, "evolving_rl_stages", lambda *args, **kw: evolving.append((args, kw)) or ("r", "e", "s")
     )  # fmt: skip
@@ -979,6 +998,7 @@ def test_build_loop_hands_synthesis_navigation_and_evolving_rl_the_runs_objects(
     assert params == build.policy_sampling(cfg) and template == build.rollout_template(cfg)
     assert training_set == loop.stages.supply.training_set
     [(args, kw)] = evolving
+    assert embedders == [cfg.embedding]
     assert args[:4] == (cfg, policy, env_factory, params) and args[5] is embedder.embed and kw == {"template": template}
     syn = Task(task_id="syn", env_name="coin", query="q", source=TaskSource.SYNTHETIC)
     receive([syn])
