@@ -360,7 +360,7 @@ def test_build_loop_evaluates_the_eval_split_with_the_runs_k_seed_and_policy_env
             return {"avg@3": 0.5}
 
     def record(tasks, make_env, engine, rollout, params, k, rendering="compact", show_progress=True, **kw):
-        asked.append(([t.task_id for t in tasks], k, params.seed, rendering, kw["template"].template))
+        asked.append(([t.task_id for t in tasks], k, params.seed, rendering, kw["template"].template, show_progress))
         return _Report(), []
 
     monkeypatch.setattr(evaluate, "evaluate_policy", record)
@@ -383,7 +383,7 @@ def test_build_loop_evaluates_the_eval_split_with_the_runs_k_seed_and_policy_env
     loop = build_loop(cfg, run_dir, store, show_progress=False)
     summary, trajs = loop.evaluator(9)
     assert summary == {"avg@3": 0.5, "split": "dev"} and trajs == []
-    assert asked == [(["coin-dev-0", "coin-dev-1"], 3, 9, "json", "reasoning")]
+    assert asked == [(["coin-dev-0", "coin-dev-1"], 3, 9, "json", "reasoning", False)]
     assert (
         store.get_meta("train_tasks") == '["coin-train-0", "coin-train-1", "coin-train-2", "coin-train-3", '
         '"coin-train-4", "coin-train-5"]'
@@ -1003,4 +1003,98 @@ def test_build_loop_hands_synthesis_navigation_and_evolving_rl_the_runs_objects(
     syn = Task(task_id="syn", env_name="coin", query="q", source=TaskSource.SYNTHETIC)
     receive([syn])
     assert [t.task_id for t in args[4]()] == [t.task_id for t in train_tasks] + ["syn"]
+    store.close()
+
+
+def test_the_cold_start_teaches_search_with_the_answer_of_the_runs_own_pool(tmp_path, monkeypatch, no_model):
+    """With experience search as an action, the cold start's search answer is the search tool's own: the run's pool,
+    the query, navigating.search_k results, the text shown to the policy; without the action there is none."""
+    import numpy as np
+
+    from evolvekit.llm import factory
+    from evolvekit.navigating.tool_env import ExperienceToolEnv, search_answer
+    from evolvekit.orchestrator import build
+    from evolvekit.orchestrator.run_dir import open_run
+    from evolvekit.types import Experience
+
+    class _WordEmbedder:  # "add" near one axis, anything else near the other
+        def embed(self, texts):
+            return np.array([[1.0, 0.0] if "add" in t else [0.0, 1.0] for t in texts])
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+    monkeypatch.setattr(factory, "role_llm", lambda models, role: _Policy())
+    monkeypatch.setattr(factory, "build_embedder", lambda cfg: _WordEmbedder())
+    cold: list = []
+    monkeypatch.setattr(build, "_cold_start", lambda *args: cold.append(args) or "warm-up")
+    scripted = build.build_trainer  # the no_model fixture's, with the KL reference the cold start is handed
+
+    def with_reference(*args):
+        policy, trainer = scripted(*args)
+        trainer.reference = "the reference"
+        return policy, trainer
+
+    monkeypatch.setattr(build, "build_trainer", with_reference)
+    sets = [f"run.out_dir={tmp_path / 'runs'}", "env.name=coin", "env.plugins=[coin_env]", "train.kl_beta=0"]
+    sets += ["questioning.enabled=true", "questioning.reward=state", "attributing.enabled=false"]
+    sets += ["cold_start.enabled=true"]
+    tool = ["navigating.enabled=true", "navigating.as_tool=true", "navigating.search_k=1"]
+    cfg, run_dir, store = open_run(load_config(None, sets + tool), None)
+    loop = build.build_loop(cfg, run_dir, store, show_progress=False)
+    assert loop.warmup == "warm-up"
+    [(c, s, trainer, reference, env_factory, search)] = cold
+    assert (c, s, reference) == (cfg, store, "the reference")
+    env = env_factory()  # the environment itself: the pairs call the search answer directly
+    assert env.name == "coin" and not isinstance(env, ExperienceToolEnv)
+    pool = loop.stages.experience.pool
+    pool.add(Experience(when_to_use="adding numbers", content="call add"), vector=np.array([1.0, 0.0]))
+    pool.add(Experience(when_to_use="other", content="call multiply"), vector=np.array([0.0, 1.0]))
+    assert (
+        search("how do I add")
+        == search_answer(pool, "how do I add", 1)[0]
+        == "- When to use: adding numbers | call add"
+    )
+    store.close()
+    cfg, run_dir, store = open_run(load_config(None, sets + ["navigating.enabled=true"]), None)
+    build.build_loop(cfg, run_dir, store, show_progress=False)
+    assert cold[-1][-1] is None  # experience injected into prompts, not searched: nothing to teach
+    store.close()
+    cfg, run_dir, store = open_run(
+        load_config(None, sets + ["navigating.enabled=false", "navigating.as_tool=true"]), None
+    )
+    build.build_loop(cfg, run_dir, store, show_progress=False)
+    assert cold[-1][-1] is None  # no navigating, no pool to search
+    store.close()
+
+
+def test_an_environment_without_tasks_is_evaluated_on_the_held_out_synthesized_file(tmp_path, monkeypatch, no_model):
+    """train.eval_synthetic on an environment with no tasks of its own: the evaluator scores those tasks alone, and
+    its summary says there was no split to evaluate."""
+    from evolvekit.agent import evaluate
+    from evolvekit.orchestrator.build import build_loop
+    from evolvekit.orchestrator.run_dir import open_run
+    from evolvekit.types import TaskSource
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+
+    class _Report:
+        def summary(self):
+            return {"avg@2": 0.25, "tasks": 1}
+
+    seen: list = []
+
+    def record(tasks, make_env, engine, rollout, params, k, rendering="compact", show_progress=True, **kw):
+        seen.append([t.task_id for t in tasks])
+        return _Report(), ["a trajectory"]
+
+    monkeypatch.setattr(evaluate, "evaluate_policy", record)
+    held = tmp_path / "held.jsonl"
+    task = Task(task_id="held-1", env_name="coin_notask", query="q", source=TaskSource.SYNTHETIC)
+    held.write_text(task.model_dump_json() + "\n")
+    sets = [f"run.out_dir={tmp_path / 'runs'}", "env.name=coin_notask", "env.plugins=[notask_env]"]
+    sets += ["questioning.enabled=true", "questioning.hybrid_lambda=1.0", "questioning.reward=state"]
+    sets += ["navigating.enabled=false", "attributing.enabled=false", f"train.eval_synthetic={held}"]
+    cfg, run_dir, store = open_run(load_config(None, sets), None)
+    summary, trajs = build_loop(cfg, run_dir, store, show_progress=False).evaluator(1)
+    assert seen == [["held-1"]] and trajs == ["a trajectory"]
+    assert summary == {"split": "none (the environment has no tasks of its own)", "synthetic/avg@2": 0.25}
     store.close()
