@@ -949,6 +949,7 @@ def test_build_loop_hands_its_collaborators_the_runs_own_objects(tmp_path, monke
     loop = build.build_loop(cfg, run_dir, store, console, show_progress=False, parallel=group)  # type: ignore[arg-type]
     assert [(e, t.task_id) for e, t in preflights] == [(cfg.env, "coin-train-0")]
     assert trainers == [(cfg, store, console, group)] and loop.stages.updater.parallel is group
+    assert loop.console is console
     [(c, s, train_tasks, policy, env_factory)] = supplies
     assert c is cfg and s is store and policy is loop.stages.rollouts.llm
     assert [t.task_id for t in train_tasks][:2] == ["coin-train-0", "coin-train-1"]
@@ -1028,9 +1029,12 @@ def test_the_cold_start_teaches_search_with_the_answer_of_the_runs_own_pool(tmp_
     monkeypatch.setattr(build, "_cold_start", lambda *args: cold.append(args) or "warm-up")
     scripted = build.build_trainer  # the no_model fixture's, with the KL reference the cold start is handed
 
+    trainers: list = []
+
     def with_reference(*args):
         policy, trainer = scripted(*args)
         trainer.reference = "the reference"
+        trainers.append(trainer)
         return policy, trainer
 
     monkeypatch.setattr(build, "build_trainer", with_reference)
@@ -1042,7 +1046,7 @@ def test_the_cold_start_teaches_search_with_the_answer_of_the_runs_own_pool(tmp_
     loop = build.build_loop(cfg, run_dir, store, show_progress=False)
     assert loop.warmup == "warm-up"
     [(c, s, trainer, reference, env_factory, search)] = cold
-    assert (c, s, reference) == (cfg, store, "the reference")
+    assert (c, s, reference) == (cfg, store, "the reference") and trainer is trainers[-1]
     env = env_factory()  # the environment itself: the pairs call the search answer directly
     assert env.name == "coin" and not isinstance(env, ExperienceToolEnv)
     pool = loop.stages.experience.pool
