@@ -114,12 +114,27 @@ def test_the_sample_stage_gets_its_scale_attributor_settings_and_boundary(monkey
     )
     # the LLM attributor is built with the attributing section's settings, from the attributor role
     roles: list = []
-    monkeypatch.setattr(factory, "role_llm", lambda models, role: roles.append(role) or _Policy())
+    made: list = []
+    monkeypatch.setattr(
+        factory, "role_llm", lambda models, role: roles.append(role) or made.append((models, _Policy())) or made[-1][1]
+    )  # fmt: skip
     sets = ["attributing.enabled=true", "attributing.source=llm", "attributing.constrained=off"]
     sets += ["attributing.max_retries=5", "attributing.concurrency=3", "questioning.enabled=false"]
-    stage = _sample_stage(load_config(None, sets))
+    cfg = load_config(None, sets)
+    stage = _sample_stage(cfg)
     assert isinstance(stage, AttributedSamples) and roles == ["attributor"]
     assert (stage.attributor.max_retries, stage.attributor.concurrency, stage.attributor.labeler) == (5, 3, None)
+    assert made[-1][0] is cfg.models and stage.attributor.llm is made[-1][1]
+    assert stage.attributor.params == factory.sampling_for(cfg.models.attributor)
+    # constrained labels (attributing.constrained: on) from the attributor role's model and sampling
+    from evolvekit.attributing import constrained as constrained_mod
+
+    labelers: list = []
+    monkeypatch.setattr(constrained_mod, "ConstrainedLabeler", lambda *args: labelers.append(args) or "labeler")
+    on = _sample_stage(load_config(None, [*sets, "attributing.constrained=on"]))
+    params = on.attributor.params
+    assert on.attributor.labeler == "labeler" and labelers == [(made[-1][1], params.temperature, params.seed or 0)]
+    roles.pop()
     assert stage.source == "llm" and stage.boundary.oracle is False
     oracle = _sample_stage(load_config(None, [*sets, "run.oracle=true"]))
     assert oracle.boundary.oracle is True
@@ -248,12 +263,16 @@ def test_the_rollout_template_summarises_with_the_summarizer_role_only_when_it_m
 
     summarizer = _Summarizer()
     roles: list = []
-    monkeypatch.setattr(factory, "role_llm", lambda models, role: roles.append(role) or summarizer)
+    models: list = []
+    monkeypatch.setattr(
+        factory, "role_llm", lambda m, role: roles.append(role) or models.append(m) or summarizer
+    )  # fmt: skip
     basic = rollout_template(load_config(None, ["rollout.template=basic"]))
     assert basic.template == "basic" and basic.summarise is None and roles == []
     cfg = load_config(None, ["rollout.template=sliding_window", "rollout.context_token_limit=512"])
     window = rollout_template(cfg)
     assert (window.template, window.token_limit, roles) == ("sliding_window", 512, ["summarizer"])
+    assert models == [cfg.models]
     assert window.summarise([ChatMessage(role="user", content="hi")]) == "short"
     assert summarizer.asked[0].max_new_tokens == cfg.models.summarizer.max_new_tokens
     assert rollout_template(load_config(None, ["rollout.template=self_managing"])).summarise is not None
