@@ -1122,3 +1122,91 @@ def test_an_environment_without_tasks_is_evaluated_on_the_held_out_synthesized_f
     assert seen == [["held-1"]] and trajs == ["a trajectory"]
     assert summary == {"split": "none (the environment has no tasks of its own)", "synthetic/avg@2": 0.25}
     store.close()
+
+
+def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, monkeypatch):
+    """The navigating pool: the embedder's function, θ_sim, EvolveR's merge check from the summariser role with
+    its sampling and constrained setting; a resumed run's committed pool with its committed vectors (nothing
+    embedded again), else embedded again; a seed file only for an empty pool, and a missing one named. Ray rollouts
+    get a worker pool built from the run's config, on both paths."""
+    import numpy as np
+
+    from evolvekit.agent import ray_backend
+    from evolvekit.config import extraction_constrained
+    from evolvekit.errors import ConfigError
+    from evolvekit.llm import factory
+    from evolvekit.navigating import extract
+    from evolvekit.orchestrator.build import _navigation
+    from evolvekit.store.sqlite import RunStore
+    from evolvekit.types import Experience
+
+    embedded: list = []
+
+    class _Counting:
+        def embed(self, texts):
+            embedded.extend(texts)
+            return np.ones((len(texts), 2)) / np.sqrt(2)
+
+    embedder = _Counting()
+    summarizer = _Policy()
+    monkeypatch.setattr(factory, "role_llm", lambda models, role: summarizer)
+    monkeypatch.setattr(factory, "build_embedder", lambda cfg: embedder)
+    checks: list = []
+    monkeypatch.setattr(
+        extract,
+        "llm_equivalence",
+        lambda llm, params, constrained: checks.append((llm, params, constrained)) or "same?",
+    )
+    store = RunStore(tmp_path / "run.sqlite")
+    sets = ["navigating.enabled=true", "navigating.theta_sim=0.6"]
+    cfg = load_config(None, sets)
+    _, experience, _ = _navigation(cfg, store, _Policy(), lambda: None, object(), False)
+    pool = experience.pool
+    assert (pool.embed, pool.theta_sim, pool.equivalent) == (embedder.embed, 0.6, "same?") and len(pool) == 0
+    constrained = extraction_constrained(cfg)
+    assert checks == [(summarizer, factory.sampling_for(cfg.models.summarizer), constrained)] and constrained
+    # a seed file fills an empty pool (as given); a missing one is named
+    seeds = [Experience(when_to_use=f"case {i}", content=f"do {i}") for i in range(2)]
+    seed = tmp_path / "seed.jsonl"
+    seed.write_text("".join(e.model_dump_json() + "\n" for e in seeds))
+    seeded = _navigation(
+        load_config(None, [*sets, f"navigating.seed_file={seed}"]), store, _Policy(), lambda: None, object(), False
+    )[1].pool
+    assert [e.experience_id for e in seeded.items] == [e.experience_id for e in seeds]
+    with pytest.raises(ConfigError, match=f"navigating.seed_file: no such file: {tmp_path / 'nope.jsonl'}"):
+        _navigation(
+            load_config(None, [*sets, f"navigating.seed_file={tmp_path / 'nope.jsonl'}"]),
+            store,
+            _Policy(),
+            lambda: None,
+            object(),
+            False,
+        )
+    # a resumed run: the committed pool and its vectors, embedded no more; the seed file is not read again
+    vectors = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    with store.transaction() as c:
+        store.put_experiences(c, seeds, 0, vectors)
+    embedded.clear()
+    resumed = _navigation(
+        load_config(None, [*sets, f"navigating.seed_file={tmp_path / 'nope.jsonl'}"]),
+        store,
+        _Policy(),
+        lambda: None,
+        object(),
+        False,
+    )[1].pool
+    assert [e.experience_id for e in resumed.items] == [e.experience_id for e in seeds] and embedded == []
+    assert np.allclose(resumed._buf[:2], vectors)
+    with store.transaction() as c:  # a vector missing: the committed pool embedded again
+        store.put_experiences(c, seeds[:1], 0)
+    again = _navigation(cfg, store, _Policy(), lambda: None, object(), False)[1].pool
+    assert len(again) == 2 and sorted(embedded) == ["case 0", "case 1"]
+    # Ray rollouts: the worker pool from the run's config, with or without navigating
+    specs: list = []
+    monkeypatch.setattr(ray_backend.WorkerSpec, "of", classmethod(lambda cls, c: specs.append(c) or "spec"))
+    monkeypatch.setattr(ray_backend, "RayRolloutPool", lambda spec: f"workers of {spec}")
+    for navigating in ("true", "false"):
+        ray = load_config(None, ["rollout.backend=ray", f"navigating.enabled={navigating}"])
+        rollouts = _navigation(ray, store, _Policy(), lambda: None, object(), False)[0]
+        assert rollouts.pool == "workers of spec" and specs[-1] is ray
+    store.close()
