@@ -169,7 +169,8 @@ class _Embedder:
 
 
 def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(tmp_path, monkeypatch):
-    from evolvekit.agent.rollout_stage import VanillaRollouts
+    from evolvekit.agent.rollout_stage import RolloutSettings, VanillaRollouts
+    from evolvekit.config import extraction_constrained, extraction_mode
     from evolvekit.llm import factory
     from evolvekit.navigating.stage import ExperienceMixedRollouts, ExperienceSummarisation
     from evolvekit.navigating.tool_env import ExperienceToolEnv
@@ -200,7 +201,7 @@ def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(
     )
 
     sets = ["navigating.enabled=true", "navigating.theta_sim=0.7", "navigating.rerank=true", "run.oracle=true"]
-    sets += ["navigating.validate_experiences=false", "reward.success_threshold=0.5", "navigating.as_tool=true"]
+    sets += ["navigating.validate_experiences=false", "reward.success_threshold=0.75", "navigating.as_tool=true"]
     sets += ["navigating.search_k=2", "navigating.utility_test=true", "navigating.utility_k=3"]
     cfg = load_config(None, sets)
     rollouts, experience, policy_env = _navigation(
@@ -212,17 +213,25 @@ def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(
     assert rollouts.training_set is training_set and rollouts.template is template and rollouts.params is params
     extractor = experience.extractor
     assert rollouts.cold_extractor is extractor and extractor.llm is summarizer
-    assert (extractor.validate, extractor.success_threshold, extractor.boundary.oracle) == (False, 0.5, True)
-    assert rollouts.nav.navigating is cfg.navigating and rollouts.nav.success_threshold == 0.5
+    assert (extractor.validate, extractor.success_threshold, extractor.boundary.oracle) == (False, 0.75, True)
+    assert extractor.params == factory.sampling_for(cfg.models.summarizer) == rollouts.refine_params
+    grounded, constrained = extraction_mode(cfg) == "grounded", extraction_constrained(cfg)
+    assert (extractor.grounded, extractor.constrained) == (grounded, constrained) and grounded and constrained
+    assert rollouts.nav.navigating is cfg.navigating and rollouts.nav.success_threshold == 0.75
+    assert rollouts.llm is policy and rollouts.settings == RolloutSettings.of(cfg) and rollouts.show_progress is True
     # EvolveR's search action: the policy acts in the wrapped environment, in training and in evaluation
     env = policy_env()
     assert isinstance(env, ExperienceToolEnv) and env.env == "the environment" and (env.pool, env.k) == (pool, 2)
     assert rollouts.make_env is policy_env and experience.utility.make_env is policy_env
     assert (experience.utility.k, experience.utility.template, experience.utility.rendering) == (3, template, "compact")
+    utility = experience.utility
+    assert utility.llm is policy and utility.rollout_cfg is cfg.rollout and utility.params is params
     # no re-ranking or rewriting: no refiner; no utility test unless asked
     plain = load_config(None, ["navigating.enabled=true", "navigating.rerank=false", "navigating.rewrite=false"])
     rollouts, experience, policy_env = _navigation(plain, store, policy, env_factory, params, True)
     assert rollouts.refiner is None and experience.utility is None and policy_env is env_factory
+    rewrite = load_config(None, ["navigating.enabled=true", "navigating.rerank=false", "navigating.rewrite=true"])
+    assert _navigation(rewrite, store, policy, env_factory, params, True)[0].refiner is summarizer
     store.close()
 
 
@@ -1181,6 +1190,12 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
             lambda: None,
             object(),
             False,
+        )
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"when_to_use": "x"}\n')
+    with pytest.raises(ConfigError, match=f"^navigating.seed_file {bad}: 1 validation error for Experience$"):
+        _navigation(
+            load_config(None, [*sets, f"navigating.seed_file={bad}"]), store, _Policy(), lambda: None, object(), False
         )
     # a resumed run: the committed pool and its vectors, embedded no more; the seed file is not read again
     vectors = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
