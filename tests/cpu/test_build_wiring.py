@@ -159,6 +159,15 @@ def test_the_task_supply_gets_the_runs_tasks_batch_seed_and_lambda():
     hybrid = _task_supply(load_config(None, on), None, tasks, None, None)
     assert type(hybrid) is HybridTaskSupply and hybrid.real == tasks and hybrid.synthetic == []
     assert (hybrid.per_iteration, hybrid.lam, hybrid.seed, hybrid.coevolve) == (2, 0.5, 11, None)
+    # a curriculum: one supply per family (its generator's train split), each with the batch and seed
+    from evolvekit.orchestrator.curriculum import CurriculumTaskSupply
+
+    sets = [*base, "env.curriculum=[arith,arith_wide]", "env.curriculum_threshold=0.6", "env.curriculum_window=3"]
+    sets += ["env.family_tasks=5"]
+    ladder = _task_supply(load_config(None, sets), None, tasks, None, None)
+    assert type(ladder) is CurriculumTaskSupply and ladder.families == ["arith", "arith_wide"]
+    assert (ladder.threshold, ladder.window) == (0.6, 3) and [len(s.pool) for s in ladder.supplies] == [5, 5]
+    assert {(s.per_iteration, s.seed) for s in ladder.supplies} == {(2, 11)}
 
 
 class _Embedder:
@@ -180,7 +189,8 @@ def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(
 
     summarizer = _Policy()
     monkeypatch.setattr(factory, "role_llm", lambda models, role: summarizer if role == "summarizer" else None)
-    monkeypatch.setattr(factory, "build_embedder", lambda cfg: _Embedder())
+    factory_embedder = _Embedder()
+    monkeypatch.setattr(factory, "build_embedder", lambda cfg: factory_embedder)
     store = RunStore(tmp_path / "run.sqlite")
     policy, params, template = _Policy(), object(), object()
 
@@ -226,6 +236,7 @@ def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(
     assert (experience.utility.k, experience.utility.template, experience.utility.rendering) == (3, template, "compact")
     utility = experience.utility
     assert utility.llm is policy and utility.rollout_cfg is cfg.rollout and utility.params is params
+    assert utility.embed == factory_embedder.embed and experience.nav == rollouts.nav
     # no re-ranking or rewriting: no refiner; no utility test unless asked
     plain = load_config(None, ["navigating.enabled=true", "navigating.rerank=false", "navigating.rewrite=false"])
     rollouts, experience, policy_env = _navigation(plain, store, policy, env_factory, params, True)
