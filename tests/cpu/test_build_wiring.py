@@ -1236,3 +1236,18 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
         rollouts = _navigation(ray, store, _Policy(), lambda: None, object(), False)[0]
         assert rollouts.pool == "workers of spec" and specs[-1] is ray
     store.close()
+
+
+def test_the_task_supply_regenerates_with_the_coevolve_hook_of_the_runs_objects(monkeypatch):
+    """CoEvolve on: the hybrid supply gets the hook built from the run's config, store, policy and environment."""
+    from evolvekit.orchestrator import build
+    from evolvekit.questioning.supply import HybridTaskSupply
+
+    hooks: list = []
+    monkeypatch.setattr(build, "_coevolve_hook", lambda *args: hooks.append(args) or "the hook")
+    tasks = [Task(task_id=f"t{i}", env_name="bfcl", query="q") for i in range(3)]
+    cfg = load_config(None, ["questioning.enabled=true", "questioning.hybrid_lambda=0.5", "coevolve.enabled=true"])
+    store, policy, env_factory = object(), object(), object()
+    supply = build._task_supply(cfg, store, tasks, policy, env_factory)
+    assert type(supply) is HybridTaskSupply and supply.coevolve == "the hook"
+    assert hooks == [(cfg, store, policy, env_factory)]
