@@ -1234,7 +1234,7 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     for navigating in ("true", "false"):
         ray = load_config(None, ["rollout.backend=ray", f"navigating.enabled={navigating}"])
         rollouts = _navigation(ray, store, _Policy(), lambda: None, object(), False)[0]
-        assert rollouts.pool == "workers of spec" and specs[-1] is ray
+        assert rollouts.pool == "workers of spec" and specs[-1] is ray and rollouts.show_progress is False
     store.close()
 
 
