@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The vLLM engine (models.policy.engine: vllm) on a lent CUDA machine: tests/gpu/test_vllm_engine.py and the vllm row
+# The vLLM engine (models.policy.engine: vllm) on a lent CUDA machine: tests/with_vllm/test_vllm_engine.py and the vllm row
 # of benchmarks/engine_throughput.py, in the last of three calls of the device tool on one warm machine.
 #
 # vLLM 0.24.0 is the release that pins the machine image's torch (2.11.0, CUDA 13); its wheel (279 MB) and the
@@ -24,7 +24,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   /tmp/vb/vdeps/*.whl .whl/*.whl || exit 1
 python3 -c "import tarfile; tarfile.open('/tmp/vb/vllm_024.tar.xz').extractall('/tmp/site')" || exit 1
 DEVICE_VERSIONS=vllm source benchmarks/device_common.sh
-timeout 330 python3 -m pytest tests/gpu/test_vllm_engine.py -p no:cacheprovider -q -rs --timeout 240 -o addopts="" \
+timeout 330 python3 -m pytest tests/with_vllm/test_vllm_engine.py -p no:cacheprovider -q -rs --timeout 240 -o addopts="" \
   --durations=5 2>&1 | tee "$OUT/pytest.txt" | grep -v "Warning\|warn(" | tail -60
 echo "pytest rc=${PIPESTATUS[0]}" | tee -a "$OUT/pytest.txt"
 # a quickstart iteration's shape on Qwen2.5-0.5B's layer shapes: 8 prompts x 6 samples, 512-token prompts sharing

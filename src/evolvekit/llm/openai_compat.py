@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, Sequence
 
 import httpx
 import tenacity
 
 from evolvekit.errors import LLMError
-from evolvekit.llm.base import Completion, SamplingParams
+from evolvekit.llm.base import Completion, SamplingParams, offset_seed
 from evolvekit.types import ChatMessage
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,12 @@ class OpenAICompatLLM:
         if not conversations:
             return []
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(conversations))) as pool:
-            return list(pool.map(lambda conv: self._one(conv, params), conversations))
+            return list(
+                pool.map(
+                    lambda i: self._one(conversations[i], replace(params, seed=offset_seed(params.seed, i))),
+                    range(len(conversations)),
+                )
+            )
 
     def _payload(self, conversation: Sequence[ChatMessage], params: SamplingParams) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 from evolvekit.bounded_http import bounded_client, bounded_request
 from evolvekit.errors import LLMError
-from evolvekit.llm.base import Completion, SamplingParams
+from evolvekit.llm.base import Completion, SamplingParams, offset_seed
 from evolvekit.llm.local import LocalLLM, OverLocal
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ def sglang_generate_request(prompts: Sequence[Sequence[int]], params: SamplingPa
     if params.seed is None:
         body["sampling_params"] = sampling
     else:
-        body["sampling_params"] = [{**sampling, "sampling_seed": params.seed + i} for i in range(len(rows))]
+        body["sampling_params"] = [{**sampling, "sampling_seed": offset_seed(params.seed, i)} for i in range(len(rows))]
     return body
 
 

@@ -12,8 +12,12 @@ Log-probabilities are vLLM's default ``raw_logprobs`` (the model's distribution 
 is what ``Completion.logprobs`` means (temperature 1). ``stop_on_balanced_json`` is the native engine's own stop and
 is not applied here (generation runs to a stop string, EOS or ``max_new_tokens``).
 
-vLLM is not a dependency: it needs CUDA, and is imported only when this engine is built. Run where it is installed
-(tests/gpu/test_vllm_engine.py); the conversions below are plain functions, tested everywhere.
+vLLM is not a dependency, and is imported only when this engine is built: its CUDA build (``vllm``) on a GPU, or its
+CPU build (``vllm-cpu``, which pins this project's torch 2.13.0+cpu) with ``device: cpu``, which scripts/setup.sh
+puts in an overlay environment of its own, .venv/vllm-cpu (scripts/setup_vllm_cpu.sh; vLLM's fastapi pin conflicts
+with the main one). The engine tests (tests/with_vllm) run wherever vLLM is installed, on the device its build
+serves; the main suite runs them in that overlay (tests/cpu/test_vllm_cpu.py). The conversions below are plain
+functions, tested everywhere.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
+import torch
+
 from evolvekit.errors import LLMError
-from evolvekit.llm.base import Completion, SamplingParams
+from evolvekit.llm.base import Completion, SamplingParams, offset_seed
 from evolvekit.llm.embedded import resolve_model_path
 from evolvekit.llm.local import LocalLLM, OverLocal
 
@@ -33,7 +39,8 @@ WORKER_EXTENSION = "evolvekit.llm.vllm_engine.WeightLoader"
 
 def vllm_sampling_kwargs(params: SamplingParams) -> dict[str, Any]:
     """``vllm.SamplingParams`` arguments for ``params``: the same n, temperature (0: greedy), top-p, token limit,
-    stop strings and seed, and the sampled token's own log-probability (``logprobs=0``)."""
+    stop strings and seed (``generate_ids`` gives prompt i the seed plus i: ``offset_seed``), and the sampled token's
+    own log-probability (``logprobs=0``)."""
     greedy = params.temperature == 0
     return {
         "n": params.n,
@@ -73,28 +80,96 @@ def completions_from_vllm(outputs: Sequence[Any], prompts: Sequence[Sequence[int
     return result
 
 
+def device_mismatch(vllm_device: str, policy_device: str) -> str | None:
+    """Why a vLLM build that serves ``vllm_device`` ("cuda", "cpu": ``current_platform.device_type``) cannot sample
+    for a policy on ``policy_device``, or None: vLLM loads the weights on its own platform's device, and the trainer
+    pushes its tensors there."""
+    if vllm_device == policy_device:
+        return None
+    build = "vllm-cpu" if policy_device == "cpu" else "vllm (its CUDA build)"
+    return (
+        f"models.policy.engine: vllm: the installed vLLM runs on {vllm_device}, the policy on {policy_device}; "
+        f"install {build} or set models.policy.device to {vllm_device}"
+    )
+
+
+WIRE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def tensor_to_wire(name: str, t: torch.Tensor) -> tuple[str, str, list[int], bytes]:
+    """One named tensor as plain values vLLM's message encoder carries to its workers unchanged: name, dtype,
+    shape and raw bytes. (A tensor passed as such inside ``collective_rpc``'s untyped arguments arrives as vLLM's
+    encoded form, a list, not a tensor: measured with vllm-cpu 0.28.)"""
+    dtype = str(t.dtype).removeprefix("torch.")
+    if dtype not in WIRE_DTYPES:
+        raise LLMError(f"vLLM weight push: {name} has dtype {dtype}; expected one of {sorted(WIRE_DTYPES)}")
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    return name, dtype, list(t.shape), flat.view(torch.uint8).numpy().tobytes()
+
+
+def tensor_from_wire(dtype: str, shape: Sequence[int], data: bytes) -> torch.Tensor:
+    """The inverse of ``tensor_to_wire``: a CPU tensor of ``dtype`` and ``shape`` over a copy of ``data``."""
+    raw = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    return raw.view(WIRE_DTYPES[dtype]).reshape(list(shape))
+
+
 class WeightLoader:
-    """vLLM worker extension (``worker_extension_cls``): loads named tensors into the worker's model."""
+    """vLLM worker extension (``worker_extension_cls``): loads named tensors (``tensor_to_wire``'s form) into the
+    worker's model through the worker's own ``reload_weights``, vLLM's in-place reload for RL: it restores each
+    layer's checkpoint-format loaders and processes the weights again after loading. (Calling the model's
+    ``load_weights`` a second time fails on CPU, where the linear layers were repacked after the first load and lost
+    their loaders: measured with vllm-cpu 0.28.)"""
 
     model_runner: Any  # set by vLLM's worker, which this class is mixed into
+    reload_weights: Any  # the worker's (vllm.v1.worker.gpu_worker.Worker, which the CPU worker extends)
 
-    def evolvekit_load_weights(self, weights: list[tuple[str, Any]]) -> int:
+    def evolvekit_load_weights(self, weights: list[tuple[str, str, list[int], bytes]]) -> int:
         device = next(self.model_runner.model.parameters()).device
-        self.model_runner.model.load_weights(weights=[(n, t.to(device)) for n, t in weights])
-        return len(weights)
+        tensors = [(name, tensor_from_wire(dtype, shape, data).to(device)) for name, dtype, shape, data in weights]
+        self.reload_weights(weights_iterator=tensors, is_checkpoint_format=True)
+        for head in tied_heads(self.model_runner.model):
+            head.quant_method.process_weights_after_loading(head)
+        return len(tensors)
+
+
+def tied_heads(model: torch.nn.Module) -> list[Any]:
+    """The output heads of ``model`` that share their weight with its input embedding (``tie_word_embeddings``,
+    SmolLM2's case). vLLM's reload loads no weight into such a head, so it never processes it again; on CPU the head
+    computes through a copy it packed at start-up (``cpu_linear``) and would keep the first weights: measured with
+    vllm-cpu 0.28, after a push the tokens' log-probabilities were those of the new input embedding and the old output
+    head. Processing it again repacks the new weight (on a GPU, where an unquantized head keeps no copy, it does
+    nothing)."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+
+    embeddings = {
+        m.weight.data_ptr()
+        for m in model.modules()
+        if isinstance(m, VocabParallelEmbedding) and not isinstance(m, ParallelLMHead) and m.weight.numel()
+    }
+    return [
+        m
+        for m in model.modules()
+        if isinstance(m, ParallelLMHead) and m.weight.numel() and m.weight.data_ptr() in embeddings
+    ]
 
 
 class VLLMEngine(OverLocal):
     """``generate_ids`` / ``update_weights`` / ``reset_prefix_cache`` over an in-process ``vllm.LLM``."""
 
-    def __init__(self, local: LocalLLM, gpu_memory_utilization: float = 0.3, seed: int = 0) -> None:
+    def __init__(
+        self, local: LocalLLM, gpu_memory_utilization: float = 0.3, seed: int = 0, eager: bool = False
+    ) -> None:
         try:
             import vllm
+            from vllm.platforms import current_platform
         except ImportError:
             raise LLMError(
-                "models.policy.engine: vllm needs the vllm package on a CUDA machine (pip install vllm); "
-                "use engine: native"
+                "models.policy.engine: vllm needs the vllm package (pip install vllm on a CUDA machine; on CPU, "
+                "scripts/setup_vllm_cpu.sh); use engine: native"
             ) from None
+        problem = device_mismatch(str(current_platform.device_type), local.device.type)
+        if problem:
+            raise LLMError(problem)
         self.local = local
         self.name = f"vllm:{local.name}"
         self.tokenizer, self.eos_ids = local.tokenizer, local.eos_ids
@@ -107,19 +182,26 @@ class VLLMEngine(OverLocal):
             enable_prefix_caching=True,
             seed=seed,
             worker_extension_cls=WORKER_EXTENSION,
+            enforce_eager=eager,
         )
         self._vllm = vllm
         self.update_weights(local.model.state_dict())  # the policy's weights (a checkpoint's, on resume)
-        log.info("vLLM engine started (%s, gpu_memory_utilization %.2f)", dtype, gpu_memory_utilization)
+        log.info(
+            "vLLM engine started on %s (%s, gpu_memory_utilization %.2f)",
+            current_platform.device_type,
+            dtype,
+            gpu_memory_utilization,
+        )
 
     def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         if not prompts:
             return []
         from vllm.inputs import TokensPrompt
 
+        kwargs = vllm_sampling_kwargs(params)
         outs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-            self._vllm.SamplingParams(**vllm_sampling_kwargs(params)),
+            [self._vllm.SamplingParams(**{**kwargs, "seed": offset_seed(params.seed, i)}) for i in range(len(prompts))],
             use_tqdm=False,
         )
         return completions_from_vllm(outs, prompts)
@@ -127,7 +209,7 @@ class VLLMEngine(OverLocal):
     def update_weights(self, state_dict: dict[str, Any]) -> None:
         """The trainer's weights into every vLLM worker (copied through host memory), then the prefix cache dropped
         (its KV belongs to the old weights)."""
-        weights = [(name, t.detach().to("cpu")) for name, t in state_dict.items()]
+        weights = [tensor_to_wire(name, t) for name, t in state_dict.items()]
         self.llm.collective_rpc("evolvekit_load_weights", args=(weights,))
         self.reset_prefix_cache()
 

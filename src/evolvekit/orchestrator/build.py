@@ -91,7 +91,7 @@ def rollout_backend(pol: ModelConfig, policy: LocalLLM, seed: int) -> RolloutEng
     if pol.engine == "vllm":
         from evolvekit.llm.vllm_engine import VLLMEngine
 
-        return VLLMEngine(policy, gpu_memory_utilization=pol.gpu_memory_utilization, seed=seed)
+        return VLLMEngine(policy, gpu_memory_utilization=pol.gpu_memory_utilization, seed=seed, eager=pol.engine_eager)
     if pol.engine == "sglang":
         from evolvekit.llm.sglang_engine import SGLangEngine
 
