@@ -2,6 +2,7 @@
 sampling arguments, its conversion of vLLM's outputs, the weights' wire form, the device check, the config rules
 around it, and the trainer pushing its weights to an engine that holds its own copy."""
 
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -76,13 +77,8 @@ def test_a_vllm_build_for_another_device_is_named():
     assert "install vllm (its CUDA build) or set models.policy.device to cpu" in str(device_mismatch("cpu", "cuda"))
 
 
-def test_building_it_without_vllm_names_the_package():
-    try:
-        import vllm  # noqa: F401
-
-        pytest.skip("vllm is installed here")
-    except ImportError:
-        pass
+def test_building_it_without_vllm_names_the_package(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` fails here, installed or not
     from evolvekit.llm.vllm_engine import VLLMEngine
 
     with pytest.raises(LLMError, match="needs the vllm package"):
