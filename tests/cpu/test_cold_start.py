@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from evolvekit.config import load_config
 from evolvekit.env.bfcl.families import get_family
@@ -60,6 +61,57 @@ def test_reference_pairs_mask_the_calls_and_the_closing_turn_only(tmp_path):
         assert llm.decode(runs[0][:-1]) == target and llm.decode(runs[1][:-1]) == "Done."
         between = llm.decode(s.token_ids[len(c.token_ids) + 1 : len(s.token_ids) - len(runs[1])])
         assert "Tool results:" in between and '"result"' in between  # the executed reference's observation
+
+
+def _pairs_and_trainer(path, shared: bool, micro: int, n: int = 5):
+    from evolvekit.agent.templates import TemplateSettings
+    from evolvekit.config import EnvConfig, TrainConfig
+    from evolvekit.env.registry import make_env
+    from evolvekit.llm.local import LocalLLM
+    from evolvekit.train.sft import reference_pairs
+    from evolvekit.train.trainer import GRPOTrainer
+
+    torch.manual_seed(0)
+    llm = LocalLLM(str(path), device="cpu")
+    env = lambda: make_env(EnvConfig(name="bfcl", family="arith"))  # noqa: E731
+    pairs = reference_pairs(get_family("arith").tasks("train", n), env, llm, "compact", TemplateSettings(), limit=n)
+    cfg = TrainConfig(shared_prefix=shared, micro_batch_size=micro, autocast="off", learning_rate=0.0)
+    return pairs, GRPOTrainer(llm, cfg)
+
+
+@pytest.mark.parametrize("micro", [1, 2, 8])
+def test_cold_start_batch_shares_its_prompt_prefix_with_the_same_loss_and_gradients(tmp_path, micro):
+    from evolvekit.train.sft import SFTStats, batch_backward
+
+    path = make_tiny_model(tmp_path / "m")
+    out = {}
+    for shared in (False, True):
+        pairs, trainer = _pairs_and_trainer(path, shared, micro)
+        trainer.model.zero_grad(set_to_none=True)
+        stats = SFTStats()
+        loss = batch_backward(trainer, pairs, stats)
+        grads = {k: p.grad.detach().clone() for k, p in trainer.model.named_parameters() if p.grad is not None}
+        out[shared] = (loss, grads, stats, sum(len(s.token_ids) for s in pairs))
+    (loss0, g0, st0, n0), (loss1, g1, st1, _) = out[False], out[True]
+    assert st0.tokens == n0 and st0.shared_prefix_tokens == 0
+    # every pair starts with the rollout's system prompt, tools and worked examples: far more than half is shared
+    assert st1.shared_prefix_tokens > n0 / 2 and st1.tokens + st1.shared_prefix_tokens == n0
+    assert loss1 == pytest.approx(loss0, rel=1e-5) and loss0 > 0
+    assert g0.keys() == g1.keys() and g0
+    for k in g0:
+        assert torch.allclose(g0[k], g1[k], atol=1e-6, rtol=1e-4), (k, (g0[k] - g1[k]).abs().max())
+
+
+def test_cold_start_warmup_reports_the_shared_prefix_and_trains(tmp_path):
+    from evolvekit.config import ColdStartConfig
+    from evolvekit.train.sft import sft_warmup
+
+    pairs, trainer = _pairs_and_trainer(make_tiny_model(tmp_path / "m"), True, 2, n=4)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    stats = sft_warmup(trainer, pairs, ColdStartConfig(enabled=True, epochs=1, batch_size=4, learning_rate=1e-3))
+    assert stats.steps == 1 and len(stats.losses) == 1 and stats.losses[0] > 0
+    assert stats.as_metrics()["cold_start/shared_prefix_tokens"] > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
 
 
 @pytest.mark.slow

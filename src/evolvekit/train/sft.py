@@ -8,6 +8,11 @@ result, not a target) a closing message and its end of turn. So the warm-up teac
 a turn ends once its calls ran; trained on the calls alone, the 135M policy learned to call again after every
 result (held-out avg@8 0.28 -> 0.09 on the arith family).
 Loss: token-mean negative log-likelihood of the target tokens; AdamW with linear warm-up then linear decay.
+
+Every pair's prompt starts with the same system prompt, tools and worked examples, so with ``train.shared_prefix``
+on (the default) an optimizer batch's longest common token prefix runs forward and backward once
+(train/shared_prefix.py): the same loss and gradients as the plain pass, up to float summation order
+(tests/cpu/test_cold_start.py).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from evolvekit.config import ColdStartConfig
 from evolvekit.env.action_text import format_call
 from evolvekit.env.base import Action, Environment
 from evolvekit.train.rewards import SEARCH_TOOL
+from evolvekit.train.shared_prefix import SharedPrefixStep, share_groups
 from evolvekit.train.trainer import first_loss_position, sequence_logprobs
 from evolvekit.types import Task, ToolCall, TrainingSample
 
@@ -39,12 +45,16 @@ class SFTStats:
     epochs: int = 0
     losses: list[float] = field(default_factory=list)  # per optimizer step
     seconds: float = 0.0
+    tokens: int = 0  # tokens forwarded (a shared prefix counts once)
+    shared_prefix_tokens: int = 0  # tokens not forwarded again thanks to the shared prefix
 
     def as_metrics(self) -> dict[str, float]:
         out = {
             "cold_start/examples": float(self.examples),
             "cold_start/steps": float(self.steps),
             "cold_start/seconds": self.seconds,
+            "cold_start/tokens": float(self.tokens),
+            "cold_start/shared_prefix_tokens": float(self.shared_prefix_tokens),
         }
         if self.losses:
             out.update({"cold_start/loss_first": self.losses[0], "cold_start/loss_last": self.losses[-1]})
@@ -157,7 +167,6 @@ def sft_warmup(trainer, samples: Sequence[TrainingSample], cfg: ColdStartConfig,
     total = per_epoch * cfg.epochs
     rng = random.Random(seed)
     order = list(range(len(samples)))
-    micro = max(1, trainer.cfg.micro_batch_size)
     model.train()
     for epoch in range(cfg.epochs):
         rng.shuffle(order)
@@ -166,23 +175,50 @@ def sft_warmup(trainer, samples: Sequence[TrainingSample], cfg: ColdStartConfig,
             for g in opt.param_groups:
                 g["lr"] = cfg.learning_rate * lr_factor(stats.steps, total, cfg.warmup_ratio)
             opt.zero_grad(set_to_none=True)
-            n_tokens = sum(sum(samples[i].loss_mask) for i in idx)
-            step_loss = 0.0
-            for m in range(0, len(idx), micro):
-                batch = trainer._collate([samples[i] for i in idx[m : m + micro]])
-                lp, _ = sequence_logprobs(
-                    model, batch["ids"], batch["attn"], trainer.amp, start=first_loss_position(batch["mask"])
-                )
-                loss = -(lp * batch["mask"]).sum() / n_tokens  # token mean over the whole optimizer batch
-                loss.backward()
-                step_loss += float(loss.detach())
+            stats.losses.append(batch_backward(trainer, [samples[i] for i in idx], stats))
             torch.nn.utils.clip_grad_norm_(params, trainer.cfg.max_grad_norm)
             opt.step()
             stats.steps += 1
-            stats.losses.append(step_loss)
         stats.epochs += 1
         log.info("cold start epoch %d/%d: loss %.4f", epoch + 1, cfg.epochs, stats.losses[-1])
     model.eval()
     trainer.llm.reset_prefix_cache()
     stats.seconds = round(time.perf_counter() - t0, 1)
     return stats
+
+
+def batch_backward(trainer, batch: Sequence[TrainingSample], stats: SFTStats) -> float:
+    """Accumulate the gradient of one optimizer batch's loss (token-mean NLL over the whole batch's target tokens),
+    in micro-batches; with ``train.shared_prefix`` the batch's common prefix runs once. Returns the loss."""
+    model = trainer.model
+    n_tokens = sum(sum(s.loss_mask) for s in batch)
+    micro = max(1, trainer.cfg.micro_batch_size)
+    p = 0
+    if trainer.cfg.shared_prefix and trainer.sharded is None and len(batch) > 1:
+        [(_, p)] = share_groups([s.token_ids for s in batch], ["batch"] * len(batch))
+    micros = [batch[m : m + micro] for m in range(0, len(batch), micro)]
+    collated = [trainer._collate(list(mb)) for mb in micros]
+    total = 0.0
+
+    def loss_of(m: int, lp: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        loss = -(lp * collated[m]["mask"]).sum() / n_tokens
+        total += float(loss.detach())
+        return loss
+
+    if p == 0:
+        for m, b in enumerate(collated):
+            lp, _ = sequence_logprobs(model, b["ids"], b["attn"], trainer.amp, start=first_loss_position(b["mask"]))
+            loss_of(m, lp).backward()
+            stats.tokens += int(b["attn"].sum())
+        return total
+    start = min(first_loss_position(b["mask"]) for b in collated)
+    step = SharedPrefixStep(model, collated[0]["ids"][0, :p], start, trainer.amp)
+    step.run(
+        [(b["ids"], [len(s.token_ids) for s in mb]) for mb, b in zip(micros, collated)],
+        False,
+        lambda m, lp, _ent: loss_of(m, lp),
+    )
+    stats.tokens += p + sum(int(b["attn"].sum()) - p * b["ids"].shape[0] for b in collated)
+    stats.shared_prefix_tokens += p * (len(batch) - 1)
+    return total
