@@ -40,6 +40,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "attributor": ("attributing/attributor.py", ["tests/cpu/test_attributor.py", "tests/cpu/test_attributing.py"]),
     # issue 52: the file system's leaves kept per writing call (exactness against the plain walk)
     "fs_leaves": ("env/bfcl/fs_leaves.py", ["tests/cpu/test_bfcl_fs_leaves.py"]),
+    # the cold start (EvolveR's SFT warm-up), with its shared-prefix batch since 2026-11-28
+    "sft": ("train/sft.py", ["tests/cpu/test_cold_start.py"]),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
     "build": (
         "orchestrator/build.py",
