@@ -30,6 +30,24 @@ def test_lr_schedule_warms_up_then_decays():
     ]
 
 
+def test_cold_start_metrics_by_hand():
+    from evolvekit.train.sft import SFTStats
+
+    stats = SFTStats(
+        examples=5, steps=2, epochs=1, losses=[0.75, 0.25], seconds=3.5, tokens=900, shared_prefix_tokens=40
+    )
+    assert stats.as_metrics() == {
+        "cold_start/examples": 5.0,
+        "cold_start/steps": 2.0,
+        "cold_start/seconds": 3.5,
+        "cold_start/tokens": 900.0,
+        "cold_start/shared_prefix_tokens": 40.0,
+        "cold_start/loss_first": 0.75,
+        "cold_start/loss_last": 0.25,
+    }
+    assert "cold_start/loss_first" not in SFTStats(examples=1).as_metrics()  # no step, no loss
+
+
 def test_reference_pairs_mask_the_calls_and_the_closing_turn_only(tmp_path):
     from evolvekit.agent.templates import TemplateSettings
     from evolvekit.config import EnvConfig
@@ -82,6 +100,7 @@ def _pairs_and_trainer(path, shared: bool, micro: int, n: int = 5):
 @pytest.mark.parametrize("micro", [1, 2, 8])
 def test_cold_start_batch_shares_its_prompt_prefix_with_the_same_loss_and_gradients(tmp_path, micro):
     from evolvekit.train.sft import SFTStats, batch_backward
+    from evolvekit.train.trainer import sequence_logprobs
 
     path = make_tiny_model(tmp_path / "m")
     out = {}
@@ -93,6 +112,13 @@ def test_cold_start_batch_shares_its_prompt_prefix_with_the_same_loss_and_gradie
         grads = {k: p.grad.detach().clone() for k, p in trainer.model.named_parameters() if p.grad is not None}
         out[shared] = (loss, grads, stats, sum(len(s.token_ids) for s in pairs))
     (loss0, g0, st0, n0), (loss1, g1, st1, _) = out[False], out[True]
+    # the loss by hand: one pass over the whole batch, the token mean of the targets' negative log-likelihood
+    pairs, plain = _pairs_and_trainer(path, False, micro)
+    batch = plain._collate(pairs)
+    with torch.no_grad():
+        lp, _ = sequence_logprobs(plain.model, batch["ids"], batch["attn"], None)
+    expected = float(-(lp * batch["mask"]).sum() / sum(sum(p.loss_mask) for p in pairs))
+    assert loss0 == pytest.approx(expected, rel=1e-5)
     assert st0.tokens == n0 and st0.shared_prefix_tokens == 0
     # every pair starts with the rollout's system prompt, tools and worked examples: far more than half is shared
     assert st1.shared_prefix_tokens > n0 / 2 and st1.tokens + st1.shared_prefix_tokens == n0
@@ -100,6 +126,9 @@ def test_cold_start_batch_shares_its_prompt_prefix_with_the_same_loss_and_gradie
     assert g0.keys() == g1.keys() and g0
     for k in g0:
         assert torch.allclose(g0[k], g1[k], atol=1e-6, rtol=1e-4), (k, (g0[k] - g1[k]).abs().max())
+    two = SFTStats()
+    batch_backward(trainer, pairs[:2], two)  # two pairs share too; one pair has nothing to share
+    assert two.shared_prefix_tokens > 0
 
 
 def test_cold_start_warmup_reports_the_shared_prefix_and_trains(tmp_path):
