@@ -48,6 +48,67 @@ def test_cold_start_metrics_by_hand():
     assert "cold_start/loss_first" not in SFTStats(examples=1).as_metrics()  # no step, no loss
 
 
+def test_lr_schedule_edges_by_hand():
+    # one warm-up step (10 x 0.1), then the decay starts at the full rate
+    assert [round(lr_factor(s, 10, 0.1), 4) for s in (0, 1, 2, 9)] == [1.0, 1.0, 0.8889, 0.1111]
+    assert [lr_factor(s, 2, 0.1) for s in (0, 1)] == [1.0, 1.0]  # one step left after warm-up decays from 1
+
+
+def test_cold_start_loop_batches_each_epoch_schedules_the_rate_and_follows_its_seed(monkeypatch, caplog):
+    """The loop around ``batch_backward`` with a stand-in for it (and a one-parameter model): which pairs each
+    optimizer step sees, the learning rate it steps with, fresh gradients per step, the counts, the log and the
+    clock."""
+    import logging
+    from types import SimpleNamespace
+
+    from evolvekit.config import ColdStartConfig, TrainConfig
+    from evolvekit.train import sft
+    from evolvekit.types import TrainingSample
+
+    def run(seed):
+        seen, fresh, lrs, resets = [], [], [], []
+
+        class Recording(torch.optim.AdamW):
+            def step(self, closure=None):
+                lrs.append(self.param_groups[0]["lr"])
+                return super().step(closure)
+
+        def backward(trainer, batch, stats):
+            fresh.append(trainer.model.weight.grad is None)
+            seen.append([s.trajectory_id for s in batch])
+            trainer.model.weight.grad = torch.full_like(trainer.model.weight, 3.0)
+            return float(len(seen))
+
+        clock = iter([100.0, 103.46])
+        monkeypatch.setattr(sft, "batch_backward", backward)
+        monkeypatch.setattr(torch.optim, "AdamW", Recording)
+        monkeypatch.setattr(sft, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+        model = torch.nn.Linear(2, 1, bias=False)
+        llm = SimpleNamespace(reset_prefix_cache=lambda: resets.append(True))
+        trainer = SimpleNamespace(model=model, cfg=TrainConfig(max_grad_norm=1.0), llm=llm)
+        blank = {"token_ids": [1, 2], "loss_mask": [0, 1], "token_advantages": [0.0] * 2, "experience_mask": [0] * 2}
+        pairs = [TrainingSample(trajectory_id=f"t{i}", group_id="g", **blank) for i in range(5)]
+        cfg = ColdStartConfig(enabled=True, epochs=2, batch_size=2, learning_rate=0.5, warmup_ratio=0.2)
+        stats = sft.sft_warmup(trainer, pairs, cfg, seed=seed)
+        assert resets == [True] and not model.training
+        return stats, seen, fresh, lrs
+
+    with caplog.at_level(logging.INFO, logger="evolvekit.train.sft"):
+        stats, seen, fresh, lrs = run(7)
+    assert [len(b) for b in seen] == [2, 2, 1, 2, 2, 1]  # 3 steps an epoch, the last one short
+    every = [f"t{i}" for i in range(5)]
+    assert sorted(sum(seen[:3], [])) == every and sorted(sum(seen[3:], [])) == every  # each pair once an epoch
+    assert fresh == [True] * 6  # gradients reset before every step
+    # 6 steps, round(6 x 0.2) = 1 warm-up step, then linear decay: 0.5 x [1, 5/5, 4/5, 3/5, 2/5, 1/5]
+    assert lrs == pytest.approx([0.5, 0.5, 0.4, 0.3, 0.2, 0.1])
+    assert (stats.steps, stats.epochs, stats.examples, stats.losses) == (6, 2, 5, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    assert stats.seconds == 3.5  # 3.46 s on the clock, to a tenth
+    assert "cold start epoch 1/2: loss 3.0000" in caplog.messages
+    assert "cold start epoch 2/2: loss 6.0000" in caplog.messages
+    assert run(7)[1] == seen  # the seed fixes the order
+    assert run(8)[1] != seen
+
+
 def test_reference_pairs_mask_the_calls_and_the_closing_turn_only(tmp_path):
     from evolvekit.agent.templates import TemplateSettings
     from evolvekit.config import EnvConfig
@@ -81,7 +142,7 @@ def test_reference_pairs_mask_the_calls_and_the_closing_turn_only(tmp_path):
         assert "Tool results:" in between and '"result"' in between  # the executed reference's observation
 
 
-def _pairs_and_trainer(path, shared: bool, micro: int, n: int = 5):
+def _pairs_and_trainer(path, shared: bool, micro: int, n: int = 5, autocast: str = "off"):
     from evolvekit.agent.templates import TemplateSettings
     from evolvekit.config import EnvConfig, TrainConfig
     from evolvekit.env.registry import make_env
@@ -93,7 +154,7 @@ def _pairs_and_trainer(path, shared: bool, micro: int, n: int = 5):
     llm = LocalLLM(str(path), device="cpu")
     env = lambda: make_env(EnvConfig(name="bfcl", family="arith"))  # noqa: E731
     pairs = reference_pairs(get_family("arith").tasks("train", n), env, llm, "compact", TemplateSettings(), limit=n)
-    cfg = TrainConfig(shared_prefix=shared, micro_batch_size=micro, autocast="off", learning_rate=0.0)
+    cfg = TrainConfig(shared_prefix=shared, micro_batch_size=micro, autocast=autocast, learning_rate=0.0)
     return pairs, GRPOTrainer(llm, cfg)
 
 
@@ -131,14 +192,35 @@ def test_cold_start_batch_shares_its_prompt_prefix_with_the_same_loss_and_gradie
     assert two.shared_prefix_tokens > 0
 
 
+def test_cold_start_plain_batch_runs_under_the_trainers_autocast(tmp_path):
+    from evolvekit.train.sft import SFTStats, batch_backward
+    from evolvekit.train.trainer import sequence_logprobs
+
+    path = make_tiny_model(tmp_path / "m")
+    pairs, trainer = _pairs_and_trainer(path, False, 2, autocast="bf16")
+    batch = trainer._collate(pairs[:2])
+    n_tokens = sum(sum(p.loss_mask) for p in pairs[:2])
+    with torch.no_grad():
+        by_dtype = {
+            amp: float(-(sequence_logprobs(trainer.model, batch["ids"], batch["attn"], amp)[0] * batch["mask"]).sum())
+            / n_tokens
+            for amp in (torch.bfloat16, None)
+        }
+    assert by_dtype[torch.bfloat16] != pytest.approx(by_dtype[None], rel=1e-5)  # bf16 rounding shows
+    loss = batch_backward(trainer, pairs[:2], SFTStats())
+    assert loss == pytest.approx(by_dtype[torch.bfloat16], rel=1e-5)
+
+
 def test_cold_start_warmup_reports_the_shared_prefix_and_trains(tmp_path):
     from evolvekit.config import ColdStartConfig
     from evolvekit.train.sft import sft_warmup
 
     pairs, trainer = _pairs_and_trainer(make_tiny_model(tmp_path / "m"), True, 2, n=4)
     before = [p.detach().clone() for p in trainer.model.parameters()]
-    stats = sft_warmup(trainer, pairs, ColdStartConfig(enabled=True, epochs=1, batch_size=4, learning_rate=1e-3))
-    assert stats.steps == 1 and len(stats.losses) == 1 and stats.losses[0] > 0
+    stats = sft_warmup(trainer, pairs, ColdStartConfig(enabled=True, epochs=1, batch_size=2, learning_rate=1e-3))
+    assert stats.steps == 2 and len(stats.losses) == 2 and min(stats.losses) > 0
+    # both batches counted: each pair's tokens either forwarded or saved by the shared prefix
+    assert stats.tokens + stats.shared_prefix_tokens == sum(len(p.token_ids) for p in pairs)
     assert stats.as_metrics()["cold_start/shared_prefix_tokens"] > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
 
