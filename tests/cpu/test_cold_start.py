@@ -225,6 +225,111 @@ def test_cold_start_warmup_reports_the_shared_prefix_and_trains(tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
 
 
+def _arith(tmp_path):
+    from evolvekit.config import EnvConfig
+    from evolvekit.env.registry import make_env
+    from evolvekit.llm.local import LocalLLM
+
+    llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu")
+    return llm, lambda: make_env(EnvConfig(name="bfcl", family="arith"))
+
+
+def test_reference_pairs_skip_tasks_without_a_reference_stop_at_the_limit_and_keep_the_rollout_prompt(tmp_path):
+    from evolvekit.agent.rollout import initial_context
+    from evolvekit.agent.templates import TemplateSettings
+    from evolvekit.env.action_text import format_call
+    from evolvekit.train.sft import reference_pairs
+
+    llm, env = _arith(tmp_path)
+    t0, t1, t2 = get_family("arith").tasks("train", 3)
+    none = t0.model_copy(update={"task_id": "none", "reference_solution": None})
+    empty = t0.model_copy(update={"task_id": "empty", "reference_solution": []})
+    no_calls = t0.model_copy(update={"task_id": "no-calls", "reference_solution": [[]]})
+    call = t1.reference_solution[0][0]
+    two = t1.model_copy(update={"task_id": "two", "reference_solution": [[call, call]]})
+    tasks = [none, t0, empty, no_calls, two, t2]
+    ts = TemplateSettings()
+    assert [p.trajectory_id for p in reference_pairs(tasks, env, llm, "compact", ts, limit=2)] == [t0.task_id, "two"]
+    pairs = reference_pairs(tasks, env, llm, "compact", ts, limit=9)
+    assert [p.trajectory_id for p in pairs] == [t0.task_id, "two", t2.task_id]
+    for task, pair in zip((t0, two, t2), pairs):
+        e = env()
+        prompt, _ = initial_context(e.reset(task), "compact", ts).tokenize(llm)
+        e.close()
+        assert pair.token_ids[: len(prompt)] == prompt and pair.loss_mask.index(1) == len(prompt)
+        assert pair.group_id == task.task_id and set(pair.loss_mask) == {0, 1}
+        assert pair.token_advantages == [0.0] * len(pair.token_ids) and pair.experience_mask == [0] * len(
+            pair.token_ids
+        )
+    first = pairs[1].loss_mask.index(1)
+    end = pairs[1].loss_mask.index(0, first)  # the calls and their end of turn
+    assert llm.decode(pairs[1].token_ids[first : end - 1]) == format_call(call) + format_call(call)
+
+
+def test_reference_pairs_fall_back_to_the_calls_alone_where_the_template_does_not_reproduce_them(
+    tmp_path, monkeypatch, caplog
+):
+    import logging
+
+    from evolvekit.agent.rollout import initial_context
+    from evolvekit.agent.templates import TemplateSettings
+    from evolvekit.env.action_text import format_call
+    from evolvekit.train import sft
+
+    llm, env = _arith(tmp_path)
+    [task] = get_family("arith").tasks("train", 1)
+    monkeypatch.setattr(sft, "_episode_tokens", lambda *a: None)
+    with caplog.at_level(logging.WARNING, logger="evolvekit.train.sft"):
+        [pair] = sft.reference_pairs([task], env, llm, "compact", TemplateSettings(), limit=1)
+    e = env()
+    prompt, _ = initial_context(e.reset(task), "compact", TemplateSettings()).tokenize(llm)
+    e.close()
+    calls = llm.encode(format_call(task.reference_solution[0][0]))
+    assert pair.token_ids == prompt + calls and pair.loss_mask == [0] * len(prompt) + [1] * len(calls)
+    assert caplog.messages == [
+        f"cold start: the chat template does not reproduce the call tokens of {task.task_id}; calls only"
+    ]
+
+
+class _Chars:
+    """A stand-in tokenizer: one token per character."""
+
+    def encode(self, text):
+        return [ord(c) for c in text]
+
+
+class _Context:
+    """A stand-in chat context over ``_Chars``: the prompt, then each assistant message (``shout``: as upper case, so
+    the template does not reproduce it), its end of turn (9, unless ``no_end``) and the observation."""
+
+    def __init__(self, prompt, shout=False, no_end=False):
+        self.prompt, self.turns, self.shout, self.no_end = list(prompt), [], shout, no_end
+
+    def add_assistant(self, text):
+        self.turns.append((text.upper() if self.shout else text, None))
+
+    def add_observation(self, text):
+        self.turns[-1] = (self.turns[-1][0], text)
+
+    def tokenize(self, llm):
+        ids = list(self.prompt)
+        for text, obs in self.turns:
+            ids += llm.encode(text) + ([] if self.no_end else [9]) + llm.encode(obs or "")
+        return ids, None
+
+
+def test_episode_tokens_by_hand():
+    from evolvekit.train.sft import _episode_tokens
+
+    a, b, c, x, y, o, k = (ord(ch) for ch in "abcxyok")
+    ids, mask = _episode_tokens(_Context([5, 6]), _Chars(), [5, 6], [0, 0], [("ab", "x"), ("c", "y")], "ok")
+    assert ids == [5, 6, a, b, 9, x, c, 9, y, o, k, 9]
+    assert mask == [0, 0, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1]
+    assert _episode_tokens(_Context([5], shout=True), _Chars(), [5], [0], [("ab", "x")], "ok") is None
+    # no end-of-turn token after the action and nothing after it: nothing to learn the end of a turn from
+    assert _episode_tokens(_Context([5], no_end=True), _Chars(), [5], [0], [("ab", "")], "ok") is None
+
+
 @pytest.mark.slow
 def test_oracle_run_with_cold_start_warms_up_checkpoints_and_never_uses_held_out_tasks(tmp_path):
     tiny = make_tiny_model(tmp_path / "tiny")
@@ -277,9 +382,11 @@ def test_cold_start_can_teach_the_search_action(tmp_path):
     target), sees the pool's answer (not a target), then makes the reference calls and closes."""
     from evolvekit.agent.templates import TemplateSettings
     from evolvekit.config import EnvConfig
+    from evolvekit.env.action_text import format_call
     from evolvekit.env.registry import make_env
     from evolvekit.llm.local import LocalLLM
     from evolvekit.train.sft import reference_pairs
+    from evolvekit.types import ToolCall
 
     llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu")
     tasks = get_family("arith").tasks("train", 2)
@@ -302,7 +409,8 @@ def test_cold_start_can_teach_the_search_action(tmp_path):
                 cur = []
         runs.append(llm.decode(cur))
         assert len(runs) == 3  # [search call + eot], [reference calls + eot], [closing + eot]
-        assert '"search_experience"' in runs[0] and task.turns[0][:20] in runs[0]
+        search_call = format_call(ToolCall(name="search_experience", arguments={"query": task.turns[0]}))
+        assert runs[0] == search_call + "<|im_end|>"
         assert f'"{task.reference_solution[0][0].name}"' in runs[1] and runs[2].startswith("Done.")
         assert "call the tool named in the request" in llm.decode(s.token_ids)  # the answer is context
 
