@@ -142,17 +142,27 @@ def test_reference_pairs_mask_the_calls_and_the_closing_turn_only(tmp_path):
         assert "Tool results:" in between and '"result"' in between  # the executed reference's observation
 
 
-def _pairs_and_trainer(path, shared: bool, micro: int, n: int = 5, autocast: str = "off"):
-    from evolvekit.agent.templates import TemplateSettings
-    from evolvekit.config import EnvConfig, TrainConfig
+def _llm_and_env(path):
+    """A policy from the model folder ``path`` and a factory of `arith` environments."""
+    from evolvekit.config import EnvConfig
     from evolvekit.env.registry import make_env
     from evolvekit.llm.local import LocalLLM
+
+    return LocalLLM(str(path), device="cpu"), lambda: make_env(EnvConfig(name="bfcl", family="arith"))
+
+
+def _arith(tmp_path):
+    return _llm_and_env(make_tiny_model(tmp_path / "m"))
+
+
+def _pairs_and_trainer(path, shared: bool, micro: int, n: int = 5, autocast: str = "off"):
+    from evolvekit.agent.templates import TemplateSettings
+    from evolvekit.config import TrainConfig
     from evolvekit.train.sft import reference_pairs
     from evolvekit.train.trainer import GRPOTrainer
 
     torch.manual_seed(0)
-    llm = LocalLLM(str(path), device="cpu")
-    env = lambda: make_env(EnvConfig(name="bfcl", family="arith"))  # noqa: E731
+    llm, env = _llm_and_env(path)
     pairs = reference_pairs(get_family("arith").tasks("train", n), env, llm, "compact", TemplateSettings(), limit=n)
     cfg = TrainConfig(shared_prefix=shared, micro_batch_size=micro, autocast=autocast, learning_rate=0.0)
     return pairs, GRPOTrainer(llm, cfg)
@@ -223,15 +233,6 @@ def test_cold_start_warmup_reports_the_shared_prefix_and_trains(tmp_path):
     assert stats.tokens + stats.shared_prefix_tokens == sum(len(p.token_ids) for p in pairs)
     assert stats.as_metrics()["cold_start/shared_prefix_tokens"] > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
-
-
-def _arith(tmp_path):
-    from evolvekit.config import EnvConfig
-    from evolvekit.env.registry import make_env
-    from evolvekit.llm.local import LocalLLM
-
-    llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu")
-    return llm, lambda: make_env(EnvConfig(name="bfcl", family="arith"))
 
 
 def test_reference_pairs_skip_tasks_without_a_reference_stop_at_the_limit_and_keep_the_rollout_prompt(tmp_path):
