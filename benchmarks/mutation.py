@@ -42,6 +42,11 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "fs_leaves": ("env/bfcl/fs_leaves.py", ["tests/cpu/test_bfcl_fs_leaves.py"]),
     # the cold start (EvolveR's SFT warm-up), with its shared-prefix batch since 2026-11-28
     "sft": ("train/sft.py", ["tests/cpu/test_cold_start.py"]),
+    # self-navigating's stages (AgentEvolver §4): Eq. 15's guided share, Eq. 13's cold start, summarisation (C)
+    "navstage": (
+        "navigating/stage.py",
+        ["tests/cpu/test_navigating.py", "tests/cpu/test_store.py", "tests/cpu/test_build_wiring.py"],
+    ),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
     "build": (
         "orchestrator/build.py",
