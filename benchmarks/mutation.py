@@ -45,7 +45,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # self-navigating's stages (AgentEvolver §4): Eq. 15's guided share, Eq. 13's cold start, summarisation (C)
     "navstage": (
         "navigating/stage.py",
-        ["tests/cpu/test_navigating.py", "tests/cpu/test_store.py", "tests/cpu/test_build_wiring.py"],
+        ["tests/cpu/test_navigating_stage.py", "tests/cpu/test_navigating.py", "tests/cpu/test_store.py"]
+        + ["tests/cpu/test_build_wiring.py"],
     ),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
     "build": (
