@@ -228,6 +228,15 @@ def test_the_cold_start_falls_back_to_this_iterations_tasks_and_reads_the_traini
     assert calls == [1]
 
 
+def test_without_a_training_set_the_cold_start_samples_this_iterations_tasks():
+    extractor = _Extractor(ExtractionReport())
+    stage, ran = _mixed(_cfg(n_pc=1, cold_start_tasks=2, eta=0.0), _Pool(), extractor=extractor)
+    batch = [Task(task_id=f"b{i}", env_name="bfcl", query=f"b {i}") for i in range(3)]
+    stage.rollout(_ctx(iteration=0), batch)
+    assert len(ran[0][0]) == 2 and {j.task.task_id for j in ran[0][0]} <= {"b0", "b1", "b2"}
+    assert set(extractor.calls[0][1]) == {j.task.task_id for j in ran[0][0]}
+
+
 def _traj(tid, reward, guided=False, failed=False, used=(), group="g"):
     return Trajectory(
         task_id=tid, group_id=group, outcome_reward=reward, experience_used=list(used),
@@ -346,6 +355,9 @@ def test_commit_deletes_the_pruned_and_writes_the_pool_with_its_vectors():
 
     pool = _Pool(pruned=["p1", "p2"], items=[_exp("kept")])
     stage, _ = _summarise(_cfg(prune_every=1), pool, ExtractionReport())
+    before = _RunStore()
+    stage.commit("conn", before, 0)  # type: ignore[arg-type]
+    assert before.calls[0] == ("delete", "conn", [])  # nothing pruned before the first sweep
     stage.process(_ctx(iteration=0, store=_Store()), [])
     store = _RunStore()
     stage.commit("conn", store, 4)  # type: ignore[arg-type]

@@ -84,7 +84,6 @@ class ExperienceMixedRollouts(VanillaRollouts):
         # synthesis stage has made the synthetic tasks (tasks CoEvolve adds later are not part of it)
         self.training_set = training_set
         self._p_train: list[Task] | None = None
-        self.last_metrics: dict[str, float] = {}
         self.cold_metrics: dict[str, float] = {}
         self.cold_extractor = cold_extractor  # writes the cold-start pool (Eq. 13); None: no cold start
 
