@@ -49,7 +49,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         + ["tests/cpu/test_build_wiring.py"],
     ),
     # task curation (AgentEvolver §3.3): dedup, the feasibility replay, and evolvekit's grounding checks
-    "curate": ("questioning/curate.py", ["tests/cpu/test_questioning.py"]),
+    "curate": ("questioning/curate.py", ["tests/cpu/test_curate.py", "tests/cpu/test_questioning.py"]),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
     "build": (
         "orchestrator/build.py",
