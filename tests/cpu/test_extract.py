@@ -1,0 +1,371 @@
+"""Experience extraction (navigating/extract.py, AgentEvolver §4.1's Ω_process and Eq. 14's refine) with a
+recording stand-in summarizer: the exact prompts and texts it is shown and writes, the split into jobs, the counts
+of its report, grounded writing and validation, and the re-ranking's edge cases."""
+
+from __future__ import annotations
+
+from evolvekit.llm.base import Completion, SamplingParams
+from evolvekit.navigating.extract import (
+    EXTRACT_FORMAT,
+    EXTRACT_SYSTEM,
+    RERANK_SYSTEM,
+    REWRITE_SYSTEM,
+    extraction_prompt,
+    parse_yes_no,
+    reference_experience,
+    refine,
+    render_trajectory,
+)
+from evolvekit.types import (
+    Experience,
+    ExperienceProvenance,
+    Step,
+    Task,
+    TaskSource,
+    ToolCall,
+    Trajectory,
+    TrajectoryFlags,
+)
+
+
+class _Recorder:
+    """A stand-in summarizer: answers each conversation with ``answer(conv)``, records conversations and params."""
+
+    def __init__(self, answer, prompt_tokens=0, completion_tokens=0):
+        self.answer, self.convs, self.params = answer, [], []
+        self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
+
+    def chat(self, conversations, params):
+        self.convs += [list(c) for c in conversations]
+        self.params.append(params)
+        return [
+            [
+                Completion(
+                    text=self.answer(c),
+                    usage_prompt_tokens=self.prompt_tokens,
+                    usage_completion_tokens=self.completion_tokens,
+                )
+            ]
+            for c in conversations
+        ]
+
+
+def _step(i, call=None, ok=True, obs="", text="x", parse_error=None):
+    calls = [call] if call else []
+    outcomes = [{"name": call.name, "ok": ok}] if call else []
+    return Step(index=i, action_text=text, tool_calls=calls, observation=obs, calls=outcomes, parse_error=parse_error)
+
+
+def _traj(tid, steps, reward, task_id="t1"):
+    return Trajectory(trajectory_id=tid, task_id=task_id, group_id="g", steps=steps, outcome_reward=reward)
+
+
+def _exp(i):
+    return Experience(when_to_use=f"w{i}", content=f"c{i}", provenance=ExperienceProvenance(trajectory_ids=["t"]))
+
+
+ADD = ToolCall(name="add", arguments={"a": 12, "b": 30})
+
+
+def test_a_trajectory_is_rendered_as_actions_results_and_its_score():
+    traj = _traj("a", [_step(0, ADD, obs="r" * 700, text="A" * 700), _step(1, text="42")], None)
+    assert render_trajectory(traj) == "\n".join(
+        ["Action: " + "A" * 600, "Result: " + "r" * 600, "Action: 42", "Score: 0"]
+    )
+    assert render_trajectory(_traj("b", [_step(0, text="hi")], 0.5), max_chars=1) == "Action: h\nScore: 0.5"
+
+
+def test_the_extraction_prompt_of_each_kind():
+    win, lose = _traj("w", [_step(0, text="win")], 1.0), _traj("l", [_step(0, text="lose")], 0.0)
+    task = Task(task_id="t1", env_name="bfcl", query=["first turn", "second turn"])
+    system, user = extraction_prompt("comparison", task, [win, lose])
+    assert (system.role, system.content, user.role) == ("system", EXTRACT_SYSTEM, "user")
+    assert user.content == (
+        "Task:\nfirst turn\nsecond turn\n\nA SUCCESSFUL attempt:\nAction: win\nScore: 1\n\n"
+        f"A FAILED attempt:\nAction: lose\nScore: 0\n\nWhat made the difference?\n\n{EXTRACT_FORMAT}"
+    )
+    assert extraction_prompt("failure", None, [lose])[1].content == (
+        f"Task:\n(unknown task)\n\nA FAILED attempt:\nAction: lose\nScore: 0\n\n{EXTRACT_FORMAT}"
+    )
+    assert extraction_prompt("success", task, [win])[1].content.startswith(
+        "Task:\nfirst turn\nsecond turn\n\nA SUCCESSFUL"
+    )
+
+
+def test_yes_no_parsing_edges():
+    assert parse_yes_no("yesterday no") is False  # a whole word only
+    assert parse_yes_no("") is None and parse_yes_no(None) is None  # type: ignore[arg-type]
+    assert parse_yes_no("Xyes") is None
+
+
+def test_a_reference_experience_by_hand():
+    task = Task(
+        task_id="t1", env_name="bfcl", query=["Add 12 and 30.", "Then multiply by 2."], source=TaskSource.SYNTHETIC,
+        reference_solution=[[ADD], [ToolCall(name="multiply", arguments={"a": 42, "b": 2}), ADD]],
+    )  # fmt: skip
+    failure = _traj("l", [_step(0, text="42")], 0.0)
+    when, content = reference_experience(task, failure)  # type: ignore[misc]
+    assert when == 'A request like "Add 12 and 30. Then multiply by 2." that the tools add, multiply can answer.'
+    assert content == (
+        "Call add(a=<from the request>, b=<from the request>), then multiply(a=42, b=<from the request>), then "
+        "add(a=<from the request>, b=<from the request>), one call per message; then answer with the result. "
+        "Avoid answering without calling any tool."
+    )
+    long = task.model_copy(update={"query": "x" * 300 + "\nsecond line", "reference_solution": [[ADD] * 60]})
+    when, content = reference_experience(long, failure)  # type: ignore[misc]
+    assert when == f'A request like "{"x" * 200}" that the tools add can answer.' and len(content) == 1200
+    blank = task.model_copy(update={"query": "  "})
+    assert reference_experience(blank, failure)[0].startswith('A request like "a task"')  # type: ignore[index]
+    assert reference_experience(task.model_copy(update={"reference_solution": None}), failure) is None
+
+
+def test_refine_shows_the_reranker_the_numbered_listing_and_the_writer_each_text():
+    items = [_exp(i) for i in range(3)]
+    params = SamplingParams(temperature=0.3)
+    llm = _Recorder(lambda conv: "9, 2, 2, 0" if conv[0].content == RERANK_SYSTEM else "  ")
+    out = refine(llm, params, "the task", items, rerank=True, rewrite=True, keep=2)
+    # 9 is out of range and the repeated 2 counts once; the unranked 1 keeps its place after the ranked ones
+    assert [e for e, _ in out] == [items[2], items[0]]
+    assert [t for _, t in out] == ["When to use: w2\nContent: c2", "When to use: w0\nContent: c0"]  # blank rewrite
+    rerank, *rewrites = llm.convs
+    assert rerank[1].content == (
+        "Task: the task\n\n[0] When to use: w0 | Content: c0\n[1] When to use: w1 | Content: c1\n"
+        "[2] When to use: w2 | Content: c2\n\nList the numbers, most useful first."
+    )
+    assert [c[0].content for c in rewrites] == [REWRITE_SYSTEM] * 2
+    assert rewrites[0][1].content == (
+        "Task: the task\n\nExperience:\nWhen to use: w2\nContent: c2\n\n"
+        "Rewrite the experience so it directly helps with this task. Keep it short."
+    )
+    assert llm.params == [params, params]
+
+
+def test_refine_reranking_edges():
+    items = [_exp(i) for i in range(3)]
+    last = _Recorder(lambda conv: "3 1")  # 3 = len(items): out of range
+    assert [e for e, _ in refine(last, SamplingParams(), "q", items, True, False, keep=3)] == [
+        items[1],
+        items[0],
+        items[2],
+    ]
+    zero = _Recorder(lambda conv: "0")
+    assert [e for e, _ in refine(zero, SamplingParams(), "q", items, True, False, keep=3)] == items
+    one = _Recorder(lambda conv: "0")
+    assert refine(one, SamplingParams(), "q", items[:1], True, False) == [(items[0], "When to use: w0\nContent: c0")]
+    assert one.convs == []  # nothing to rank with one experience
+    assert len(refine(None, SamplingParams(), "q", items, False, False)) == 1  # keep defaults to one
+
+
+GOOD = "When to use: when adding two numbers\nContent: call add with both numbers, then answer."
+
+
+def _extraction_run():
+    """Five tasks: a comparison (t1), a success (t2), a failure (t3), a crashed rollout (t4) and an empty one (t5)."""
+    win = _traj("w1", [_step(0, ADD, obs="42"), _step(1, text="42")], 1.0)
+    lose = _traj("l1", [_step(0, text="40")], 0.0)
+    only_win = _traj("w2", [_step(0, text="7")], 0.5, task_id="t2")  # at the threshold: a success
+    only_lose = _traj("l3", [_step(0, text="9")], 0.25, task_id="t3")
+    crashed = _traj("c4", [_step(0, text="x")], 1.0, task_id="t4").model_copy(
+        update={"flags": TrajectoryFlags(failed=True)}
+    )
+    empty = _traj("e5", [], 1.0, task_id="t5")
+    return [win, lose, only_win, only_lose, crashed, empty]
+
+
+def test_llm_extraction_writes_validates_and_counts_each_job_in_batches():
+    from evolvekit.navigating.extract import VALIDATE_SYSTEM, ExperienceExtractor
+
+    def answer(conv):
+        if conv[0].content == VALIDATE_SYSTEM:
+            return "Yes." if "two numbers" in conv[1].content else "no"
+        if "A FAILED attempt:\nAction: 9" in conv[1].content:
+            return "I cannot tell."  # unparseable
+        if "A SUCCESSFUL attempt:\nAction: 7" in conv[1].content:
+            return "When to use: when the request is short\nContent: reply with the number alone."
+        return GOOD
+
+    llm = _Recorder(answer, prompt_tokens=10, completion_tokens=5)
+    params = SamplingParams(temperature=0.7, seed=3)
+    ex = ExperienceExtractor(llm, params, validate=True, batch=2)  # type: ignore[arg-type]
+    tasks = {"t1": Task(task_id="t1", env_name="bfcl", query="Add 12 and 30.")}
+    report = ex.extract(_extraction_run(), tasks, iteration=4)
+    writes = [c for c in llm.convs if c[0].content == EXTRACT_SYSTEM]
+    assert [c[1].content.split("\n")[1] for c in writes] == ["Add 12 and 30.", "(unknown task)", "(unknown task)"]
+    assert "What made the difference?" in writes[0][1].content and llm.params == [params] * 3  # 2 + 1 writes, 1 check
+    checks = [c for c in llm.convs if c[0].content == VALIDATE_SYSTEM]
+    assert checks[0][1].content == (
+        "When to use: when adding two numbers\nContent: call add with both numbers, then answer.\n\n"
+        "Is this experience correct, general and actionable? Answer yes or no."
+    )
+    assert (report.jobs, report.calls, report.unparseable, report.rejected, report.validated_jobs) == (3, 5, 1, 1, 1)
+    assert report.validated_share == 1 / 3 and report.grounded == 0 and report.closed_failures == 0
+    assert (report.prompt_tokens, report.completion_tokens) == (50, 25)
+    (exp,) = report.experiences
+    assert (exp.when_to_use, exp.content) == ("when adding two numbers", "call add with both numbers, then answer.")
+    prov = exp.provenance
+    assert (prov.kind, prov.trajectory_ids, prov.task_ids, prov.iteration) == ("comparison", ["w1", "l1"], ["t1"], 4)
+    again = ex.extract(_extraction_run()[:2], tasks)  # the next report counts its own tokens only
+    assert (again.prompt_tokens, again.completion_tokens, again.calls) == (20, 10, 2)
+    assert again.experiences[0].provenance.iteration is None
+
+
+def test_without_validation_every_parsed_experience_is_kept_and_no_check_is_asked():
+    from evolvekit.navigating.extract import ExperienceExtractor
+
+    llm = _Recorder(lambda conv: GOOD + "\nWhen to use: when a second lesson applies\nContent: write it down too.")
+    report = ExperienceExtractor(llm, SamplingParams(), validate=False).extract(_extraction_run(), {})  # type: ignore[arg-type]
+    assert len(report.experiences) == 6 and report.calls == 3 and report.validated_jobs == 3 and report.rejected == 0
+
+
+def test_the_split_reads_the_outcome_or_in_grounded_mode_the_environments_check():
+    from evolvekit.navigating.extract import ExperienceExtractor
+    from evolvekit.types import RewardParts
+
+    judged = _traj("j", [_step(0, text="x")], 1.0).model_copy(update={"rewards": RewardParts(outcome=1.0, env=0.0)})
+    assert ExperienceExtractor(None, SamplingParams()).jobs([judged]) == [("success", [judged])]  # type: ignore[arg-type]
+    grounded = ExperienceExtractor(None, SamplingParams(), grounded=True)  # type: ignore[arg-type]
+    assert grounded.jobs([judged]) == [("failure", [judged])]
+    strict = ExperienceExtractor(None, SamplingParams(), success_threshold=0.9)  # type: ignore[arg-type]
+    assert [k for k, _ in strict.jobs(_extraction_run())] == [
+        "comparison",
+        "failure",
+        "failure",
+    ]  # 0.5 is no longer one
+
+
+class _Local:
+    """A stand-in in-process model: a fixed chat template, characters as token ids, scripted generations."""
+
+    name = "local"
+
+    def __init__(self, replies):
+        self.replies, self.prompts, self.params = list(replies), [], []
+
+    def apply_chat_template(self, conv):
+        return [7] * len(conv)
+
+    def encode(self, text):
+        return [ord(ch) for ch in text]
+
+    def generate_ids(self, prompts, params):
+        self.prompts.append([list(p) for p in prompts])
+        self.params.append(params)
+        return [[Completion(text=self.replies.pop(0), token_ids=[1, 2, 3])] for _ in prompts]
+
+
+def _ids(text):
+    return [ord(ch) for ch in text]
+
+
+def test_constrained_writing_lets_the_model_write_only_the_two_lines():
+    from evolvekit.navigating.extract import ExperienceExtractor
+
+    local = _Local(["when adding two numbers\nmore", "call add with both numbers.\nmore"])
+    params = SamplingParams(temperature=0.6, top_p=0.9, seed=5)
+    ex = ExperienceExtractor(local, params, validate=False, constrained=True, field_tokens=32)  # type: ignore[arg-type]
+    report = ex.extract(_extraction_run()[:2], {})
+    first, second = local.prompts
+    assert first == [[7, 7] + _ids("When to use:")]
+    assert second == [[7, 7] + _ids("When to use: when adding two numbers\nContent:")]
+    line = SamplingParams(temperature=0.6, top_p=0.9, max_new_tokens=32, stop=("\n",), seed=5)
+    assert local.params == [line, line]
+    (exp,) = report.experiences
+    assert (exp.when_to_use, exp.content) == ("when adding two numbers", "call add with both numbers.")
+    # no server count: the prompt ids given are counted, and each completion's ids
+    assert (report.prompt_tokens, report.completion_tokens, report.calls) == (len(first[0]) + len(second[0]), 6, 1)
+
+
+def test_constrained_validation_is_a_forced_choice_per_candidate(monkeypatch):
+    import evolvekit.navigating.extract as extract_mod
+
+    asked = []
+
+    def forced_yes(scorer, llm, conv, temperature, rng):
+        asked.append((scorer, llm, conv[1].content.split("\n")[0], temperature, rng))
+        return len(asked) == 1
+
+    monkeypatch.setattr(extract_mod, "forced_yes", forced_yes)
+    local = _Local(["when adding two numbers", "when a tool fails", "call add with both numbers.", "read the error."])
+    ex = extract_mod.ExperienceExtractor(local, SamplingParams(temperature=0.4), constrained=True)  # type: ignore[arg-type]
+    run = _extraction_run()
+    report = ex.extract(run[:3], {})
+    assert [a[2] for a in asked] == ["When to use: when adding two numbers", "When to use: when a tool fails"]
+    assert all(a[0] is ex.scorer and a[1] is local and a[3] == 0.4 and a[4] is ex.rng for a in asked)
+    assert len(report.experiences) == 1 and report.rejected == 1 and report.calls == 4
+    written = sum(len(q) for p in local.prompts for q in p)
+    assert report.prompt_tokens == written + 2 * 2  # each check's prompt: the stand-in template's 2 ids
+
+
+class _Scorer:
+    """A stand-in ChoiceScorer: scripted option log-probabilities per prompt, recorded picks."""
+
+    def __init__(self, scores):
+        self.scores, self.priors, self.picks, self.scored = scores, {}, [], []
+
+    def option_logprobs(self, prompt, options):
+        self.scored.append(list(prompt))
+        return self.scores(prompt)
+
+    def pick(self, prompt, options, temperature, rng, prior=None):
+        self.picks.append((list(prompt), [list(o) for o in options], temperature, rng, prior))
+        scores = self.scores(prompt)
+        scores = [s - p for s, p in zip(scores, prior)] if prior is not None else scores
+        return (0 if scores[0] >= scores[1] else 1), scores
+
+
+class _Template:
+    def apply_chat_template(self, conv):
+        return _ids("|".join(f"{m.role}:{m.content}" for m in conv))
+
+    def encode(self, text):
+        return _ids(text)
+
+
+def test_forced_yes_is_calibrated_against_the_same_question_about_content_free_text():
+    import random
+
+    from evolvekit.llm.base import ChatMessage
+    from evolvekit.navigating.extract import forced_yes
+
+    conv = [ChatMessage(role="system", content="Judge: strictly."), ChatMessage(role="user", content="A) x: 1\nB) y")]
+    blank = "system:Judge: strictly.|user:A) x: N/A\nB) y"  # the user's values after a colon become N/A, the system's stay
+
+    def scores(prompt):  # the model prefers "yes" everywhere, and more so without content
+        return [-0.5, -1.0] if "N/A" not in "".join(map(chr, prompt)) else [-0.1, -2.0]
+
+    scorer, rng = _Scorer(scores), random.Random(0)
+    assert forced_yes(scorer, _Template(), conv, 0.0, rng) is False  # -0.4 against +1.0: "no" once calibrated
+    (prompt, options, temperature, got_rng, prior) = scorer.picks[0]
+    assert "".join(map(chr, prompt)) == "system:Judge: strictly.|user:A) x: 1\nB) y" + "Answer:"
+    assert options == [_ids(" yes"), _ids(" no")] and (temperature, got_rng, prior) == (0.0, rng, [-0.1, -2.0])
+    assert ["".join(map(chr, p)) for p in scorer.scored] == [blank + "Answer:"]
+    forced_yes(scorer, _Template(), conv, 0.0, rng)
+    assert len(scorer.scored) == 1  # the prior is computed once per content-free prompt
+    plain = _Scorer(scores)
+    assert forced_yes(plain, _Template(), conv, 0.0, rng, calibrate=False) is True and plain.picks[0][4] is None
+
+
+def test_the_merge_check_asks_whether_two_experiences_give_the_same_advice(monkeypatch):
+    import evolvekit.navigating.extract as extract_mod
+
+    old = Experience(when_to_use="w old", content="c old", provenance=ExperienceProvenance(trajectory_ids=["a"]))
+    new = Experience(when_to_use="w new", content="c new", provenance=ExperienceProvenance(trajectory_ids=["b"]))
+    llm = _Recorder(lambda conv: "Yes, the same.")
+    params = SamplingParams(seed=2)
+    assert extract_mod.llm_equivalence(llm, params)(new, old) is True  # type: ignore[arg-type]
+    (conv,) = llm.convs
+    assert conv[0].content == "You compare two pieces of advice for an AI agent."
+    assert conv[1].content == (
+        "A) When to use: w old\nContent: c old\n\nB) When to use: w new\nContent: c new\n\n"
+        "Do A and B give the same advice? Answer yes or no."
+    )
+    assert llm.params == [params]
+    assert extract_mod.llm_equivalence(_Recorder(lambda conv: "No."), params)(new, old) is False  # type: ignore[arg-type]
+    seen = []
+    monkeypatch.setattr(extract_mod, "ChoiceScorer", lambda model: ("scorer", model))
+    monkeypatch.setattr(extract_mod, "forced_yes", lambda *a: seen.append(a) or True)
+    assert extract_mod.llm_equivalence("model", SamplingParams(temperature=0.2, seed=4), constrained=True)(new, old)  # type: ignore[arg-type]
+    scorer, model, conv, temperature, rng = seen[0]
+    assert (scorer, model, temperature) == (("scorer", "model"), "model", 0.2) and rng.random() == __import__(
+        "random"
+    ).Random(4).random()
