@@ -328,7 +328,9 @@ def test_forced_yes_is_calibrated_against_the_same_question_about_content_free_t
     from evolvekit.navigating.extract import forced_yes
 
     conv = [ChatMessage(role="system", content="Judge: strictly."), ChatMessage(role="user", content="A) x: 1\nB) y")]
-    blank = "system:Judge: strictly.|user:A) x: N/A\nB) y"  # the user's values after a colon become N/A, the system's stay
+    blank = (
+        "system:Judge: strictly.|user:A) x: N/A\nB) y"  # the user's values after a colon become N/A, the system's stay
+    )
 
     def scores(prompt):  # the model prefers "yes" everywhere, and more so without content
         return [-0.5, -1.0] if "N/A" not in "".join(map(chr, prompt)) else [-0.1, -2.0]
@@ -369,3 +371,109 @@ def test_the_merge_check_asks_whether_two_experiences_give_the_same_advice(monke
     assert (scorer, model, temperature) == (("scorer", "model"), "model", 0.2) and rng.random() == __import__(
         "random"
     ).Random(4).random()
+
+
+MUL = ToolCall(name="multiply", arguments={"a": 42, "b": 7})
+
+
+def test_a_grounded_experience_by_hand():
+    """Values described by their source (the request, the latest earlier result that holds them, else the value),
+    the calls the failure lacked, and its first mistake."""
+    from evolvekit.navigating.extract import grounded_experience
+
+    task = Task(task_id="t1", env_name="bfcl", query=["Add 12 and 30,", "then double it."])
+    win = _traj(
+        "w",
+        [
+            _step(0, ADD, obs='{"result": 42}'),
+            _step(1, ToolCall(name="echo", arguments={"x": 42}), ok=False, obs="Error"),  # a refused call: left out
+            _step(2, MUL, obs='{"result": 84}'),
+            _step(3, ToolCall(name="note", arguments={"text": "84", "tag": "z" * 80}), obs="ok"),
+            _step(4, text="84"),
+        ],
+        1.0,
+    )
+    lose = _traj("l", [_step(0, ADD, obs='{"result": 42}'), _step(1, text="42")], 0.0)
+    when, content = grounded_experience(task, win, lose)  # type: ignore[misc]
+    assert when == 'A request like "Add 12 and 30, then double it." that the tools add, multiply, note can answer.'
+    assert content == (
+        "Call add(a=<from the request>, b=<from the request>), then multiply(a=<result of add>, b=7), then "
+        f'note(text=<result of multiply>, tag="{"z" * 59}), one call per message; then answer with the result. '
+        "The successful attempt made 2 call(s) the failed one did not: multiply, note. "
+        "Avoid stopping before every needed call was made."
+    )
+    same = grounded_experience(task, win, win)[1]  # type: ignore[index]
+    assert "made the same call(s) the failed one did not." in same
+    assert grounded_experience(None, win)[0].startswith('A request like "a task" that')  # type: ignore[index]
+    assert grounded_experience(task, win)[1].endswith("then answer with the result.")  # type: ignore[index]
+    long = grounded_experience(task, win.model_copy(update={"steps": [_step(0, ADD, obs="x")] * 80}))
+    assert len(long[1]) == 1200  # type: ignore[index]
+
+
+def test_the_failures_first_mistake():
+    from evolvekit.navigating.extract import grounded_experience
+
+    task = Task(task_id="t1", env_name="bfcl", query="Add 12 and 30.")
+    win = _traj("w", [_step(0, ADD, obs="42"), _step(1, text="42")], 1.0)
+
+    def avoid(steps):
+        return grounded_experience(task, win, _traj("l", steps, 0.0))[1].split(" Avoid ")[1]  # type: ignore[index]
+
+    assert avoid([_step(0, text="<tool_call>{", parse_error="bad json")]) == (
+        "writing a message that contains no valid tool call."
+    )
+    failing = ToolCall(name="add", arguments={"a": "x"})
+    assert avoid([_step(0, failing, ok=False, obs="  \nError: a must be a number\nmore")]) == (
+        "calling add in a way that fails (Error: a must be a number)."
+    )
+    assert avoid([_step(0, failing, ok=False, obs="E" * 200)]) == f"calling add in a way that fails ({'E' * 160})."
+    assert avoid([_step(0, failing, ok=False, obs="  ")]) == "calling add in a way that fails (an error)."
+    other = [_step(0, ToolCall(name="add", arguments={"a": 1, "b": 2}), obs="3"), _step(1, MUL, obs="84")]
+    assert avoid(other) == "calling add, multiply with other arguments or where it is not needed."
+    assert avoid([_step(0, text="42")]) == "answering without calling any tool."
+    # a parse error with a call made is not "no valid tool call"; a call without an outcome counts as run
+    assert avoid([_step(0, ADD, parse_error="trailing text"), _step(1, text="42")]) == (
+        "stopping before every needed call was made."
+    )
+    unrecorded = Step(index=0, action_text="x", tool_calls=[ADD, MUL], observation="42", calls=[])
+    assert avoid([unrecorded]) == "calling multiply with other arguments or where it is not needed."
+
+
+def test_grounded_validation_edges():
+    from evolvekit.navigating.extract import grounded_valid
+
+    run = [_traj("w", [_step(0, ADD, obs="42")], 1.0)]
+    assert grounded_valid("When adding.", "Call add with both numbers, then answer.", run)
+    assert not grounded_valid("When adding.", "Call add_all with both numbers.", run)  # another tool's name
+    assert not grounded_valid("When adding.", "Call math.add with both numbers.", run)  # a dotted name is another's
+    assert grounded_valid("When to add.", "Use add.", run)  # the tool may be named anywhere, the content's words
+    assert not grounded_valid("add", "add add add add", run)  # fewer than half of the words distinct
+    assert grounded_valid("add", "add it now", run) and grounded_valid("add", "add add b c", run)  # exactly half
+    assert not grounded_valid("add", "", run) and not grounded_valid("add", "!!", run)
+    task = Task(task_id="t1", env_name="bfcl", query="q", reference_solution=[[MUL]])
+    assert grounded_valid("w", "Call multiply twice.", run, task) and not grounded_valid("w", "Call multiply.", run)
+
+
+def test_grounded_extraction_writes_from_execution_and_closes_person_written_failures():
+    from evolvekit.boundary import InformationBoundary
+    from evolvekit.navigating.extract import ExperienceExtractor
+
+    synthetic = Task(
+        task_id="t3", env_name="bfcl", query="Add 12 and 30.", reference_solution=[[ADD]], source=TaskSource.SYNTHETIC
+    )
+    person = synthetic.model_copy(update={"task_id": "t2", "source": TaskSource.REAL})
+    runs = _extraction_run()[:4]  # t1 comparison, t2 success, t3 failure
+    runs[2] = _traj("w2", [_step(0, MUL, obs="84"), _step(1, text="84")], 1.0, task_id="t2")
+    ex = ExperienceExtractor(None, SamplingParams(), grounded=True, batch=1)  # type: ignore[arg-type]
+    report = ex.extract(runs, {"t2": person, "t3": synthetic}, iteration=1)
+    kinds = [e.provenance.kind for e in report.experiences]
+    assert kinds == ["comparison", "success", "failure"] and report.grounded == 3 and report.calls == 0
+    assert report.experiences[2].content.startswith("Call add(a=<from the request>, b=<from the request>)")
+    assert (report.validated_jobs, report.rejected, report.closed_failures, report.unparseable) == (3, 0, 0, 0)
+    closed = ex.extract(runs, {"t3": synthetic.model_copy(update={"source": TaskSource.REAL})})
+    assert closed.closed_failures == 1 and closed.jobs == 3 and len(closed.experiences) == 2
+    no_call = [_traj("n", [_step(0, text="42")], 1.0)]  # a success without a call writes nothing
+    empty = ex.extract(no_call, {})
+    assert (empty.jobs, empty.grounded, empty.unparseable, empty.experiences) == (1, 0, 1, [])
+    oracle = ExperienceExtractor(None, SamplingParams(), grounded=True, boundary=InformationBoundary(oracle=True))  # type: ignore[arg-type]
+    assert oracle.extract(runs[3:], {"t3": synthetic.model_copy(update={"source": TaskSource.REAL})}).grounded == 1
