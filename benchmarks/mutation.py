@@ -53,7 +53,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # experience extraction (Ω_process, §4.1 / EvolveR): the split into jobs, grounded writing, validation, refine
     "extract": (
         "navigating/extract.py",
-        ["tests/cpu/test_navigating.py", "tests/cpu/test_helpers_constrained.py", "tests/cpu/test_boundary.py"],
+        ["tests/cpu/test_extract.py", "tests/cpu/test_navigating.py", "tests/cpu/test_helpers_constrained.py"]
+        + ["tests/cpu/test_boundary.py"],
     ),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
     "build": (
