@@ -150,6 +150,12 @@ def test_refine_reranking_edges():
     ]
     zero = _Recorder(lambda conv: "0")
     assert [e for e, _ in refine(zero, SamplingParams(), "q", items, True, False, keep=3)] == items
+    second = _Recorder(lambda conv: "2 0")  # 0 ranked second stays second, before the unranked 1
+    assert [e for e, _ in refine(second, SamplingParams(), "q", items, True, False, keep=3)] == [
+        items[2],
+        items[0],
+        items[1],
+    ]
     one = _Recorder(lambda conv: "0")
     assert refine(one, SamplingParams(), "q", items[:1], True, False) == [(items[0], "When to use: w0\nContent: c0")]
     assert one.convs == []  # nothing to rank with one experience
@@ -215,6 +221,7 @@ def test_without_validation_every_parsed_experience_is_kept_and_no_check_is_aske
     llm = _Recorder(lambda conv: GOOD + "\nWhen to use: when a second lesson applies\nContent: write it down too.")
     report = ExperienceExtractor(llm, SamplingParams(), validate=False).extract(_extraction_run(), {})  # type: ignore[arg-type]
     assert len(report.experiences) == 6 and report.calls == 3 and report.validated_jobs == 3 and report.rejected == 0
+    assert (report.prompt_tokens, report.completion_tokens) == (0, 0)  # a server that reported no counts: none
 
 
 def test_the_split_reads_the_outcome_or_in_grounded_mode_the_environments_check():
@@ -408,6 +415,8 @@ def test_a_grounded_experience_by_hand():
     assert grounded_experience(task, win)[1].endswith("then answer with the result.")  # type: ignore[index]
     long = grounded_experience(task, win.model_copy(update={"steps": [_step(0, ADD, obs="x")] * 80}))
     assert len(long[1]) == 1200  # type: ignore[index]
+    wide = grounded_experience(task.model_copy(update={"query": "y" * 300}), win)[0]  # type: ignore[index]
+    assert wide == f'A request like "{"y" * 200}" that the tools add, multiply, note can answer.'
 
 
 def test_the_failures_first_mistake():
@@ -448,7 +457,7 @@ def test_grounded_validation_edges():
     assert not grounded_valid("When adding.", "Call math.add with both numbers.", run)  # a dotted name is another's
     assert grounded_valid("When to add.", "Use add.", run)  # the tool may be named anywhere, the content's words
     assert not grounded_valid("add", "add add add add", run)  # fewer than half of the words distinct
-    assert grounded_valid("add", "add it now", run) and grounded_valid("add", "add add b c", run)  # exactly half
+    assert grounded_valid("add", "add it now", run) and grounded_valid("add", "Add add", run)  # exactly half
     assert not grounded_valid("add", "", run) and not grounded_valid("add", "!!", run)
     task = Task(task_id="t1", env_name="bfcl", query="q", reference_solution=[[MUL]])
     assert grounded_valid("w", "Call multiply twice.", run, task) and not grounded_valid("w", "Call multiply.", run)
@@ -477,3 +486,29 @@ def test_grounded_extraction_writes_from_execution_and_closes_person_written_fai
     assert (empty.jobs, empty.grounded, empty.unparseable, empty.experiences) == (1, 0, 1, [])
     oracle = ExperienceExtractor(None, SamplingParams(), grounded=True, boundary=InformationBoundary(oracle=True))  # type: ignore[arg-type]
     assert oracle.extract(runs[3:], {"t3": synthetic.model_copy(update={"source": TaskSource.REAL})}).grounded == 1
+
+
+def test_parsing_edges_json_shapes_item_limit_field_bounds_and_echo_length():
+    from evolvekit.navigating.extract import is_echo, parse_experiences
+
+    one = '{"when_to_use": "when adding numbers", "content": "call add with both."}'
+    assert parse_experiences(one) == [("when adding numbers", "call add with both.")]  # one object, not a list
+    mixed = (
+        '["text", {"when_to_use": 5, "content": "call add with both."}, {"content": "no situation given"}, '
+        '{"when_to_use": "when adding numbers", "content": "call add with both."}]'
+    )
+    assert parse_experiences(mixed) == [("when adding numbers", "call add with both.")]
+    four = "\n".join(f"When to use: situation number {i}\nContent: lesson number {i}." for i in range(4))
+    assert len(parse_experiences(four)) == 3 and len(parse_experiences(four, 4)) == 4
+    assert parse_experiences("When to use: X-ray scans\nContent: Xerox each page.") == [
+        ("X-ray scans", "Xerox each page.")
+    ]
+
+    def pair(w, c):
+        return parse_experiences(f"When to use: {w}\nContent: {c}")
+
+    assert (
+        pair("w" * 8, "c" * 8) == [("w" * 8, "c" * 8)] and pair("w" * 7, "c" * 8) == [] and pair("w" * 8, "c" * 7) == []
+    )
+    assert pair("w" * 400, "c" * 1200) != [] and pair("w" * 401, "c" * 8) == [] and pair("w" * 8, "c" * 1201) == []
+    assert is_echo("concrete ins") and not is_echo("concrete in")  # 12 characters of the prompt's words, not 11
