@@ -512,3 +512,47 @@ def test_parsing_edges_json_shapes_item_limit_field_bounds_and_echo_length():
     )
     assert pair("w" * 400, "c" * 1200) != [] and pair("w" * 401, "c" * 8) == [] and pair("w" * 8, "c" * 1201) == []
     assert is_echo("concrete ins") and not is_echo("concrete in")  # 12 characters of the prompt's words, not 11
+
+
+def test_grounded_extraction_counts_every_skip_and_rejection_and_writes_comparisons_whole(monkeypatch):
+    import evolvekit.navigating.extract as extract_mod
+
+    person = {f"p{i}": Task(task_id=f"p{i}", env_name="bfcl", query="q", reference_solution=[[ADD]]) for i in range(2)}
+    task = Task(task_id="t1", env_name="bfcl", query="Add 12 and 30.")
+    closed = [_traj(f"f{i}", [_step(0, text="no")], 0.0, task_id=f"p{i}") for i in range(2)]  # first: nothing stops
+    no_call = [_traj(f"n{i}", [_step(0, text="42")], 1.0, task_id=f"n{i}") for i in range(2)]
+    win = _traj("w", [_step(0, ADD, obs="42"), _step(1, text="42")], 1.0)
+    lose = _traj("l", [_step(0, text="40")], 0.0)
+    ex = extract_mod.ExperienceExtractor(None, SamplingParams(), grounded=True)  # type: ignore[arg-type]
+    report = ex.extract([*closed, *no_call, win, lose], {**person, "t1": task})
+    assert (report.closed_failures, report.unparseable, report.jobs) == (2, 2, 5)
+    (exp,) = report.experiences
+    assert exp.when_to_use == 'A request like "Add 12 and 30." that the tools add can answer.'
+    assert "The successful attempt made 1 call(s) the failed one did not: add." in exp.content
+    monkeypatch.setattr(extract_mod, "grounded_valid", lambda *a: False)
+    rejected = ex.extract([win, lose, _traj("w2", [_step(0, ADD, obs="42")], 1.0, task_id="t2")], {"t1": task})
+    assert rejected.rejected == 2 and rejected.experiences == []
+
+
+def test_a_score_at_the_threshold_is_a_success_only():
+    from evolvekit.navigating.extract import ExperienceExtractor
+
+    assert [k for k, _ in ExperienceExtractor(None, SamplingParams()).jobs(_extraction_run())] == [  # type: ignore[arg-type]
+        "comparison",
+        "success",
+        "failure",
+    ]
+
+
+def test_a_later_reference_call_takes_no_value_from_an_unrun_result():
+    note = ToolCall(name="note", arguments={"text": "X"})
+    refs = [[ToolCall(name="add", arguments={"a": 1, "b": 2})], [note]]
+    task = Task(
+        task_id="t1",
+        env_name="bfcl",
+        query="Add 1 and 2, note it.",
+        source=TaskSource.SYNTHETIC,
+        reference_solution=refs,
+    )
+    content = reference_experience(task, _traj("l", [_step(0, text="3")], 0.0))[1]  # type: ignore[index]
+    assert content.startswith('Call add(a=<from the request>, b=<from the request>), then note(text="X"), one call')
