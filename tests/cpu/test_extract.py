@@ -150,12 +150,9 @@ def test_refine_reranking_edges():
     ]
     zero = _Recorder(lambda conv: "0")
     assert [e for e, _ in refine(zero, SamplingParams(), "q", items, True, False, keep=3)] == items
-    second = _Recorder(lambda conv: "2 0")  # 0 ranked second stays second, before the unranked 1
-    assert [e for e, _ in refine(second, SamplingParams(), "q", items, True, False, keep=3)] == [
-        items[2],
-        items[0],
-        items[1],
-    ]
+    second = _Recorder(lambda conv: "1 0 2")  # 0 ranked second stays second, before the later-ranked 2
+    got = refine(second, SamplingParams(), "q", items, True, False, keep=3)
+    assert [e for e, _ in got] == [items[1], items[0], items[2]]
     one = _Recorder(lambda conv: "0")
     assert refine(one, SamplingParams(), "q", items[:1], True, False) == [(items[0], "When to use: w0\nContent: c0")]
     assert one.convs == []  # nothing to rank with one experience
@@ -556,3 +553,19 @@ def test_a_later_reference_call_takes_no_value_from_an_unrun_result():
     )
     content = reference_experience(task, _traj("l", [_step(0, text="3")], 0.0))[1]  # type: ignore[index]
     assert content.startswith('Call add(a=<from the request>, b=<from the request>), then note(text="X"), one call')
+
+
+def test_the_forced_choices_draw_from_the_seed_or_0_and_the_token_counters_start_at_0(monkeypatch):
+    import random
+
+    import evolvekit.navigating.extract as extract_mod
+
+    for seed, expect in ((None, 0), (5, 5)):
+        ex = extract_mod.ExperienceExtractor(None, SamplingParams(seed=seed))  # type: ignore[arg-type]
+        assert ex.rng.random() == random.Random(expect).random() and (ex.prompt_tokens, ex.completion_tokens) == (0, 0)
+        drawn: list[float] = []
+        monkeypatch.setattr(extract_mod, "ChoiceScorer", lambda model: "scorer")
+        monkeypatch.setattr(extract_mod, "forced_yes", lambda *a, out=drawn: out.append(a[4].random()) or True)
+        check = extract_mod.llm_equivalence("m", SamplingParams(seed=seed), constrained=True)  # type: ignore[arg-type]
+        check(_exp(0), _exp(1))
+        assert drawn == [random.Random(expect).random()]
