@@ -569,3 +569,15 @@ def test_the_forced_choices_draw_from_the_seed_or_0_and_the_token_counters_start
         check = extract_mod.llm_equivalence("m", SamplingParams(seed=seed), constrained=True)  # type: ignore[arg-type]
         check(_exp(0), _exp(1))
         assert drawn == [random.Random(expect).random()]
+
+
+def test_the_default_batch_is_8_jobs_and_a_constrained_line_64_tokens():
+    from evolvekit.navigating.extract import ExperienceExtractor
+
+    runs = [_traj(f"w{i}", [_step(0, text=str(i))], 1.0, task_id=f"t{i}") for i in range(9)]
+    llm = _Recorder(lambda conv: GOOD)
+    ExperienceExtractor(llm, SamplingParams(), validate=False).extract(runs, {})  # type: ignore[arg-type]
+    assert len(llm.params) == 2 and len(llm.convs) == 9  # 8 + 1 written
+    local = _Local(["when adding two numbers", "call add with both numbers."])
+    ExperienceExtractor(local, SamplingParams(), validate=False, constrained=True).extract(runs[:1], {})  # type: ignore[arg-type]
+    assert [p.max_new_tokens for p in local.params] == [64, 64]
