@@ -57,7 +57,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         + ["tests/cpu/test_boundary.py"],
     ),
     # the task supply (Eq. 12's hybrid λ, the proxy tasks' advantage decay, CoEvolve's hook)
-    "supply": ("questioning/supply.py", ["tests/cpu/test_questioning.py", "tests/cpu/test_build_wiring.py"]),
+    "supply": (
+        "questioning/supply.py",
+        ["tests/cpu/test_supply.py", "tests/cpu/test_questioning.py", "tests/cpu/test_build_wiring.py"],
+    ),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
     "build": (
         "orchestrator/build.py",
