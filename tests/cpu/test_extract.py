@@ -4,6 +4,8 @@ of its report, grounded writing and validation, and the re-ranking's edge cases.
 
 from __future__ import annotations
 
+import random
+
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.navigating.extract import (
     EXTRACT_FORMAT,
@@ -372,9 +374,8 @@ def test_the_merge_check_asks_whether_two_experiences_give_the_same_advice(monke
     monkeypatch.setattr(extract_mod, "forced_yes", lambda *a: seen.append(a) or True)
     assert extract_mod.llm_equivalence("model", SamplingParams(temperature=0.2, seed=4), constrained=True)(new, old)  # type: ignore[arg-type]
     scorer, model, conv, temperature, rng = seen[0]
-    assert (scorer, model, temperature) == (("scorer", "model"), "model", 0.2) and rng.random() == __import__(
-        "random"
-    ).Random(4).random()
+    assert (scorer, model, temperature) == (("scorer", "model"), "model", 0.2)
+    assert rng.random() == random.Random(4).random()
 
 
 MUL = ToolCall(name="multiply", arguments={"a": 42, "b": 7})
