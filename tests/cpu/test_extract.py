@@ -328,7 +328,6 @@ class _Template:
 
 
 def test_forced_yes_is_calibrated_against_the_same_question_about_content_free_text():
-    import random
 
     from evolvekit.llm.base import ChatMessage
     from evolvekit.navigating.extract import forced_yes
@@ -557,7 +556,6 @@ def test_a_later_reference_call_takes_no_value_from_an_unrun_result():
 
 
 def test_the_forced_choices_draw_from_the_seed_or_0_and_the_token_counters_start_at_0(monkeypatch):
-    import random
 
     import evolvekit.navigating.extract as extract_mod
 
