@@ -4,6 +4,7 @@ stand-ins for the tracker, regenerator and store."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import pytest
@@ -46,8 +47,6 @@ def test_the_real_draw_continues_where_the_last_left_off_with_its_own_seed():
     real_ids = [t.task_id for i in range(4) for t in mixed.tasks(_ctx(i)) if t.source == TaskSource.REAL]
     assert real_ids == [t.task_id for t in mixed._draw(mixed.real, 0, 4, 5)]  # no real task skipped or repeated
     epochs = [t.task_id for t in supply._draw(supply.real, 0, 8, 4)]
-    import random
-
     order = list(range(4))
     random.Random(4 * 100_003 + 1).shuffle(order)
     assert epochs[4:] == [f"r{i}" for i in order]  # the second epoch's order: the seed's own shuffle
@@ -110,3 +109,55 @@ def test_the_coevolve_hook_counts_signals_and_regenerates_every_f_iterations_fro
     assert len(regen.calls) == 1
     never = CoEvolveHook(_Tracker([[_Signal("rare")]]), _Regen(), every=0)
     assert never.observe(_ctx(0), [t0], supply)["coevolve/new_tasks"] == 0.0 and never.regenerator.calls == []
+
+
+def test_each_pool_is_shuffled_by_its_own_seed_per_epoch_on_a_pool_large_enough_to_tell_seeds_apart():
+    syn, real = _tasks("s", 12, TaskSource.SYNTHETIC), _tasks("r", 12)
+
+    def shuffled(pool, seed, epoch):
+        order = list(range(len(pool)))
+        random.Random(seed * 100_003 + epoch).shuffle(order)
+        return [pool[i].task_id for i in order]
+
+    drawn = [t.task_id for t in HybridTaskSupply._draw(syn, 0, 24, 7)]
+    assert drawn == shuffled(syn, 7, 0) + shuffled(syn, 7, 1)
+    assert shuffled(syn, 7, 0) != shuffled(syn, 8, 0) != shuffled(syn, 7, 1)  # the check can tell them apart
+    supply = HybridTaskSupply(syn, real, 12, 0.5, seed=7)
+    batch = supply.tasks(_ctx(0))
+    assert [t.task_id for t in batch if t.source == TaskSource.SYNTHETIC] == shuffled(syn, 7, 0)[:6]
+    assert [t.task_id for t in batch if t.source == TaskSource.REAL] == shuffled(real, 8, 0)[:6]
+
+
+def test_the_coevolve_hook_regenerates_on_the_last_iteration_of_each_period_and_reads_no_store_when_there_is_none():
+    tracker = _Tracker([[_Signal("rare")]] * 6)
+    regen = _Regen()
+    hook = CoEvolveHook(tracker, regen, every=3)
+    supply = HybridTaskSupply(SYN, REAL, 2, 1.0, 0, coevolve=hook)
+    fired = [
+        supply.observe(_ctx(i), [Trajectory(trajectory_id=f"t{i}", task_id="s0")])["coevolve/new_tasks"]
+        for i in range(6)
+    ]
+    assert fired == [0.0, 0.0, 1.0, 0.0, 0.0, 1.0]  # iterations 2 and 5 of every 3
+    assert [len(p) for p, _, _ in regen.calls] == [3, 3] and [t for _, _, t in regen.calls] == [{}, {}]
+
+
+class _RecordingStore:
+    def __init__(self):
+        self.calls = []
+
+    def put_tasks(self, c, tasks, iteration):
+        self.calls.append(("tasks", c, list(tasks), iteration))
+
+    def put_explorations(self, c, traces, iteration):
+        self.calls.append(("explorations", c, list(traces), iteration))
+
+
+def test_commit_stores_the_new_tasks_and_traces_with_the_iteration_then_forgets_them():
+    hook = CoEvolveHook(_Tracker([[_Signal("rare")]]), _Regen(), every=1)
+    supply = HybridTaskSupply(SYN, REAL, 2, 1.0, 0, coevolve=hook)
+    supply.observe(_ctx(4), [Trajectory(trajectory_id="a", task_id="s0")])
+    store, conn = _RecordingStore(), object()
+    supply.commit(conn, store, 4)  # type: ignore[arg-type]
+    new = _tasks("n", 1, TaskSource.SYNTHETIC)
+    assert store.calls == [("tasks", conn, new, 4), ("explorations", conn, ["trace"], 4)]
+    assert (hook.unsaved, hook.unsaved_traces) == ([], [])
