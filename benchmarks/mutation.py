@@ -61,6 +61,20 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "questioning/supply.py",
         ["tests/cpu/test_supply.py", "tests/cpu/test_questioning.py", "tests/cpu/test_build_wiring.py"],
     ),
+    # self-attributing's stage (§5): grounded labels behind the information boundary, self-derived and borrowed
+    # references, the source's agreement with the grounded labels
+    "attrstage": (
+        "attributing/stage.py",
+        ["tests/cpu/test_attributing.py", "tests/cpu/test_grounded.py", "tests/cpu/test_boundary.py"]
+        + ["tests/cpu/test_advantages.py", "tests/cpu/test_build_wiring.py"],
+    ),
+    # Evolving-RL's utility test of an experience (§3.1): related tasks by description, utility vs. vanilla
+    "utility": ("navigating/utility.py", ["tests/cpu/test_navigating.py"]),
+    # the LLM judge (§3.3) and its agreement with the environment's state
+    "judge": (
+        "questioning/judge.py",
+        ["tests/cpu/test_questioning.py", "tests/cpu/test_helpers_constrained.py", "tests/cpu/test_build_wiring.py"],
+    ),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
     "build": (
         "orchestrator/build.py",
