@@ -69,7 +69,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         + ["tests/cpu/test_advantages.py", "tests/cpu/test_build_wiring.py"],
     ),
     # Evolving-RL's utility test of an experience (§3.1): related tasks by description, utility vs. vanilla
-    "utility": ("navigating/utility.py", ["tests/cpu/test_navigating.py"]),
+    "utility": ("navigating/utility.py", ["tests/cpu/test_utility.py", "tests/cpu/test_navigating.py"]),
     # the LLM judge (§3.3) and its agreement with the environment's state
     "judge": (
         "questioning/judge.py",
