@@ -65,8 +65,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # references, the source's agreement with the grounded labels
     "attrstage": (
         "attributing/stage.py",
-        ["tests/cpu/test_attributing.py", "tests/cpu/test_grounded.py", "tests/cpu/test_boundary.py"]
-        + ["tests/cpu/test_advantages.py", "tests/cpu/test_build_wiring.py"],
+        ["tests/cpu/test_attributing_stage.py", "tests/cpu/test_attributing.py", "tests/cpu/test_grounded.py"]
+        + ["tests/cpu/test_boundary.py", "tests/cpu/test_advantages.py", "tests/cpu/test_build_wiring.py"],
     ),
     # Evolving-RL's utility test of an experience (§3.1): related tasks by description, utility vs. vanilla
     "utility": ("navigating/utility.py", ["tests/cpu/test_utility.py", "tests/cpu/test_navigating.py"]),
