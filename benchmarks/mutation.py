@@ -75,6 +75,13 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "questioning/judge.py",
         ["tests/cpu/test_questioning.py", "tests/cpu/test_helpers_constrained.py", "tests/cpu/test_build_wiring.py"],
     ),
+    # Evolving-RL's math (§3, Appendix A): skill rewards, the two groupings, the skill filter, Eq. 7-10's reliability
+    "evolvingrl": ("navigating/evolving_rl.py", ["tests/cpu/test_evolving_rl.py"]),
+    # the context manager's snapshot recorder (§6.2): merged sequences, loss mask, step spans, prompt spans
+    "context": (
+        "agent/context.py",
+        ["tests/cpu/test_agent.py", "tests/cpu/test_samples.py", "tests/cpu/test_templates.py"],
+    ),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
     "build": (
         "orchestrator/build.py",
