@@ -73,7 +73,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # the LLM judge (§3.3) and its agreement with the environment's state
     "judge": (
         "questioning/judge.py",
-        ["tests/cpu/test_questioning.py", "tests/cpu/test_helpers_constrained.py", "tests/cpu/test_build_wiring.py"],
+        ["tests/cpu/test_judge.py", "tests/cpu/test_questioning.py", "tests/cpu/test_helpers_constrained.py"]
+        + ["tests/cpu/test_build_wiring.py"],
     ),
     # Evolving-RL's math (§3, Appendix A): skill rewards, the two groupings, the skill filter, Eq. 7-10's reliability
     "evolvingrl": ("navigating/evolving_rl.py", ["tests/cpu/test_evolving_rl.py"]),
