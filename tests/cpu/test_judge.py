@@ -149,6 +149,7 @@ def test_without_calibration_there_is_no_prior_and_an_unseeded_judge_draws_from_
 def test_the_agreement_measures_count_the_threshold_itself_as_a_pass():
     assert constant_agreement([0.5, 0.5, 0.0]) == pytest.approx(2 / 3)
     assert constant_agreement([0.5, 0.0, 0.0, 0.0], threshold=0.5) == 0.75
-    assert agreement_with_state([0.5, 0.5], [1.0, 0.4]) == 0.5
-    assert agreement_with_state([1.0, 0.0], [0.5, 0.5]) == 0.5
+    assert agreement_with_state([0.5, 0.5], [1.0, 0.4]) == 0.5  # a judge at the threshold passes
+    assert agreement_with_state([0.5], [1.0]) == 1.0 and agreement_with_state([1.0], [0.5]) == 1.0
+    assert agreement_with_state([1.0, 0.0], [0.5, 0.5]) == 0.5  # a state at the threshold passes
     assert agreement_with_state([None, 0.3], [1.0, None]) is None
