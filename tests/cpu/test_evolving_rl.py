@@ -65,6 +65,35 @@ def test_reliability_equations():
     assert rel["ordering_bound"] == pytest.approx(sum(normal_cdf(g * math.sqrt(6)) for g in gaps) / 2)
 
 
+def test_the_math_at_its_edges_and_defaults_by_hand():
+    """Issue 53's rule (a mechanism test must fail when the mechanism breaks): the survivors of mutating this module
+    at stop 70, each pinned by a hand-computed value."""
+    from evolvekit.train.losses import group_advantages
+
+    assert skill_rewards([[], [1.0, 0.0]]) == [0.0, 0.5]  # a skill tested on no task has reward 0
+    # the default ε = 1e-6 (Eq. 3's GRPO normalisation), against the plain group computation
+    assert extractor_advantages([[1.0], [0.0]]) == group_advantages([1.0, 0.0], ["g", "g"], 1e-6)
+    assert solver_advantages([[1.0], [0.0]]) == [[a] for a in group_advantages([1.0, 0.0], ["g", "g"], 1e-6)]
+    assert solver_advantages([]) == []
+    # the skill filter: a tab/newline is skipped, not the end of the check; private-use, surrogate and unassigned
+    # code points; non-ASCII letters are not symbols; the share of symbols is compared strictly
+    assert abnormal_skill("ok\n\ufffd") and abnormal_skill("hello world \ue000")
+    assert abnormal_skill("hello world \ud800") and abnormal_skill("hello world \u0378")
+    assert not abnormal_skill("abcd") and not abnormal_skill("éééééé")
+    assert not abnormal_skill("abcdefg→") and not abnormal_skill("abcd→")  # 1/8 and exactly 1/5 = 0.2
+    assert abnormal_skill("abc→")  # 1/4 > 0.2
+    assert normal_cdf(1.0) == pytest.approx(0.8413447460685429) and normal_cdf(-1.0) == pytest.approx(0.15865525393)
+    # Eq. 8 with σ = 0: a positive gap is always ordered right, no gap (or a negative one) is a coin flip
+    assert ordering_probability(0.5, 0.0) == 1.0 and ordering_probability(0.0, 0.0) == 0.5
+    assert ordering_probability(-1.0, 0.0) == 0.5 and ordering_probability(1.0, -1.0) == 1.0
+    assert gap_sigma([], []) == 0.0
+    assert ordering_lower_bound(0.5, 2, reward_range=2.0) == pytest.approx(normal_cdf(0.5))  # 0.5·√4 / 2
+    assert group_reliability([]) == {"spread": 0.0, "ordering_bound": 0.0}
+    assert group_reliability([[], []]) == {"spread": 0.0, "ordering_bound": 0.0}  # K = 0: no bound
+    rel = group_reliability([[1.0], [0.5]], reward_range=2.0)
+    assert rel == {"spread": 0.5, "ordering_bound": pytest.approx(normal_cdf(0.5 * math.sqrt(2) / 2))}
+
+
 def test_joint_weights_and_weighted_loss():
     assert joint_weights("both", 0.2, 1.0) == (0.2, 1.0)
     assert joint_weights("solver_only", 0.2, 1.0) == (0.0, 1.0)
