@@ -86,7 +86,12 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # the context manager's snapshot recorder (§6.2): merged sequences, loss mask, step spans, prompt spans
     "context": (
         "agent/context.py",
-        ["tests/cpu/test_agent.py", "tests/cpu/test_samples.py", "tests/cpu/test_templates.py"],
+        [
+            "tests/cpu/test_context.py",
+            "tests/cpu/test_agent.py",
+            "tests/cpu/test_samples.py",
+            "tests/cpu/test_templates.py",
+        ],
     ),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
     "build": (
