@@ -81,7 +81,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # Evolving-RL's stages (§3.1-3.4): source, extractor and solver rollouts, the kept skills, the joint samples
     "evolvstage": (
         "navigating/evolving_stage.py",
-        ["tests/cpu/test_evolving_rl.py", "tests/cpu/test_build_wiring.py"],
+        ["tests/cpu/test_evolving_stage.py", "tests/cpu/test_evolving_rl.py", "tests/cpu/test_build_wiring.py"],
     ),
     # the context manager's snapshot recorder (§6.2): merged sequences, loss mask, step spans, prompt spans
     "context": (
