@@ -23,7 +23,7 @@ from evolvekit.navigating.evolving_stage import (
 from evolvekit.navigating.extract import render_trajectory
 from evolvekit.protocols import IterationContext
 from evolvekit.train.sample_stage import SampleSettings
-from evolvekit.types import MAX_EXPERIENCE_CHARS, EvolvingRole, Step, Task, Trajectory
+from evolvekit.types import MAX_EXPERIENCE_CHARS, EvolvingRole, SpanKind, Step, Task, TokenSpan, Trajectory
 
 TASKS = [Task(task_id=f"t{i}", env_name="x", query=q) for i, q in enumerate(["add", "sum", "sort"])]
 VECS = {"add": [1.0, 0.0], "sum": [0.9, 0.1], "sort": [0.0, 1.0]}
@@ -90,6 +90,7 @@ def test_stage_b_rolls_out_sources_skills_and_their_solvers_with_distinct_groups
     evolving = EvolvingRLConfig(n_candidates=3, k_tasks=2, skill_max_tokens=16)
     settings = RolloutSettings(rendering="json")
     stage = EvolvingRLRollouts(evolving, settings, llm, make_env, params, candidates, embed, template)
+    assert stage.last_metrics == {}
     out = stage.rollout(_ctx(), TASKS[:2])
     assert reads == [1]  # the related-task pool is read once
     src_call, sol0, sol1 = rec.calls
@@ -142,23 +143,33 @@ def test_stage_b_rolls_out_sources_skills_and_their_solvers_with_distinct_groups
         ]
         # Eq. 2: a skill's reward is its mean downstream reward; the malformed one's is 0 (its solvers scored 1)
         assert [e.rewards.skill_utility for e in exts] == [1.0, 0.0, 0.0]
+    one = EvolvingRLRollouts(
+        EvolvingRLConfig(n_candidates=1, k_tasks=1), settings, llm, make_env, params, candidates, embed
+    )
+    assert one.rollout(_ctx(), TASKS[:1])[1].rewards.skill_utility == 1.0  # K = 1: the one downstream reward
+
+
+# a span of the prompt marked as inserted experience: Evolving-RL keeps it (the skill is the solver's condition)
+SPAN = [TokenSpan(start=0, end=1, kind=SpanKind.EXPERIENCE)]
 
 
 def _ext(source, skill, reward, text, abnormal=False, task_id="t0"):
     return Trajectory(
         task_id=task_id,
         outcome_reward=reward,
-        steps=[Step(index=0, action_text=text, prompt_token_ids=[1, 2], completion_token_ids=[3, 4])],
+        steps=[Step(index=0, action_text=text, prompt_token_ids=[1, 2], completion_token_ids=[3, 4], spans=SPAN)],
         evolving=EvolvingRole(role="extractor", source=source, skill=skill, abnormal=abnormal),
     )
 
 
 def _sol(source, skill, k, reward):
+    step = Step(index=0, action_text="s", prompt_token_ids=[5, 9], completion_token_ids=[6, 7, 8], spans=SPAN)
     return Trajectory(
         task_id=f"t{k}",
         outcome_reward=reward,
-        steps=[Step(index=0, action_text="s", prompt_token_ids=[5], completion_token_ids=[6, 7, 8])],
+        steps=[step],
         evolving=EvolvingRole(role="solver", source=source, skill=skill, task_index=k),
+        flags={"experience_guided": True},
     )
 
 
@@ -179,19 +190,28 @@ def test_stage_c_keeps_the_best_valid_skill_of_each_source_parsed_into_its_field
         _ext(1, 2, 0.9, "When to use: tie\nContent: later", task_id="t1"),  # a tie: the first stays
         _ext(2, 0, 0.4, "no fields at all", task_id="t2"),
         _ext(3, 0, 0.1, "Content: " + long, task_id="t3"),
+        _ext(4, 0, None, "When to use: unscored\nContent: never best", task_id="t4"),  # no reward counts as 0
+        _ext(4, 1, 0.05, "When to use: w\nContent: x Content: y", task_id="t4"),  # the first marker splits
+        _ext(5, 0, None, "When to use: alone\nContent: z", task_id="t5"),
         _sol(1, 1, 0, 1.0),
     ]
     skills_stage = EvolvingRLSkills()
+    assert skills_stage.skills == []
+    store, conn = _Store(), object()
+    skills_stage.commit(conn, store, 6)  # before any processing: nothing to store
+    assert store.calls == [(conn, [], 6)]
+    store.calls.clear()
     metrics = skills_stage.process(_ctx(iteration=7), trajs)
-    assert metrics == {"evolving/skills_kept": 3.0}
-    add, bare, capped = skills_stage.skills
+    assert metrics == {"evolving/skills_kept": 5.0}
+    add, bare, capped, split, alone = skills_stage.skills
+    assert (split.when_to_use, split.content, split.utility) == ("w", "x Content: y", 0.05)
+    assert (alone.content, alone.utility) == ("z", 0.0)
     assert (add.when_to_use, add.content, add.utility) == ("adding", "call add", 0.9)
     assert add.provenance.kind == "skill" and add.provenance.iteration == 7
     assert (add.provenance.trajectory_ids, add.provenance.task_ids) == ([trajs[2].trajectory_id], ["t1"])
     assert add.experience_id.startswith("skill")
     assert (bare.when_to_use, bare.content, bare.utility) == ("no fields at all", "no fields at all", 0.4)
     assert capped.when_to_use == ("Content: " + long)[:200] and capped.content == long[:MAX_EXPERIENCE_CHARS]
-    store, conn = _Store(), object()
     skills_stage.commit(conn, store, 7)
     assert store.calls == [(conn, skills_stage.skills, 7)]
     assert skills_stage.process(_ctx(), []) == {"evolving/skills_kept": 0.0} and skills_stage.skills == []
@@ -214,20 +234,21 @@ def _policy(sample):
 
 def test_stage_d_builds_both_groups_with_eq_6_weights_and_eq_3_entropy():
     trajs, r0, r1 = _batch()
-    evolving = EvolvingRLConfig(lambda_e=0.2, lambda_s=1.0, entropy_coef=-0.03)
-    settings = SampleSettings(eps_norm=1e-6, max_sequence_tokens=4096)
+    evolving = EvolvingRLConfig(lambda_e=0.2, lambda_s=0.7, entropy_coef=-0.03)
+    settings = SampleSettings(eps_norm=0.5, max_sequence_tokens=4096)
     samples, m = EvolvingRLSamples(evolving, settings).build(_ctx(), trajs)
     ext = [s for s in samples if s.loss_group == "extractor"]
     sol = [s for s in samples if s.loss_group == "solver"]
     assert len(ext) == 4 and len(sol) == 6 and len(samples) == 10
     assert all(s.loss_weight == 0.2 and s.entropy_coef == -0.03 for s in ext)
-    assert all(s.loss_weight == 1.0 and s.entropy_coef == 0.0 and not s.experience_guided for s in sol)
+    assert all(s.loss_weight == 0.7 and s.entropy_coef == 0.0 and not s.experience_guided for s in sol)
+    assert all(s.token_ids[:2] in ([1, 2], [5, 9]) for s in samples)  # the experience token is not stripped
     # extractor: one group per source, the skills in skill order, the malformed skill's reward zeroed
-    want_e = extractor_advantages(r0, [True, False]) + extractor_advantages(r1, [True, True])
+    want_e = extractor_advantages(r0, [True, False], 0.5) + extractor_advantages(r1, [True, True], 0.5)
     assert [_policy(s) for s in ext] == [[pytest.approx(a)] * 2 for a in want_e]
     assert want_e[0] > 0 > want_e[1] and want_e[2] < 0 < want_e[3]
     # solver: per downstream task, across the skills
-    a0, a1 = solver_advantages(r0), solver_advantages(r1)
+    a0, a1 = solver_advantages(r0, 0.5), solver_advantages(r1, 0.5)
     want_s = [a0[s][k] for s in range(2) for k in range(2)] + [a1[0][0], a1[1][0]]
     assert [_policy(s) for s in sol] == [[pytest.approx(a)] * 3 for a in want_s]
     assert want_s[1] < 0 < want_s[3]  # the task where the skills differed
@@ -242,6 +263,19 @@ def test_stage_d_builds_both_groups_with_eq_6_weights_and_eq_3_entropy():
         "evolving/samples": 10.0,
     }
     assert rel0["spread"] != rel1["spread"]
+
+
+def test_stage_d_reads_a_missing_solver_as_reward_0_and_a_source_without_solvers_as_k_0():
+    trajs = [_ext(0, 0, 1.0, "a"), _ext(0, 1, 0.0, "b"), _sol(0, 0, 0, 1.0), _sol(0, 0, 1, 1.0), _sol(0, 1, 1, 1.0)]
+    trajs += [_ext(1, 0, 0.5, "c", task_id="t1"), _ext(1, 1, 0.0, "d", task_id="t1")]  # no solver ran
+    samples, m = EvolvingRLSamples(EvolvingRLConfig(), SampleSettings()).build(_ctx(), trajs)
+    r0 = [[1.0, 1.0], [0.0, 1.0]]  # skill 1's solver of task 0 is missing: 0
+    ext0 = [s for s in samples if s.loss_group == "extractor"][:2]
+    assert [_policy(s)[0] for s in ext0] == pytest.approx(extractor_advantages(r0, [True, True]))
+    assert m["evolving/ordering_bound"] == pytest.approx(group_reliability(r0)["ordering_bound"] / 2)
+    single = [_ext(0, 0, 0.25, "a"), _sol(0, 0, 0, 0.75)]
+    _, m1 = EvolvingRLSamples(EvolvingRLConfig(), SampleSettings()).build(_ctx(), single)
+    assert (m1["evolving/extractor_reward"], m1["evolving/solver_reward"]) == (0.25, 0.75)
 
 
 def test_stage_d_follows_table_3s_ablations_and_the_length_cap():
@@ -260,7 +294,9 @@ def test_stage_d_follows_table_3s_ablations_and_the_length_cap():
 def test_the_three_stages_are_built_from_one_config():
     cfg = load_config(None, ["evolving_rl.n_candidates=5", "evolving_rl.lambda_e=0.4", "train.eps_norm=0.01"])
     llm = _LLM()
-    b, c, d = evolving_rl_stages(cfg, llm, "env", SamplingParams(), lambda: TASKS, embed, "tmpl")
+    params = SamplingParams(seed=4)
+    b, c, d = evolving_rl_stages(cfg, llm, "env", params, lambda: TASKS, embed, "tmpl")
     assert b.evolving == cfg.evolving_rl and b.settings == RolloutSettings.of(cfg) and b.llm is llm
+    assert b.params is params
     assert (b.make_env, b.embed, b.template, b.candidates()) == ("env", embed, "tmpl", TASKS)
     assert isinstance(c, EvolvingRLSkills) and d.evolving == cfg.evolving_rl and d.settings == SampleSettings.of(cfg)
