@@ -1,0 +1,211 @@
+"""Curiosity-driven exploration (questioning/explore.py, AgentEvolver §3.1, Eq. 8-9) without a model: the phase
+and the context window, the untried tools and the tool a breadth step names per run, the explorer's messages and
+call prefixes, the sampling parameters and their seeds, and the exploration loop (resets that fail, replies without
+a call, an environment that raises, episodes that end) with a stand-in LLM and environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from evolvekit.env.action_text import CLOSE, format_call
+from evolvekit.env.base import CallResult, EntityProfile, EnvProfile, ResetResult, StepResult, ToolSchema
+from evolvekit.env.prompts import system_prompt
+from evolvekit.errors import EnvError
+from evolvekit.llm.base import Completion, SamplingParams
+from evolvekit.questioning.explore import (
+    BREADTH_HINT,
+    DEPTH_HINT,
+    OPEN_NAME,
+    ExplorationStep,
+    ExplorationTrace,
+    Explorer,
+    breadth_tool,
+    call_prefix,
+    context_window,
+    explorer_messages,
+    opened_call,
+    phase,
+    profile_text,
+    step_hint,
+    untried_tools,
+)
+from evolvekit.types import ChatMessage, ToolCall
+
+TOOLS = [ToolSchema(name=n) for n in ("ls", "cd", "cat", "rm")]
+
+
+def _step(i, name, ok=True, obs="out"):
+    return ExplorationStep(i, f"call {name}", [ToolCall(name=name)], obs, ok)
+
+
+def test_eq_9_phase_and_window():
+    assert [phase(i, 2) for i in range(4)] == ["breadth", "breadth", "depth", "depth"]
+    steps = [_step(i, "ls") for i in range(5)]
+    assert context_window(steps, 1, 2, 3) == steps  # breadth: everything
+    assert context_window(steps, 2, 2, 3) == steps[-3:]  # depth: the last N_d
+    assert context_window(steps, 2, 2, 0) == []
+
+
+def test_untried_tools_count_only_calls_that_worked_and_runs_start_n_breadth_apart():
+    steps = [_step(0, "ls"), _step(1, "cd", ok=False)]
+    assert untried_tools(TOOLS, steps) == ["cd", "cat", "rm"]
+    untried = ["a", "b", "c", "d", "e"]
+    assert [breadth_tool(untried, i, 2, 0) for i in range(3)] == ["a", "b", "c"]
+    assert [breadth_tool(untried, i, 2, 1) for i in range(3)] == ["c", "d", "e"]
+    assert breadth_tool(untried, 2, 2, 2) == "b"  # (2·2 + 2) mod 5
+
+
+def test_profile_text_lists_entities_and_at_most_20_attributes():
+    attrs = [f"a{i}" for i in range(25)]
+    profile = EnvProfile(env_name="x", name="files", description="a file system")
+    profile.entities.append(EntityProfile(name="file", description="a file", attributes=attrs))
+    text = profile_text([profile, EnvProfile(env_name="x", name="net", description="network")])
+    assert text == (
+        "Environment: files: a file system\n"
+        f"- entity file: a file; attributes: {', '.join(attrs[:20])}\n"
+        "Environment: net: network"
+    )
+
+
+def test_the_hint_names_an_untried_tool_in_breadth_and_builds_on_results_in_depth():
+    steps = [_step(0, "ls")]
+    assert step_hint(TOOLS, steps, 1, 2) == BREADTH_HINT + " Try `cat`."  # untried: cd, cat, rm; (0·2 + 1) mod 3
+    assert step_hint(TOOLS, steps, 1, 2, run=1) == BREADTH_HINT + " Try `cd`."  # (1·2 + 1) mod 3
+    assert step_hint(TOOLS, steps, 0, 3) == BREADTH_HINT + " Try `ls`."  # only the steps before step 0 count
+    every = [_step(i, t.name) for i, t in enumerate(TOOLS)]
+    assert step_hint(TOOLS, every, 4, 9) == BREADTH_HINT  # all tried: no name
+    assert step_hint(TOOLS, steps, 3, 3) == DEPTH_HINT
+
+
+def test_the_call_prefix_opens_the_named_tool_in_breadth_and_leaves_the_choice_in_depth():
+    assert opened_call(TOOLS[2]) == 'cat", "arguments":'
+    assert call_prefix(TOOLS, [], 0, 2) == OPEN_NAME + opened_call(TOOLS[0])
+    assert call_prefix(TOOLS, [], 1, 2, run=1) == OPEN_NAME + opened_call(TOOLS[3])  # (1·2 + 1) mod 4
+    assert call_prefix(TOOLS, [], 2, 2) == OPEN_NAME
+    every = [_step(i, t.name) for i, t in enumerate(TOOLS)]
+    assert call_prefix(TOOLS, every, 1, 2) == OPEN_NAME  # nothing untried
+
+
+def test_the_explorer_messages_are_rendered_as_first_shown_so_each_is_a_prefix_of_the_next():
+    profile = [EnvProfile(env_name="x", name="files", description="d")]
+    example = [ChatMessage(role="user", content="ex")]
+    steps = [_step(0, "ls", obs="a b"), _step(1, "cd", obs="ok"), _step(2, "cat", obs="text")]
+    kw = dict(rendering="compact", examples=example, goal="Find a file.", run=0, start="  files: a b  ")
+    m1 = explorer_messages(TOOLS, profile, steps, 1, 3, 1, **kw)  # both breadth (N_b = 3): the whole history
+    m2 = explorer_messages(TOOLS, profile, steps, 2, 3, 1, **kw)
+    assert m2[: len(m1)] == m1 and len(m2) == len(m1) + 2
+    assert m1[0].content == system_prompt(TOOLS, "compact") + "\n\n" + profile_text(profile)
+    assert m1[1] == example[0]
+    intro = "You are exploring this environment to learn what it can do. files: a b\nFind a file.\n"
+    assert m1[2].content == intro + step_hint(TOOLS, steps, 0, 3)
+    assert (m1[3].role, m1[3].content) == ("assistant", "call ls")
+    assert m1[4].content == "Tool results:\na b\n\n" + step_hint(TOOLS, steps, 1, 3)
+    # depth with N_d = 1: the window keeps the last step; the first message's hint is that step's
+    m3 = explorer_messages(TOOLS, profile, steps, 3, 2, 1, **kw)
+    assert m3[2].content == intro + DEPTH_HINT and [m.content for m in m3[3:]] == [
+        "call cat",
+        "Tool results:\ntext\n\n" + DEPTH_HINT,
+    ]
+    bare = explorer_messages(TOOLS, profile, [], 0, 2, 1)
+    assert bare[1].content == "You are exploring this environment to learn what it can do. " + step_hint(
+        TOOLS, [], 0, 2
+    )
+
+
+def test_the_explorer_samples_one_reply_per_run_that_stops_at_the_call_and_offsets_its_seeds():
+    explorer = Explorer(_LLM([]), SamplingParams(temperature=1.3, top_p=0.8, max_new_tokens=40, stop=("x",), seed=7))
+    p = explorer.params
+    assert (p.n, p.temperature, p.top_p, p.max_new_tokens, p.stop, p.seed, p.stop_on_balanced_json) == (
+        1, 1.3, 0.8, 40, ("x", CLOSE), 7, True,
+    )  # fmt: skip
+    assert (explorer.n_breadth, explorer.n_depth, explorer.rendering, explorer.scaffold, explorer.show_start) == (
+        3, 27, "compact", False, True,
+    )  # fmt: skip
+    explorer.start_round(5)
+    assert explorer.params.seed == 12
+    explorer.start_round(6)
+    assert explorer.params.seed == 13  # from the role's seed, not the last round's
+    unseeded = Explorer(_LLM([]), SamplingParams(seed=None))
+    unseeded.start_round(5)
+    assert unseeded.params.seed is None
+    assert not Explorer(_LLM([]), SamplingParams(), scaffold=True).scaffold  # a chat-only backend cannot continue
+
+
+class _LLM:
+    name = "stand-in"
+
+    def __init__(self, replies):
+        self.replies, self.calls = list(replies), []
+
+    def chat(self, convs, params):
+        self.calls.append((convs, params))
+        return [[Completion(text=self.replies.pop(0))] for _ in convs]
+
+
+class _Env:
+    def __init__(self, fail_reset=False, raise_on=None, done_after=None):
+        self.fail_reset, self.raise_on, self.done_after = fail_reset, raise_on, done_after
+        self.steps, self.closed, self.sandboxes = 0, False, []
+
+    def reset(self, task, sandbox):
+        self.sandboxes.append(sandbox)
+        if self.fail_reset:
+            raise RuntimeError("no sandbox")
+        return ResetResult(observation="files: a", tools=TOOLS, examples=[ChatMessage(role="user", content="ex")])
+
+    def profile(self):
+        return [EnvProfile(env_name="x", name=n) for n in ("files", "net")]
+
+    def step(self, action):
+        self.steps += 1
+        if self.raise_on == self.steps:
+            raise RuntimeError("backend died")
+        names = [c.name for c in action.tool_calls]
+        results = [CallResult(name=n, ok=n != "rm", output="o") for n in names]
+        return StepResult(observation=f"ran {names}", call_results=results, done=self.done_after == self.steps)
+
+    def close(self):
+        self.closed = True
+
+
+def _call(name):
+    return format_call(ToolCall(name=name))
+
+
+def test_the_exploration_loop_keeps_every_step_and_ends_each_run_on_its_own():
+    envs = [_Env(), _Env(fail_reset=True), _Env(raise_on=1), _Env(done_after=1)]
+    made = iter(envs)
+    # step 0: runs 0, 2, 3 (run 1 never started); step 1: runs 0 and 2 (3 ended); step 2: run 0 (2 raised)
+    replies = [_call("ls"), "just text", _call("cat"), _call("rm")[: -len(CLOSE)], _call("cd"), _call("ls")]
+    llm = _LLM(replies)
+    explorer = Explorer(llm, SamplingParams(seed=3), n_breadth=1, n_depth=1)
+    traces = explorer.explore(lambda: next(made), {"classes": ["files"]}, runs=4, max_steps=3, goal="g")
+    assert [len(c[0]) for c in llm.calls] == [3, 2, 1]
+    assert [c[1].seed for c in llm.calls] == [3, 4, 5]  # each step its own seed
+    run0, run1, run2, run3 = traces
+    assert [(s.index, s.tool_calls, s.ok) for s in run0.steps] == [
+        (0, [ToolCall(name="ls")], True), (1, [ToolCall(name="rm")], False), (2, [ToolCall(name="ls")], True),
+    ]  # fmt: skip
+    assert run0.steps[1].action_text == _call("rm")  # an unclosed call is closed, and recorded as executed
+    assert run0.successful_calls() == [(0, ToolCall(name="ls"), "ran ['ls']"), (2, ToolCall(name="ls"), "ran ['ls']")]
+    assert run1.error == "reset: no sandbox" and run1.steps == []
+    assert [(s.action_text, s.tool_calls, s.observation, s.ok) for s in run2.steps] == [
+        ("just text", [], "(no tool call)", False)
+    ] and run2.error == "step: backend died"
+    assert len(run3.steps) == 1 and run3.error is None  # done after one step
+    assert all(t.sandbox == {"classes": ["files"]} for t in traces)
+    assert all(e.closed for e in envs if not e.fail_reset) and not envs[1].closed
+    first = llm.calls[0][0][0]
+    assert "Environment: files" in first[0].content and "Environment: net" not in first[0].content  # the class filter
+    assert first[1].content == "ex" and "files: a\ng\n" in first[2].content  # examples, the start, the goal
+
+
+def test_an_exploration_that_cannot_start_anywhere_is_one_clear_error():
+    with pytest.raises(
+        EnvError, match=r"^exploration: none of the 2 episodes started; the first error: reset: no sandbox$"
+    ):
+        Explorer(_LLM([]), SamplingParams()).explore(lambda: _Env(fail_reset=True), {}, runs=2, max_steps=3)
+    hidden = Explorer(_LLM([_call("ls")]), SamplingParams(), show_start=False)
+    hidden.explore(lambda: _Env(), {}, runs=1, max_steps=1)
+    assert "files: a" not in hidden.llm.calls[0][0][0][2].content
+    assert ExplorationTrace("e", {}).successful_calls() == []
