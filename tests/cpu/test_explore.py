@@ -90,16 +90,17 @@ def test_the_explorer_messages_are_rendered_as_first_shown_so_each_is_a_prefix_o
     profile = [EnvProfile(env_name="x", name="files", description="d")]
     example = [ChatMessage(role="user", content="ex")]
     steps = [_step(0, "ls", obs="a b"), _step(1, "cd", obs="ok"), _step(2, "cat", obs="text")]
-    kw = dict(rendering="compact", examples=example, goal="Find a file.", run=0, start="  files: a b  ")
+    kw = dict(rendering="json", examples=example, goal="Find a file.", run=1, start="  files: a b  ")
     m1 = explorer_messages(TOOLS, profile, steps, 1, 3, 1, **kw)  # both breadth (N_b = 3): the whole history
     m2 = explorer_messages(TOOLS, profile, steps, 2, 3, 1, **kw)
     assert m2[: len(m1)] == m1 and len(m2) == len(m1) + 2
-    assert m1[0].content == system_prompt(TOOLS, "compact") + "\n\n" + profile_text(profile)
+    assert m1[0].content == system_prompt(TOOLS, "json") + "\n\n" + profile_text(profile)
     assert m1[1] == example[0]
     intro = "You are exploring this environment to learn what it can do. files: a b\nFind a file.\n"
-    assert m1[2].content == intro + step_hint(TOOLS, steps, 0, 3)
+    assert m1[2].content == intro + step_hint(TOOLS, steps, 0, 3, run=1)
     assert (m1[3].role, m1[3].content) == ("assistant", "call ls")
-    assert m1[4].content == "Tool results:\na b\n\n" + step_hint(TOOLS, steps, 1, 3)
+    assert m1[4].content == "Tool results:\na b\n\n" + step_hint(TOOLS, steps, 1, 3, run=1)
+    assert step_hint(TOOLS, steps, 0, 3, run=1) != step_hint(TOOLS, steps, 0, 3)  # the run's own tool
     # depth with N_d = 1: the window keeps the last step; the first message's hint is that step's
     m3 = explorer_messages(TOOLS, profile, steps, 3, 2, 1, **kw)
     assert m3[2].content == intro + DEPTH_HINT and [m.content for m in m3[3:]] == [
@@ -107,6 +108,7 @@ def test_the_explorer_messages_are_rendered_as_first_shown_so_each_is_a_prefix_o
         "Tool results:\ntext\n\n" + DEPTH_HINT,
     ]
     bare = explorer_messages(TOOLS, profile, [], 0, 2, 1)
+    assert bare[0].content == system_prompt(TOOLS, "compact") + "\n\n" + profile_text(profile)  # the default
     assert bare[1].content == "You are exploring this environment to learn what it can do. " + step_hint(
         TOOLS, [], 0, 2
     )
@@ -150,7 +152,7 @@ class _Env:
     def reset(self, task, sandbox):
         self.sandboxes.append(sandbox)
         if self.fail_reset:
-            raise RuntimeError("no sandbox")
+            raise RuntimeError(self.fail_reset if isinstance(self.fail_reset, str) else "no sandbox")
         return ResetResult(observation="files: a", tools=TOOLS, examples=[ChatMessage(role="user", content="ex")])
 
     def profile(self):
@@ -178,7 +180,7 @@ def test_the_exploration_loop_keeps_every_step_and_ends_each_run_on_its_own():
     # step 0: runs 0, 2, 3 (run 1 never started); step 1: runs 0 and 2 (3 ended); step 2: run 0 (2 raised)
     replies = [_call("ls"), "just text", _call("cat"), _call("rm")[: -len(CLOSE)], _call("cd"), _call("ls")]
     llm = _LLM(replies)
-    explorer = Explorer(llm, SamplingParams(seed=3), n_breadth=1, n_depth=1)
+    explorer = Explorer(llm, SamplingParams(seed=3), n_breadth=1, n_depth=1, rendering="json")
     traces = explorer.explore(lambda: next(made), {"classes": ["files"]}, runs=4, max_steps=3, goal="g")
     assert [len(c[0]) for c in llm.calls] == [3, 2, 1]
     assert [c[1].seed for c in llm.calls] == [3, 4, 5]  # each step its own seed
@@ -194,6 +196,10 @@ def test_the_exploration_loop_keeps_every_step_and_ends_each_run_on_its_own():
     ] and run2.error == "step: backend died"
     assert len(run3.steps) == 1 and run3.error is None  # done after one step
     assert all(t.sandbox == {"classes": ["files"]} for t in traces)
+    assert all(e.sandboxes == [{"classes": ["files"]}] for e in envs)  # each reset from the sandbox
+    assert len({t.exploration_id for t in traces}) == 4 and all(t.exploration_id.startswith("explore") for t in traces)
+    assert llm.calls[0][0][1][2].content.endswith("Try `cat`.")  # run 2's first hint: (2·1 + 0) mod 4
+    assert llm.calls[0][0][0][0].content.startswith(system_prompt(TOOLS, "json"))
     assert all(e.closed for e in envs if not e.fail_reset) and not envs[1].closed
     first = llm.calls[0][0][0]
     assert "Environment: files" in first[0].content and "Environment: net" not in first[0].content  # the class filter
@@ -201,11 +207,21 @@ def test_the_exploration_loop_keeps_every_step_and_ends_each_run_on_its_own():
 
 
 def test_an_exploration_that_cannot_start_anywhere_is_one_clear_error():
-    with pytest.raises(
-        EnvError, match=r"^exploration: none of the 2 episodes started; the first error: reset: no sandbox$"
-    ):
-        Explorer(_LLM([]), SamplingParams()).explore(lambda: _Env(fail_reset=True), {}, runs=2, max_steps=3)
+    made = iter([_Env(fail_reset="no sandbox 1"), _Env(fail_reset="no sandbox 2")])
+    first_error = r"^exploration: none of the 2 episodes started; the first error: reset: no sandbox 1$"
+    with pytest.raises(EnvError, match=first_error):
+        Explorer(_LLM([]), SamplingParams()).explore(lambda: next(made), {}, runs=2, max_steps=3)
     hidden = Explorer(_LLM([_call("ls")]), SamplingParams(), show_start=False)
     hidden.explore(lambda: _Env(), {}, runs=1, max_steps=1)
-    assert "files: a" not in hidden.llm.calls[0][0][0][2].content
+    intro = "You are exploring this environment to learn what it can do. "
+    assert hidden.llm.calls[0][0][0][2].content == intro + step_hint(TOOLS, [], 0, 3)  # no start line
     assert ExplorationTrace("e", {}).successful_calls() == []
+
+
+def test_a_first_run_that_cannot_start_leaves_the_others_and_every_run_may_end_early():
+    envs = [_Env(fail_reset=True), _Env(done_after=1)]
+    made = iter(envs)
+    llm = _LLM([_call("ls")])
+    traces = Explorer(llm, SamplingParams()).explore(lambda: next(made), {}, runs=2, max_steps=5)
+    assert traces is not None and [len(t.steps) for t in traces] == [0, 1]  # the loop stops when no run is left
+    assert len(llm.calls) == 1 and envs[1].closed
