@@ -227,3 +227,81 @@ def test_a_first_run_that_cannot_start_leaves_the_others_and_every_run_may_end_e
     traces = Explorer(llm, SamplingParams()).explore(lambda: next(made), {}, runs=2, max_steps=5)
     assert traces is not None and [len(t.steps) for t in traces] == [0, 1]  # the loop stops when no run is left
     assert len(llm.calls) == 1 and envs[1].closed
+
+
+class _Batch:
+    """A decode batch's stand-in: records what is added and answers each key's continuation."""
+
+    def __init__(self, answer):
+        self.answer, self.added, self.params, self.generator = answer, [], None, None
+
+    def add(self, rows, text_prefixes, constraints):
+        self.added.append((list(rows), list(text_prefixes), list(constraints)))
+
+    def run(self):
+        rows, prefixes, _ = self.added[-1]
+        return {k: Completion(text=self.answer(prefix)) for (k, _), prefix in zip(rows, prefixes)}
+
+
+class _Local:
+    """An in-process model's stand-in for the scaffold: a chat template, an encoder and one decode batch."""
+
+    name = "local"
+
+    def __init__(self, answer):
+        self.batch, self.batches = _Batch(answer), []
+
+    def decode_batch(self, params, keep_rows=False):
+        self.batches.append((params, keep_rows))
+        return self.batch
+
+    def apply_chat_template(self, messages):
+        return [len(messages)]
+
+    def encode(self, text):
+        return [ord(c) for c in text]
+
+
+def _scaffolded(answer, **kw):
+    local = _Local(answer)
+    explorer = Explorer(local, SamplingParams(seed=2), scaffold=True, **kw)  # type: ignore[arg-type]
+    assert explorer.scaffold and explorer.local is local
+    return explorer, local
+
+
+def test_the_scaffold_continues_each_runs_opened_call_under_its_constraint_in_one_kept_batch(monkeypatch):
+    explorer, local = _scaffolded(lambda prefix: " {}}" if prefix != OPEN_NAME else 'cd", "arguments": {}}')
+    seen = []
+    monkeypatch.setattr(explorer, "_constraint", lambda prefix, tools: seen.append((prefix, tools)) or f"c:{prefix}")
+    traces = explorer.explore(lambda: _Env(), {}, runs=2, max_steps=4)
+    assert local.batches == [(explorer.params, True)]  # one batch that keeps its rows across steps
+    batch = local.batch
+    assert len(batch.added) == 4 and batch.params.seed == 2 + 3  # the last step's seed
+    assert batch.generator is not None and batch.generator.initial_seed() == 5
+    rows, prefixes, constraints = batch.added[0]
+    assert [k for k, _ in rows] == [0, 1] and prefixes == [
+        OPEN_NAME + opened_call(TOOLS[0]),
+        OPEN_NAME + opened_call(TOOLS[3]),
+    ]
+    assert [ids for _, ids in rows] == [[3] + local.encode(p) for p in prefixes]  # the template, then the prefix
+    assert constraints == [f"c:{p}" for p in prefixes] and seen[0] == (prefixes[0], TOOLS)
+    assert batch.added[3][1] == [OPEN_NAME, OPEN_NAME]  # depth: the model chooses the tool
+    calls = [[c.name for s in t.steps for c in s.tool_calls] for t in traces]
+    # prefix + continuation, parsed and run; rm fails in this stand-in, so it stays untried for run 1
+    assert calls == [["ls", "cat", "cd", "cd"], ["rm", "ls", "rm", "cd"]]
+
+
+def test_the_scaffold_constraint_is_the_tool_choice_in_depth_and_the_named_tools_arguments_in_breadth(monkeypatch):
+    explorer, _ = _scaffolded(lambda prefix: "")
+    monkeypatch.setattr(explorer, "_call_trie", lambda tools: ("trie", tuple(t.name for t in tools)))
+    monkeypatch.setattr(explorer, "_arguments", lambda tool: ("args", tool.name))
+    assert explorer._constraint(OPEN_NAME, TOOLS) == ("trie", ("ls", "cd", "cat", "rm"))
+    assert explorer._constraint(OPEN_NAME + opened_call(TOOLS[2]), TOOLS) == ("args", "cat")
+    assert explorer._constraint(OPEN_NAME + opened_call(ToolSchema(name="gone")), TOOLS) is None
+    assert explorer._constraint(OPEN_NAME, []) is None and explorer._constraint(OPEN_NAME, None) is None
+    unseeded = Explorer(_Local(lambda p: ""), SamplingParams(seed=None), scaffold=True)  # type: ignore[arg-type]
+    batch = _Batch(lambda p: "")
+    monkeypatch.setattr(unseeded, "_constraint", lambda prefix, tools: None)
+    assert unseeded._generate([[]], [OPEN_NAME], 0, [7], batch, [TOOLS]) == [OPEN_NAME]
+    assert batch.generator is None and batch.params.seed is None  # an unseeded explorer stays unseeded
+    assert unseeded._generate([[]], ["x"], 0, [7], batch) == ["x"]  # no tools given: one None per key
