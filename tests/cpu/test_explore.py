@@ -305,3 +305,17 @@ def test_the_scaffold_constraint_is_the_tool_choice_in_depth_and_the_named_tools
     assert unseeded._generate([[]], [OPEN_NAME], 0, [7], batch, [TOOLS]) == [OPEN_NAME]
     assert batch.generator is None and batch.params.seed is None  # an unseeded explorer stays unseeded
     assert unseeded._generate([[]], ["x"], 0, [7], batch) == ["x"]  # no tools given: one None per key
+
+
+def test_a_run_that_raises_leaves_the_later_runs_of_its_step_and_a_step_may_hold_several_calls():
+    envs = [_Env(raise_on=1), _Env()]
+    made = iter(envs)
+    two = _call("ls") + _call("cd")
+    llm = _LLM([_call("ls"), two, "no call"])
+    traces = Explorer(llm, SamplingParams()).explore(lambda: next(made), {}, runs=2, max_steps=2)
+    assert traces[0].error == "step: backend died"
+    assert [(s.index, s.action_text, [c.name for c in s.tool_calls]) for s in traces[1].steps] == [
+        (0, two, ["ls", "cd"]),  # both calls, written back to back
+        (1, "no call", []),  # a step without a call keeps its index
+    ]
+    assert not Explorer(_Local(lambda p: ""), SamplingParams()).scaffold  # the scaffold is off unless asked for
