@@ -319,3 +319,32 @@ def test_a_run_that_raises_leaves_the_later_runs_of_its_step_and_a_step_may_hold
         (1, "no call", []),  # a step without a call keeps its index
     ]
     assert not Explorer(_Local(lambda p: ""), SamplingParams()).scaffold  # the scaffold is off unless asked for
+
+
+def _walk(trie, ids):
+    node = trie
+    for t in ids:
+        node = node.children[t]
+    return node
+
+
+def test_the_scaffold_builds_its_constraints_from_the_real_tokenizer_once(smollm2, monkeypatch):
+    from evolvekit.llm.constrain import SchemaConstraint
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    tools = [ToolSchema(name="ls", parameters=schema), ToolSchema(name="cd")]
+    explorer = Explorer(smollm2, SamplingParams(seed=1), scaffold=True)
+    assert explorer.scaffold and explorer._tries == {} and explorer._vocab is None and explorer._close is None
+    named = Explorer(smollm2, SamplingParams(seed=1), scaffold=True)
+    monkeypatch.setattr(named, "_arguments", lambda tool: f"args of {tool.name}")
+    trie = named._call_trie(tools)
+    assert named._call_trie(list(reversed(tools))) is trie  # one trie per set of tool names
+    for tool in tools:  # each real tool's opened call, in the model's tokens, then that tool's arguments
+        end = _walk(trie, smollm2.encode(opened_call(tool)))
+        assert end.end and end.then() == f"args of {tool.name}"
+    constraint = explorer._arguments(tools[0])
+    vocab = explorer._vocab
+    assert isinstance(constraint, SchemaConstraint) and vocab is not None and explorer._close is not None
+    assert _walk(explorer._close, smollm2.encode("}")).end  # the call's own closing brace follows the arguments
+    assert isinstance(explorer._arguments(tools[1]), SchemaConstraint)  # no parameters: an empty object
+    assert explorer._vocab is vocab  # the vocabulary is built once
