@@ -339,6 +339,7 @@ def test_the_scaffold_builds_its_constraints_from_the_real_tokenizer_once(smollm
     monkeypatch.setattr(named, "_arguments", lambda tool: f"args of {tool.name}")
     trie = named._call_trie(tools)
     assert named._call_trie(list(reversed(tools))) is trie  # one trie per set of tool names
+    assert named._call_trie(tools[:1]) is not trie  # another set, its own trie
     for tool in tools:  # each real tool's opened call, in the model's tokens, then that tool's arguments
         end = _walk(trie, smollm2.encode(opened_call(tool)))
         assert end.end and end.then() == f"args of {tool.name}"
@@ -346,5 +347,6 @@ def test_the_scaffold_builds_its_constraints_from_the_real_tokenizer_once(smollm
     vocab = explorer._vocab
     assert isinstance(constraint, SchemaConstraint) and vocab is not None and explorer._close is not None
     assert _walk(explorer._close, smollm2.encode("}")).end  # the call's own closing brace follows the arguments
+    assert constraint.then is not None and constraint.then() is explorer._close
     assert isinstance(explorer._arguments(tools[1]), SchemaConstraint)  # no parameters: an empty object
     assert explorer._vocab is vocab  # the vocabulary is built once
