@@ -152,3 +152,14 @@ def serving(app):
     finally:
         server.should_exit = True
         thread.join(timeout=5)
+
+
+class TaskIndexStore:
+    """A run store's stand-in for stage tests: only ``task_index``, the stages' one read of the stored tasks.
+    ``tasks``: a dict by id, or tasks (indexed by their ids)."""
+
+    def __init__(self, tasks=()) -> None:
+        self.tasks = dict(tasks) if isinstance(tasks, dict) else {t.task_id: t for t in tasks}
+
+    def task_index(self):
+        return self.tasks

@@ -6,6 +6,7 @@ borrowed references and their counts, and a non-grounded source's measured agree
 from __future__ import annotations
 
 import pytest
+from conftest import TaskIndexStore
 
 from evolvekit.attributing.sources import STEP_CREDIT, CreditResult
 from evolvekit.attributing.stage import AttributedSamples, grounded_for
@@ -37,16 +38,8 @@ def _traj(task_id, calls, reward, grounding=None):
     return Trajectory(task_id=task_id, group_id=task_id, outcome_reward=reward, steps=steps)
 
 
-class _Store:
-    def __init__(self, tasks):
-        self.tasks = {t.task_id: t for t in tasks}
-
-    def task_index(self):
-        return dict(self.tasks)
-
-
 def _ctx(tasks):
-    return IterationContext(iteration=0, seed=0, run_dir=None, store=_Store(tasks))  # type: ignore[arg-type]
+    return IterationContext(iteration=0, seed=0, run_dir=None, store=TaskIndexStore(tasks))  # type: ignore[arg-type]
 
 
 SENTINEL = [[_call("subtract", a=987654, b=1)]]  # a person-written reference: no rollout runs it

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+from conftest import TaskIndexStore
 
 from evolvekit.agent.rollout_stage import RolloutSettings
 from evolvekit.config import Config
@@ -71,14 +72,6 @@ class _Extractor:
     def extract(self, trajectories, tasks, iteration):
         self.calls.append((list(trajectories), tasks, iteration))
         return self.report
-
-
-class _Store:
-    def __init__(self, tasks=None) -> None:
-        self.tasks = tasks or {}
-
-    def task_index(self):
-        return self.tasks
 
 
 def _cfg(**nav) -> Config:
@@ -285,7 +278,7 @@ def test_summarisation_counts_uses_adds_merges_prunes_and_reports_every_figure()
         _traj("a", 1.0, guided=True, failed=True, used=["e1"]),  # a crashed rollout counts no use
         _traj("a", 1.0),  # no experience: nothing recorded
     ]
-    m = stage.process(_ctx(iteration=2, store=_Store(tasks)), trajs)
+    m = stage.process(_ctx(iteration=2, store=TaskIndexStore(tasks)), trajs)
     uses = [c for c in pool.calls if c[0] == "use"]
     assert uses == [("use", ("e1",), True), ("use", ("e1",), False)]
     assert extractor.calls == [(trajs, tasks, 2)]
@@ -313,7 +306,7 @@ def test_summarisation_counts_uses_adds_merges_prunes_and_reports_every_figure()
 def test_the_pruning_sweep_runs_every_prune_every_iterations(iteration, prune_every, prunes):
     pool = _Pool(pruned=["p1"])
     stage, _ = _summarise(_cfg(prune_every=prune_every), pool, ExtractionReport())
-    m = stage.process(_ctx(iteration=iteration, store=_Store()), [])
+    m = stage.process(_ctx(iteration=iteration, store=TaskIndexStore()), [])
     assert any(c[0] == "prune" for c in pool.calls) is prunes and m["navigating/pruned"] == float(prunes)
     assert stage._pruned == (["p1"] if prunes else [])
 
@@ -333,12 +326,14 @@ def test_the_utility_test_keeps_only_the_experiences_it_approves():
     new = [_exp("drop1"), _exp("keep"), _exp("drop2")]
     stage, _ = _summarise(_cfg(prune_every=0), pool, ExtractionReport(experiences=new), utility)
     trajs = [_traj("a", 1.0)]
-    m = stage.process(_ctx(store=_Store(tasks)), trajs)
+    m = stage.process(_ctx(store=TaskIndexStore(tasks)), trajs)
     assert utility.calls == [(new, tasks, list(tasks.values()), trajs)]
     assert [c for c in pool.calls if c[0] == "add"] == [("add", "keep")]
     assert (m["navigating/utility_dropped"], m["navigating/added"]) == (2.0, 1.0)
     utility.calls.clear()
-    _summarise(_cfg(prune_every=0), _Pool(), ExtractionReport(), utility)[0].process(_ctx(store=_Store()), trajs)
+    _summarise(_cfg(prune_every=0), _Pool(), ExtractionReport(), utility)[0].process(
+        _ctx(store=TaskIndexStore()), trajs
+    )
     assert utility.calls == []  # nothing to test
 
 
@@ -358,7 +353,7 @@ def test_commit_deletes_the_pruned_and_writes_the_pool_with_its_vectors():
     before = _RunStore()
     stage.commit("conn", before, 0)  # type: ignore[arg-type]
     assert before.calls[0] == ("delete", "conn", [])  # nothing pruned before the first sweep
-    stage.process(_ctx(iteration=0, store=_Store()), [])
+    stage.process(_ctx(iteration=0, store=TaskIndexStore()), [])
     store = _RunStore()
     stage.commit("conn", store, 4)  # type: ignore[arg-type]
     assert store.calls == [("delete", "conn", ["p1", "p2"]), ("put", "conn", pool.items, 4, "vectors")]

@@ -8,6 +8,7 @@ import random
 from dataclasses import dataclass
 
 import pytest
+from conftest import TaskIndexStore
 
 from evolvekit.errors import EvolveKitError
 from evolvekit.protocols import IterationContext
@@ -78,11 +79,6 @@ class _Regen:
         return ["trace"]
 
 
-class _Store:
-    def task_index(self):
-        return {"s0": SYN[0]}
-
-
 def test_the_coevolve_hook_counts_signals_and_regenerates_every_f_iterations_from_what_is_pending():
     tracker = _Tracker([[_Signal("forgetting"), _Signal("rare"), _Signal("rare")], [_Signal("boundary")], []])
     regen, known = _Regen(), []
@@ -90,7 +86,7 @@ def test_the_coevolve_hook_counts_signals_and_regenerates_every_f_iterations_fro
     supply = HybridTaskSupply(SYN, REAL, 2, 1.0, 0, coevolve=hook)
     assert known == [REAL + SYN]
     t0, t1 = Trajectory(trajectory_id="a", task_id="s0"), Trajectory(trajectory_id="b", task_id="s1")
-    m0 = supply.observe(_ctx(0, _Store()), [t0])
+    m0 = supply.observe(_ctx(0, TaskIndexStore(SYN[:1])), [t0])
     assert tracker.seen == [[t0]] and regen.calls == []  # iteration 0 of every 2: no regeneration yet
     assert m0 == {
         "coevolve/forgetting": 1.0,
@@ -99,7 +95,7 @@ def test_the_coevolve_hook_counts_signals_and_regenerates_every_f_iterations_fro
         "coevolve/new_tasks": 0.0,
         "tasks/synthetic_pool": 3.0,
     }
-    m1 = supply.observe(_ctx(1, _Store()), [t1])
+    m1 = supply.observe(_ctx(1, TaskIndexStore(SYN[:1])), [t1])
     (pending, trajs, tasks), = regen.calls  # fmt: skip
     assert [s.kind for s in pending] == ["forgetting", "rare", "rare", "boundary"]  # both iterations' signals
     assert trajs == {"a": t0, "b": t1} and tasks == {"s0": SYN[0]}
