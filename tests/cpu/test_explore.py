@@ -350,3 +350,36 @@ def test_the_scaffold_builds_its_constraints_from_the_real_tokenizer_once(smollm
     assert constraint.then is not None and constraint.then() is explorer._close
     assert isinstance(explorer._arguments(tools[1]), SchemaConstraint)  # no parameters: an empty object
     assert explorer._vocab is vocab  # the vocabulary is built once
+
+
+def _feed(llm, constraint, text: str):
+    """Feeds ``text``'s tokens through an argument constraint, each checked against its mask first: ("done", what
+    the constraint makes follow), ("refused", the token) or ("ended", None) when it ended before the text did."""
+    from evolvekit.llm.constrain import SchemaConstraint
+
+    for token in llm.encode(text):
+        if not isinstance(constraint, SchemaConstraint):
+            return "ended", constraint
+        if not constraint.mask()[token]:
+            return "refused", token
+        constraint = constraint.advance(token)
+    return "done", constraint
+
+
+@pytest.mark.parametrize(
+    ("parameters", "accepted"),
+    [  # a schema without "type" is still an object with only its own arguments; no parameters: the empty object
+        ({"properties": {"a": {"type": "integer"}}, "required": ["a"]}, ' {"a": 5}'),
+        (None, " {}"),
+    ],
+)
+def test_the_scaffold_accepts_exactly_the_arguments_the_tools_schema_allows(smollm2, parameters, accepted):
+    tool = ToolSchema(name="ls", parameters=parameters) if parameters else ToolSchema(name="cd")
+    before = dict(tool.parameters or {})
+    explorer = Explorer(smollm2, SamplingParams(seed=1), scaffold=True)
+    outcome, then = _feed(smollm2, explorer._arguments(tool), accepted)
+    assert outcome == "done" and then is explorer._close  # the arguments, then the call's closing brace
+    for text in (' {"a": 5}', " {}", ' {"b": 5}', ' {"a": "x"}', " []", " 5"):  # not an object, or other arguments
+        if text != accepted:
+            assert _feed(smollm2, explorer._arguments(tool), text)[0] == "refused", text
+    assert dict(tool.parameters or {}) == before  # the tool's own schema is not rewritten
