@@ -87,7 +87,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # the row is against test_explore.py alone (stop 70); test_questioning.py reaches more, at ~8 s a mutant
     "explore": ("questioning/explore.py", ["tests/cpu/test_explore.py"]),
     # task synthesis with reference solutions (§3.2-3.3)
-    "synthesize": ("questioning/synthesize.py", ["tests/cpu/test_questioning.py"]),
+    "synthesize": ("questioning/synthesize.py", ["tests/cpu/test_synthesize.py", "tests/cpu/test_questioning.py"]),
     # the context manager's snapshot recorder (§6.2): merged sequences, loss mask, step spans, prompt spans
     "context": (
         "agent/context.py",
