@@ -70,6 +70,7 @@ def test_the_open_synthesis_prompt_lists_the_calls_the_difficulty_the_style_and_
 def test_parse_synthesis_reads_task_and_solution_pairs_and_nothing_from_no_answer():
     text = "**Task:** Add 1 and 2\nSolution: 0\nTask: list\nSolution: [0, 5]\ntask: again\nsolution: 1 and 0"
     assert parse_synthesis(text, 2) == [("Add 1 and 2", [0]), ("again", [1, 0])]  # call 5 is not in the listing
+    assert parse_synthesis("Task: list\nSolution: 2", 2) == []  # nor call 2 of two
     assert parse_synthesis(None, 2) == []  # type: ignore[arg-type]
 
 
@@ -159,7 +160,7 @@ def test_a_worked_examples_result_is_shown_without_its_header_and_shortened():
     [
         ('[add] {"result": 11}', [11]),
         ('{"a": {"b": "x"}, "n": 3}', ["x", 3]),  # the whole object from its first brace to its last
-        ('[ls] {"result": "ok"} done', ["ok"]),
+        ('[ls] {"result": "ok"}; done', ["ok"]),
         ('{"result": "ok"}', ["ok"]),
         ("[add] 11 and 2.5", [11.0, 2.5]),  # no object: the numbers of the text
         ("[add] {broken} 4", [4.0]),
@@ -203,6 +204,8 @@ def test_chain_values_leave_out_what_each_call_takes_from_the_previous_result():
     calls = _ladder(4)  # add(1, 1), add(2, 3), add(5, 4), add(9, 5)
     assert chain_values(calls, [0, 1, 2, 3]) == [[1, 1], [3], [4], [5]]
     assert chain_values(calls, [2, 3]) == [[5, 4], [5]]  # add(9, 5) takes 9 from add(5, 4)'s result
+    loop = [(_call("add", a=17, b=3), '{"result": 20}'), (_call("add", a=20, b=-3), '{"result": 17}')]
+    assert chain_values(loop, [0, 1]) == [[17, 3], [-3]]  # the first call takes nothing, not even from the last
 
 
 def test_shots_from_examples_keep_self_contained_requests_with_their_calls_and_results():
@@ -239,6 +242,7 @@ def test_follow_up_shots_are_later_user_turns_that_take_a_value_from_the_earlier
     assert follow_up_shots([*first, _reply(mul), _result("multiply", 36)]) == []
     assert follow_up_shots([*first, *later[:2], ChatMessage(role="assistant", content="It is 36.")]) == []
     assert follow_up_shots([*first, ChatMessage(role="assistant", content="Sure."), *later[1:]]) == []
+    assert follow_up_shots([*first, _user(""), *later[1:]]) == [(listing, "")]  # an empty turn is written as empty
 
 
 def test_chain_shots_are_one_request_answered_by_linked_calls():
@@ -262,6 +266,7 @@ def test_chain_shots_are_one_request_answered_by_linked_calls():
         f'[2] {format_call(add2)} -> [add] {{"result": 40}}'
     )
     assert chain_shots(examples) == [(listing, "Add 5 and 7, multiply by 3, add 4.")]
+    assert chain_shots([_user(""), *examples[-6:]]) == [(listing, "")]
 
 
 def _trace(eid, calls, failed_at=(), sandbox=None):
@@ -290,21 +295,26 @@ def test_open_synthesis_makes_tasks_from_each_usable_traces_answer_with_its_sand
     t1 = _trace("e1", [(add, "3"), (ls, "error"), (mul, "12")], failed_at={1}, sandbox=sandbox)
     t2 = _trace("e2", [(ls, "error")], failed_at={0})  # nothing executed: not usable
     t3 = _trace("e3", [(ls, "a b")])
-    answers = {"e1": "Task: Add 1 and 2, then multiply 3 by 4\nSolution: 0, 1", "e3": "no tasks here"}
-    llm = _Chat(lambda conv, c: answers["e1" if "add" in conv[-1].content else "e3"])
+    cat = _call("cat", path="x")
+    t4 = _trace("e4", [(cat, "hello")])
+    answers = {"add": "Task: Add 1 and 2, then multiply 3 by 4\nSolution: 0, 1", "ls": "no tasks here"}
+    answers["cat"] = "Task: Show the file x\nSolution: 0"
+    llm = _Chat(lambda conv, c: next(v for k, v in answers.items() if f'"name": "{k}"' in conv[-1].content))
     difficulty = DifficultyConfig(entities=1, attributes=2, operations=2)
     params = SamplingParams(seed=4, stop=("</x>",))
     synth = TaskSynthesizer(llm, params, difficulty, rubrics=["short"], tasks_per_trace=5)  # type: ignore[arg-type]
     metadata = {"round": 1}
-    report = synth.synthesize([t1, t2, t3], "arith", metadata)
+    report = synth.synthesize([t1, t2, t3, t4], "arith", metadata)
     ((prompts, used),) = llm.calls
     assert used == params  # the role's own sampling, one answer per trace
     assert prompts == [
         synthesis_prompt([(add, "3"), (mul, "12")], difficulty, ["short"], 5),
         synthesis_prompt([(ls, "a b")], difficulty, ["short"], 5),
+        synthesis_prompt([(cat, "hello")], difficulty, ["short"], 5),
     ]
-    assert report.calls == 2 and report.unparseable == 1 and report.unchained == 0
-    (task,) = report.tasks
+    assert report.calls == 3 and report.unparseable == 1 and report.unchained == 0
+    task, shown = report.tasks
+    assert shown.query == "Show the file x" and shown.initial_config == {}  # a sandbox without a start
     assert task.query == "Add 1 and 2, then multiply 3 by 4" and task.reference_solution == [[add, mul]]
     assert task.env_name == "arith" and task.source == TaskSource.SYNTHETIC and task.task_id.startswith("syn-")
     assert task.initial_config == {"files": ["x"]}  # the explored sandbox's start
@@ -345,7 +355,7 @@ def test_targeted_synthesis_asks_for_each_window_and_keeps_the_best_of_its_candi
 
 
 def test_multi_turn_synthesis_asks_one_request_per_turn_of_each_chain():
-    ladder = _ladder(3)  # add(1, 1) -> 2, add(2, 3) -> 5, add(5, 4) -> 9
+    ladder = _ladder(4)  # add(1, 1) -> 2, add(2, 3) -> 5, add(5, 4) -> 9, add(9, 5) -> 14
     shots, follow = [("[0] a", "First.")], [("[0] b\n[1] c", "Then.")]
     agreement = _Agreement()
     synth = TaskSynthesizer(
@@ -358,7 +368,7 @@ def test_multi_turn_synthesis_asks_one_request_per_turn_of_each_chain():
         agreement=agreement,  # type: ignore[arg-type]
     )
     seen = []
-    answers = [["Add 1 and 1."], ["Add 3 to that."], ["Add 2 and 3."], ["{}"]]
+    answers = [["Add 1 and 1."], ["Add 3 to that."], ["Add 2 and 3."], ["{}"], ["{}"], ["Add 5 to it."]]
 
     def requests(prompts, values):
         seen.append((prompts, values))
@@ -373,9 +383,11 @@ def test_multi_turn_synthesis_asks_one_request_per_turn_of_each_chain():
         follow_up_prompt(ladder[0], ladder[1], follow),
         targeted_prompt([ladder[1]], shots),
         follow_up_prompt(ladder[1], ladder[2], follow),
+        targeted_prompt([ladder[2]], shots),
+        follow_up_prompt(ladder[2], ladder[3], follow),
     ]
-    assert values == [[1, 1], [3], [2, 3], [4]]  # a later turn does not state what it takes from the result
-    assert report.unchained == 1 and report.unparseable == 1  # the trace without a chain; chain 2's second turn
+    assert values == [[1, 1], [3], [2, 3], [4], [5, 4], [5]]  # a later turn does not state what it takes
+    assert report.unchained == 1 and report.unparseable == 2  # the trace without a chain; chains 2 and 3
     (task,) = report.tasks
     assert task.query == ["Add 1 and 1.", "Add 3 to that."] and task.reference_solution == [
         [ladder[0][0]],
@@ -386,7 +398,7 @@ def test_multi_turn_synthesis_asks_one_request_per_turn_of_each_chain():
 
 
 def test_chained_synthesis_asks_one_request_over_each_chain_of_dependent_calls():
-    ladder = _ladder(3)
+    ladder = _ladder(4)
     shots = [("[0] a\n[1] b", "Both.")]
     agreement = _Agreement()
     synth = TaskSynthesizer(
@@ -401,20 +413,24 @@ def test_chained_synthesis_asks_one_request_over_each_chain_of_dependent_calls()
 
     def requests(prompts, values):
         seen.append((prompts, values))
-        return [["Add 3 and 1 to it.", "Add 1 and 1, then add 3."], ["{}"]]
+        return [["Add 3 and 1 and 1 to it.", "Add 1 and 1, then add 3."], ["{}"], ["[0]"]]
 
     synth._requests = requests  # type: ignore[method-assign]
     lonely = _trace("none", [(_call("ls"), "a b")])
     report = synth.synthesize([_trace("e", ladder), lonely], "arith_chain")
     ((prompts, values),) = seen
-    assert prompts == [chain_prompt(ladder[:2], shots), chain_prompt(ladder[1:], shots)]
-    assert values == [[1, 1, 3], [2, 3, 4]]
-    assert report.unchained == 1 and report.unparseable == 1
+    assert prompts == [
+        chain_prompt(ladder[:2], shots),
+        chain_prompt(ladder[1:3], shots),
+        chain_prompt(ladder[2:], shots),
+    ]
+    assert values == [[1, 1, 3], [2, 3, 4], [5, 4, 5]]
+    assert report.unchained == 1 and report.unparseable == 2
     (task,) = report.tasks
     assert task.query == "Add 1 and 1, then add 3."  # both state 1, 1, 3; only this one in call order
     assert task.reference_solution == [[ladder[0][0], ladder[1][0]]]  # one turn: the whole chain
     assert task.metadata == {"exploration_id": "e", "explored_steps": [0, 1], "carried_values": [[2]]}
-    assert agreement.asked[0] == ("Add 3 and 1 to it.", [ladder[0][0], ladder[1][0]])
+    assert agreement.asked[0] == ("Add 3 and 1 and 1 to it.", [ladder[0][0], ladder[1][0]])
 
 
 def test_the_synthesizers_plain_requests_are_its_candidates_per_prompt_each_one_line():
