@@ -324,27 +324,34 @@ def test_open_synthesis_makes_tasks_from_each_usable_traces_answer_with_its_sand
     assert synth.synthesize([t2], "arith").tasks == [] and len(llm.calls) == 1  # nothing usable: no call
 
 
-def test_targeted_synthesis_asks_for_each_window_and_keeps_the_best_of_its_candidates():
-    calls = [(_call("add", a=2, b=5), "7"), (_call("multiply", a=3, b=4), "12"), (_call("add", a=6, b=1), "7")]
+def _scripted(difficulty, answers, **kw):
+    """A synthesizer whose ``_requests`` is a recorder answering ``answers``, with a tool-agreement stand-in:
+    (synthesizer, the recorded (prompts, values) calls, the agreement)."""
     agreement = _Agreement()
-    shots = [("[0] listing", "Shot request.")]
     synth = TaskSynthesizer(
         _Chat(lambda conv, c: ""),  # type: ignore[arg-type]
         SamplingParams(seed=1),
-        DifficultyConfig(operations=1),
-        tasks_per_trace=2,
-        targeted=True,
-        shots=shots,
-        candidates=2,
+        difficulty,
         agreement=agreement,  # type: ignore[arg-type]
+        **kw,
     )
     seen = []
 
     def requests(prompts, values):
         seen.append((prompts, values))
-        return [["Compute 2 and 5 now.", "Please add 2 and 5."], ["{}", "[1] result"]]
+        return answers
 
     synth._requests = requests  # type: ignore[method-assign]
+    return synth, seen, agreement
+
+
+def test_targeted_synthesis_asks_for_each_window_and_keeps_the_best_of_its_candidates():
+    calls = [(_call("add", a=2, b=5), "7"), (_call("multiply", a=3, b=4), "12"), (_call("add", a=6, b=1), "7")]
+    shots = [("[0] listing", "Shot request.")]
+    answers = [["Compute 2 and 5 now.", "Please add 2 and 5."], ["{}", "[1] result"]]
+    synth, seen, agreement = _scripted(
+        DifficultyConfig(operations=1), answers, tasks_per_trace=2, targeted=True, shots=shots, candidates=2
+    )
     report = synth.synthesize([_trace("e", calls)], "arith")
     ((prompts, values),) = seen
     assert prompts == [targeted_prompt([calls[0]], shots), targeted_prompt([calls[2]], shots)]  # windows 0 and 2
@@ -357,24 +364,10 @@ def test_targeted_synthesis_asks_for_each_window_and_keeps_the_best_of_its_candi
 def test_multi_turn_synthesis_asks_one_request_per_turn_of_each_chain():
     ladder = _ladder(4)  # add(1, 1) -> 2, add(2, 3) -> 5, add(5, 4) -> 9, add(9, 5) -> 14
     shots, follow = [("[0] a", "First.")], [("[0] b\n[1] c", "Then.")]
-    agreement = _Agreement()
-    synth = TaskSynthesizer(
-        _Chat(lambda conv, c: ""),  # type: ignore[arg-type]
-        SamplingParams(seed=1),
-        DifficultyConfig(turns=2),
-        tasks_per_trace=5,
-        shots=shots,
-        follow_shots=follow,
-        agreement=agreement,  # type: ignore[arg-type]
-    )
-    seen = []
     answers = [["Add 1 and 1."], ["Add 3 to that."], ["Add 2 and 3."], ["{}"], ["{}"], ["Add 5 to it."]]
-
-    def requests(prompts, values):
-        seen.append((prompts, values))
-        return answers
-
-    synth._requests = requests  # type: ignore[method-assign]
+    synth, seen, agreement = _scripted(
+        DifficultyConfig(turns=2), answers, tasks_per_trace=5, shots=shots, follow_shots=follow
+    )
     lonely = _trace("none", [(_call("ls"), "a b")])
     report = synth.synthesize([_trace("e", ladder), lonely], "arith_turns")
     ((prompts, values),) = seen
@@ -400,22 +393,10 @@ def test_multi_turn_synthesis_asks_one_request_per_turn_of_each_chain():
 def test_chained_synthesis_asks_one_request_over_each_chain_of_dependent_calls():
     ladder = _ladder(4)
     shots = [("[0] a\n[1] b", "Both.")]
-    agreement = _Agreement()
-    synth = TaskSynthesizer(
-        _Chat(lambda conv, c: ""),  # type: ignore[arg-type]
-        SamplingParams(seed=1),
-        DifficultyConfig(operations=2, chained=True),
-        tasks_per_trace=5,
-        chain_shots=shots,
-        agreement=agreement,  # type: ignore[arg-type]
+    answers = [["Add 3 and 1 and 1 to it.", "Add 1 and 1, then add 3."], ["{}"], ["[0]"]]
+    synth, seen, agreement = _scripted(
+        DifficultyConfig(operations=2, chained=True), answers, tasks_per_trace=5, chain_shots=shots
     )
-    seen = []
-
-    def requests(prompts, values):
-        seen.append((prompts, values))
-        return [["Add 3 and 1 and 1 to it.", "Add 1 and 1, then add 3."], ["{}"], ["[0]"]]
-
-    synth._requests = requests  # type: ignore[method-assign]
     lonely = _trace("none", [(_call("ls"), "a b")])
     report = synth.synthesize([_trace("e", ladder), lonely], "arith_chain")
     ((prompts, values),) = seen
