@@ -23,6 +23,7 @@ from evolvekit.questioning.synthesize import (
     chain_shots,
     chain_values,
     chains,
+    distill,
     follow_up_prompt,
     follow_up_shots,
     parse_request,
@@ -348,15 +349,15 @@ def _scripted(difficulty, answers, **kw):
 def test_targeted_synthesis_asks_for_each_window_and_keeps_the_best_of_its_candidates():
     calls = [(_call("add", a=2, b=5), "7"), (_call("multiply", a=3, b=4), "12"), (_call("add", a=6, b=1), "7")]
     shots = [("[0] listing", "Shot request.")]
-    answers = [["Compute 2 and 5 now.", "Please add 2 and 5."], ["{}", "[1] result"]]
+    answers = [["Compute 2 and 5 now.", "Please add 2 and 5."], ["{}", "[1] result"], ["short", "{}"]]
     synth, seen, agreement = _scripted(
-        DifficultyConfig(operations=1), answers, tasks_per_trace=2, targeted=True, shots=shots, candidates=2
+        DifficultyConfig(operations=1), answers, tasks_per_trace=3, targeted=True, shots=shots, candidates=2
     )
     report = synth.synthesize([_trace("e", calls)], "arith")
     ((prompts, values),) = seen
-    assert prompts == [targeted_prompt([calls[0]], shots), targeted_prompt([calls[2]], shots)]  # windows 0 and 2
-    assert values == [[2, 5], [6, 1]]  # each window's own values
-    assert report.unparseable == 1 and [t.query for t in report.tasks] == ["Please add 2 and 5."]
+    assert prompts == [targeted_prompt([c], shots) for c in calls]  # one window per call
+    assert values == [[2, 5], [3, 4], [6, 1]]  # each window's own values
+    assert report.unparseable == 2 and [t.query for t in report.tasks] == ["Please add 2 and 5."]
     assert report.tasks[0].reference_solution == [[calls[0][0]]] and report.tasks[0].metadata["explored_steps"] == [0]
     assert agreement.asked[0] == ("Compute 2 and 5 now.", [calls[0][0]])
 
@@ -369,7 +370,7 @@ def test_multi_turn_synthesis_asks_one_request_per_turn_of_each_chain():
         DifficultyConfig(turns=2), answers, tasks_per_trace=5, shots=shots, follow_shots=follow
     )
     lonely = _trace("none", [(_call("ls"), "a b")])
-    report = synth.synthesize([_trace("e", ladder), lonely], "arith_turns")
+    report = synth.synthesize([_trace("e", ladder, sandbox={"initial_config": {"n": 1}}), lonely], "arith_turns")
     ((prompts, values),) = seen
     assert prompts == [
         targeted_prompt([ladder[0]], shots),
@@ -387,18 +388,19 @@ def test_multi_turn_synthesis_asks_one_request_per_turn_of_each_chain():
         [ladder[1][0]],
     ]
     assert task.metadata == {"exploration_id": "e", "explored_steps": [0, 1], "carried_values": [[], [2]]}
+    assert task.initial_config == {"n": 1}
     assert agreement.asked[1] == ("Add 3 to that.", [ladder[1][0]])  # each turn judged against its own call
 
 
 def test_chained_synthesis_asks_one_request_over_each_chain_of_dependent_calls():
     ladder = _ladder(4)
     shots = [("[0] a\n[1] b", "Both.")]
-    answers = [["Add 3 and 1 and 1 to it.", "Add 1 and 1, then add 3."], ["{}"], ["[0]"]]
+    answers = [["First add 3 and 1 and 1.", "Add 1 and 1, then add 3."], ["{}"], ["[0]"]]
     synth, seen, agreement = _scripted(
         DifficultyConfig(operations=2, chained=True), answers, tasks_per_trace=5, chain_shots=shots
     )
     lonely = _trace("none", [(_call("ls"), "a b")])
-    report = synth.synthesize([_trace("e", ladder), lonely], "arith_chain")
+    report = synth.synthesize([_trace("e", ladder, sandbox={"initial_config": {"n": 2}}), lonely], "arith_chain")
     ((prompts, values),) = seen
     assert prompts == [
         chain_prompt(ladder[:2], shots),
@@ -408,10 +410,11 @@ def test_chained_synthesis_asks_one_request_over_each_chain_of_dependent_calls()
     assert values == [[1, 1, 3], [2, 3, 4], [5, 4, 5]]
     assert report.unchained == 1 and report.unparseable == 2
     (task,) = report.tasks
-    assert task.query == "Add 1 and 1, then add 3."  # both state 1, 1, 3; only this one in call order
+    assert task.query == "Add 1 and 1, then add 3."  # both state 1, 1, 3 and ask to add; only this one in call order
     assert task.reference_solution == [[ladder[0][0], ladder[1][0]]]  # one turn: the whole chain
     assert task.metadata == {"exploration_id": "e", "explored_steps": [0, 1], "carried_values": [[2]]}
-    assert agreement.asked[0] == ("Add 3 and 1 and 1 to it.", [ladder[0][0], ladder[1][0]])
+    assert task.initial_config == {"n": 2}
+    assert agreement.asked[0] == ("First add 3 and 1 and 1.", [ladder[0][0], ladder[1][0]])
 
 
 def test_the_synthesizers_plain_requests_are_its_candidates_per_prompt_each_one_line():
@@ -420,6 +423,8 @@ def test_the_synthesizers_plain_requests_are_its_candidates_per_prompt_each_one_
         llm, SamplingParams(seed=7, stop=("</x>",)), DifficultyConfig(), candidates=3, numbers_constrained=True
     )  # type: ignore[arg-type]
     assert synth.numbers_constrained is False  # asked for, but a chat-only model cannot be constrained
+    plain = TaskSynthesizer(llm, SamplingParams(), DifficultyConfig())  # type: ignore[arg-type]
+    assert (plain.tasks_per_trace, plain.candidates, plain.targeted) == (3, 1, False)  # the defaults
     prompts = [[_user("p")], [_user("q")]]
     assert synth._requests(prompts, [[1], [2]]) == [["p:0", "p:1", "p:2"], ["q:0", "q:1", "q:2"]]
     ((_, params),) = llm.calls
@@ -499,3 +504,10 @@ def test_numbers_constrained_requests_decode_every_candidate_under_its_own_promp
     unseeded._requests(prompts[:1], [[3]])
     assert unseeded.llm.batches[0][2].generator is None  # type: ignore[attr-defined]
     assert TaskSynthesizer(_Local(), params, DifficultyConfig()).numbers_constrained is False  # type: ignore[arg-type]
+
+
+def test_distill_keeps_the_executed_calls_in_order_with_results_cut_at_300_characters():
+    add, ls = _call("add", a=1, b=2), _call("ls")
+    trace = _trace("e", [(add, "x" * 301), (ls, "error"), (ls, "a b")], failed_at={1})
+    assert distill(trace) == [(add, "x" * 300), (ls, "a b")]
+    assert distill(trace, max_chars=2) == [(add, "xx"), (ls, "a ")]
