@@ -223,6 +223,9 @@ def test_shots_from_examples_keep_self_contained_requests_with_their_calls_and_r
         _user("Add 4 and 6 twice."),
         _reply(_call("add", a=4, b=6), _call("add", a=4, b=6)),
         _result("add", 10),
+        _user(""),  # an empty request, though it states every value of a call that has none, is no shot
+        _reply(_call("ls")),
+        _result("ls", 0),
     ]
     a, b = format_call(_call("add", a=5, b=7)), format_call(_call("add", a=4, b=6))
     assert shots_from_examples(examples) == [
@@ -243,7 +246,7 @@ def test_follow_up_shots_are_later_user_turns_that_take_a_value_from_the_earlier
     assert follow_up_shots([*first, _reply(mul), _result("multiply", 36)]) == []
     assert follow_up_shots([*first, *later[:2], ChatMessage(role="assistant", content="It is 36.")]) == []
     assert follow_up_shots([*first, ChatMessage(role="assistant", content="Sure."), *later[1:]]) == []
-    assert follow_up_shots([*first, _user(""), *later[1:]]) == [(listing, "")]  # an empty turn is written as empty
+    assert follow_up_shots([*first, _user(" "), *later[1:]]) == []  # an empty request is no shot
 
 
 def test_chain_shots_are_one_request_answered_by_linked_calls():
@@ -267,7 +270,7 @@ def test_chain_shots_are_one_request_answered_by_linked_calls():
         f'[2] {format_call(add2)} -> [add] {{"result": 40}}'
     )
     assert chain_shots(examples) == [(listing, "Add 5 and 7, multiply by 3, add 4.")]
-    assert chain_shots([_user(""), *examples[-6:]]) == [(listing, "")]
+    assert chain_shots([_user(" "), *examples[-6:]]) == []  # an empty request is no shot
 
 
 def _trace(eid, calls, failed_at=(), sandbox=None):

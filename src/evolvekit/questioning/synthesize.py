@@ -220,8 +220,8 @@ def shots_from_examples(examples: Sequence[ChatMessage]) -> list[tuple[str, str]
     shots = []
     for i in range(len(examples) - 2):
         user, call, result = examples[i], examples[i + 1], examples[i + 2]
-        if user.role != "user" or call.role != "assistant":
-            continue
+        if user.role != "user" or call.role != "assistant" or not user.content.strip():
+            continue  # an empty request is no worked example
         calls = parse_action(call.content or "").tool_calls
         if calls and grounding(Task(env_name="", query=user.content or "", reference_solution=[calls])) >= 1.0:
             obs = _observation(result)
@@ -312,7 +312,7 @@ def follow_up_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
             continue
         obs = _observation(result)
         request = user.content or ""
-        if last is not None and not request.startswith("Tool results") and carried(last, calls[0]):
+        if last is not None and request.strip() and not request.startswith("Tool results") and carried(last, calls[0]):
             shots.append((_listing([last, (calls[0], obs)]), request))
         last = (calls[0], obs)
     return shots
@@ -341,7 +341,7 @@ def chain_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
 
     shots = []
     for i, user in enumerate(examples):
-        if user.role != "user" or is_result(user):
+        if user.role != "user" or is_result(user) or not user.content.strip():
             continue
         steps: list[tuple[ToolCall, str]] = []
         j = i + 1
