@@ -220,12 +220,12 @@ def test_shots_from_examples_keep_self_contained_requests_with_their_calls_and_r
         _user("Add 1 and 2."),
         _user(format_call(_call("add", a=1, b=2))),  # a call the user wrote is no reply
         _result("add", 3),
-        _user("Add 4 and 6 twice."),
-        _reply(_call("add", a=4, b=6), _call("add", a=4, b=6)),
-        _result("add", 10),
         _user(""),  # an empty request, though it states every value of a call that has none, is no shot
         _reply(_call("ls")),
         _result("ls", 0),
+        _user("Add 4 and 6 twice."),
+        _reply(_call("add", a=4, b=6), _call("add", a=4, b=6)),
+        _result("add", 10),
     ]
     a, b = format_call(_call("add", a=5, b=7)), format_call(_call("add", a=4, b=6))
     assert shots_from_examples(examples) == [

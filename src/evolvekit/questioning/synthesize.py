@@ -191,7 +191,7 @@ def windows(n_calls: int, size: int, count: int) -> list[list[int]]:
 
 def _observation(result: ChatMessage) -> str:
     """A worked example's tool result as a listing shows it (without its "Tool results:" header, shortened)."""
-    return (result.content or "").replace("Tool results:\n", "").strip()[:300]
+    return result.content.replace("Tool results:\n", "").strip()[:300]
 
 
 def chain_values(calls: Sequence[tuple[ToolCall, str]], chain: Sequence[int]) -> list[list]:
@@ -222,12 +222,10 @@ def shots_from_examples(examples: Sequence[ChatMessage]) -> list[tuple[str, str]
         user, call, result = examples[i], examples[i + 1], examples[i + 2]
         if user.role != "user" or call.role != "assistant" or not user.content.strip():
             continue  # an empty request is no worked example
-        calls = parse_action(call.content or "").tool_calls
-        if calls and grounding(Task(env_name="", query=user.content or "", reference_solution=[calls])) >= 1.0:
+        calls = parse_action(call.content).tool_calls
+        if calls and grounding(Task(env_name="", query=user.content, reference_solution=[calls])) >= 1.0:
             obs = _observation(result)
-            shots.append(
-                ("\n".join(f"[{j}] {format_call(c)} -> {obs}" for j, c in enumerate(calls)), user.content or "")
-            )
+            shots.append(("\n".join(f"[{j}] {format_call(c)} -> {obs}" for j, c in enumerate(calls)), user.content))
     return shots
 
 
@@ -307,11 +305,11 @@ def follow_up_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
         user, reply, result = examples[i], examples[i + 1], examples[i + 2]
         if user.role != "user" or reply.role != "assistant" or result.role != "user":
             continue
-        calls = parse_action(reply.content or "").tool_calls
+        calls = parse_action(reply.content).tool_calls
         if len(calls) != 1:
             continue
         obs = _observation(result)
-        request = user.content or ""
+        request = user.content
         if last is not None and request.strip() and not request.startswith("Tool results") and carried(last, calls[0]):
             shots.append((_listing([last, (calls[0], obs)]), request))
         last = (calls[0], obs)
@@ -337,7 +335,7 @@ def chain_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
     from evolvekit.env.action_text import parse_action
 
     def is_result(m: ChatMessage) -> bool:
-        return m.role == "user" and (m.content or "").startswith("Tool results")
+        return m.role == "user" and m.content.startswith("Tool results")
 
     shots = []
     for i, user in enumerate(examples):
@@ -346,13 +344,13 @@ def chain_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
         steps: list[tuple[ToolCall, str]] = []
         j = i + 1
         while j + 1 < len(examples) and examples[j].role == "assistant" and is_result(examples[j + 1]):
-            calls = parse_action(examples[j].content or "").tool_calls
+            calls = parse_action(examples[j].content).tool_calls
             if len(calls) != 1:
                 break
             steps.append((calls[0], _observation(examples[j + 1])))
             j += 2
         if len(steps) >= 2 and all(links(a, b[0]) for a, b in zip(steps, steps[1:])):
-            shots.append((_listing(steps), user.content or ""))
+            shots.append((_listing(steps), user.content))
     return shots
 
 
