@@ -17,12 +17,19 @@ from evolvekit.env.scienceworld import scienceworld_available
 pytestmark = pytest.mark.skipif(scienceworld_available() is not None, reason=str(scienceworld_available()))
 
 
+def _live_java(proc: psutil.Process) -> bool:
+    """A running JVM; one that exits between the listing and this look (what a killed JVM does) is not."""
+    try:
+        return proc.name() == "java" and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _java_children(expect: int | None = None) -> int:
     """Live JVMs started by this process (waiting up to 5 s for the expected count: a JVM exits asynchronously)."""
     deadline = time.monotonic() + 5
     while True:
-        procs = psutil.Process(os.getpid()).children(recursive=True)
-        n = sum(p.name() == "java" and p.status() != psutil.STATUS_ZOMBIE for p in procs)
+        n = sum(_live_java(p) for p in psutil.Process(os.getpid()).children(recursive=True))
         if expect is None or n == expect or time.monotonic() > deadline:
             return n
         time.sleep(0.1)
