@@ -85,7 +85,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     # curiosity-driven exploration (§3.1-3.2): environment profiles, the explorer's prompts and traces
     # the row is against test_explore.py alone (stop 70); test_questioning.py reaches more, at ~8 s a mutant
-    "explore": ("questioning/explore.py", ["tests/cpu/test_explore.py"]),
+    "explore": ("questioning/explore.py", ["tests/cpu/test_explore.py", "tests/cpu/test_questioning.py"]),
     # task synthesis with reference solutions (§3.2-3.3)
     "synthesize": ("questioning/synthesize.py", ["tests/cpu/test_synthesize.py", "tests/cpu/test_questioning.py"]),
     # the context manager's snapshot recorder (§6.2): merged sequences, loss mask, step spans, prompt spans
