@@ -189,6 +189,11 @@ def windows(n_calls: int, size: int, count: int) -> list[list[int]]:
     return [list(range(st, st + size)) for st in starts][:count]
 
 
+def _is_result(m: ChatMessage) -> bool:
+    """A worked example's tool-result turn (the environment's, in the user role), not a request."""
+    return m.role == "user" and m.content.startswith("Tool results")
+
+
 def _observation(result: ChatMessage) -> str:
     """A worked example's tool result as a listing shows it (without its "Tool results:" header, shortened)."""
     return result.content.replace("Tool results:\n", "").strip()[:300]
@@ -225,7 +230,7 @@ def shots_from_examples(examples: Sequence[ChatMessage]) -> list[tuple[str, str]
         calls = parse_action(call.content).tool_calls
         if calls and grounding(Task(env_name="", query=user.content, reference_solution=[calls])) >= 1.0:
             obs = _observation(result)
-            shots.append(("\n".join(f"[{j}] {format_call(c)} -> {obs}" for j, c in enumerate(calls)), user.content))
+            shots.append((_listing([(c, obs) for c in calls]), user.content))
     return shots
 
 
@@ -310,7 +315,7 @@ def follow_up_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
             continue
         obs = _observation(result)
         request = user.content
-        if last is not None and request.strip() and not request.startswith("Tool results") and carried(last, calls[0]):
+        if last is not None and request.strip() and not _is_result(user) and carried(last, calls[0]):
             shots.append((_listing([last, (calls[0], obs)]), request))
         last = (calls[0], obs)
     return shots
@@ -334,16 +339,13 @@ def chain_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
     3." for add(5, 7) -> 12, multiply(12, 3))."""
     from evolvekit.env.action_text import parse_action
 
-    def is_result(m: ChatMessage) -> bool:
-        return m.role == "user" and m.content.startswith("Tool results")
-
     shots = []
     for i, user in enumerate(examples):
-        if user.role != "user" or is_result(user) or not user.content.strip():
+        if user.role != "user" or _is_result(user) or not user.content.strip():
             continue
         steps: list[tuple[ToolCall, str]] = []
         j = i + 1
-        while j + 1 < len(examples) and examples[j].role == "assistant" and is_result(examples[j + 1]):
+        while j + 1 < len(examples) and examples[j].role == "assistant" and _is_result(examples[j + 1]):
             calls = parse_action(examples[j].content).tool_calls
             if len(calls) != 1:
                 break
