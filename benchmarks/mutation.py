@@ -98,6 +98,9 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             "tests/cpu/test_templates.py",
         ],
     ),
+    # the evidence statistics every learning claim rests on: t intervals, the exact sign-flip test, the share of seeds
+    # that improve, the recovered share, run health, the rows' merge with committed results
+    "evidence": ("report/evidence.py", ["tests/cpu/test_evidence.py"]),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
     "build": (
         "orchestrator/build.py",
