@@ -302,3 +302,82 @@ def test_the_end_line_names_the_configs_own_row_and_its_lift_over_the_base_model
     line = comparison_line(path, cfg, {"avg@4": 0.5})
     assert "env_only (this config) 0.200 -> 0.450" in line and "over the base model +0.250" in line, line
     assert "2 of 2 seeds improve" in line and "sign-flip p 0.5000" in line
+
+
+def test_run_health_reads_the_judge_the_grounded_agreement_and_the_self_referenced_share():
+    """The figures the first health test leaves out, each by hand: two iterations of judge calls and fallbacks, the
+    attributor's agreement with the grounded labels (a mean over the iterations that report it), the closed
+    person-written tasks and the share step credit had a self-derived reference for, the first synthetic pool."""
+    run = _run(
+        "env_only",
+        7,
+        0.1,
+        0.2,
+        0.3,
+        {
+            0: {
+                "judge/calls": 4.0,
+                "judge/fallbacks": 1.0,
+                "attribution/agreement_with_grounded": 0.5,
+                "attribution/closed_tasks": 3.0,
+                "attribution/self_referenced": 1.0,
+                "tasks/synthetic_pool": 5.0,
+            },
+            1: {"judge/calls": 6.0, "judge/fallbacks": 2.0, "attribution/closed_tasks": 1.0},
+            2: {"attribution/agreement_with_grounded": 1.0, "attribution/self_referenced": 2.0},
+            3: {"tasks/synthetic_pool": 9.0, "navigating/extraction_jobs": 0.0},
+        },
+    )
+    h = run_health(run, 7)
+    assert h.seed == 7 and h.helper_sources == {"attributor": "grounded"}
+    assert h.judge_calls == 10.0 and h.judge_fallback_rate == pytest.approx(3 / 10)
+    assert h.attribution_agreement_with_grounded == pytest.approx(0.75)
+    assert h.closed_tasks == 4.0 and h.self_referenced_share == pytest.approx(3 / 4)
+    assert h.synthetic_tasks == 5.0  # the pool the run started with, not a later one
+    assert h.extraction_jobs == 0.0 and h.validated_share is None  # extraction on, but no job: no share
+    assert h.attribution_mixed_groups is None and h.minutes == 0.0  # no attribution metric; no iteration time
+    quiet = run_health(_run("grpo", 0, 0.1, 0.2, 0.3, {0: {"judge/calls": 0.0}}), 0)
+    assert quiet.judge_calls == 0.0 and quiet.judge_fallback_rate is None  # judge on, never called: no rate
+    assert quiet.closed_tasks is None and quiet.self_referenced_share is None and quiet.extraction_jobs is None
+
+
+def test_the_statistics_keep_their_level_their_n_and_their_one_value_cases():
+    """Cases the hand tables above do not reach: one value (a point, n = 1, at the level asked for), one paired
+    difference (p = 1: both sign assignments are as extreme), a paired interval at another level, and each refusal
+    names its cause."""
+    from evolvekit.report.evidence import improved_share, paired, sign_flip_p
+
+    one = interval([0.5], 0.9)
+    assert (one.n, one.confidence, one.low, one.high) == (1, 0.9, 0.5, 0.5)
+    assert sign_flip_p([0.3]) == 1.0 and sign_flip_p([0.0]) == 1.0
+    p = paired([0.5, 0.4, 0.3], [0.2, 0.2, 0.2], 0.9)
+    # diffs 0.3, 0.2, 0.1: mean 0.2, s = 0.1; t_{0.95,2} = 0.9 / √(2 · 0.95 · 0.05) = 2.919986
+    assert p.interval.confidence == 0.9
+    assert p.interval.high - p.interval.mean == pytest.approx(2.919986 * 0.1 / 3**0.5, rel=1e-5)
+    with pytest.raises(ValueError, match="^no values$"):
+        interval([])
+    with pytest.raises(ValueError, match="^no differences$"):
+        sign_flip_p([])
+    with pytest.raises(ValueError, match="^no differences$"):
+        improved_share([])
+    with pytest.raises(ValueError, match="^exact sign-flip enumeration is for at most 24 differences, got 25$"):
+        sign_flip_p([0.1] * 25)
+    with pytest.raises(ValueError, match="^paired difference needs the same seeds on both sides$"):
+        paired([0.1], [0.1, 0.2])
+    with pytest.raises(ValueError, match="^paired difference needs the same seeds in both rows$"):
+        difference([0.1], [0.1, 0.2])
+
+
+def test_only_runs_named_seed_k_have_a_seed_and_the_hand_part_follows_the_first_mark():
+    from evolvekit.report.evidence import HAND_MARK, with_hand_part
+
+    runs = [_run("grpo", 3, 0.0, 0.0, 0.1)]
+    for name in ("seedx", "base3", "seed"):
+        odd = _run("grpo", 0, 0.0, 0.0, 0.2)
+        odd.run_dir = Path(f"/runs/grpo/{name}")
+        runs.append(odd)
+    assert [len(g.runs) for g in only_seeds([RunGroup("grpo", runs)], [3])] == [1]
+    assert [len(g.runs) for g in only_seeds([RunGroup("grpo", runs)], [-1])] == [3]  # the "no seed" mark is -1
+    # the tables' trailing blank lines go, their leading ones stay; the hand part starts at the first mark
+    old = f"old\n{HAND_MARK}\nreading\n{HAND_MARK}\nmore\n"
+    assert with_hand_part("\n# tables \n\n\n", old) == f"\n# tables \n\n{HAND_MARK}\nreading\n{HAND_MARK}\nmore\n"
