@@ -381,3 +381,40 @@ def test_only_runs_named_seed_k_have_a_seed_and_the_hand_part_follows_the_first_
     # the tables' trailing blank lines go, their leading ones stay; the hand part starts at the first mark
     old = f"old\n{HAND_MARK}\nreading\n{HAND_MARK}\nmore\n"
     assert with_hand_part("\n# tables \n\n\n", old) == f"\n# tables \n\n{HAND_MARK}\nreading\n{HAND_MARK}\nmore\n"
+
+
+def test_rows_after_an_unfinished_one_are_reported_and_a_partial_before_gives_no_paired_lift():
+    """A row whose runs have all not finished is skipped, not the end of the rows; only ``name@k`` numbers are
+    figures; a row whose before figure is missing in some run has a before interval over the others but no paired
+    lift; the paired lift is at the level asked for."""
+    waiting = _run("waiting", 0, 0.1, 0.1, 0.1)
+    waiting.evaluations.pop("after")
+    runs = [_run("overall", s, 0.1, 0.2, a) for s, a in ((0, 0.4), (1, 0.5), (2, 0.6))]
+    runs[0].evaluations["after"]["tasks"] = 16  # a number without "@": not a figure
+    rows = row_results([RunGroup("waiting", [waiting]), RunGroup("overall", runs)], "grpo", 0.9)
+    assert list(rows) == ["overall"] and list(rows["overall"].after) == ["avg@4"]
+    lift = rows["overall"].vs_before["avg@4"]  # diffs 0.3, 0.4, 0.5: s = 0.1, t_{0.95,2} = 2.919986
+    assert lift.interval.confidence == 0.9 and lift.interval.high == pytest.approx(0.4 + 2.919986 * 0.1 / 3**0.5)
+    runs[1].evaluations["before"] = {}
+    partial = row_results([RunGroup("overall", runs)], "grpo")["overall"]
+    assert partial.before["avg@4"].n == 2 and not partial.vs_before
+
+
+def test_merge_pairs_two_seeds_at_the_level_asked_for_and_keeps_a_committed_rows_steps_without_a_curve():
+    from evolvekit.report.evidence import merge_rows
+
+    grpo = RunGroup("grpo", [_run("grpo", s, 0.1, 0.2, a) for s, a in ((0, 0.3), (1, 0.4))])
+    committed = EvidenceFile(
+        family="arith", budget={}, baseline="grpo", rows=row_results([grpo], "grpo"), command="c", commit="old"
+    )
+    old = RunGroup("old", [_run("old", s, 0.1, 0.2, 0.5) for s in (0, 1)])
+    committed.rows["old"] = row_results([old], "grpo")["old"].model_copy(update={"curve": [], "steps_at_09": 2.0})
+    new = RunGroup("overall", [_run("overall", s, 0.1, 0.4, a) for s, a in ((0, 0.4), (1, 0.6))])
+    rows = merge_rows(row_results([new], "grpo"), committed, "grpo", "new", 0.9)
+    d = rows["overall"].vs_baseline["avg@4"]  # pairs 0.1, 0.2 (two seeds are enough): t_{0.95,1} = tan(0.45π)
+    assert d.n == 2 and d.confidence == 0.9 and d.mean == pytest.approx(0.15)
+    assert rows["old"].steps_at_09 == 2.0  # no curve to measure again: its committed figure stays
+    # a fresh baseline's curve sets the target: its best mean value 0.45 (committed: 0.35), reached by overall at 3
+    better = RunGroup("grpo", [_run("grpo", s, 0.1, 0.2, 0.45) for s in (0, 1)])
+    again = merge_rows(row_results([better, new], "grpo"), committed, "grpo", "new")
+    assert again["overall"].target == pytest.approx(0.9 * 0.45)
