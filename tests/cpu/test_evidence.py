@@ -341,6 +341,10 @@ def test_run_health_reads_the_judge_the_grounded_agreement_and_the_self_referenc
     assert quiet.closed_tasks is None and quiet.self_referenced_share is None and quiet.extraction_jobs is None
 
 
+# the two-sided t quantile at 90% with df = 2: t_{0.95,2} = 0.9 / √(2 · 0.95 · 0.05)
+T90_DF2 = 2.919986
+
+
 def test_the_statistics_keep_their_level_their_n_and_their_one_value_cases():
     """Cases the hand tables above do not reach: one value (a point, n = 1, at the level asked for), one paired
     difference (p = 1: both sign assignments are as extreme), a paired interval at another level, and each refusal
@@ -351,9 +355,8 @@ def test_the_statistics_keep_their_level_their_n_and_their_one_value_cases():
     assert (one.n, one.confidence, one.low, one.high) == (1, 0.9, 0.5, 0.5)
     assert sign_flip_p([0.3]) == 1.0 and sign_flip_p([0.0]) == 1.0
     p = paired([0.5, 0.4, 0.3], [0.2, 0.2, 0.2], 0.9)
-    # diffs 0.3, 0.2, 0.1: mean 0.2, s = 0.1; t_{0.95,2} = 0.9 / √(2 · 0.95 · 0.05) = 2.919986
-    assert p.interval.confidence == 0.9
-    assert p.interval.high - p.interval.mean == pytest.approx(2.919986 * 0.1 / 3**0.5, rel=1e-5)
+    assert p.interval.confidence == 0.9  # diffs 0.3, 0.2, 0.1: mean 0.2, s = 0.1
+    assert p.interval.high - p.interval.mean == pytest.approx(T90_DF2 * 0.1 / 3**0.5, rel=1e-5)
     with pytest.raises(ValueError, match="^no values$"):
         interval([])
     with pytest.raises(ValueError, match="^no differences$"):
@@ -393,8 +396,8 @@ def test_rows_after_an_unfinished_one_are_reported_and_a_partial_before_gives_no
     runs[0].evaluations["after"]["tasks"] = 16  # a number without "@": not a figure
     rows = row_results([RunGroup("waiting", [waiting]), RunGroup("overall", runs)], "grpo", 0.9)
     assert list(rows) == ["overall"] and list(rows["overall"].after) == ["avg@4"]
-    lift = rows["overall"].vs_before["avg@4"]  # diffs 0.3, 0.4, 0.5: s = 0.1, t_{0.95,2} = 2.919986
-    assert lift.interval.confidence == 0.9 and lift.interval.high == pytest.approx(0.4 + 2.919986 * 0.1 / 3**0.5)
+    lift = rows["overall"].vs_before["avg@4"]  # diffs 0.3, 0.4, 0.5: mean 0.4, s = 0.1
+    assert lift.interval.confidence == 0.9 and lift.interval.high == pytest.approx(0.4 + T90_DF2 * 0.1 / 3**0.5)
     runs[1].evaluations["before"] = {}
     partial = row_results([RunGroup("overall", runs)], "grpo")["overall"]
     assert partial.before["avg@4"].n == 2 and not partial.vs_before
@@ -411,7 +414,7 @@ def test_merge_pairs_two_seeds_at_the_level_asked_for_and_keeps_a_committed_rows
     committed.rows["old"] = row_results([old], "grpo")["old"].model_copy(update={"curve": [], "steps_at_09": 2.0})
     new = RunGroup("overall", [_run("overall", s, 0.1, 0.4, a) for s, a in ((0, 0.4), (1, 0.6))])
     rows = merge_rows(row_results([new], "grpo"), committed, "grpo", "new", 0.9)
-    d = rows["overall"].vs_baseline["avg@4"]  # pairs 0.1, 0.2 (two seeds are enough): t_{0.95,1} = tan(0.45π)
+    d = rows["overall"].vs_baseline["avg@4"]  # pairs 0.1, 0.2: two seeds are enough
     assert d.n == 2 and d.confidence == 0.9 and d.mean == pytest.approx(0.15)
     assert rows["old"].steps_at_09 == 2.0  # no curve to measure again: its committed figure stays
     # a fresh baseline's curve sets the target: its best mean value 0.45 (committed: 0.35), reached by overall at 3
