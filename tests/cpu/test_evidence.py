@@ -421,3 +421,15 @@ def test_merge_pairs_two_seeds_at_the_level_asked_for_and_keeps_a_committed_rows
     better = RunGroup("grpo", [_run("grpo", s, 0.1, 0.2, 0.45) for s in (0, 1)])
     again = merge_rows(row_results([better, new], "grpo"), committed, "grpo", "new")
     assert again["overall"].target == pytest.approx(0.9 * 0.45)
+
+
+def test_a_figure_the_baseline_did_not_measure_gets_no_difference():
+    """A row's figure that the baseline's runs lack (a best@k the baseline never measured) gets no difference, not
+    a NaN one; the figures both measured are paired as before."""
+    grpo = RunGroup("grpo", [_run("grpo", s, 0.1, 0.2, a) for s, a in ((0, 0.3), (1, 0.4), (2, 0.5))])
+    full = RunGroup("overall", [_run("overall", s, 0.1, 0.4, a) for s, a in ((0, 0.4), (1, 0.6), (2, 0.9))])
+    for r, best in zip(full.runs, (0.5, 0.7, 1.0)):
+        r.evaluations["after"]["best@4"] = best
+    row = row_results([grpo, full], "grpo")["overall"]
+    assert list(row.vs_baseline) == ["avg@4"] and row.vs_baseline["avg@4"].mean == pytest.approx(0.7 / 3)
+    assert row.after["best@4"].n == 3

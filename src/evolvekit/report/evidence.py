@@ -13,7 +13,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -330,11 +330,11 @@ def row_results(groups: list[RunGroup], baseline: str, confidence: float = DEFAU
                 res.before[k] = interval(before, confidence)
             if before and len(before) == len(runs):
                 res.vs_before[k] = paired(res.per_seed_after[k], before, confidence)
-            matched = [(float(r.evaluations["after"][k]), _seed_of(r)) for r in runs if _seed_of(r) in base_runs]
+            # paired with the baseline's runs of the same seeds that have this figure (as merge_rows pairs)
+            theirs = {s: float(v) for s, b in base_runs.items() if _is_num(v := b.evaluations["after"].get(k))}
+            matched = [(float(r.evaluations["after"][k]), theirs[_seed_of(r)]) for r in runs if _seed_of(r) in theirs]
             if g.name != baseline and len(matched) >= 2:
-                ours = [v for v, _ in matched]
-                theirs = [float(base_runs[s].evaluations["after"].get(k, float("nan"))) for _, s in matched]
-                res.vs_baseline[k] = difference(ours, theirs, confidence)
+                res.vs_baseline[k] = difference([a for a, _ in matched], [b for _, b in matched], confidence)
         xs, ys = RunGroup(g.name, runs).mean_curve()
         res.curve = list(zip(xs, ys))
         res.auc = area_under_curve(xs, ys) if len(ys) > 1 else None
@@ -349,7 +349,7 @@ def row_results(groups: list[RunGroup], baseline: str, confidence: float = DEFAU
     return out
 
 
-def _is_num(v: Any) -> bool:
+def _is_num(v: Any) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
