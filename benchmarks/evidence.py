@@ -274,7 +274,10 @@ def main() -> None:
         done = {g.name: sum(1 for r in g.runs if r.evaluations.get("after")) for g in groups}
         pending = {name: n for name, n in done.items() if n < len(spec.seeds)}
         groups = [g for g in groups if g.name not in pending]
-    rows = row_results(groups, args.baseline, spec.confidence)
+    try:
+        rows = row_results(groups, args.baseline, spec.confidence)
+    except ValueError as e:  # a run without a figure its row has
+        ap.error(str(e))
     commit = code_commit()
     if args.merge:
         merged = merge_rows(rows, load_evidence(args.merge), args.baseline, commit, spec.confidence)

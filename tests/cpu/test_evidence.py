@@ -433,3 +433,11 @@ def test_a_figure_the_baseline_did_not_measure_gets_no_difference():
     row = row_results([grpo, full], "grpo")["overall"]
     assert list(row.vs_baseline) == ["avg@4"] and row.vs_baseline["avg@4"].mean == pytest.approx(0.7 / 3)
     assert row.after["best@4"].n == 3
+
+
+def test_a_run_lacking_a_figure_its_row_has_is_named():
+    runs = [_run("overall", s, 0.1, 0.2, a) for s, a in ((0, 0.4), (1, 0.5), (2, 0.6))]
+    runs[1].evaluations["after"]["best@4"] = 0.9
+    lacking = r"row 'overall': best@4 after training is not a number in /runs/overall/seed0, /runs/overall/seed2$"
+    with pytest.raises(ValueError, match=lacking):
+        row_results([RunGroup("overall", runs)], "grpo")

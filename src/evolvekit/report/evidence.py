@@ -323,6 +323,9 @@ def row_results(groups: list[RunGroup], baseline: str, confidence: float = DEFAU
         keys = sorted({k for r in runs for k, v in r.evaluations["after"].items() if "@" in k and _is_num(v)})
         res = RowResult(name=g.name, seeds=[_seed_of(r) for r in runs])
         for k in keys:
+            lacking = [str(r.run_dir) for r in runs if not _is_num(r.evaluations["after"].get(k))]
+            if lacking:  # a row's figures are over the same seeds (per_seed_after is parallel to seeds)
+                raise ValueError(f"row {g.name!r}: {k} after training is not a number in {', '.join(lacking)}")
             res.per_seed_after[k] = [float(r.evaluations["after"][k]) for r in runs]
             res.after[k] = interval(res.per_seed_after[k], confidence)
             before = [float(r.evaluations["before"][k]) for r in runs if k in (r.evaluations.get("before") or {})]
