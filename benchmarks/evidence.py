@@ -47,10 +47,12 @@ def _other_levels(ev, confidence: float) -> str:
 
 
 def _closed(h) -> str:
-    """Person-written training tasks with closed gold, and the share step credit found a self-derived reference for."""
+    """Person-written training tasks with closed gold, the share step credit found a self-derived reference of the
+    task's own for, and (where the run logged it) how many borrowed a success on a similar task."""
     if h.closed_tasks is None:
         return "n/a"
-    return f"{h.closed_tasks:.0f} ({_fmt(h.self_referenced_share)})"
+    borrowed = "" if h.similar_referenced is None else f"; borrowed {h.similar_referenced:.0f}"
+    return f"{h.closed_tasks:.0f} ({_fmt(h.self_referenced_share)}{borrowed})"
 
 
 def _name(name: str, row) -> str:
@@ -152,7 +154,9 @@ def markdown(ev, spec) -> str:
         "channel was non-degenerate; judge fallback: share of judge calls that fell back; validated: share of "
         "extraction jobs that yielded a validated experience; closed person tasks: person-written training tasks whose "
         "gold the run could not read (summed over iterations), with the share that step credit had a self-derived "
-        "reference for (a success of the run's own); n/a: that helper was off in the run, or no such task.",
+        "reference for (a success of the run's own on that task) and, where the run logged it, how many borrowed the "
+        "run's success on a similar task (attributing.similar_success_min); n/a: that helper was off in the run, or "
+        "no such task.",
         "",
         "| row | seed | sources | attribution live | attribution agreement with grounded | judge calls | judge "
         "fallback | extraction jobs | validated | synthetic tasks | closed person tasks (self-referenced) | "

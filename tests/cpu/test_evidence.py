@@ -307,7 +307,8 @@ def test_the_end_line_names_the_configs_own_row_and_its_lift_over_the_base_model
 def test_run_health_reads_the_judge_the_grounded_agreement_and_the_self_referenced_share():
     """The figures the first health test leaves out, each by hand: two iterations of judge calls and fallbacks, the
     attributor's agreement with the grounded labels (a mean over the iterations that report it), the closed
-    person-written tasks and the share step credit had a self-derived reference for, the first synthetic pool."""
+    person-written tasks, the share step credit had a self-derived reference of the task's own for and the number that
+    borrowed a similar task's success, the first synthetic pool."""
     run = _run(
         "env_only",
         7,
@@ -323,8 +324,17 @@ def test_run_health_reads_the_judge_the_grounded_agreement_and_the_self_referenc
                 "attribution/self_referenced": 1.0,
                 "tasks/synthetic_pool": 5.0,
             },
-            1: {"judge/calls": 6.0, "judge/fallbacks": 2.0, "attribution/closed_tasks": 1.0},
-            2: {"attribution/agreement_with_grounded": 1.0, "attribution/self_referenced": 2.0},
+            1: {
+                "judge/calls": 6.0,
+                "judge/fallbacks": 2.0,
+                "attribution/closed_tasks": 1.0,
+                "attribution/similar_referenced": 1.0,
+            },
+            2: {
+                "attribution/agreement_with_grounded": 1.0,
+                "attribution/self_referenced": 1.0,
+                "attribution/similar_referenced": 1.0,
+            },
             3: {"tasks/synthetic_pool": 9.0, "navigating/extraction_jobs": 0.0},
         },
     )
@@ -332,13 +342,16 @@ def test_run_health_reads_the_judge_the_grounded_agreement_and_the_self_referenc
     assert h.seed == 7 and h.helper_sources == {"attributor": "grounded"}
     assert h.judge_calls == 10.0 and h.judge_fallback_rate == pytest.approx(3 / 10)
     assert h.attribution_agreement_with_grounded == pytest.approx(0.75)
-    assert h.closed_tasks == 4.0 and h.self_referenced_share == pytest.approx(3 / 4)
+    assert h.closed_tasks == 4.0 and h.self_referenced_share == pytest.approx(2 / 4) and h.similar_referenced == 2.0
     assert h.synthetic_tasks == 5.0  # the pool the run started with, not a later one
     assert h.extraction_jobs == 0.0 and h.validated_share is None  # extraction on, but no job: no share
     assert h.attribution_mixed_groups is None and h.minutes == 0.0  # no attribution metric; no iteration time
     quiet = run_health(_run("grpo", 0, 0.1, 0.2, 0.3, {0: {"judge/calls": 0.0}}), 0)
     assert quiet.judge_calls == 0.0 and quiet.judge_fallback_rate is None  # judge on, never called: no rate
     assert quiet.closed_tasks is None and quiet.self_referenced_share is None and quiet.extraction_jobs is None
+    assert quiet.similar_referenced is None
+    older = run_health(_run("p", 0, 0.1, 0.2, 0.3, {0: {"attribution/closed_tasks": 2.0}}), 0)
+    assert older.closed_tasks == 2.0 and older.similar_referenced is None  # a run that did not log borrowing
 
 
 # the two-sided t quantile at 90% with df = 2: t_{0.95,2} = 0.9 / √(2 · 0.95 · 0.05)

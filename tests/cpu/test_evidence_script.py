@@ -183,3 +183,14 @@ def test_a_resumed_mutation_look_keeps_its_kills_and_reopens_everything_else(tmp
     after = json.loads(meta.read_text())
     assert after["exit_code_by_key"] == {k: (1 if k == "m.x_a__mutmut_1" else None) for k in codes}
     assert after["hash_by_function_name"] == {"x_a": "h"}  # the rest of mutmut's file as it was
+
+
+def test_the_health_table_names_the_closed_tasks_their_own_share_and_the_borrowed_ones():
+    from evidence import _closed  # benchmarks/evidence.py
+
+    from evolvekit.report.evidence import RunHealth
+
+    assert _closed(RunHealth(seed=0)) == "n/a"
+    assert _closed(RunHealth(seed=0, closed_tasks=24.0, self_referenced_share=0.75)) == "24 (0.750)"
+    borrowed = RunHealth(seed=0, closed_tasks=24.0, self_referenced_share=0.75, similar_referenced=3.0)
+    assert _closed(borrowed) == "24 (0.750; borrowed 3)"

@@ -164,6 +164,9 @@ class RunHealth(BaseModel):
     # reference for (the group's own success, or an earlier one): None where no such task was trained on
     closed_tasks: float | None = None
     self_referenced_share: float | None = None
+    # of those, the ones credited from a borrowed success on a similar task (attributing.similar_success_min);
+    # None where no such task was trained on or the run did not log it (runs made before 436091b)
+    similar_referenced: float | None = None
 
 
 class RowResult(BaseModel):
@@ -291,6 +294,9 @@ def run_health(run: RunSummary, seed: int) -> RunHealth:
         minutes=total(m, "time/iteration_s") / 60 if m else None,
         closed_tasks=closed if closed else None,
         self_referenced_share=total(m, "attribution/self_referenced") / closed if closed else None,
+        similar_referenced=total(m, "attribution/similar_referenced")
+        if closed and "attribution/similar_referenced" in has
+        else None,
     )
 
 
