@@ -454,3 +454,24 @@ def test_a_run_lacking_a_figure_its_row_has_is_named():
     lacking = r"row 'overall': best@4 after training is not a number in /runs/overall/seed0, /runs/overall/seed2$"
     with pytest.raises(ValueError, match=lacking):
         row_results([RunGroup("overall", runs)], "grpo")
+
+
+def test_committed_rows_paired_with_another_baseline_are_paired_again_with_this_one():
+    """A spec whose baseline is a committed file's non-baseline row (the similar-success spec against the
+    credit-fix file): every committed difference was against the file's own baseline and is recomputed against
+    this one, so no old difference sits under the new header; this baseline gets none."""
+    from evolvekit.report.evidence import merge_rows
+
+    grpo = RunGroup("grpo", [_run("grpo", s, 0.1, 0.2, a) for s, a in ((0, 0.3), (1, 0.4), (2, 0.5))])
+    fixed = RunGroup("fixed", [_run("fixed", s, 0.1, 0.2, a) for s, a in ((0, 0.5), (1, 0.5), (2, 0.8))])
+    committed = EvidenceFile(
+        family="arith", budget={}, baseline="grpo", rows=row_results([grpo, fixed], "grpo"), command="c", commit="old"
+    )
+    assert committed.rows["fixed"].vs_baseline["avg@4"].mean == pytest.approx(0.2)  # against grpo
+    new = RunGroup("similar", [_run("similar", s, 0.1, 0.2, a) for s, a in ((0, 0.6), (1, 0.5), (2, 0.9))])
+    rows = merge_rows(row_results([new], "fixed"), committed, "fixed", "new")
+    assert not rows["fixed"].vs_baseline
+    assert rows["grpo"].vs_baseline["avg@4"].mean == pytest.approx(-0.2)  # 0.3-0.5, 0.4-0.5, 0.5-0.8
+    assert rows["similar"].vs_baseline["avg@4"].mean == pytest.approx(0.2 / 3)  # 0.1, 0, 0.1
+    same = merge_rows(row_results([new], "grpo"), committed, "grpo", "new")  # the file's own baseline: kept as is
+    assert same["fixed"].vs_baseline == committed.rows["fixed"].vs_baseline

@@ -382,21 +382,33 @@ def merge_rows(
 ) -> dict[str, RowResult]:
     """``fresh`` rows (finished runs here, made at ``commit``) over a committed results file: every committed row
     without fresh runs keeps its committed figures (and commit); a fresh row whose baseline has no runs here is
-    paired with the committed baseline's per-seed values (same seeds). Every row with a curve (fresh or committed)
-    gets its Steps@0.9 against the baseline's best mean value, when that is known (``baseline_best``)."""
+    paired with the committed baseline's per-seed values (same seeds); committed rows whose file paired them with
+    another baseline are paired again with this one (their old differences would sit under this one's header).
+    Every row with a curve (fresh or committed) gets its Steps@0.9 against the baseline's best mean value, when
+    that is known (``baseline_best``)."""
     out = {
         name: row.model_copy(update={"commit": row.commit or committed.commit}) for name, row in committed.rows.items()
     }
     base = fresh.get(baseline) or committed.rows.get(baseline)
+
+    def paired_with_base(row: RowResult) -> dict[str, Interval]:
+        if base is None or row.name == baseline:
+            return {}
+        theirs = {k: dict(zip(base.seeds, v)) for k, v in base.per_seed_after.items()}
+        diffs: dict[str, Interval] = {}
+        for k, ours in row.per_seed_after.items():
+            other = theirs.get(k, {})
+            pairs = [(v, other[s]) for v, s in zip(ours, row.seeds) if s in other]
+            if len(pairs) >= 2:
+                diffs[k] = difference([a for a, _ in pairs], [b for _, b in pairs], confidence)
+        return diffs
+
+    if committed.baseline != baseline:  # committed differences are against another row: paired again, with this one
+        out = {name: row.model_copy(update={"vs_baseline": paired_with_base(row)}) for name, row in out.items()}
     for name, row in fresh.items():
         row = row.model_copy(update={"commit": row.commit or commit})
-        if baseline not in fresh and base is not None and name != baseline:
-            theirs = {k: dict(zip(base.seeds, v)) for k, v in base.per_seed_after.items()}
-            for k, ours in row.per_seed_after.items():
-                other = theirs.get(k, {})
-                pairs = [(v, other[s]) for v, s in zip(ours, row.seeds) if s in other]
-                if len(pairs) >= 2:
-                    row.vs_baseline[k] = difference([a for a, _ in pairs], [b for _, b in pairs], confidence)
+        if baseline not in fresh:
+            row.vs_baseline = paired_with_base(row)
         out[name] = row
     best = baseline_best(base, int(committed.budget.get("train.iterations", 0))) if base is not None else None
     target = 0.9 * best if best else None
