@@ -172,7 +172,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.mark.skipif(
-    CHROMIUM is None, reason="Debian chromium is not installed (scripts/setup.sh installs it when it can)"
+    CHROMIUM is None, reason="Debian chromium is not installed (scripts/setup.sh --tests installs it when it can)"
 )
 @pytest.mark.slow
 def test_trajectory_view_renders_attribution_colours_in_chromium(run_dir, tmp_path):

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VLLM_PY = ROOT / ".venv/vllm-cpu/bin/python"
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not VLLM_PY.exists(), reason="vLLM's CPU environment is missing (scripts/setup_vllm_cpu.sh)"),
+    pytest.mark.skipif(not VLLM_PY.exists(), reason="vLLM's CPU environment is missing (scripts/setup.sh --tests)"),
 ]
 
 
