@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVER_PY = ROOT / ".venv/openenv-server/bin/python"
 pytestmark = [
     pytest.mark.skipif(openenv_available() is not None, reason=str(openenv_available())),
-    pytest.mark.skipif(not SERVER_PY.exists(), reason="openenv-core's virtual environment is missing (scripts/setup.sh --tests)"),
+    pytest.mark.skipif(not SERVER_PY.exists(), reason="openenv-core's environment is missing (setup.sh --tests)"),
 ]
 
 
