@@ -146,6 +146,16 @@ def difference(a: list[float], b: list[float], confidence: float = DEFAULT_CONFI
     return interval([x - y for x, y in zip(a, b)], confidence)
 
 
+def seed_paired(
+    ours: dict[int, float], theirs: dict[int, float], confidence: float = DEFAULT_CONFIDENCE
+) -> Interval | None:
+    """``difference`` over the seeds both rows have (values by seed); None below two pairs."""
+    seeds = [s for s in ours if s in theirs]
+    if len(seeds) < 2:
+        return None
+    return difference([ours[s] for s in seeds], [theirs[s] for s in seeds], confidence)
+
+
 class RunHealth(BaseModel):
     """One run's helper-health figures (None: the helper was off in the run)."""
 
@@ -341,9 +351,9 @@ def row_results(groups: list[RunGroup], baseline: str, confidence: float = DEFAU
                 res.vs_before[k] = paired(res.per_seed_after[k], before, confidence)
             # paired with the baseline's runs of the same seeds that have this figure (as merge_rows pairs)
             theirs = {s: float(v) for s, b in base_runs.items() if _is_num(v := b.evaluations["after"].get(k))}
-            matched = [(float(r.evaluations["after"][k]), theirs[_seed_of(r)]) for r in runs if _seed_of(r) in theirs]
-            if g.name != baseline and len(matched) >= 2:
-                res.vs_baseline[k] = difference([a for a, _ in matched], [b for _, b in matched], confidence)
+            diff = seed_paired(dict(zip(res.seeds, res.per_seed_after[k])), theirs, confidence)
+            if g.name != baseline and diff is not None:
+                res.vs_baseline[k] = diff
         xs, ys = RunGroup(g.name, runs).mean_curve()
         res.curve = list(zip(xs, ys))
         res.auc = area_under_curve(xs, ys) if len(ys) > 1 else None
@@ -395,13 +405,11 @@ def merge_rows(
         if base is None or row.name == baseline:
             return {}
         theirs = {k: dict(zip(base.seeds, v)) for k, v in base.per_seed_after.items()}
-        diffs: dict[str, Interval] = {}
-        for k, ours in row.per_seed_after.items():
-            other = theirs.get(k, {})
-            pairs = [(v, other[s]) for v, s in zip(ours, row.seeds) if s in other]
-            if len(pairs) >= 2:
-                diffs[k] = difference([a for a, _ in pairs], [b for _, b in pairs], confidence)
-        return diffs
+        diffs = {
+            k: seed_paired(dict(zip(row.seeds, ours)), theirs.get(k, {}), confidence)
+            for k, ours in row.per_seed_after.items()
+        }
+        return {k: d for k, d in diffs.items() if d is not None}
 
     if committed.baseline != baseline:  # committed differences are against another row: paired again, with this one
         out = {name: row.model_copy(update={"vs_baseline": paired_with_base(row)}) for name, row in out.items()}
