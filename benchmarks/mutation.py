@@ -101,6 +101,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # the evidence statistics every learning claim rests on: t intervals, the exact sign-flip test, the share of seeds
     # that improve, the recovered share, run health, the rows' merge with committed results
     "evidence": ("report/evidence.py", ["tests/cpu/test_evidence.py"]),
+    # the two leaf modules outside input passes through (hostile input): linear JSON checks and the task-file reader,
+    # and every outbound client's deadline, size cap and shallow-JSON reply
+    "safejson": ("safejson.py", ["tests/cpu/test_safe_io.py", "tests/cpu/test_hostile.py"]),
+    "bounded_http": ("bounded_http.py", ["tests/cpu/test_safe_io.py", "tests/cpu/test_hostile.py"]),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
     "build": (
         "orchestrator/build.py",
