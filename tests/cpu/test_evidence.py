@@ -80,6 +80,7 @@ def test_rows_get_intervals_paired_differences_and_efficiency_against_the_baseli
     assert o.vs_baseline["avg@4"].mean == pytest.approx((0.1 + 0.2 + 0.1) / 3) and not g.vs_baseline
     # mean curves: grpo (0, 0.1) (3, 0.2) (4, 0.4); overall (0, 0.1) (3, 0.4) (4, 0.5333): target 0.9 · 0.4 = 0.36
     assert g.steps_at_09 == 4.0 and o.steps_at_09 == 3.0
+    assert g.target == pytest.approx(0.36) and o.target == pytest.approx(0.36)  # every row shows the one target
     assert o.auc == pytest.approx(((0.1 + 0.4) / 2 * 3 + (0.4 + 1.6 / 3) / 2) / 4)
     assert "split" not in o.after
 
@@ -100,6 +101,7 @@ def test_steps_at_09_is_undefined_when_the_baseline_never_learned():
     full = RunGroup("overall", [_run("overall", s, 0.0, 0.0, a) for s, a in ((0, 0.0), (1, 0.0), (2, 0.02))])
     rows = row_results([grpo, full], "grpo")
     assert rows["grpo"].steps_at_09 is None and rows["overall"].steps_at_09 is None
+    assert rows["grpo"].target is None and rows["overall"].target is None
     assert rows["overall"].auc == pytest.approx((0.02 / 3) / 2 / 4)  # mean curve (0, 0) (3, 0) (4, 0.02 / 3)
 
 
@@ -129,6 +131,23 @@ def test_run_health_reads_the_helpers_from_the_metrics():
     assert h.extraction_jobs == 6.0 and h.validated_share == pytest.approx((2 + 2) / 6)
     assert h.judge_calls is None and h.judge_fallback_rate is None  # no judge in this run
     assert h.synthetic_tasks == 8.0 and h.minutes == pytest.approx(1.0)
+
+
+def test_run_health_at_zero_counts_and_equal_counts():
+    """A helper that reported zero groups has no share (not a division by zero); a run with no metrics has no
+    minutes; the validated share weighs the cold start's jobs and the loop's jobs alike, also when they are equal."""
+    zero = run_health(_run("overall", 0, 0.1, 0.2, 0.3, {0: {"attribution/mixed_groups": 0.0}}), 0)
+    assert zero.attribution_mixed_groups is None
+    jobs = {
+        "navigating/extraction_jobs": 2.0,
+        "navigating/validated_share": 1.0,
+        "navigating/cold_start_extraction_jobs": 2.0,
+        "navigating/cold_start_validated_share": 0.5,
+    }
+    assert run_health(_run("overall", 0, 0.1, 0.2, 0.3, {0: jobs}), 0).validated_share == pytest.approx(3 / 4)
+    bare = _run("overall", 0, 0.1, 0.2, 0.3)
+    bare.metrics = {}
+    assert run_health(bare, 0).minutes is None
 
 
 def test_a_run_prints_the_committed_baseline_only_for_the_same_family_and_budget(tmp_path):
