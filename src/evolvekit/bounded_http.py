@@ -64,7 +64,9 @@ class _DeadlineStream(httpcore.NetworkStream):
 
 
 class _DeadlineBackend(httpcore.NetworkBackend):
-    """httpcore's own socket backend, with every connect, read and write bounded by the request's deadline."""
+    """httpcore's own socket backend, with every connect, read and write bounded by the request's deadline. TCP only:
+    the pool below has no Unix socket and no retries, so httpcore never asks it for ``connect_unix_socket`` or
+    ``sleep`` (``NetworkBackend``'s own raise ``NotImplementedError``)."""
 
     def __init__(self) -> None:
         self.inner = httpcore.SyncBackend()
@@ -72,12 +74,6 @@ class _DeadlineBackend(httpcore.NetworkBackend):
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                     socket_options: Any = None) -> httpcore.NetworkStream:  # fmt: skip
         return _DeadlineStream(self.inner.connect_tcp(host, port, _bounded(timeout), local_address, socket_options))
-
-    def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None) -> Any:
-        return _DeadlineStream(self.inner.connect_unix_socket(path, _bounded(timeout), socket_options))
-
-    def sleep(self, seconds: float) -> None:
-        self.inner.sleep(seconds)
 
 
 class _DeadlineTransport(httpx.HTTPTransport):
@@ -88,7 +84,8 @@ class _DeadlineTransport(httpx.HTTPTransport):
 
 def bounded_client(**kwargs: Any) -> httpx.Client:
     """An ``httpx.Client`` (same arguments) whose requests through ``bounded_request`` end at their deadline, headers
-    and body alike."""
+    and body alike. HTTPS trusts the CA bundle ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` names, else certifi's (httpx's
+    ``create_ssl_context``); ``verify`` and ``cert`` are not taken (the client's transport is this module's)."""
     return httpx.Client(transport=_DeadlineTransport(), **kwargs)
 
 

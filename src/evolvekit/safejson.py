@@ -67,12 +67,12 @@ def json_depth_path(value: Any, limit: int) -> str | None:
 
 
 def _path_to_depth(value: Any, depth: int) -> str:
-    """The dotted path of the first container at nesting ``depth`` found depth-first (one exists)."""
+    """The dotted path of the first container at nesting ``depth`` (at least 2) found depth-first (one exists)."""
     stack: list[tuple[Any, int, str]] = [(value, 1, "")]
     while stack:
         node, d, path = stack.pop()
         if d == depth:
-            return (path[:80] + "...") if len(path) > 80 else (path or "(root)")
+            return (path[:80] + "...") if len(path) > 80 else path
         items = node.items() if isinstance(node, dict) else enumerate(node)
         stack.extend((v, d + 1, f"{path}.{k}" if path else str(k)) for k, v in items if isinstance(v, (dict, list)))
     raise AssertionError("no container at that depth")  # pragma: no cover - the caller found one
