@@ -527,3 +527,7 @@ def test_https_with_the_ca_of_ssl_cert_file_and_a_stalled_handshake_ends_at_the_
     with _RawServer(_silent(3.0)) as url:
         line, took = _error_line(lambda: bounded_request(None, "GET", url.replace("http:", "https:"), "GET /h", 0.5))
     assert line == "GET /h: no complete reply within 0.5s" and took < 2.0
+    with _RawServer(_silent(3.0)) as url:  # the handshake's own timeout (0.3 s) holds inside the deadline (5 s)
+        call = lambda: bounded_request(None, "GET", url.replace("http:", "https:"), "GET /h", 5.0, timeout=0.3)  # noqa: E731
+        line, took = _error_line(call)
+    assert line.startswith("GET /h: ConnectTimeout: ") and took < 2.0
