@@ -106,7 +106,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "safejson": ("safejson.py", ["tests/cpu/test_safe_io.py", "tests/cpu/test_hostile.py"]),
     "bounded_http": ("bounded_http.py", ["tests/cpu/test_safe_io.py", "tests/cpu/test_hostile.py"]),
     # every `auto` of a config resolved in one place, with its reason (issue 55.5): what `config show` prints
-    "resolve": ("resolve.py", ["tests/cpu/test_resolve.py", "tests/cpu/test_config.py"]),
+    "resolve": ("resolve.py", ["tests/cpu/test_resolve.py"]),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
     "build": (
         "orchestrator/build.py",
