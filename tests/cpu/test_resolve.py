@@ -68,3 +68,116 @@ def test_config_show_prints_each_resolution_and_its_reason():
     assert "'auto' values resolved on this machine:" in shown
     assert "#   train.advantage_estimator = dual_channel  (attributing.enabled)" in shown
     assert "#   attributing.source = grounded  (an in-process attributor" in shown
+
+
+_ROLES = ("policy", "explorer", "synthesizer", "judge", "attributor", "summarizer")
+_LOCAL = "an in-process {0} (models.{0}.backend: local)"
+_SERVED = "a served {0} (models.{0}.backend: openai)"
+_NO_SEARCH = "experience search is not an action (navigating.as_tool off)"
+_FP32 = "the trained parameters are fp32 (or sharded)"
+_FULL = "low-precision weights are trained in full"
+
+
+def _roles(roles, device: str, dtype: str, why: str) -> dict:
+    pairs = (("device", (device, why)), ("dtype", (dtype, f"weights on {device}")))
+    return {f"models.{r}.{k}": v for r in roles for k, v in pairs}
+
+
+def _helpers(explorer="local", synthesizer="local", judge="local", attributor="local") -> dict:
+    """The helpers' resolutions (values and reasons by hand) for in-process or served roles."""
+    on = {"local": "on", "openai": "off"}
+    backends = {"explorer": explorer, "synthesizer": synthesizer, "judge": judge, "attributor": attributor}
+    w = {r: (_LOCAL if b == "local" else _SERVED).format(r) for r, b in backends.items()}
+    e, s = on[explorer], on[synthesizer]
+    return {
+        "questioning.scaffold": (
+            e if e == s else f"{e} (explorer), {s} (synthesizer)",
+            f"{w['explorer']}; {w['synthesizer']}",
+        ),
+        "questioning.numbers_constrained": (on[synthesizer], w["synthesizer"]),
+        "questioning.reward": ("state" if judge == "local" else "judge", w["judge"]),
+        "questioning.judge_constrained": (on[judge], w["judge"]),
+        "navigating.extraction": ("grounded", _LOCAL.format("summarizer")),
+        "attributing.source": ("grounded" if attributor == "local" else "llm", w["attributor"]),
+        "attributing.constrained": (on[attributor], w["attributor"]),
+    }  # fmt: skip
+
+
+def _table(sets: list[str], machine: Machine) -> dict:
+    cfg = load_config(None, [f"{f}=auto" for f in auto_fields(Config())] + sets)
+    return {r.field: (r.value, r.reason) for r in auto_resolutions(cfg, machine)}
+
+
+def test_each_resolution_and_its_reason_by_hand():
+    """What `config show` prints, whole, for four configurations and two machines (issue 55.5)."""
+    off = {"train.advantage_estimator": ("grpo", "attributing is off"), "cold_start.teach_search": ("off", _NO_SEARCH)}
+    assert _table([], Machine(cuda=False, cpu_bf16=False)) == {
+        **_roles(_ROLES, "cpu", "float32", "no CUDA on this machine"),
+        "train.autocast": ("off", "the CPU lacks AVX512-BF16"),
+        "train.master_weights": ("off", _FP32),
+        **off,
+        **_helpers(),
+    }
+    assert _table([], Machine(cuda=True, cpu_bf16=True)) == {
+        **_roles(_ROLES, "cuda", "bfloat16", "CUDA is available"),
+        "train.autocast": ("bf16", "the policy is on CUDA"),
+        "train.master_weights": ("on", _FULL),
+        **off,
+        **_helpers(),
+    }
+    # served explorer, judge and attributor; the policy's device (cuda:1) and dtype set; experience search an action
+    served = ["models.explorer.backend=openai", "models.judge.backend=openai", "models.attributor.backend=openai"]
+    sets = served + ["attributing.enabled=true", "navigating.enabled=true", "navigating.as_tool=true"]
+    assert _table(sets + ["models.policy.dtype=bfloat16", "models.policy.device=cuda:1"], Machine()) == {
+        **_roles(("synthesizer", "summarizer"), "cpu", "float32", "no CUDA on this machine"),
+        "train.autocast": ("bf16", "the policy is on CUDA"),
+        "train.master_weights": ("on", _FULL),
+        "train.advantage_estimator": ("dual_channel", "attributing.enabled"),
+        "cold_start.teach_search": ("on", "navigating.as_tool"),
+        **_helpers(explorer="openai", judge="openai", attributor="openai"),
+    }
+    # a served synthesizer; fp16 weights on a CPU without AVX512-BF16: trained in full, no autocast
+    table = _table(["models.synthesizer.backend=openai", "models.policy.dtype=float16"], Machine())
+    assert table == {
+        **_roles(("explorer", "judge", "attributor", "summarizer"), "cpu", "float32", "no CUDA on this machine"),
+        "models.policy.device": ("cpu", "no CUDA on this machine"),
+        "train.autocast": ("off", "the CPU lacks AVX512-BF16"),
+        "train.master_weights": ("on", _FULL),
+        **off,
+        **_helpers(synthesizer="openai"),
+    }
+    # GiGPO; fp16 weights sharded by FSDP2 or bf16 weights under LoRA are not kept in fp32 masters; AVX512-BF16 autocast
+    gigpo = _table(["attributing.enabled=true", "attributing.source=gigpo", "models.policy.dtype=float16",
+                    "train.sharding=fsdp2"], Machine(cpu_bf16=True))  # fmt: skip
+    assert gigpo["train.advantage_estimator"] == ("gigpo", "attributing.enabled with source gigpo")
+    assert gigpo["train.master_weights"] == ("off", _FP32)
+    assert gigpo["train.autocast"] == ("bf16", "the CPU has AVX512-BF16")
+    assert _table(["models.policy.dtype=bfloat16", "train.lora=true"], Machine())["train.master_weights"] == (
+        "off",
+        _FP32,
+    )
+
+
+def test_machine_probe_reads_torch_and_no_machine_means_this_one():
+    assert Machine.probe() == Machine(
+        cuda=torch.cuda.is_available(), cpu_bf16=bool(torch.cpu._is_avx512_bf16_supported())
+    )
+    cfg = _all_auto()
+    assert auto_resolutions(cfg) == auto_resolutions(cfg, Machine.probe())
+
+
+def test_auto_fields_finds_auto_in_a_literal_or_a_default_at_any_depth():
+    from typing import Literal
+
+    from pydantic import BaseModel
+
+    class Inner(BaseModel):
+        mode: Literal["auto", "x"] = "x"
+        n: int = 0
+
+    class Outer(BaseModel):
+        inner: Inner = Inner()
+        name: str = "auto"
+        kind: Literal["a", "b"] = "a"
+
+    assert auto_fields(Outer()) == ["inner.mode", "name"]
