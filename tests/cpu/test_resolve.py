@@ -152,10 +152,11 @@ def test_each_resolution_and_its_reason_by_hand():
     assert gigpo["train.advantage_estimator"] == ("gigpo", "attributing.enabled with source gigpo")
     assert gigpo["train.master_weights"] == ("off", _FP32)
     assert gigpo["train.autocast"] == ("bf16", "the CPU has AVX512-BF16")
-    assert _table(["models.policy.dtype=bfloat16", "train.lora=true"], Machine())["train.master_weights"] == (
-        "off",
-        _FP32,
-    )
+    lora = _table(["models.policy.dtype=bfloat16", "train.lora=true"], Machine())
+    assert lora["train.master_weights"] == ("off", _FP32)
+    # a device set by hand decides an `auto` dtype, whatever the machine
+    by_hand = _table(["models.policy.device=cuda:1"], Machine())
+    assert by_hand["models.policy.dtype"] == ("bfloat16", "weights on cuda:1")
 
 
 def test_machine_probe_reads_torch_and_no_machine_means_this_one():
