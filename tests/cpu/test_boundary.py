@@ -159,13 +159,14 @@ def tiny(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
-def _leak_config(tiny, out: Path, oracle: bool) -> Path:
+def _leak_config(tiny, out: Path, oracle: bool, examples: str = "self", questioning: bool = False) -> Path:
     """The main job's mechanisms on person-written tasks, tiny budget (the quickstart itself trains on synthesized
-    tasks only; λ = 0 here puts the person-written gold as close to training as any configuration can)."""
+    tasks only; λ = 0 here puts the person-written gold as close to training as any configuration can; with
+    ``questioning`` λ = 0.5: self-questioning explores, synthesizes and dedups next to the person-written tasks)."""
     main = yaml.safe_load(Path("configs/quickstart.yaml").read_text())
     data = {
         "run": {"name": "leak", "out_dir": str(out), "seed": 3, "oracle": oracle},
-        "env": {"name": "ledger", "plugins": ["ledger_env"]},
+        "env": {"name": "ledger", "plugins": ["ledger_env"], "worked_examples": examples},
         "rollout": {"max_steps": 2, "group_size": 3, "concurrency": 8},
         "train": {
             "iterations": 2,
@@ -179,6 +180,17 @@ def _leak_config(tiny, out: Path, oracle: bool) -> Path:
         "attributing": main["attributing"],
         "models": {"policy": {"model": str(tiny), "max_new_tokens": 9}},
     }
+    if questioning:
+        data["questioning"] = {
+            "enabled": True,
+            "hybrid_lambda": 0.5,
+            "synthetic_tasks": 2,
+            "explore_runs": 2,
+            "explore_steps": 2,
+            "reward": "state",
+        }
+        # scripted explorer and synthesizer (_run_and_collect): a random tiny model executes no call, writes no request
+        data["models"].update({role: {"model": f"scripted-{role}"} for role in ("explorer", "synthesizer")})
     if oracle:  # the cold start on person-written references is gold too: only the oracle may run it
         from ledger_env import person_tasks
 
@@ -192,16 +204,53 @@ def _leak_config(tiny, out: Path, oracle: bool) -> Path:
     return path
 
 
-def _run_and_collect(tiny, out: Path, oracle: bool, monkeypatch) -> dict[str, list[str]]:
+def _run_and_collect(
+    tiny, out: Path, oracle: bool, monkeypatch, examples: str = "self", questioning: bool = False
+) -> dict[str, list[str]]:
     """Run, and return every training-side text: decoded training samples (and SFT samples), the pool, stored
-    trajectories and steps (json and decoded tokens), labels and advantages."""
+    trajectories and steps (json and decoded tokens), labels and advantages, the stored tasks, and every request
+    any role's model was sent (the messages of every chat-templated prompt: policy, explorer, synthesizer)."""
     from transformers import AutoTokenizer
 
     import evolvekit.train.sft as sft
+    from evolvekit.llm.local import LocalLLM
     from evolvekit.train.trainer import GRPOTrainer
 
     samples: list = []
-    real_update, real_sft = GRPOTrainer.update, sft.sft_warmup
+    requests: list[str] = []
+    real_update, real_sft, real_template = GRPOTrainer.update, sft.sft_warmup, LocalLLM.apply_chat_template
+
+    def template(self, messages, add_generation_prompt=True):
+        requests.append(json.dumps([m.content for m in messages]))
+        return real_template(self, messages, add_generation_prompt)
+
+    monkeypatch.setattr(LocalLLM, "apply_chat_template", template)
+    if questioning:  # a random tiny model executes no call and writes no request: scripted explorer and synthesizer,
+        # whose conversations are recorded as every other request is
+        from evolvekit.env.action_text import format_call
+        from evolvekit.llm import factory
+        from evolvekit.llm.base import Completion
+        from evolvekit.types import ToolCall
+
+        real_role = factory.role_llm
+        answers = {
+            "explorer": format_call(ToolCall(name="add", arguments={"a": 3, "b": 4})),
+            "synthesizer": "Task: Please add the two numbers together.\nSolution: 0\n",
+        }
+
+        class _Scripted:
+            def __init__(self, role: str) -> None:
+                self.name, self.answer = f"scripted-{role}", answers[role]
+
+            def chat(self, conversations, params):
+                for conv in conversations:
+                    requests.append(json.dumps([m.content for m in conv]))
+                return [[Completion(text=self.answer)] for _ in conversations]
+
+        def role_llm(models, role):
+            return _Scripted(role) if role in answers else real_role(models, role)
+
+        monkeypatch.setattr(factory, "role_llm", role_llm)
 
     def update(self, batch):
         samples.extend(batch)
@@ -213,10 +262,12 @@ def _run_and_collect(tiny, out: Path, oracle: bool, monkeypatch) -> dict[str, li
 
     monkeypatch.setattr(GRPOTrainer, "update", update)
     monkeypatch.setattr(sft, "sft_warmup", warmup)
-    cfg, run_dir, store = open_run(load_config(_leak_config(tiny, out, oracle)), None)
+    cfg, run_dir, store = open_run(load_config(_leak_config(tiny, out, oracle, examples, questioning)), None)
     build_loop(cfg, run_dir, store, show_progress=False).run()
     tok = AutoTokenizer.from_pretrained(str(tiny))
     found: dict[str, list[str]] = {"samples": [], "experiences": [], "trajectories": [], "steps": [], "labels": []}
+    found["requests"] = requests
+    found["tasks"] = []
     for s in samples:
         found["samples"].append(tok.decode(s.token_ids))
         if s.behaviour_token_ids:
@@ -237,7 +288,7 @@ def _run_and_collect(tiny, out: Path, oracle: bool, monkeypatch) -> dict[str, li
             found["labels"].append(json.dumps([str(x) for x in t.step_attributions or []]))
     store.close()
     con = sqlite3.connect(run_dir / "run.sqlite")
-    for table in ("trajectories", "steps", "experiences", "metrics"):
+    for table in ("trajectories", "steps", "experiences", "metrics", "tasks", "meta"):
         found[table if table in found else "trajectories"] += [
             json.dumps([v for v in row if not isinstance(v, bytes)])  # an embedding vector is no text
             for row in con.execute(f"SELECT * FROM {table}")  # noqa: S608 (fixed table names)
@@ -259,6 +310,7 @@ def test_no_person_written_gold_reaches_training_unless_the_oracle_switch_is_on(
     found = _run_and_collect(tiny, tmp_path / "closed", False, monkeypatch)
     closed = _leaks(found)
     assert sum(closed.values()) == 0, f"person-written gold reached the training side: {closed}"
+    assert found["requests"] and found["tasks"], "nothing was sent or stored: the test would prove nothing"
     # the ledger's steps measure distances to the reference's end: none is kept, in the store or after it
     assert found["stored distances"] == []
     found = _run_and_collect(tiny, tmp_path / "oracle", True, monkeypatch)
@@ -268,6 +320,32 @@ def test_no_person_written_gold_reaches_training_unless_the_oracle_switch_is_on(
     # and the training rollouts' distances; held-out evaluation keeps none either way (it is scored by outcome)
     kept = found["stored distances"]
     assert kept and all(d.startswith("train:") for d in kept), kept
+    # the store keeps the references too: the tasks table holds them only under the switch
+    assert opened["tasks"] > 0, opened
+    # the person-written worked example stays hidden under the oracle switch: it opens gold, not examples
+    from ledger_env import EXAMPLE_PATTERN
+
+    assert not any(re.search(EXAMPLE_PATTERN, r) for r in found["requests"])
+
+
+@pytest.mark.slow
+def test_no_person_written_task_instance_reaches_a_run_with_questioning_unless_a_switch_is_on(
+    tiny, tmp_path, monkeypatch
+):
+    """Self-questioning on (λ = 0.5: exploration, synthesis and dedup next to the person-written tasks), the default
+    worked examples (the run's own): no sentinel of a reference or of a person's worked example anywhere, requests
+    and the tasks table included. Then env.worked_examples: person: the example's sentinels reach every prompt."""
+    found = _run_and_collect(tiny, tmp_path / "closed", False, monkeypatch, questioning=True)
+    closed = _leaks(found)
+    assert sum(closed.values()) == 0, f"a person-written task instance reached the training side: {closed}"
+    explored = [r for r in found["requests"] if "Explore" in r]
+    assert explored, "self-questioning sent the explorer nothing: the test would prove nothing"
+    assert any('"worked_examples"' in row for row in found["trajectories"]), "no worked examples were stored"
+    assert any("Please add the two numbers together." in row for row in found["tasks"]), "no task was synthesized"
+    shown = _leaks(_run_and_collect(tiny, tmp_path / "person", False, monkeypatch, "person", questioning=True))
+    assert shown["requests"] > 0 and shown["samples"] > 0 and shown["steps"] > 0, shown
+    # the examples switch opens the examples only: references stay closed (no experience, stored task or distance)
+    assert shown["experiences"] == 0 and shown["tasks"] == 0 and shown["stored distances"] == 0, shown
 
 
 def test_a_cold_start_on_person_written_tasks_needs_the_oracle_switch(tiny, tmp_path):

@@ -657,11 +657,15 @@ def test_the_cold_start_warms_up_on_curated_run_made_tasks_never_held_out_ones(t
     with pytest.raises(ConfigError, match="^cold start: no verified tasks with a reference solution to warm up on$"):
         _cold_start(cfg, store, trainer, None, env_factory)()
     monkeypatch.setattr(sft, "reference_pairs", pairs)
-    # a mixed file: its person-written tasks are left out, the run-made ones kept, no error
+    # a file's tasks are person-written whatever they say: "source": "synthetic" in an outside file is not believed
+    # (issue 76: a task's origin is where it came from); under run.oracle they are let through
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text(person.read_text() + syn("s9", "Say maybe.").model_dump_json() + "\n")
-    _cold_start(load_config(None, [*sets, f"cold_start.tasks_file={mixed}"]), store, trainer, None, env_factory)()
-    assert paired[-1][0] == ["s9"]
+    with pytest.raises(ConfigError, match="the 2 warm-up tasks are person-written"):
+        _cold_start(load_config(None, [*sets, f"cold_start.tasks_file={mixed}"]), store, trainer, None, env_factory)()
+    _cold_start(load_config(None, [*sets, f"cold_start.tasks_file={mixed}", "run.oracle=true"]), store, trainer, None,
+                env_factory)()  # fmt: skip
+    assert paired[-1][0] == ["p2", "s9"]
     # held-out synthesized tasks (train.eval_synthetic) are held out too, beside the environment's split
     held = tmp_path / "held.jsonl"
     held.write_text(syn("h1", "Say hi.").model_dump_json() + "\n")
@@ -804,7 +808,7 @@ def test_the_rollout_backend_is_the_configured_engine_over_the_policy(monkeypatc
     assert rollout_backend(pol(*served), policy, 3) == "sglang"
     assert made == [
         ("cb", policy),
-        ("vllm", policy, {"gpu_memory_utilization": 0.4, "seed": 3, "eager": True}),
+        ("vllm", policy, {"gpu_memory_utilization": 0.4, "seed": 3, "eager": True, "kv_cache_bytes": None}),
         ("sglang", policy, ("http://h:30000", "/srv/w"), {"timeout_s": 45.0}),
     ]
 
@@ -904,7 +908,11 @@ def test_the_environments_build_loop_makes_measure_person_written_distances_only
     cfg, run_dir, store = open_run(load_config(None, sets), None)
     loop = build_loop(cfg, run_dir, store, show_progress=False)
     env = loop.stages.rollouts.make_env()
-    assert isinstance(env, BfclEnv) and env.person_reference_distances is oracle
+    from evolvekit.env.examples import ShownExamples, unwrapped
+
+    assert isinstance(env, ShownExamples)  # the run's own worked examples, not the environment's (issue 76)
+    assert isinstance(unwrapped(env), BfclEnv) and unwrapped(env).person_reference_distances is oracle
+    assert env.person_reference_distances is oracle  # read through the wrapper
     env.close()
     store.close()
 

@@ -143,12 +143,14 @@ def test_reference_pairs_mask_the_calls_and_the_closing_turn_only(tmp_path):
 
 
 def _llm_and_env(path):
-    """A policy from the model folder ``path`` and a factory of `arith` environments."""
+    """A policy from the model folder ``path`` and a factory of `arith` environments (with the family's worked
+    examples: long shared prompts, which the shared-prefix and autocast checks below need)."""
     from evolvekit.config import EnvConfig
     from evolvekit.env.registry import make_env
     from evolvekit.llm.local import LocalLLM
 
-    return LocalLLM(str(path), device="cpu"), lambda: make_env(EnvConfig(name="bfcl", family="arith"))
+    cfg = EnvConfig(name="bfcl", family="arith", worked_examples="person")
+    return LocalLLM(str(path), device="cpu"), lambda: make_env(cfg)
 
 
 def _arith(tmp_path):

@@ -131,16 +131,23 @@ def test_the_main_job_runs_on_the_environment_alone():
     assert quickstart.questioning.enabled and quickstart.questioning.hybrid_lambda == 1.0
     assert not quickstart.run.oracle and not quickstart.cold_start.enabled
     assert quickstart.navigating.enabled and quickstart.attributing.enabled
-    assert Path(quickstart.train.compare_with or "").name == "evidence_env_only.json"
-    spec_path = Path("configs/evidence_env_only.yaml")
+    assert quickstart.env.worked_examples == "self"  # no person-written worked example either (issue 76)
+    assert quickstart.train.eval_panels == ["configs/panels/arith_panel2_v1.jsonl"]
+    assert Path(quickstart.train.compare_with or "").name == "evidence_self_examples.json"
+    spec_path = Path("configs/evidence_self_examples.yaml")
     spec = load_spec(spec_path)
     rows = {row.name: row.overrides for row in spec.rows}
     assert len(spec.seeds) >= 10 and spec.lift_reference == "grpo_person"
-    cfg = load_config(spec_path.parent / spec.base, [*spec.budget, *rows["env_only"]])
+    cfg = load_config(spec_path.parent / spec.base, [*spec.budget, *rows["self_examples"]])
     cfg.train.compare_with = quickstart.train.compare_with  # presentation only: where the end line's figures are
-    assert cfg == quickstart and quickstart.train.compare_row == "env_only"
+    assert cfg == quickstart and quickstart.train.compare_row == "self_examples"
     person = load_config(spec_path.parent / spec.base, [*spec.budget, *rows["grpo_person"]])
     assert not (person.questioning.enabled or person.navigating.enabled or person.attributing.enabled)
+    shown = load_config(spec_path.parent / spec.base, [*spec.budget, *rows["person_examples"]])
+    assert shown.env.worked_examples == "person"
+    fmt = load_config(spec_path.parent / spec.base, [*spec.budget, *rows["format_only"]])
+    assert (fmt.reward.w_outcome, fmt.reward.w_format, fmt.reward.format) == (0.0, 1.0, "calls")
+    assert fmt.questioning.enabled and not (fmt.navigating.enabled or fmt.attributing.enabled)
 
 
 def test_evidence_quickstart_replication_repeats_the_spec_on_new_seeds():

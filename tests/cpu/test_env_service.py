@@ -270,6 +270,8 @@ def test_rollouts_through_the_service(service, monkeypatch):
         SamplingParams(),
         show_progress=False,
     )
-    assert all(isinstance(e, RemoteEnv) for e in envs) and len(envs) == 3
+    from evolvekit.env.examples import unwrapped
+
+    assert all(isinstance(unwrapped(e), RemoteEnv) for e in envs) and len(envs) == 3
     assert [t.outcome_reward for t in trajs] == [1.0, 1.0, 1.0]
     assert all(len(t.steps) == 2 and not t.flags.failed for t in trajs)

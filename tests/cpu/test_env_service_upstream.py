@@ -120,7 +120,9 @@ def test_the_agentevolver_client_env_runs_an_episode_against_our_service(url):
     env = make_env(cfg)
     reset = env.reset(tasks[0])
     assert reset.observation == ref.query and reset.system and "add" in reset.system
-    assert [m.role for m in reset.examples][:2] == ["user", "assistant"]  # the family's worked examples
+    # the service builds its environments with make_env: a person's worked examples stay behind
+    # env.worked_examples: person (issue 76), so none is served, and none is shown on this side either
+    assert reset.examples == []
     ctx = initial_context(reset, "compact", TemplateSettings())
     assert reset.system in str(ctx.messages[0].content)  # the service's system message replaces our tool prompt
     (call,) = ref.reference_solution[0]

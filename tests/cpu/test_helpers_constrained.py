@@ -143,6 +143,7 @@ def test_helper_sources_follow_the_backend_and_refuse_constraints_on_served_mode
         "judge": "off",  # questioning.reward auto: the state check for an in-process judge
         "extraction": "grounded",
         "gold": "none (environment outcome check only)",
+        "examples": "self-made (the run's own executed calls, requests from the tool schemas)",
     }
     judged = {**on, "questioning": {"enabled": True, "reward": "judge"}}
     assert helper_sources(config_from_dict(judged))["judge"] == "llm-constrained"
@@ -158,6 +159,7 @@ def test_helper_sources_follow_the_backend_and_refuse_constraints_on_served_mode
         "judge": "llm",
         "extraction": "llm",
         "gold": "none (environment outcome check only)",
+        "examples": "self-made (the run's own executed calls, requests from the tool schemas)",
     }
     assert (
         helper_sources(config_from_dict({**on, "attributing": {"enabled": True, "source": "llm"}}))["attributor"]

@@ -59,7 +59,10 @@ WRITE = ToolCall(name="write_file", arguments={"path": "/sandbox/todo.txt", "con
 
 @needs_fs
 def test_filesystem_episode_aliases_paths_scores_by_state_and_frees_everything():
-    env = make_env(_cfg("mcp_filesystem.yaml"))
+    env = make_env(_cfg("mcp_filesystem.yaml").model_copy(update={"worked_examples": "person"}))
+    hidden = make_env(_cfg("mcp_filesystem.yaml"))  # the default: a person's examples are not shown (issue 76)
+    assert hidden.reset(_task("List /sandbox.")).examples == []
+    hidden.close()
     reset = env.reset(_task("Save 'call mum' in /sandbox/todo.txt", WRITE))
     assert {t.name for t in reset.tools} == {
         "list_directory",

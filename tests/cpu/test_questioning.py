@@ -155,6 +155,7 @@ def test_pipeline_keeps_only_feasible_unique_tasks():
     cfg = load_config(
         None,
         [
+            *PERSON,
             "env.family=arith",
             "questioning.explore_runs=1",
             "questioning.explore_steps=4",
@@ -200,7 +201,12 @@ def test_grounding_is_the_share_of_reference_values_the_request_states():
     assert grounding(_task("List the files", [ToolCall(name="ls")], "g6")) == 1.0  # nothing to state
 
 
+# the synthesis mechanics under test read the family's own worked examples as shots (env.worked_examples: person) and
+# write requests in the family's templates, which the held-out wording filter (tested on its own) would drop
+PERSON = ["env.worked_examples=person", "train.eval_before=false", "train.eval_after=false"]
+
 _ONE_EXPLORATION = [
+    *PERSON,
     "env.family=arith",
     "questioning.explore_runs=1",
     "questioning.explore_steps=4",
@@ -258,7 +264,7 @@ def test_tool_agreement_with_the_embedded_model_on_the_real_math_tools():
     from evolvekit.llm.factory import build_embedder
     from evolvekit.questioning.curate import ToolAgreement
 
-    cfg = load_config(None, ["env.family=arith_turns"])
+    cfg = load_config(None, [*PERSON, "env.family=arith_turns"])
     env = make_env(cfg.env)
     tools = env.reset(None, {"classes": ["MathAPI"], "tools": ["add", "subtract", "multiply", "divide"]}).tools
     env.close()
@@ -328,6 +334,7 @@ def test_run_synthesis_stores_each_round_and_a_killed_run_resumes_from_it(tmp_pa
         None,
         [
             f"run.out_dir={tmp_path}",
+            *PERSON,
             "env.family=arith",
             "questioning.enabled=true",
             "questioning.synthetic_tasks=2",
@@ -710,7 +717,7 @@ def test_a_family_is_explored_in_a_state_its_own_generator_draws():
         assert res.call_results[0].ok and files[name]["content"] in res.call_results[0].output
     finally:
         env.close()
-    assert sandbox_for(load_config(None, ["env.family=arith_turns"]).env)["initial_config"] == {}
+    assert sandbox_for(load_config(None, [*PERSON, "env.family=arith_turns"]).env)["initial_config"] == {}
 
 
 def test_plain_bfcl_explores_in_states_the_environment_makes_never_a_person_written_tasks():
@@ -794,7 +801,7 @@ def test_shots_skip_follow_up_turns_of_multi_turn_examples():
     from evolvekit.questioning.pipeline import sandbox_for
     from evolvekit.questioning.synthesize import shots_from_examples
 
-    cfg = load_config(None, ["env.family=arith_turns"])
+    cfg = load_config(None, [*PERSON, "env.family=arith_turns"])
     env = make_env(cfg.env)
     examples = env.reset(None, sandbox_for(cfg.env)).examples
     env.close()
@@ -1051,7 +1058,7 @@ def test_follow_up_shots_come_from_the_real_arith_turns_examples():
     from evolvekit.questioning.pipeline import sandbox_for
     from evolvekit.questioning.synthesize import follow_up_shots
 
-    cfg = load_config(None, ["env.family=arith_turns"])
+    cfg = load_config(None, [*PERSON, "env.family=arith_turns"])
     env = make_env(cfg.env)
     examples = env.reset(None, sandbox_for(cfg.env)).examples
     env.close()
@@ -1062,7 +1069,7 @@ def test_follow_up_shots_come_from_the_real_arith_turns_examples():
         "Now take that sum times 5.",
     ]
     assert '"a": 12' in shots[0][0] and '"result": 12' in shots[0][0]  # the earlier call's result and the carried 12
-    cfg1 = load_config(None, ["env.family=arith"])  # one-call examples have no follow-up turn
+    cfg1 = load_config(None, [*PERSON, "env.family=arith"])  # one-call examples have no follow-up turn
     env = make_env(cfg1.env)
     assert follow_up_shots(env.reset(None, sandbox_for(cfg1.env)).examples) == []
     env.close()
@@ -1202,7 +1209,7 @@ def test_chain_shots_come_from_the_real_arith_chain_examples():
     from evolvekit.questioning.pipeline import sandbox_for
     from evolvekit.questioning.synthesize import chain_shots
 
-    cfg = load_config(None, ["env.family=arith_chain"])
+    cfg = load_config(None, [*PERSON, "env.family=arith_chain"])
     env = make_env(cfg.env)
     shots = chain_shots(env.reset(None, sandbox_for(cfg.env)).examples)
     env.close()
@@ -1213,7 +1220,7 @@ def test_chain_shots_come_from_the_real_arith_chain_examples():
     ]
     assert '"result": 12' in shots[0][0] and '"a": 12' in shots[0][0]  # the first result and the call that takes it
     for family in ("arith", "arith_turns"):  # one call per request: nothing chained to show
-        cfg = load_config(None, [f"env.family={family}"])
+        cfg = load_config(None, [*PERSON, f"env.family={family}"])
         env = make_env(cfg.env)
         assert chain_shots(env.reset(None, sandbox_for(cfg.env)).examples) == []
         env.close()
@@ -1273,7 +1280,7 @@ def test_numbers_constrained_synthesizer_states_only_its_calls_values(smollm2):
     from evolvekit.questioning.pipeline import sandbox_for
     from evolvekit.questioning.synthesize import TaskSynthesizer, follow_up_prompt, follow_up_shots
 
-    cfg = load_config(None, ["env.family=arith_turns"])
+    cfg = load_config(None, [*PERSON, "env.family=arith_turns"])
     env = make_env(cfg.env)
     shots = follow_up_shots(env.reset(None, sandbox_for(cfg.env)).examples)
     env.close()

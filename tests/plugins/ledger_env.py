@@ -10,14 +10,29 @@ in which reference-written experiences and reference-derived credit used to leak
 from __future__ import annotations
 
 from evolvekit.config import EnvConfig
+from evolvekit.env.action_text import format_call
 from evolvekit.env.base import Action, CallResult, EnvInfo, EvalResult, ResetResult, StepResult, ToolSchema
 from evolvekit.env.registry import register_env, register_task_source
-from evolvekit.types import StepGrounding, Task, ToolCall, Trajectory
+from evolvekit.types import ChatMessage, StepGrounding, Task, ToolCall, Trajectory
 
 SENTINEL_A = 73914.0625  # the gold values: never in a request, never typed by a random model
 SENTINEL_B = 51823.125
 # any trace of them: 7391x.0625 (a + i) or 51823 (b), as text in any number form
 SENTINEL_PATTERN = r"739\d\d\.0625|739\d\d\.06|51823"
+
+# a person-written worked example (a task instance of its own): its values are sentinels too, so any trace of it on
+# the training side shows it was shown (env.worked_examples: person) or leaked; EXAMPLE_PATTERN is its own (a + 50:
+# no reference's a + i)
+EXAMPLE_PATTERN = r"73964\.06"
+PERSON_EXAMPLES = [
+    ChatMessage(role="user", content="Add the numbers of the example ledger line."),
+    ChatMessage(
+        role="assistant",
+        content=format_call(ToolCall(name="add", arguments={"a": SENTINEL_A + 50, "b": SENTINEL_B})),
+    ),
+    ChatMessage(role="user", content=f"Tool results:\n[add] {SENTINEL_A + 50 + SENTINEL_B}"),
+    ChatMessage(role="assistant", content="Done."),
+]
 
 ADD = ToolSchema(
     name="add",
@@ -39,7 +54,7 @@ class LedgerEnv:
 
     def reset(self, task=None, sandbox_config=None) -> ResetResult:
         self.task, self.calls, self.done = task, [], False
-        return ResetResult(observation=task.turns[0] if task else "sandbox", tools=[ADD])
+        return ResetResult(observation=task.turns[0] if task else "sandbox", tools=[ADD], examples=PERSON_EXAMPLES)
 
     def _reference(self) -> list[ToolCall]:
         return [c for turn in (self.task.reference_solution or []) for c in turn] if self.task else []

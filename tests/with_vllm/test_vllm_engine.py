@@ -39,6 +39,11 @@ def test_vllm_engine_samples_the_policy_and_follows_its_updates(tmp_path):
 
     local = LocalLLM(str(_tiny(tmp_path)), device=DEVICE, dtype="float32")
     engine = VLLMEngine(local, gpu_memory_utilization=MEMORY, eager=DEVICE == "cpu")
+    # on CPU the KV cache has an explicit size, not a share of a machine other processes use too (issue 77)
+    from evolvekit.llm.vllm_engine import CPU_KV_CACHE_BYTES
+
+    sized = engine.llm.llm_engine.vllm_config.cache_config.kv_cache_memory_bytes
+    assert sized == (CPU_KV_CACHE_BYTES if DEVICE == "cpu" else None)
     prompts = [[1, 5, 9, 13, 17], [1, 7, 7]]
     params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=5)
     for prompt, comps in zip(prompts, engine.generate_ids(prompts, params)):

@@ -34,6 +34,38 @@ def best_at_k(scores_per_task: Sequence[Sequence[float]]) -> float:
     return sum(1.0 if any(s >= 1.0 for s in ss) else 0.0 for ss in scores_per_task) / len(scores_per_task)
 
 
+def sampling_error(scores_per_task: Sequence[Sequence[float]]) -> float:
+    """The run-to-run sampling error of avg@k on these tasks: the standard error of the mean over tasks of each
+    task's success share, sqrt(sum_i p_i(1 - p_i)/(k_i - 1)) / n with p_i the task's observed share over its k_i
+    samples (the unbiased per-task variance; a task with one sample adds the largest, 1/4)."""
+    if not scores_per_task:
+        return 0.0
+    var = 0.0
+    for ss in scores_per_task:
+        p = sum(1.0 if s >= 1.0 else 0.0 for s in ss) / len(ss)
+        var += p * (1 - p) / (len(ss) - 1) if len(ss) > 1 else 0.25
+    return var**0.5 / len(scores_per_task)
+
+
+# what a held-out sample did (issue 76: say what was learned, not only how much), in order of how far it got
+SAMPLE_CLASSES = ("no_call", "malformed", "wrong_tool", "wrong_args", "right")
+
+
+def classify_sample(traj: Trajectory, reference: Sequence[Sequence] | None) -> str:
+    """One held-out sample's class: ``right`` (the environment's check passed); else ``no_call`` (only text),
+    ``malformed`` (an action that tried to call but did not parse), ``wrong_tool`` (some tool of the task's reference
+    was never called), ``wrong_args`` (every reference tool called, the check still failed: wrong or invalid
+    arguments). The reference is read on the evaluation side only, as the environment's check reads it."""
+    if (traj.outcome_reward or 0.0) >= 1.0:
+        return "right"
+    calls = [c for s in traj.steps for c in s.tool_calls]
+    if not calls:
+        return "malformed" if any(s.parse_error for s in traj.steps) else "no_call"
+    called = {c.name for c in calls}
+    needed = {c.name for turn in (reference or []) for c in turn}
+    return "wrong_tool" if not needed <= called else "wrong_args"
+
+
 def eval_minutes(first_episode_s: float, episodes: int, max_steps: int) -> tuple[float, float]:
     """A rough range for an evaluation's minutes from one measured episode start and first step
     (``first_episode_s``): every episode ending after one step, and every episode taking all ``max_steps`` steps at
@@ -78,11 +110,17 @@ class EvalReport:
     prompt_tokens: int
     completion_tokens: int
     per_task: list[dict] = field(default_factory=list)
+    classes: dict[str, int] = field(default_factory=dict)  # SAMPLE_CLASSES: samples of each class
+    sampling_se: float = 0.0  # ``sampling_error`` of avg@k
 
     def summary(self) -> dict:
+        n = sum(self.classes.values()) or 1
         return {
             f"avg@{self.k}": round(self.avg_at_k, 4),
             f"best@{self.k}": round(self.best_at_k, 4),
+            # the share of samples in each class, as figures of their own (before and after, paired like avg@k)
+            **{f"class/{c}@{self.k}": round(self.classes.get(c, 0) / n, 4) for c in SAMPLE_CLASSES},
+            "sampling_se": round(self.sampling_se, 4),
             "tasks": self.tasks,
             "k": self.k,
             "mean_score": round(self.mean_score, 4),
@@ -148,6 +186,10 @@ def evaluate_policy(
         for t, s in zip(tasks, scores)
     ]
     flat = [x for s in scores for x in s]
+    classes = {c: 0 for c in SAMPLE_CLASSES}
+    for t in tasks:
+        for tr in by_task.get(t.task_id, []):
+            classes[classify_sample(tr, t.reference_solution)] += 1
     report = EvalReport(
         k=k,
         tasks=len(tasks),
@@ -158,6 +200,8 @@ def evaluate_policy(
         prompt_tokens=sum(tr.prompt_tokens for tr in trajs),
         completion_tokens=sum(tr.completion_tokens for tr in trajs),
         per_task=per_task,
+        classes=classes,
+        sampling_se=sampling_error(scores),
     )
     return report, trajs
 

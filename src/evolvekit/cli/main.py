@@ -80,6 +80,10 @@ def config_show(
     cfg = load_config(config, overrides)
     sources = ", ".join(f"{role}: {src}" for role, src in helper_sources(cfg).items())
     oracle = "# ORACLE: run.oracle lets person-written gold reach training\n" if cfg.run.oracle else ""
+    if cfg.env.worked_examples == "person":
+        oracle += (
+            "# PERSON-WRITTEN EXAMPLES: env.worked_examples: person (a person's worked examples in every prompt)\n"
+        )
     away = paper_departures(cfg)
     departures = (
         f"# {len(away)} values differ from the papers' (marked '≠ paper'): " + ", ".join(away) + "\n" if away else ""

@@ -75,6 +75,11 @@ def run_command(
             " ".join(
                 [f"run_dir={run_dir}"]
                 + (["ORACLE (run.oracle: person-written gold reached training)"] if cfg.run.oracle else [])
+                + (
+                    ["PERSON-WRITTEN EXAMPLES (env.worked_examples: person)"]
+                    if cfg.env.worked_examples == "person"
+                    else []
+                )
                 + [f"{k}: {before.get(k)} -> {after.get(k)}" for k in keys]
             )
             + "\n"

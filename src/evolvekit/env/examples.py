@@ -34,3 +34,31 @@ def played_examples(section: BaseModel, examples: Sequence[E], play: Callable[[i
             messages += demo.messages(format_call)
         _CACHE[key] = messages
     return list(_CACHE[key])
+
+
+class ShownExamples:
+    """An environment whose resets show the worked examples the run chose (``env.worked_examples``) instead of its
+    own: ``examples()`` is read at every reset, so examples the run makes after building its environments (its own,
+    from exploration) reach every later episode. Everything else is the wrapped environment's, attributes included
+    (set and read through), so capability checks (``StateKeyed``, ``ReferenceDistances``) see the real one."""
+
+    def __init__(self, inner, examples: Callable[[], Sequence[ChatMessage]]) -> None:
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_examples", examples)
+
+    def reset(self, task=None, sandbox_config=None):
+        result = self._inner.reset(task, sandbox_config)
+        return result.model_copy(update={"examples": list(self._examples())})
+
+    def __getattr__(self, name: str):
+        return getattr(object.__getattribute__(self, "_inner"), name)
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self._inner, name, value)
+
+
+def unwrapped(env):
+    """The environment inside any ``ShownExamples`` wrappers (itself when it has none)."""
+    while isinstance(env, ShownExamples):
+        env = object.__getattribute__(env, "_inner")
+    return env

@@ -6,7 +6,7 @@ import importlib
 import logging
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 from evolvekit.config import EnvConfig
 from evolvekit.env.base import Environment
@@ -178,10 +178,22 @@ def make_env(cfg: EnvConfig | str) -> Environment:
     if isinstance(cfg, str):
         cfg = EnvConfig(name=cfg)
     load_plugins(cfg.plugins)
+    env: Environment
     if cfg.service_url and cfg.name not in SERVICE_CLIENTS:
         from evolvekit.env.service.client import RemoteEnv
 
-        return RemoteEnv.from_config(cfg)
-    if cfg.name not in _REGISTRY:
+        env = RemoteEnv.from_config(cfg)
+    elif cfg.name not in _REGISTRY:
         raise EnvError(f"unknown environment '{cfg.name}' (env.name); available: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[cfg.name][0](cfg)
+    else:
+        env = _REGISTRY[cfg.name][0](cfg)
+    if cfg.worked_examples == "person":  # the switch: the environment's person-written examples are shown
+        return env
+    from evolvekit.env.examples import ShownExamples
+
+    # at the source: a person's worked examples are task instances, shown only behind env.worked_examples: person
+    return cast(Environment, ShownExamples(env, _no_examples))
+
+
+def _no_examples() -> list:
+    return []

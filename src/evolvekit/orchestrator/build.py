@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Callable, cast
 
 from rich.console import Console
 
@@ -23,6 +24,7 @@ from evolvekit.config import (
     teach_search_on,
 )
 from evolvekit.engine.base import Engine
+from evolvekit.env.examples import ShownExamples
 from evolvekit.errors import ConfigError, EnvError
 from evolvekit.llm.base import InProcessLLM, RolloutEngine, SamplingParams
 from evolvekit.orchestrator.loop import (  # noqa: F401 - the synthesis markers, re-exported for callers of the builder
@@ -91,7 +93,13 @@ def rollout_backend(pol: ModelConfig, policy: LocalLLM, seed: int) -> RolloutEng
     if pol.engine == "vllm":
         from evolvekit.llm.vllm_engine import VLLMEngine
 
-        return VLLMEngine(policy, gpu_memory_utilization=pol.gpu_memory_utilization, seed=seed, eager=pol.engine_eager)
+        return VLLMEngine(
+            policy,
+            gpu_memory_utilization=pol.gpu_memory_utilization,
+            seed=seed,
+            eager=pol.engine_eager,
+            kv_cache_bytes=pol.kv_cache_bytes,
+        )
     if pol.engine == "sglang":
         from evolvekit.llm.sglang_engine import SGLangEngine
 
@@ -174,8 +182,9 @@ def build_loop(
     # request (synthesis's dedup, Evolving-RL's related-task pool, the stored list; issue 51)
     train_tasks = [] if alone else person
     heldout_synthetic = load_task_file(cfg.train.eval_synthetic) if cfg.train.eval_synthetic else []
+    panels = [(Path(p).stem, load_task_file(p)) for p in cfg.train.eval_panels]  # held out, scored by the check only
     evaluating = cfg.train.eval_before or cfg.train.eval_after or cfg.train.eval_every
-    if evaluating and not own_tasks and not heldout_synthetic:
+    if evaluating and not own_tasks and not heldout_synthetic and not panels:
         raise EnvError(
             f"held-out evaluation: environment '{cfg.env.name}' has no tasks of its own; give held-out synthesized "
             "tasks (train.eval_synthetic: a file from `evolvekit tasks synthesize` with another seed) or turn "
@@ -187,11 +196,17 @@ def build_loop(
     engine = trainer.engine  # what rollouts and evaluation generate with: the trained model, through its engine
     backend: RolloutEngine = engine.llm
 
-    def env_factory():
+    def bare_env():
         env = make_env(cfg.env)
         if isinstance(env, ReferenceDistances):  # told once, as it is built: no person-written gold distances
             env.person_reference_distances = cfg.run.oracle  # unless run.oracle (src/evolvekit/boundary.py)
         return env
+
+    shown = shown_examples(cfg, store, policy, bare_env)  # the worked examples every prompt shows
+
+    def env_factory():
+        env = bare_env()
+        return env if shown is None else ShownExamples(env, shown)
 
     params = policy_sampling(cfg)
     supply = _task_supply(cfg, store, train_tasks, policy, env_factory)
@@ -261,10 +276,13 @@ def build_loop(
                 report, real_trajs = on(eval_tasks)
                 summary = {**report.summary(), "split": cfg.env.eval_split}
                 trajs = list(real_trajs)
-            if heldout_synthetic:  # held-out synthetic tasks, scored by the environment's own check
-                syn, syn_trajs = on(heldout_synthetic)
-                summary.update({f"synthetic/{key}": v for key, v in syn.summary().items() if "@" in key})
-                trajs = list(trajs) + list(syn_trajs)
+            extra = ([("synthetic", heldout_synthetic)] if heldout_synthetic else []) + panels
+            for name, held in extra:  # held-out synthetic tasks and panels, scored by the environment's own check
+                rep, more = on(held)
+                summary.update(
+                    {f"{name}/{key}": v for key, v in rep.summary().items() if "@" in key or key == "sampling_se"}
+                )
+                trajs = list(trajs) + list(more)
             return summary, trajs
 
     store.set_meta("train_tasks", json.dumps([t.task_id for t in train_tasks]))
@@ -281,6 +299,69 @@ def build_loop(
         _cold_start(cfg, store, trainer, trainer.reference, env_factory, search) if cfg.cold_start.enabled else None
     )
     return MasterLoop(cfg, run_dir, store, stages, evaluator, console, warmup=warmup)
+
+
+WORKED_EXAMPLES = "worked_examples"  # run-store meta: the run's own worked examples (env.worked_examples: self)
+
+
+def shown_examples(cfg: Config, store: RunStore, policy, bare_env) -> Callable[[], list] | None:
+    """The worked examples the run's prompts show (``env.worked_examples``), or None for the environment's own
+    (``person``: the switch; ``make_env`` shows a person's examples only then). ``self``: made once, before anything
+    else, from the explorer's own executed calls and the tools' documentation (questioning/self_examples.py), and
+    stored, so a resumed run shows the same ones."""
+    mode = cfg.env.worked_examples
+    if mode == "person":
+        log.warning("worked examples: PERSON-WRITTEN (env.worked_examples: person); every output of this run says so")
+        return None
+    if mode == "none":
+        return list
+    from evolvekit.questioning.self_examples import demos_from_json, demos_to_json, example_messages, run_examples
+
+    for field, given in (
+        ("env.mcp.examples", cfg.env.mcp.examples),
+        ("env.openenv.examples", cfg.env.openenv.examples),
+    ):
+        if given:
+            log.warning(
+                "%s are person-written worked examples; with env.worked_examples: self they are not shown (the run "
+                "makes its own; env.worked_examples: person shows them, and every output then says so)",
+                field,
+            )
+
+    def make() -> list:
+        stored = store.get_meta(WORKED_EXAMPLES)
+        if stored is None:
+            stored = demos_to_json(run_examples(cfg, role_llm_or_policy(cfg, policy), bare_env))
+            store.set_meta(WORKED_EXAMPLES, stored)
+        return example_messages(demos_from_json(stored))
+
+    return OnFirstUse(make)
+
+
+class OnFirstUse:
+    """A value made by ``make()`` the first time it is asked for (under a lock), the same list every time after: the
+    run's own worked examples are made when the first environment resets, so building a run loads no explorer and a
+    resumed one reads them from its store."""
+
+    def __init__(self, make: Callable[[], list]) -> None:
+        self._make, self._lock = make, threading.Lock()
+        self._value: list | None = None
+
+    def __call__(self) -> list:
+        with self._lock:
+            if self._value is None:
+                self._value = self._make()
+            return list(self._value)
+
+
+def role_llm_or_policy(cfg: Config, policy):
+    """The explorer's model: the policy itself where the explorer is the same local model (no second copy)."""
+    from evolvekit.llm.factory import role_llm
+
+    explorer = role_llm(cfg.models, "explorer")
+    if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
+        return policy
+    return explorer
 
 
 def _cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory, search_answer=None):
@@ -333,11 +414,20 @@ def _cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory, s
 
 
 def load_task_file(path: str) -> list:
-    """Tasks from a JSONL file (one Task per line), with a clear error for a missing or malformed file."""
+    """Tasks from a JSONL file (one Task per line), with a clear error for a missing or malformed file. A task's
+    origin is where it came from, never a label inside an outside file: every task read from a file is
+    person-written (``TaskSource.REAL``), whatever its ``source`` says; only tasks this run synthesized, and
+    recorded as such in its own store, are synthetic (src/evolvekit/boundary.py)."""
     from evolvekit.safejson import read_jsonl
-    from evolvekit.types import Task
+    from evolvekit.types import Task, TaskSource
 
-    return read_jsonl(path, Task, "a task")
+    tasks = read_jsonl(path, Task, "a task")
+    relabelled = sum(t.source != TaskSource.REAL for t in tasks)
+    if relabelled:
+        log.info(
+            "%s: %d tasks say they are synthetic; read from a file, they count as person-written", path, relabelled
+        )
+    return [t if t.source == TaskSource.REAL else t.model_copy(update={"source": TaskSource.REAL}) for t in tasks]
 
 
 def _sample_stage(cfg: Config):
@@ -512,9 +602,7 @@ def synthesis_stage(cfg: Config, train_tasks, policy, env_factory, receive) -> S
         from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
         from evolvekit.questioning.pipeline import SynthesisSettings, known_tasks, synthesize_tasks
 
-        explorer = role_llm(cfg.models, "explorer")
-        if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
-            explorer = policy  # the initial policy explores (no second copy of the same weights)
+        explorer = role_llm_or_policy(cfg, policy)  # the initial policy explores (no second copy of the same weights)
         settings = SynthesisSettings.of(cfg)
         tasks, funnel, _ = synthesize_tasks(
             settings,
@@ -580,9 +668,7 @@ def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory):
         tracker.observe(store.trajectories(it, "train"))
     # seeded with the real and synthesized tasks once the synthesis stage has run (HybridTaskSupply.receive)
     dedup = Deduplicator(build_embedder(cfg.embedding).embed, q.lexical_dedup_threshold, q.semantic_dedup_threshold)
-    explorer = role_llm(cfg.models, "explorer")
-    if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
-        explorer = policy  # the current policy re-explores
+    explorer = role_llm_or_policy(cfg, policy)  # the current policy re-explores
     seed = cfg.run.seed + _COEVOLVE_SEED  # run.seed pins re-exploration too, apart from the first synthesis's draws
     run = goal_explorer(
         SynthesisSettings.of(cfg),

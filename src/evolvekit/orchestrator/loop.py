@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 from rich.console import Console
 
 from evolvekit.boundary import InformationBoundary
-from evolvekit.config import Config, synthetic_reward
+from evolvekit.config import Config, examples_source, synthetic_reward
 from evolvekit.orchestrator.metrics import MetricsSink, rollout_metrics
 from evolvekit.orchestrator.stages import (
     ExperienceStage,
@@ -172,6 +172,7 @@ class MasterLoop:
         summary = {
             "run_dir": str(self.run_dir),
             "gold": "oracle" if cfg.run.oracle else "none",  # src/evolvekit/boundary.py
+            "examples": examples_source(cfg),  # where every prompt's worked examples come from (env.worked_examples)
             "iterations": len(store.completed_iterations()),
             "eval_before": evaluations.get("before"),
             "eval_after": evaluations.get("after"),
@@ -230,7 +231,9 @@ class MasterLoop:
             )  # each reward computed once from its record: judge mix (§3.4), EvolveR §3.3, reasoning (§6.2.1), partial
             with store.transaction() as c:
                 store.delete_iteration_trajectories(c, it, "train")
-                store.put_tasks(c, tasks, it)
+                # at the source: a non-oracle run stores no person-written reference (every reader of the store,
+                # CoEvolve's and Evolving-RL's included, sees the training side's view)
+                store.put_tasks(c, [self.boundary.task_view(t) for t in tasks], it)
                 store.put_trajectories(c, trajectories, it, "train")
                 store.set_iteration(c, it, IterationStatus.ROLLED_OUT)
         times["time/rollout_s"] = time.perf_counter() - t0

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+import re
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 from evolvekit.config import Config, EnvConfig, QuestioningConfig, forced_choice
@@ -31,6 +32,8 @@ class Funnel:
     synthesis_unparseable: int = 0
     unchained: int = 0  # multi-turn synthesis (difficulty.turns > 1): explorations with no chain of dependent calls
     unlearnable: int = 0  # removed by the pass filter: the policy's attempts all succeeded or all failed
+    heldout_split_wording: int = 0  # removed: worded like a task of the held-out split (numbers masked)
+    heldout_panel_wording: int = 0  # removed: worded like a task of a held-out panel (train.eval_panels)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -46,6 +49,8 @@ class SynthesisSettings:
     env: EnvConfig
     numbers_constrained: bool = False
     eval_synthetic: str | None = None
+    # the held-out tasks' wordings (numbers masked) no synthesized task may share: the split's, the panels'
+    heldout: HeldoutWordings = field(default_factory=lambda: HeldoutWordings())
 
     @classmethod
     def of(cls, cfg: Config) -> SynthesisSettings:
@@ -54,7 +59,53 @@ class SynthesisSettings:
             env=cfg.env,
             numbers_constrained=forced_choice(cfg.questioning.numbers_constrained, cfg.models.synthesizer),
             eval_synthetic=cfg.train.eval_synthetic,
+            heldout=HeldoutWordings.of(cfg),
         )
+
+
+_NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*")
+
+
+def wording(query: str | list[str]) -> str:
+    """A request's wording with its numbers masked: "What is 57 plus 7?" and "What is 50 minus 8?" differ, "What is
+    50 minus 8?" and "What is 3 minus 9?" do not (the same template)."""
+    text = query if isinstance(query, str) else "\n".join(query)
+    return " ".join(re.sub(r"[^a-z0-9#]+", " ", _NUMBER.sub("#", text.lower())).split())
+
+
+@dataclass(frozen=True)
+class HeldoutWordings:
+    """The wordings of the held-out evaluation's tasks: the environment's eval split and each panel file. A
+    synthesized task worded like one of them is dropped, so no training task shares a held-out template (the
+    requests are read for this filter only; no reference or end state)."""
+
+    split: frozenset[str] = frozenset()
+    panels: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, cfg: Config) -> HeldoutWordings:
+        from evolvekit.env.registry import env_tasks, has_task_source
+        from evolvekit.safejson import read_jsonl
+
+        evaluating = cfg.train.eval_before or cfg.train.eval_after or cfg.train.eval_every
+        split = env_tasks(cfg.env, cfg.env.eval_split) if evaluating and has_task_source(cfg.env) else []
+        panels = [t for p in cfg.train.eval_panels for t in read_jsonl(p, Task, "a task")]
+        return cls(frozenset(wording(t.query) for t in split), frozenset(wording(t.query) for t in panels))
+
+    def drop(self, tasks: Sequence[Task], funnel: Funnel) -> list[Task]:
+        kept = []
+        for t in tasks:
+            w = wording(t.query)
+            if w in self.split or w in self.panels:
+                which = "split" if w in self.split else "panel"
+                if which == "split":
+                    funnel.heldout_split_wording += 1
+                else:
+                    funnel.heldout_panel_wording += 1
+                log.info("synthesized task dropped: worded like a held-out %s task: %r", which, t.query)
+            else:
+                kept.append(t)
+        return kept
 
 
 def sandbox_for(env: EnvConfig) -> dict:
@@ -222,7 +273,7 @@ def synthesize_tasks(
         funnel.unchained += rep.unchained
         for t in rep.tasks:
             t.metadata["bfcl_id"] = t.task_id
-        new_kept = curate_new(rep.tasks, dedup, make_env, funnel, checks)
+        new_kept = curate_new(settings.heldout.drop(rep.tasks, funnel), dedup, make_env, funnel, checks)
         if probe is not None and q.pass_filter_samples:
             new_kept = learnable(new_kept, probe, funnel)
         new_kept = new_kept[: n - len(kept)]
@@ -254,7 +305,7 @@ def learnable(tasks: Sequence[Task], probe: PassProbe, funnel: Funnel) -> list[T
             task.metadata.setdefault("curation", {})["policy_rewards"] = [round(r, 3) for r in rewards]
             kept.append(task)
         else:
-            log.debug("task dropped by the pass filter (rewards %s): %s", rewards, task.query)
+            log.info("synthesized task dropped by the pass filter (rewards %s, not mixed): %r", rewards, task.query)
     funnel.unlearnable += len(tasks) - len(kept)
     return kept
 
@@ -304,13 +355,16 @@ def curate_new(
         for t in tasks
         if scores.get(id(t), 1.0) >= checks.min_grounding and (not checks.exact_numbers or numbers_exact(t))
     ]
+    _dropped(tasks, grounded, "its request does not state its reference's values (grounding)")
     funnel.ungrounded += len(tasks) - len(grounded)
     if checks.agreement is not None:
         agreed = [t for t in grounded if checks.agreement.agrees(t)]
+        _dropped(grounded, agreed, "its request asks for other tools than its reference calls")
         funnel.tool_disagreement += len(grounded) - len(agreed)
         grounded = agreed
     kept = []
     d = dedup.filter(grounded)
+    _dropped(grounded, d.kept, "a duplicate of a known or earlier task")
     funnel.deduplicated += d.lexical_duplicates + d.semantic_duplicates
     for t in d.kept:
         ok, reason = replay_feasible(t, make_env)
@@ -325,9 +379,19 @@ def curate_new(
             kept.append(t)
         else:
             funnel.infeasible += 1
-            log.debug("infeasible task dropped: %s (%s)", t.query, reason)
+            log.info(
+                "synthesized task dropped: its reference does not pass on a fresh sandbox (%s): %r", reason, t.query
+            )
     funnel.kept += len(kept)
     return kept
+
+
+def _dropped(before: Sequence[Task], after: Sequence[Task], why: str) -> None:
+    """One INFO line per synthesized task a curation step dropped, with the reason."""
+    left = {id(t) for t in after}
+    for t in before:
+        if id(t) not in left:
+            log.info("synthesized task dropped: %s: %r", why, t.query)
 
 
 def goal_explorer(
@@ -357,7 +421,7 @@ def goal_explorer(
 
     return _Reexplore(
         explore,
-        lambda tasks: curate_new(tasks, dedup, make_env, funnel, checks),
+        lambda tasks: curate_new(settings.heldout.drop(tasks, funnel), dedup, make_env, funnel, checks),
         synth,
         settings.env.name,
         meta,

@@ -190,6 +190,7 @@ class RowResult(BaseModel):
     # after − before per seed (the base model is every run's evaluation before training): interval, sign-flip p
     vs_before: dict[str, Paired] = Field(default_factory=dict)
     oracle: bool = False  # some run of the row let person-written gold reach training (run.oracle)
+    person_examples: bool = False  # some run of the row showed person-written worked examples (env.worked_examples)
     steps_at_09: float | None = None  # iterations to reach 90% of the baseline's best held-out avg (mean curve)
     target: float | None = None  # the value Steps@0.9 was measured against (None: not measurable)
     auc: float | None = None  # area under the mean held-out curve
@@ -361,6 +362,7 @@ def row_results(groups: list[RunGroup], baseline: str, confidence: float = DEFAU
         res.target = target if ys else None
         res.health = [run_health(r, _seed_of(r)) for r in runs]
         res.oracle = any(h.helper_sources.get("gold") == "oracle" for h in res.health)
+        res.person_examples = any(h.helper_sources.get("examples", "").startswith("PERSON") for h in res.health)
         codes = {r.code for r in runs if r.code}
         # None when some run was made before runs recorded their code
         res.commit = ", ".join(sorted(codes)) if all(r.code for r in runs) else None
