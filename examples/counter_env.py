@@ -1,4 +1,4 @@
-"""A complete environment in about 30 lines (docs/environments.md, "Bring your own environment").
+"""A complete environment in about 40 lines (docs/environments.md, "Bring your own environment").
 
 evolvekit eval --set env.name=counter --set "env.plugins=[examples.counter_env]" --subset test --limit 4 --k 2
 """
@@ -7,7 +7,9 @@ from evolvekit.env.base import Action, EnvInfo, EvalResult, ResetResult, StepRes
 from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.types import Task, ToolCall
 
-TOOLS = [ToolSchema(name="add", description="add n to the counter", parameters={"n": {"type": "integer"}})]
+# parameters: a JSON schema object, {"type": "object", "properties": {...}} (the explorer decodes arguments under it)
+ADD_N = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+TOOLS = [ToolSchema(name="add", description="Add n to the counter.", parameters=ADD_N)]
 
 
 @register_env("counter", "a counter the agent must bring to a target")
@@ -30,8 +32,9 @@ class CounterEnv:
         done = not action.tool_calls
         return StepResult(observation=f"counter = {self.value}", done=done)
 
-    def evaluate(self, trajectory=None):
-        target = self.task.metadata["target"] if self.task else 0
+    def evaluate(self, trajectory=None):  # a synthesized task has no metadata: its target is where its reference ends
+        ref = [c for turn in (self.task.reference_solution or []) for c in turn] if self.task else []
+        target = self.task.metadata.get("target", sum(int(c.arguments.get("n", 0)) for c in ref)) if self.task else 0
         return EvalResult(score=float(self.value == target), passed=self.value == target)
 
     def info(self):

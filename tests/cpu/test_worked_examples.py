@@ -289,3 +289,95 @@ def test_documented_request_skips_bfcls_api_boilerplate():
         "description: Add two numbers.",
     )
     assert documented_request(bfcl, _call("add", a=1, b=2.5)) == "Add two numbers (a = 1, b = 2.5)."
+
+
+class _ReadOnly:
+    """A test environment whose check passes when the state is unchanged: a read-only task passes with no call."""
+
+    name = "readonly"
+
+    def __init__(self, writes_needed: bool) -> None:
+        self.writes_needed, self.wrote = writes_needed, False
+
+    def reset(self, task=None, sandbox_config=None):
+        return ResetResult(observation="hi", tools=[ADD])
+
+    def step(self, action):
+        from evolvekit.env.base import CallResult, StepResult
+
+        self.wrote = self.wrote or bool(action.tool_calls)
+        return StepResult(observation="ok", call_results=[CallResult(name="add", ok=True, output="5")] * bool(
+            action.tool_calls))  # fmt: skip
+
+    def evaluate(self, trajectory=None):
+        from evolvekit.env.base import EvalResult
+
+        passed = self.wrote or not self.writes_needed
+        return EvalResult(score=float(passed), passed=passed)
+
+    def close(self):
+        pass
+
+
+def test_a_task_the_check_passes_with_no_call_is_dropped_as_trivial():
+    from evolvekit.questioning.curate import passes_without_acting
+    from evolvekit.questioning.pipeline import curate_new
+
+    task = _syn("Add 2 and 3.").model_copy(update={"reference_solution": [[_call("add", a=2, b=3)]]})
+    assert passes_without_acting(task, lambda: _ReadOnly(writes_needed=False))
+    assert not passes_without_acting(task, lambda: _ReadOnly(writes_needed=True))
+
+    class _NoDedup:
+        def filter(self, tasks):
+            from types import SimpleNamespace
+
+            return SimpleNamespace(kept=list(tasks), lexical_duplicates=0, semantic_duplicates=0)
+
+    funnel = Funnel()
+    assert curate_new([task], _NoDedup(), lambda: _ReadOnly(writes_needed=False), funnel) == []  # type: ignore[arg-type]
+    assert (funnel.trivial, funnel.kept) == (1, 0)
+    funnel = Funnel()
+    kept = curate_new([task], _NoDedup(), lambda: _ReadOnly(writes_needed=True), funnel)  # type: ignore[arg-type]
+    assert kept == [task] and (funnel.trivial, funnel.kept) == (0, 1)
+
+
+def test_a_flat_parameter_description_is_refused_with_one_line_naming_the_tool():
+    from evolvekit.errors import EnvError
+    from evolvekit.llm.base import SamplingParams
+    from evolvekit.questioning.explore import Explorer, schema_problem
+
+    flat = ToolSchema(name="deposit", parameters={"amount": {"type": "number"}})
+    assert "tool 'deposit'" in (schema_problem(flat) or "") and "JSON schema object" in (schema_problem(flat) or "")
+    for ok in ({}, {"type": "object", "properties": {}}, {"type": "dict", "properties": {}}, {"properties": {}}):
+        assert schema_problem(ToolSchema(name="t", parameters=ok)) is None
+
+    class _Flat(_ReadOnly):
+        def reset(self, task=None, sandbox_config=None):
+            return ResetResult(observation="hi", tools=[flat])
+
+    class _NoModel:
+        name = "none"
+
+        def chat(self, conversations, params):
+            raise AssertionError("no step may run")
+
+    explorer = Explorer(_NoModel(), SamplingParams())  # type: ignore[arg-type]
+    with pytest.raises(EnvError, match=r"^exploration: tool 'deposit': its parameters .* no JSON schema object"):
+        explorer.explore(lambda: _Flat(False), {}, runs=1, max_steps=1)
+
+
+def test_the_docs_counter_example_scores_a_task_without_metadata_by_its_reference():
+    import examples.counter_env as counter
+
+    env = counter.CounterEnv()
+    task = _syn("Add 3 then 4 to the counter.").model_copy(
+        update={"reference_solution": [[_call("add", n=3), _call("add", n=4)]]}
+    )
+    env.reset(task)
+    from evolvekit.env.base import Action
+
+    env.step(Action(tool_calls=[_call("add", n=7)]))
+    assert env.evaluate().passed
+    env.reset(task)
+    assert not env.evaluate().passed
+    assert counter.TOOLS[0].parameters["type"] == "object"

@@ -54,20 +54,28 @@ def synthesize(
             console.print(f"funnel: {funnel.as_dict()}")
 
         settings = SynthesisSettings.of(cfg)
+        explorer = role_llm(cfg.models, "explorer")
+        made_env = lambda: make_env(cfg.env)  # noqa: E731
+        if cfg.env.worked_examples == "self":  # as in a run: the explorer's and synthesizer's examples are its own
+            from evolvekit.env.examples import ShownExamples
+            from evolvekit.questioning.self_examples import example_messages, run_examples
+
+            shown = example_messages(run_examples(cfg, explorer, made_env))
+            made_env = lambda: ShownExamples(make_env(cfg.env), lambda: shown)  # noqa: E731
         _, funnel, _ = synthesize_tasks(
             settings,
             n,
-            role_llm(cfg.models, "explorer"),
+            explorer,
             sampling_for(cfg.models.explorer, seed=cfg.run.seed),  # as in a run: run.seed pins the samples
             role_llm(cfg.models, "synthesizer"),
             sampling_for(cfg.models.synthesizer, seed=cfg.run.seed + 1),
-            lambda: make_env(cfg.env),
+            made_env,
             embedder.embed,
             # as in a run: no copy of a real training or held-out task
             existing=known_tasks(settings.env, settings.eval_synthetic),
             max_rounds=max_rounds,
             on_round=on_round,
-            probe=pass_probe(cfg, role_llm(cfg.models, "policy"), lambda: make_env(cfg.env)),
+            probe=pass_probe(cfg, role_llm(cfg.models, "policy"), made_env),
         )
     summary = {**funnel.as_dict(), "out": str(out), "explorations": str(explorations)}
     emit_json(summary) if as_json else sys.stdout.write(" ".join(f"{k}={v}" for k, v in summary.items()) + "\n")

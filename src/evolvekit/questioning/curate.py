@@ -120,6 +120,22 @@ def replay_feasible(task: Task, make_env: Callable[[], Environment], refuse_inva
         env.close()
 
 
+def passes_without_acting(task: Task, make_env: Callable[[], Environment]) -> bool:
+    """Whether the environment's own check passes an episode of ``task`` in which the agent only answers in text, one
+    answer per turn and no call: such a task (a read-only request whose state check cannot tell doing nothing from
+    doing it) teaches nothing and is not well-posed. An environment that fails the episode counts as not passing."""
+    env = make_env()
+    try:
+        env.reset(task)
+        for _ in task.reference_solution or [[]]:
+            env.step(Action(text="done"))
+        return env.evaluate(None).score >= 1.0
+    except Exception:
+        return False
+    finally:
+        env.close()
+
+
 def argument_values(value) -> list:
     """The literal leaves (numbers and non-empty strings) of an argument value; booleans and None are not stated
     as such in a request, so they do not count."""

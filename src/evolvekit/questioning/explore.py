@@ -9,6 +9,7 @@ step (one batched generation per round); every trajectory is kept.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -51,6 +52,20 @@ class ExplorationTrace:
     def successful_calls(self) -> list[tuple[int, ToolCall, str]]:
         """(step index, call, observation) of every call that executed without an error."""
         return [(s.index, c, s.observation) for s in self.steps if s.ok for c in s.tool_calls]
+
+
+def schema_problem(tool) -> str | None:
+    """Why the explorer cannot use a tool's parameter description, or None: it must be a JSON schema object
+    (``{"type": "object", "properties": {...}}``; BFCL's ``"type": "dict"`` too) or empty (no arguments). A flat
+    ``{"n": {"type": "integer"}}`` let the explorer write only ``{}`` (issue 78)."""
+    p = tool.parameters
+    if not p or "properties" in p or p.get("type") in ("object", "dict"):
+        return None
+    shown = json.dumps(p)[:120]
+    return (
+        f"tool {tool.name!r}: its parameters {shown} are no JSON schema object; write them as "
+        '{"type": "object", "properties": {...}} (docs/environments.md, "Bring your own environment")'
+    )
 
 
 def phase(step_index: int, n_breadth: int) -> str:
@@ -284,6 +299,12 @@ class Explorer:
                 starts.append("")
         if envs and all(e is None for e in envs):  # no exploration can run: one line, not empty rounds (issue 54)
             raise EnvError(f"exploration: none of the {runs} episodes started; the first error: {traces[0].error}")
+        problems = [p for ts in tools[:1] for t in ts if (p := schema_problem(t))]
+        if problems:
+            for e in envs:
+                if e is not None:
+                    e.close()
+            raise EnvError(f"exploration: {problems[0]}")
         profiles = envs[0].profile() if envs and envs[0] is not None else []
         classes = set(sandbox.get("classes") or [])
         profiles = [p for p in profiles if not classes or p.name in classes]

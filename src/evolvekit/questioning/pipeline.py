@@ -11,7 +11,14 @@ from evolvekit.config import Config, EnvConfig, QuestioningConfig, forced_choice
 from evolvekit.engine.base import Capabilities
 from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, SamplingParams
-from evolvekit.questioning.curate import Deduplicator, ToolAgreement, grounding, numbers_exact, replay_feasible
+from evolvekit.questioning.curate import (
+    Deduplicator,
+    ToolAgreement,
+    grounding,
+    numbers_exact,
+    passes_without_acting,
+    replay_feasible,
+)
 from evolvekit.questioning.explore import ExplorationTrace, Explorer
 from evolvekit.questioning.synthesize import TaskSynthesizer, chain_shots, follow_up_shots, shots_from_examples
 from evolvekit.types import Task
@@ -32,6 +39,7 @@ class Funnel:
     synthesis_unparseable: int = 0
     unchained: int = 0  # multi-turn synthesis (difficulty.turns > 1): explorations with no chain of dependent calls
     unlearnable: int = 0  # removed by the pass filter: the policy's attempts all succeeded or all failed
+    trivial: int = 0  # removed because the environment's check passes an episode with no call (nothing to learn)
     heldout_split_wording: int = 0  # removed: worded like a task of the held-out split (numbers masked)
     heldout_panel_wording: int = 0  # removed: worded like a task of a held-out panel (train.eval_panels)
 
@@ -368,6 +376,10 @@ def curate_new(
     funnel.deduplicated += d.lexical_duplicates + d.semantic_duplicates
     for t in d.kept:
         ok, reason = replay_feasible(t, make_env)
+        if ok and passes_without_acting(t, make_env):
+            funnel.trivial += 1
+            log.info("synthesized task dropped: the check passes it with no call (nothing to learn): %r", t.query)
+            continue
         if ok:
             t.metadata["curation"] = {"dedup": "passed", "feasibility": "replayed"}
             if checks.min_grounding > 0:
