@@ -63,6 +63,7 @@ def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] =
     from evolvekit.env.registry import make_env, preflight
     from evolvekit.llm.factory import role_llm
     from evolvekit.orchestrator.build import policy_sampling
+    from evolvekit.questioning.self_examples import with_run_examples
 
     preflight(cfg.env, tasks[0])  # one episode starts before the model loads: exit 2 now, not a silent score of 0
     # what makes two evaluations the same: their tasks, k, and every setting but the run's name and folder
@@ -81,10 +82,11 @@ def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] =
     )  # fmt: skip
     lookup = _experience_lookup(cfg, experiences) if experiences else None
     engine = Engine(llm)
+    # the worked examples a run with this config and seed shows (env.worked_examples: self: made now, by the explorer)
+    made_env = with_run_examples(cfg, role_llm(cfg.models, "explorer"), lambda: make_env(cfg.env))
     left = episodes - len(journal.finished())
     if estimate and left > 0:  # minutes, not only tokens: one real episode start and step, timed
-        env = lambda: make_env(cfg.env)  # noqa: E731
-        first = time_first_step(tasks[0], env, engine, cfg.rollout, params, cfg.env.tool_rendering)
+        first = time_first_step(tasks[0], made_env, engine, cfg.rollout, params, cfg.env.tool_rendering)
         low, high = eval_minutes(first.seconds, left, cfg.rollout.max_steps)
         log.info(
             "estimate: one episode's start and first step took %.1f s here (%d prompt tokens, %d generated), so the "
@@ -94,7 +96,7 @@ def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] =
         )  # fmt: skip
     report, trajs = evaluate_policy(
         tasks,
-        lambda: make_env(cfg.env),
+        made_env,
         engine,
         cfg.rollout,
         params,

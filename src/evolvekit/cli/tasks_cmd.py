@@ -33,6 +33,7 @@ def synthesize(
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
     from evolvekit.orchestrator.build import pass_probe
     from evolvekit.questioning.pipeline import SynthesisSettings, known_tasks, synthesize_tasks
+    from evolvekit.questioning.self_examples import with_run_examples
 
     cfg = load_config(config, list(overrides or []) + ([f"env.name={env}"] if env else []))
     setup_logging(cfg.run.log_level)
@@ -55,13 +56,8 @@ def synthesize(
 
         settings = SynthesisSettings.of(cfg)
         explorer = role_llm(cfg.models, "explorer")
-        made_env = lambda: make_env(cfg.env)  # noqa: E731
-        if cfg.env.worked_examples == "self":  # as in a run: the explorer's and synthesizer's examples are its own
-            from evolvekit.env.examples import ShownExamples
-            from evolvekit.questioning.self_examples import example_messages, run_examples
-
-            shown = example_messages(run_examples(cfg, explorer, made_env))
-            made_env = lambda: ShownExamples(make_env(cfg.env), lambda: shown)  # noqa: E731
+        # as in a run: the explorer's and synthesizer's worked examples are the run's own (env.worked_examples)
+        made_env = with_run_examples(cfg, explorer, lambda: make_env(cfg.env))
         _, funnel, _ = synthesize_tasks(
             settings,
             n,

@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 from evolvekit.env.action_text import format_call
 from evolvekit.env.base import Action, Environment, ToolSchema
 from evolvekit.env.bfcl.families import Demonstration
+from evolvekit.errors import EnvError
 from evolvekit.questioning.explore import ExplorationTrace, Explorer
 from evolvekit.types import ChatMessage, ToolCall
 
@@ -92,12 +93,16 @@ def make_self_examples(
     explorer: Explorer, make_env: Callable[[], Environment], sandbox: dict, count: int
 ) -> list[Demonstration]:
     """Up to ``count`` worked examples from the explorer's own executed calls (``make_env`` shows no example)."""
-    env = make_env()
     try:
-        tools = {t.name: t for t in env.reset(None, sandbox).tools}
-    finally:
-        env.close()
-    traces = explorer.explore(make_env, sandbox, EXAMPLE_RUNS, max(EXAMPLE_STEPS, count))
+        env = make_env()
+        try:
+            tools = {t.name: t for t in env.reset(None, sandbox).tools}
+        finally:
+            env.close()
+        traces = explorer.explore(make_env, sandbox, EXAMPLE_RUNS, max(EXAMPLE_STEPS, count))
+    except EnvError as err:  # an environment the explorer cannot explore: no example, said once
+        log.warning("self-made worked examples: none (the sandbox could not be explored: %s)", str(err)[:300])
+        return []
     out = []
     for call in first_calls(traces, count):
         output = replayed(call, make_env, sandbox)
@@ -158,3 +163,16 @@ def run_examples(cfg, explorer_llm, make_env: Callable[[], Environment]) -> list
 
 # the examples' exploration seed: apart from the synthesis's (run.seed, + 1000 per exploration) and CoEvolve's (+500)
 EXAMPLES_SEED = 777
+
+
+def with_run_examples(cfg, explorer_llm, make_env: Callable[[], Environment]) -> Callable[[], Environment]:
+    """``make_env`` as the commands outside a run use it (``tasks synthesize``, ``eval``): under
+    ``env.worked_examples: self`` its environments show the examples ``run_examples`` makes now (the same ones a run
+    with this config and seed makes when its explorer is the base model); otherwise ``make_env`` itself (``make_env``
+    shows a person's examples only under ``person``)."""
+    if cfg.env.worked_examples != "self":
+        return make_env
+    from evolvekit.env.examples import ShownExamples
+
+    shown = example_messages(run_examples(cfg, explorer_llm, make_env))
+    return lambda: cast(Environment, ShownExamples(make_env(), lambda: shown))
