@@ -279,7 +279,10 @@ def test_config_show_marks_every_departure_from_the_papers_and_each_is_explained
 
     from evolvekit.config import PAPER_VALUES, Config, paper_departures
 
-    assert paper_departures(Config()) == {"train.tasks_per_iteration": (4, 32, "§7.1.3, batch size 32")}
+    assert paper_departures(Config()) == {
+        "train.tasks_per_iteration": (4, 32, "§7.1.3, batch size 32"),
+        "train.ppo_epochs": (1, 40, "§7.1.3, 40 epochs per policy update"),
+    }
     quick = paper_departures(load_config("configs/quickstart.yaml"))
     assert set(quick) >= {"models.explorer.temperature", "questioning.difficulty.operations", "train.learning_rate"}
     shown = subprocess.run(
@@ -289,7 +292,7 @@ def test_config_show_marks_every_departure_from_the_papers_and_each_is_explained
     assert f"# {len(quick)} values differ from the papers'" in shown
     assert "operations: 1  # ≠ paper: 3 (§7.1.3)" in shown and "eta: 0.5  #" not in shown
     docs = Path("docs/training.md").read_text()
-    for dotted in set(quick) | {"train.tasks_per_iteration"}:
+    for dotted in set(quick) | {"train.tasks_per_iteration", "train.ppo_epochs"}:
         assert f"| `{dotted}` |" in docs, dotted
     for shipped in (
         "quickstart",
