@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -357,3 +358,21 @@ def test_a_cold_start_on_person_written_tasks_needs_the_oracle_switch(tiny, tmp_
     with pytest.raises(ConfigError, match="person-written.*run.oracle"):
         build_loop(cfg, run_dir, store, show_progress=False).run()
     store.close()
+
+
+@pytest.mark.slow
+def test_no_person_written_gold_reaches_an_evolving_rl_run(tiny, tmp_path, monkeypatch):
+    """Evolving-RL's related-task pool holds the person-written training tasks (the environment's check, the reward,
+    needs their references); its extractor's and solvers' prompts, its samples and what the run stores carry no
+    sentinel of them."""
+    path = _leak_config(tiny, tmp_path / "evolving", False)
+    data = yaml.safe_load(path.read_text())
+    data.pop("navigating", None)
+    data.pop("attributing", None)
+    data["evolving_rl"] = {"enabled": True, "n_candidates": 2, "k_tasks": 2, "skill_max_tokens": 8}
+    path.write_text(yaml.safe_dump(data))
+    monkeypatch.setattr(sys.modules[__name__], "_leak_config", lambda *a, **k: path)
+    found = _run_and_collect(tiny, tmp_path / "evolving", False, monkeypatch)
+    leaks = _leaks(found)
+    assert sum(leaks.values()) == 0, f"person-written gold reached an Evolving-RL run: {leaks}"
+    assert found["requests"] and found["tasks"]
