@@ -381,3 +381,23 @@ def test_the_docs_counter_example_scores_a_task_without_metadata_by_its_referenc
     env.reset(task)
     assert not env.evaluate().passed
     assert counter.TOOLS[0].parameters["type"] == "object"
+
+
+def test_the_final_lines_say_what_the_held_out_figures_rest_on_and_warn_when_too_little():
+    from evolvekit.cli.run_cmd import heldout_lines
+
+    before = {"avg@8": 0.1, "tasks": 32, "k": 8, "split": "test", "sampling_se": 0.021, "p2/tasks": 48,
+              "p2/sampling_se": 0.0, "class/no_call@8": 0.6}  # fmt: skip
+    after = {**before, "sampling_se": 0.029, "class/no_call@8": 0.1}
+    lines = heldout_lines(before, after, ["class/no_call@8"])
+    assert lines == [
+        "held-out test: 32 tasks x 8 samples (sampling error 0.021/0.029)",
+        "held-out p2: 48 tasks x 8 samples (sampling error 0.000/0.000)",
+        "samples: class/no_call@8: 0.6 -> 0.1",
+    ]
+    few = heldout_lines({"tasks": 2, "k": 1, "split": "test"}, {}, [])
+    assert few == ["held-out test: 2 tasks x 1 samples (sampling error ); WARNING: too few held-out samples for a "
+                   "before/after difference to mean much"]  # fmt: skip
+    noisy = heldout_lines({**before, "sampling_se": 0.06}, after, [])[0]
+    assert noisy.endswith("WARNING: too few held-out samples for a before/after difference to mean much")
+    assert heldout_lines({}, {}, []) == []

@@ -280,7 +280,7 @@ def build_loop(
             for name, held in extra:  # held-out synthetic tasks and panels, scored by the environment's own check
                 rep, more = on(held)
                 summary.update(
-                    {f"{name}/{key}": v for key, v in rep.summary().items() if "@" in key or key == "sampling_se"}
+                    {f"{name}/{key}": v for key, v in rep.summary().items() if "@" in key or key in _PANEL_KEYS}
                 )
                 trajs = list(trajs) + list(more)
             return summary, trajs
@@ -301,6 +301,7 @@ def build_loop(
     return MasterLoop(cfg, run_dir, store, stages, evaluator, console, warmup=warmup)
 
 
+_PANEL_KEYS = ("sampling_se", "tasks")  # a panel's figures besides avg@k/best@k/classes: its basis
 WORKED_EXAMPLES = "worked_examples"  # run-store meta: the run's own worked examples (env.worked_examples: self)
 
 
