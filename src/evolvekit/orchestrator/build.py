@@ -298,7 +298,7 @@ def build_loop(
     warmup = (
         _cold_start(cfg, store, trainer, trainer.reference, env_factory, search) if cfg.cold_start.enabled else None
     )
-    return MasterLoop(cfg, run_dir, store, stages, evaluator, console, warmup=warmup)
+    return MasterLoop(cfg, run_dir, store, stages, evaluator, console, warmup=warmup, prepare=shown)
 
 
 _PANEL_KEYS = ("sampling_se", "tasks")  # a panel's figures besides avg@k/best@k/classes: its basis

@@ -113,12 +113,15 @@ class MasterLoop:
         console: Console | None = None,
         warmup: Callable[[], dict] | None = None,
         boundary: InformationBoundary | None = None,
+        prepare: Callable[[], object] | None = None,
     ) -> None:
         self.cfg, self.run_dir, self.store, self.stages = cfg, Path(run_dir), store, stages
         # what the loop's reward shaping may read of a task (src/evolvekit/boundary.py)
         self.boundary = boundary if boundary is not None else InformationBoundary(cfg.run.oracle)
         self.evaluator = evaluator
         self.warmup = warmup  # cold start (EvolveR): supervised warm-up before iteration 0
+        # made before anything else runs (the run's own worked examples: never inside a rollout's decode batch)
+        self.prepare = prepare
         self.console = console or Console(stderr=True)
 
     # -- evaluation --------------------------------------------------------------------------------------------
@@ -154,6 +157,8 @@ class MasterLoop:
             config=cfg.model_dump(mode="json"),
         )
         try:
+            if self.prepare is not None:
+                self.prepare()
             if self.stages.synthesis is not None:
                 run_synthesis(store, self.stages.synthesis)
             if cfg.train.eval_before and store.evaluation("before") is None:
