@@ -62,7 +62,11 @@ def server() -> Iterator[str]:
 
 
 def _cfg(url: str, **openenv) -> EnvConfig:
-    return EnvConfig(name="openenv", openenv={"url": url, "instructions": "Reach the target.", **openenv})
+    # examples written here are person-written: shown only behind the explicit switch
+    shown = "person" if openenv.get("examples") else "self"
+    return EnvConfig(
+        name="openenv", worked_examples=shown, openenv={"url": url, "instructions": "Reach the target.", **openenv}
+    )
 
 
 def _step(n) -> Action:
@@ -251,8 +255,9 @@ def test_a_malformed_reply_is_an_env_error_naming_the_message(reply, match):
 @pytest.mark.slow
 def test_eval_and_a_short_run_from_the_command_line_with_the_embedded_model(server, tmp_path):
     config = tmp_path / "openenv.yaml"
-    env = {"name": "openenv", "family": None, "openenv": {"url": server, "examples": [_example(7), _example(11)],
-           "instructions": "Bring the counter to the target with the step tool."}}  # fmt: skip
+    env = {"name": "openenv", "family": None, "worked_examples": "person",  # the examples below are person-written
+           "openenv": {"url": server, "examples": [_example(7), _example(11)],
+                       "instructions": "Bring the counter to the target with the step tool."}}  # fmt: skip
     small = {"max_steps": 3, "group_size": 2}
     config.write_text(json.dumps({"env": env, "rollout": small, "models": {"policy": {"max_new_tokens": 24}}}))
     res = subprocess.run(

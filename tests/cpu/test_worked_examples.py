@@ -122,6 +122,21 @@ def test_self_made_examples_replay_the_explorers_calls_on_the_real_environment()
     assert demos[0].final == "The result is 42."
 
 
+def test_an_environment_without_tools_makes_no_example_and_explores_nothing():
+    """ScienceWorld's actions are text: an example is a tool call, so none is made and no exploration is paid for."""
+
+    class _TextEnv:
+        def reset(self, task, sandbox):
+            return ResetResult(observation="You are in a kitchen.", tools=[])
+
+        def close(self):
+            pass
+
+    explorer = _Explorer([_trace((_call("add", a=1, b=2), True))])
+    assert make_self_examples(explorer, _TextEnv, {}, 3) == []  # type: ignore[arg-type]
+    assert explorer.seen == []
+
+
 # ---- the switch ---------------------------------------------------------------------------------------------------
 
 

@@ -99,6 +99,9 @@ def make_self_examples(
             tools = {t.name: t for t in env.reset(None, sandbox).tools}
         finally:
             env.close()
+        if not tools:  # a text-action environment (ScienceWorld): an example is a tool call, there is none to make
+            log.info("self-made worked examples: none (the environment offers no tool; actions are text)")
+            return []
         traces = explorer.explore(make_env, sandbox, EXAMPLE_RUNS, max(EXAMPLE_STEPS, count))
     except EnvError as err:  # an environment the explorer cannot explore: no example, said once
         log.warning("self-made worked examples: none (the sandbox could not be explored: %s)", str(err)[:300])
