@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from evolvekit.errors import ConfigError
+from evolvekit.safeyaml import MAX_YAML_BYTES, YamlTooLarge, load_yaml
 
 EMBEDDED_POLICY = "embedded:smollm2-135m-instruct"
 EMBEDDED_EMBEDDER = "embedded:all-minilm-l6-v2"
@@ -1025,9 +1026,11 @@ def moved_success_threshold(data: dict[str, Any]) -> None:
 def _parse_scalar(text: str) -> Any:
     """Parse an override value with YAML rules (numbers, booleans, null, lists) — never with eval."""
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError:
         return text
+    except YamlTooLarge as err:
+        raise ConfigError(f"--set value {text[:60]!r}: {err}") from None
 
 
 def apply_override(data: dict[str, Any], assignment: str) -> None:
@@ -1138,7 +1141,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not p.is_file():
             raise ConfigError(f"config file not found: {p}")
         try:
-            loaded = yaml.safe_load(p.read_bytes().decode("utf-8"))
+            if p.stat().st_size > MAX_YAML_BYTES:
+                raise ConfigError(f"{p}: {p.stat().st_size:,} bytes, more than a config may have ({MAX_YAML_BYTES:,})")
+            loaded = load_yaml(p.read_bytes().decode("utf-8"))
+        except YamlTooLarge as err:
+            raise ConfigError(f"{p}: {err}") from None
         except UnicodeDecodeError as err:
             raise ConfigError(f"{p}: not UTF-8 text (byte {err.start})") from None
         except (yaml.YAMLError, RecursionError) as err:

@@ -87,7 +87,7 @@ def test_dashboard_pages_escape_everything(run_dir):
 
     from evolvekit.report.dashboard import create_dashboard
 
-    client = TestClient(create_dashboard(run_dir))
+    client = TestClient(create_dashboard(run_dir), base_url="http://127.0.0.1:8770")
     for path in ("/", "/tasks", "/trajectories", "/experiences"):
         assert client.get(path).status_code == 200, path
     page = client.get("/trajectories/traj-xss").text
@@ -148,7 +148,7 @@ def test_dashboard_on_a_folder_of_runs_mounts_each_run_and_picks_up_new_ones(run
     from evolvekit.report.dashboard import create_collection_dashboard
 
     root = _ablation_folder(run_dir, tmp_path / "abl", rows=("grpo_real",))
-    client = TestClient(create_collection_dashboard(root))
+    client = TestClient(create_collection_dashboard(root), base_url="http://localhost:8770")
     links = re.findall(r"href='([^']+)'", client.get("/").text)
     assert links == ["/runs/grpo_real/seed0/", "/runs/grpo_real/seed1/"]
     run_page = client.get("/runs/grpo_real/seed1/").text

@@ -4,10 +4,13 @@ change), and the newest intact checkpoint to resume from."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import sqlite3
 from datetime import datetime
 from pathlib import Path
+from typing import IO
 
 from rich.console import Console
 
@@ -31,6 +34,43 @@ log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 STORE_FILE = "run.sqlite"
+LOCK_FILE = "run.lock"
+# the tables a run's store has from its first write; a store to resume without them is not a run's
+_RUN_TABLES = {"meta", "iterations", "trajectories"}
+
+
+def lock_run_dir(run_dir: Path) -> IO:
+    """An exclusive lock on ``run_dir`` for this process (released when the returned file closes, or the process
+    ends, also by kill -9): two processes writing one run would interleave its history."""
+    handle = open(run_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held until the run's store closes
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ConfigError(
+            f"{run_dir} is in use by another process (a run or --resume of it is still going); wait for it or stop it"
+        ) from None
+    return handle
+
+
+def check_store(path: Path) -> None:
+    """A store to resume is a run's SQLite database, intact: an emptied, truncated or foreign file is refused with
+    one line (resuming from it would start over, or fail deep inside), and nothing is written to it."""
+    if path.stat().st_size == 0:
+        raise ConfigError(f"{path}: empty (0 bytes); the run's store is lost, so there is nothing to resume")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+        try:
+            verdict = con.execute("PRAGMA quick_check(1)").fetchone()[0]
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as err:
+        raise ConfigError(f"{path}: damaged ({err}); nothing was changed") from None
+    if verdict != "ok":
+        raise ConfigError(f"{path}: damaged ({str(verdict)[:200]}); nothing was changed")
+    if not _RUN_TABLES <= tables:
+        raise ConfigError(f"{path}: not a run's store (no {', '.join(sorted(_RUN_TABLES - tables))} table)")
 
 
 def new_run_dir(cfg: Config) -> Path:
@@ -62,7 +102,14 @@ def open_run(
             for assignment in overrides:
                 apply_override(data, assignment)
             cfg = config_from_dict(data, f"{resume / CONFIG_FILE} (with --set overrides)")
-        store = RunStore(resume / STORE_FILE)
+        lock = lock_run_dir(resume)
+        try:
+            check_store(resume / STORE_FILE)
+            store = RunStore(resume / STORE_FILE)
+        except BaseException:
+            lock.close()
+            raise
+        store.hold_until_closed(lock)
         if cfg is not None:
             try:
                 stored = _resumed_config(stored, cfg, resume, store)
@@ -84,7 +131,9 @@ def open_run(
         (run_dir / CONFIG_FILE).write_text(cfg.model_dump_json(indent=2))
     except OSError as err:
         raise ConfigError(f"run.out_dir: cannot create the run folder {run_dir}: {err.strerror or err}") from None
+    lock = lock_run_dir(run_dir)
     store = RunStore(run_dir / STORE_FILE)
+    store.hold_until_closed(lock)
     store.set_meta("config", cfg.model_dump_json())
     store.set_meta("helper_sources", json.dumps(helper_sources(cfg)))  # what each helper role's 'auto' became
     store.set_meta("created", datetime.now().isoformat(timespec="seconds"))

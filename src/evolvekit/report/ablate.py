@@ -20,11 +20,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolvekit.config import load_config
 from evolvekit.errors import ConfigError
+from evolvekit.safeyaml import load_yaml
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class AblationSpec(BaseModel):
 
 def load_spec(path: Path) -> AblationSpec:
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = load_yaml(Path(path).read_text())
         return AblationSpec.model_validate(data)
     except FileNotFoundError:
         raise ConfigError(f"ablation file not found: {path}") from None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, Response
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from evolvekit.report.figures import connect_ro, load_summary, write_figures
 from evolvekit.store.sqlite import read_trajectory
@@ -27,6 +28,15 @@ td.src-llm{{border-left:6px dashed #5a4fcf}}
 .exp{{background:#fff3c4;border-left:4px solid #e0b000;padding:.4em;margin:.5em 0}}"""
 
 e = html.escape
+
+# the Host header must name the loopback the CLI binds: a web page that rebinds its own name to 127.0.0.1 still sends
+# its name, and gets 400 instead of the run's tasks and reference solutions (DNS rebinding)
+LOCAL_HOSTS = ["127.0.0.1", "localhost"]
+
+
+def _local_only(app: FastAPI) -> FastAPI:
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=LOCAL_HOSTS)
+    return app
 
 
 def _page(title: str, body: str, base: str = "", up: str | None = None, run_nav: bool = True) -> HTMLResponse:
@@ -53,7 +63,7 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
     base = e(base)
     if not (run_dir / "run.sqlite").is_file():
         raise FileNotFoundError(f"{run_dir} has no run.sqlite")
-    app = FastAPI(title=f"evolvekit dashboard: {run_dir.name}", docs_url=None, redoc_url=None)
+    app = _local_only(FastAPI(title=f"evolvekit dashboard: {run_dir.name}", docs_url=None, redoc_url=None))
     fig_dir = run_dir / "report" / "live"
 
     @app.get("/", response_class=HTMLResponse)
@@ -196,7 +206,7 @@ def create_collection_dashboard(root: Path) -> FastAPI:
     from evolvekit.report.collection import find_runs, load_groups
 
     root = Path(root)
-    app = FastAPI(title=f"evolvekit dashboard: {root.name}", docs_url=None, redoc_url=None)
+    app = _local_only(FastAPI(title=f"evolvekit dashboard: {root.name}", docs_url=None, redoc_url=None))
     mounted: set[str] = set()
 
     def mount_new() -> None:

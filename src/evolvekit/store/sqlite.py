@@ -16,7 +16,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import IO, Iterator, Sequence
 
 from evolvekit.store.codec import decode_trajectory, encode_annotations, encode_trajectory
 from evolvekit.types import Experience, Task, Trajectory
@@ -104,6 +104,7 @@ class RunStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        self._held: list[IO] = []
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
@@ -119,6 +120,13 @@ class RunStore:
 
     def close(self) -> None:
         self._conn.close()
+        for held in self._held:
+            held.close()
+        self._held.clear()
+
+    def hold_until_closed(self, resource: IO) -> None:
+        """Close ``resource`` (a run folder's lock) when the store closes."""
+        self._held.append(resource)
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

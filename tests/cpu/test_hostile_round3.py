@@ -1,0 +1,186 @@
+"""Hostile input and faults, round three (issue 78, item 6): bounded work, one clear line, nothing lost.
+
+Each test here fails on main at 37c233b.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evolvekit.config import load_config
+from evolvekit.errors import ConfigError
+from evolvekit.safeyaml import YamlTooLarge, expanded_nodes, load_yaml
+
+
+def _bomb(levels: int = 9, width: int = 9) -> str:
+    """A "billion laughs" document: each level a list of ``width`` aliases to the one before (9**9 values)."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels):
+        refs = ", ".join([f"*a{i - 1}"] * width)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    return "\n".join(lines) + "\n"
+
+
+# ---- YAML aliases are bounded --------------------------------------------------------------------------------------
+
+
+def test_expanded_nodes_counts_each_reference_of_a_shared_node_by_hand():
+    node = yaml.compose("a: &x [1, 2]\nb: [*x, *x]\n")
+    # root 1 + 'a' 1 + [1,2] 3 + 'b' 1 + [*x,*x] (1 + 3 + 3) = 13
+    assert expanded_nodes(node, 100) == 13
+    with pytest.raises(YamlTooLarge):
+        expanded_nodes(node, 12)
+
+
+def test_a_recursive_anchor_is_refused():
+    with pytest.raises(YamlTooLarge, match="refers to itself"):
+        load_yaml("a: &x [1, *x]\n")
+
+
+def test_aliases_within_bounds_load_as_safe_load_does():
+    text = "base: &b {lr: 0.1, steps: 3}\nrun: {<<: *b, steps: 4}\n"
+    assert load_yaml(text) == yaml.safe_load(text)
+
+
+def test_an_alias_bomb_in_a_config_file_is_one_config_error_in_bounded_time(tmp_path: Path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_bomb() + "run: {name: x}\n")
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match="aliases"):
+        load_config(path)
+    assert time.monotonic() - start < 5
+
+
+def test_an_alias_bomb_in_an_override_is_refused():
+    assert load_yaml("[&a [x, x], *a]") == [["x", "x"], ["x", "x"]]  # a small one is fine
+    deep = "&a0 [x, x, x, x, x, x, x, x, x]"
+    for i in range(1, 9):
+        deep = f"&a{i} [{deep}, " + ", ".join([f"*a{i - 1}"] * 8) + "]"
+    with pytest.raises(ConfigError, match="--set value"):
+        load_config(None, [f"env.plugins={deep}"])
+
+
+@pytest.mark.parametrize("command", [["config", "show"], ["config", "validate"], ["run"]])
+def test_the_cli_answers_an_alias_bomb_with_exit_2_one_line_and_no_run_folder(tmp_path: Path, command):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_bomb() + f"run: {{out_dir: {tmp_path / 'runs'}}}\n")
+    res = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", *command, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert len(res.stderr.strip().splitlines()) == 1 and "aliases" in res.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_alias_bomb_in_an_ablation_spec_is_refused(tmp_path: Path):
+    from evolvekit.report.ablate import load_spec
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(_bomb() + "base: quickstart.yaml\nrows: [{name: a}]\n")
+    with pytest.raises(ConfigError, match="aliases"):
+        load_spec(path)
+
+
+# ---- a run folder is locked; a damaged store is refused with one line ----------------------------------------------
+
+
+def _new_run(tmp_path: Path):
+    from evolvekit.orchestrator.run_dir import open_run
+
+    return open_run(load_config(None, [f"run.out_dir={tmp_path}"]), None)
+
+
+def test_a_run_folder_is_locked_while_its_store_is_open(tmp_path: Path):
+    from evolvekit.orchestrator.run_dir import open_run
+
+    _, run_dir, store = _new_run(tmp_path)
+    with pytest.raises(ConfigError, match="in use by another process"):
+        open_run(None, run_dir)
+    store.close()
+    _, _, again = open_run(None, run_dir)  # released with the store
+    with pytest.raises(ConfigError, match="in use"):
+        open_run(None, run_dir)
+    again.close()
+
+
+def test_a_second_resume_from_the_command_line_is_exit_2_and_one_line(tmp_path: Path):
+    _, run_dir, store = _new_run(tmp_path)
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "evolvekit.cli.main", "run", "--resume", str(run_dir)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        store.close()
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "in use" in res.stderr
+
+
+def test_an_emptied_store_is_refused_not_started_over(tmp_path: Path):
+    from evolvekit.orchestrator.run_dir import open_run
+
+    _, run_dir, store = _new_run(tmp_path)
+    store.close()
+    (run_dir / "run.sqlite").write_bytes(b"")
+    with pytest.raises(ConfigError, match="empty"):
+        open_run(None, run_dir)
+    assert (run_dir / "run.sqlite").stat().st_size == 0  # nothing written to it
+
+
+def test_a_truncated_or_foreign_store_is_refused_with_one_line(tmp_path: Path):
+    import sqlite3
+
+    from evolvekit.orchestrator.run_dir import open_run
+
+    _, run_dir, store = _new_run(tmp_path)
+    for i in range(200):
+        store.set_meta(f"k{i}", "x" * 2000)
+    store.close()
+    path = run_dir / "run.sqlite"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ConfigError, match="damaged"):
+        open_run(None, run_dir)
+    path.unlink()
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE other (x)")
+    con.close()
+    with pytest.raises(ConfigError, match="not a run's store"):
+        open_run(None, run_dir)
+    path.write_bytes(b"this is no database" * 100)
+    res = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "run", "--resume", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "damaged" in res.stderr
+
+
+# ---- the dashboard answers only for the loopback names -------------------------------------------------------------
+
+
+def test_the_dashboard_refuses_a_foreign_host_header(tmp_path: Path):
+    from fastapi.testclient import TestClient
+
+    from evolvekit.report.dashboard import create_collection_dashboard, create_dashboard
+
+    _, run_dir, store = _new_run(tmp_path)
+    store.close()
+    for app in (create_dashboard(run_dir), create_collection_dashboard(tmp_path)):
+        assert TestClient(app, base_url="http://evil.example").get("/").status_code == 400
+        assert TestClient(app, base_url="http://127.0.0.1:8770").get("/").status_code == 200
+        assert TestClient(app, base_url="http://localhost:8770").get("/").status_code == 200
+    sub = "/runs/" + run_dir.name + "/tasks"
+    assert TestClient(create_collection_dashboard(tmp_path), base_url="http://evil.example").get(sub).status_code == 400
