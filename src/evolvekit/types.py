@@ -339,6 +339,7 @@ class ExperienceProvenance(BaseModel):
     iteration: int | None = None
 
 
+MAX_EXPERIENCE_USES = 10**9
 MAX_EXPERIENCE_CHARS = 4_000  # a field of one experience (extraction writes at most 1,200; prompts hold top-k of them)
 
 
@@ -349,9 +350,17 @@ class Experience(_Model):
     when_to_use: str = Field(max_length=MAX_EXPERIENCE_CHARS)
     content: str = Field(max_length=MAX_EXPERIENCE_CHARS)
     provenance: ExperienceProvenance = Field(default_factory=ExperienceProvenance)
-    use_count: int = 0
-    success_count: int = 0
-    utility: float | None = None  # Evolving-RL: mean downstream reward on K related tasks
+    # counters from outside (an imported pool) are checked: a negative one would divide by zero in the score or never
+    # be pruned
+    use_count: int = Field(default=0, ge=0, le=MAX_EXPERIENCE_USES)
+    success_count: int = Field(default=0, ge=0, le=MAX_EXPERIENCE_USES)
+    utility: float | None = Field(default=None, allow_inf_nan=False)  # Evolving-RL: mean downstream reward on K related tasks
+
+    @model_validator(mode="after")
+    def _successes_within_uses(self) -> "Experience":
+        if self.success_count > self.use_count:
+            raise ValueError(f"success_count ({self.success_count}) is more than use_count ({self.use_count})")
+        return self
 
     @property
     def score(self) -> float:

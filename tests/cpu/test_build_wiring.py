@@ -1218,7 +1218,8 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
         )
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"when_to_use": "x"}\n')
-    with pytest.raises(ConfigError, match=f"^navigating.seed_file {bad}: 1 validation error for Experience$"):
+    wanted = f"^navigating.seed_file: {bad}:1: not an experience: content: Field required$"
+    with pytest.raises(ConfigError, match=wanted):
         _navigation(
             load_config(None, [*sets, f"navigating.seed_file={bad}"]), store, _Policy(), lambda: None, object(), False
         )

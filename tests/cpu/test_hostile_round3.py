@@ -184,3 +184,31 @@ def test_the_dashboard_refuses_a_foreign_host_header(tmp_path: Path):
         assert TestClient(app, base_url="http://localhost:8770").get("/").status_code == 200
     sub = "/runs/" + run_dir.name + "/tasks"
     assert TestClient(create_collection_dashboard(tmp_path), base_url="http://evil.example").get(sub).status_code == 400
+
+
+# ---- imported experience counters are validated --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "counters, field",
+    [
+        ({"use_count": -2}, "use_count"),
+        ({"use_count": -1_000_000_000}, "use_count"),
+        ({"success_count": -1}, "success_count"),
+        ({"use_count": 1, "success_count": 5}, "success_count"),
+        ({"use_count": 10**12}, "use_count"),
+        ({"utility": "nan"}, "utility"),
+    ],
+)
+def test_an_imported_experience_with_impossible_counters_is_refused_naming_the_field(tmp_path: Path, counters, field):
+    import json
+
+    from evolvekit.safejson import read_jsonl
+    from evolvekit.types import Experience
+
+    path = tmp_path / "pool.jsonl"
+    good = {"when_to_use": "w", "content": "c", "use_count": 3, "success_count": 1}
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, **counters}) + "\n")
+    with pytest.raises(ConfigError, match=f":2: not an experience: .*{field}|:2: not an experience: .*count"):
+        read_jsonl(path, Experience, "an experience")
+    assert Experience(**good).score == pytest.approx(2 / 5)  # the score is defined for every accepted counter

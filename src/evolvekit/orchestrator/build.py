@@ -511,12 +511,13 @@ def _navigation(
         seed = Path(cfg.navigating.seed_file)
         if not seed.is_file():
             raise ConfigError(f"navigating.seed_file: no such file: {seed}")
+        from evolvekit.safejson import read_jsonl
         from evolvekit.types import Experience
 
-        try:  # loaded as given (no merging: curated seeds stay distinct)
-            pool.load([Experience.model_validate_json(line) for line in seed.read_text().splitlines() if line.strip()])
-        except ValueError as err:
-            raise ConfigError(f"navigating.seed_file {seed}: {str(err).splitlines()[0]}") from None
+        try:  # loaded as given (no merging: curated seeds stay distinct); every line checked first, counters too
+            pool.load(read_jsonl(seed, Experience, "an experience"))
+        except ConfigError as err:
+            raise ConfigError(f"navigating.seed_file: {err}") from None
     refiner = summarizer if (cfg.navigating.rerank or cfg.navigating.rewrite) else None
     if cfg.navigating.as_tool:  # EvolveR: the agent searches experience itself through a tool
         from evolvekit.navigating.tool_env import ExperienceToolEnv
