@@ -20,6 +20,16 @@ EMBEDDED_POLICY = "embedded:smollm2-135m-instruct"
 EMBEDDED_EMBEDDER = "embedded:all-minilm-l6-v2"
 
 
+
+# upper bounds of sizes from outside: far above any real run, far below what exhausts memory or stalls at start-up
+# (issue 78: group_size=1e9 allocated 3 GB before failing; family_tasks=1e9 stalled generating tasks)
+MAX_SAMPLES = 1024  # rollouts per task, samples per held-out task
+MAX_STEPS = 10_000  # steps of one episode or one exploration
+MAX_TASKS = 1_000_000  # tasks of one split, batch or evaluation
+MAX_ITERATIONS = 1_000_000
+MAX_FAMILY_TASKS = 100_000  # a family's generator makes about 11,000 tasks a second here
+MAX_CONCURRENCY = 4096
+
 class _Section(BaseModel):
     # no NaN or infinity anywhere: a `learning_rate: nan` is refused like any other bad value
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
@@ -102,7 +112,7 @@ class ModelConfig(_Section):
         "openai backend and engine sglang: per-request timeout in seconds; a slow local server (CPU, a large model, long generations) may need 300 or more: a request that times out is not sent again (the server may still be working on it), the call fails naming this setting",
         gt=0,
     )
-    concurrency: int = F(8, "openai backend: requests in flight at once for a batch of conversations", ge=1)
+    concurrency: int = F(8, "openai backend: requests in flight at once for a batch of conversations", ge=1, le=MAX_CONCURRENCY)
     max_retries: int = F(
         4,
         "openai backend: retries with exponential back-off on 429/5xx and on requests that never reached the server (a request that timed out while the server had it is not sent again)",
@@ -243,7 +253,7 @@ class EnvConfig(_Section):
         0.7, "mean train success over curriculum_window iterations that moves to the next family", ge=0, le=1
     )
     curriculum_window: int = F(2, "iterations on a family before its success is judged", ge=1)
-    family_tasks: int = F(200, "tasks per split drawn from a task family's generator", ge=1)
+    family_tasks: int = F(200, "tasks per split drawn from a task family's generator", ge=1, le=MAX_FAMILY_TASKS)
     train_split: str = F("train", "partition of the base tasks used as real training tasks")
     eval_split: str = F("test", "held-out partition for evaluation")
     tool_rendering: Literal["compact", "json"] = F(
@@ -278,11 +288,11 @@ class EnvConfig(_Section):
 
 
 class RolloutConfig(_Section):
-    max_steps: int = F(30, "step limit per episode (AgentEvolver §7.1: trajectories truncated at 30 steps)", ge=1)
-    group_size: int = F(8, "rollouts per task: one GRPO group (n; paper evaluates avg@8/best@8)", ge=1)
+    max_steps: int = F(30, "step limit per episode (AgentEvolver §7.1: trajectories truncated at 30 steps)", ge=1, le=MAX_STEPS)
+    group_size: int = F(8, "rollouts per task: one GRPO group (n; paper evaluates avg@8/best@8)", ge=1, le=MAX_SAMPLES)
     template: Literal["basic", "reasoning", "sliding_window", "self_managing"] = F("basic", "context template (§6.2)")
     context_token_limit: int = F(4096, "sliding-window / self-managing templates act past this many tokens", ge=64)
-    concurrency: int = F(8, "rollouts generated concurrently (batched for the local backend)", ge=1)
+    concurrency: int = F(8, "rollouts generated concurrently (batched for the local backend)", ge=1, le=MAX_CONCURRENCY)
     backend: Literal["local", "ray"] = F(
         "local", "local = in this process; ray = rollout workers and environments as Ray actors (extra 'ray')"
     )
@@ -296,8 +306,8 @@ class RolloutConfig(_Section):
 
 
 class TrainConfig(_Section):
-    iterations: int = F(3, "master-loop iterations", ge=0)
-    tasks_per_iteration: int = F(4, "tasks sampled per iteration (paper: batch size 32)", ge=1)
+    iterations: int = F(3, "master-loop iterations", ge=0, le=MAX_ITERATIONS)
+    tasks_per_iteration: int = F(4, "tasks sampled per iteration (paper: batch size 32)", ge=1, le=MAX_TASKS)
     learning_rate: float = F(1e-6, "AdamW learning rate (§7.1.3: 1e-6)", ge=0)
     kl_beta: float = F(0.001, "KL penalty coefficient β, k3 estimator (§7.1.3: 0.001; Eq. 17)", ge=0)
     eps_low: float = F(0.28, "lower clip ε_low (§7.1.3: 0.28; Eq. 17)", ge=0, lt=1)
@@ -337,8 +347,8 @@ class TrainConfig(_Section):
     )
     eval_before: bool = F(True, "evaluate the policy on held-out tasks before training")
     eval_after: bool = F(True, "evaluate the policy on held-out tasks after training")
-    eval_tasks: int = F(0, "held-out tasks per evaluation (0 = all of the eval split)", ge=0)
-    eval_k: int | None = F(None, "samples per held-out task (avg@k/best@k); unset = rollout.group_size", ge=1)
+    eval_tasks: int = F(0, "held-out tasks per evaluation (0 = all of the eval split)", ge=0, le=MAX_TASKS)
+    eval_k: int | None = F(None, "samples per held-out task (avg@k/best@k); unset = rollout.group_size", ge=1, le=MAX_SAMPLES)
     eval_synthetic: str | None = F(
         None,
         "JSONL of held-out synthetic tasks (e.g. from `evolvekit tasks synthesize` with another seed), evaluated next to the real split (keys synthetic/avg@k) and kept out of the run's own synthetic tasks by dedup",
@@ -399,8 +409,8 @@ class DifficultyConfig(_Section):
 
 class QuestioningConfig(_Section):
     enabled: bool = F(False, "self-questioning task supply (§3); off = real train-split tasks only")
-    n_breadth: int = F(3, "N_b breadth-first exploration steps (§3.1, Eq. 9; BFCL: 3)", ge=0)
-    n_depth: int = F(27, "N_d myopic depth-first window/steps (§3.1, Eq. 9; BFCL: 27)", ge=0)
+    n_breadth: int = F(3, "N_b breadth-first exploration steps (§3.1, Eq. 9; BFCL: 3)", ge=0, le=MAX_STEPS)
+    n_depth: int = F(27, "N_d myopic depth-first window/steps (§3.1, Eq. 9; BFCL: 27)", ge=0, le=MAX_STEPS)
     explore_runs: int = F(4, "parallel exploration runs per synthesis round (§3.1)", ge=1)
     explore_steps: int = F(30, "steps per exploration run (N_b + N_d = 30 on BFCL)", ge=1)
     explore_state: bool = F(

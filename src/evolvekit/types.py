@@ -354,7 +354,8 @@ class Experience(_Model):
     # be pruned
     use_count: int = Field(default=0, ge=0, le=MAX_EXPERIENCE_USES)
     success_count: int = Field(default=0, ge=0, le=MAX_EXPERIENCE_USES)
-    utility: float | None = Field(default=None, allow_inf_nan=False)  # Evolving-RL: mean downstream reward on K related tasks
+    # Evolving-RL: mean downstream reward on K related tasks
+    utility: float | None = Field(default=None, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _successes_within_uses(self) -> "Experience":

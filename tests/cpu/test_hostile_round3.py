@@ -212,3 +212,19 @@ def test_an_imported_experience_with_impossible_counters_is_refused_naming_the_f
     with pytest.raises(ConfigError, match=f":2: not an experience: .*{field}|:2: not an experience: .*count"):
         read_jsonl(path, Experience, "an experience")
     assert Experience(**good).score == pytest.approx(2 / 5)  # the score is defined for every accepted counter
+
+
+# ---- sizes have upper bounds ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["rollout.group_size", "train.eval_k", "env.family_tasks", "rollout.max_steps", "train.tasks_per_iteration",
+     "train.iterations", "rollout.concurrency", "questioning.n_depth"],
+)  # fmt: skip
+def test_a_size_past_its_bound_is_one_config_error_naming_the_field(field):
+    section, name = field.split(".")
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"{section}\.{name}"):
+        load_config(None, [f"{field}=1000000000"])
+    assert time.monotonic() - start < 5
