@@ -20,7 +20,6 @@ EMBEDDED_POLICY = "embedded:smollm2-135m-instruct"
 EMBEDDED_EMBEDDER = "embedded:all-minilm-l6-v2"
 
 
-
 # upper bounds of sizes from outside: far above any real run, far below what exhausts memory or stalls at start-up
 # (issue 78: group_size=1e9 allocated 3 GB before failing; family_tasks=1e9 stalled generating tasks)
 MAX_SAMPLES = 1024  # rollouts per task, samples per held-out task
@@ -29,6 +28,7 @@ MAX_TASKS = 1_000_000  # tasks of one split, batch or evaluation
 MAX_ITERATIONS = 1_000_000
 MAX_FAMILY_TASKS = 100_000  # a family's generator makes about 11,000 tasks a second here
 MAX_CONCURRENCY = 4096
+
 
 class _Section(BaseModel):
     # no NaN or infinity anywhere: a `learning_rate: nan` is refused like any other bad value
@@ -112,7 +112,9 @@ class ModelConfig(_Section):
         "openai backend and engine sglang: per-request timeout in seconds; a slow local server (CPU, a large model, long generations) may need 300 or more: a request that times out is not sent again (the server may still be working on it), the call fails naming this setting",
         gt=0,
     )
-    concurrency: int = F(8, "openai backend: requests in flight at once for a batch of conversations", ge=1, le=MAX_CONCURRENCY)
+    concurrency: int = F(
+        8, "openai backend: requests in flight at once for a batch of conversations", ge=1, le=MAX_CONCURRENCY
+    )
     max_retries: int = F(
         4,
         "openai backend: retries with exponential back-off on 429/5xx and on requests that never reached the server (a request that timed out while the server had it is not sent again)",
@@ -288,7 +290,9 @@ class EnvConfig(_Section):
 
 
 class RolloutConfig(_Section):
-    max_steps: int = F(30, "step limit per episode (AgentEvolver §7.1: trajectories truncated at 30 steps)", ge=1, le=MAX_STEPS)
+    max_steps: int = F(
+        30, "step limit per episode (AgentEvolver §7.1: trajectories truncated at 30 steps)", ge=1, le=MAX_STEPS
+    )
     group_size: int = F(8, "rollouts per task: one GRPO group (n; paper evaluates avg@8/best@8)", ge=1, le=MAX_SAMPLES)
     template: Literal["basic", "reasoning", "sliding_window", "self_managing"] = F("basic", "context template (§6.2)")
     context_token_limit: int = F(4096, "sliding-window / self-managing templates act past this many tokens", ge=64)
@@ -348,7 +352,9 @@ class TrainConfig(_Section):
     eval_before: bool = F(True, "evaluate the policy on held-out tasks before training")
     eval_after: bool = F(True, "evaluate the policy on held-out tasks after training")
     eval_tasks: int = F(0, "held-out tasks per evaluation (0 = all of the eval split)", ge=0, le=MAX_TASKS)
-    eval_k: int | None = F(None, "samples per held-out task (avg@k/best@k); unset = rollout.group_size", ge=1, le=MAX_SAMPLES)
+    eval_k: int | None = F(
+        None, "samples per held-out task (avg@k/best@k); unset = rollout.group_size", ge=1, le=MAX_SAMPLES
+    )
     eval_synthetic: str | None = F(
         None,
         "JSONL of held-out synthetic tasks (e.g. from `evolvekit tasks synthesize` with another seed), evaluated next to the real split (keys synthetic/avg@k) and kept out of the run's own synthetic tasks by dedup",
