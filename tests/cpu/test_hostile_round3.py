@@ -228,3 +228,80 @@ def test_a_size_past_its_bound_is_one_config_error_naming_the_field(field):
     with pytest.raises(ConfigError, match=rf"{section}\.{name}"):
         load_config(None, [f"{field}=1000000000"])
     assert time.monotonic() - start < 5
+
+
+# ---- legal JSON Schema types render; an episode always closes its environment --------------------------------------
+
+
+def test_a_union_type_renders_and_validates_as_json_schema_means_it():
+    from evolvekit.env.base import ToolSchema
+    from evolvekit.env.bfcl.tools import render_compact, validate_call
+    from evolvekit.types import ToolCall
+
+    tool = ToolSchema(
+        name="find",
+        description="Find a thing.",
+        parameters={
+            "type": "object",
+            "properties": {"q": {"type": ["string", "null"]}, "n": {"type": "number"}, "odd": "not a schema"},
+            "required": ["q", 7],
+        },
+    )
+    assert render_compact([tool]) == "find(q: str|null, n?: float, odd?: any) - Find a thing."
+    assert validate_call(ToolCall(name="find", arguments={"q": None}), tool) == (None, [])
+    _, warnings = validate_call(ToolCall(name="find", arguments={"q": 3}), tool)
+    assert warnings == ["argument 'q' of find should be str|null, got int"]
+
+
+class _Tracked:
+    """An environment that counts its closes (a server or a JVM in real life)."""
+
+    closed = 0
+
+    def __init__(self):
+        from evolvekit.env.base import ResetResult, ToolSchema
+
+        self.reset_result = ResetResult(
+            observation="go", tools=[ToolSchema(name="t", description="d", parameters={"type": "object"})]
+        )
+
+    def reset(self, task=None, sandbox_config=None):
+        return self.reset_result
+
+    def close(self):
+        type(self).closed += 1
+
+
+def _episode(make_env):
+    from types import SimpleNamespace
+
+    from evolvekit.agent.rollout import RolloutJob, run_episode
+    from evolvekit.agent.templates import TemplateSettings
+    from evolvekit.types import Task
+
+    engine = SimpleNamespace(caps=SimpleNamespace(token_ids=False), llm=None)  # a chat-only engine, never called
+    job = RolloutJob(task=Task(task_id="t", env_name="x", query="q"), group_id="g")
+    return run_episode(engine, job, make_env, "compact", TemplateSettings(), 3)  # type: ignore[arg-type]
+
+
+def test_a_start_that_fails_after_reset_closes_its_environment(monkeypatch):
+    from evolvekit.agent import rollout
+
+    def broken(*a, **kw):
+        raise TypeError("unhashable type: 'list'")
+
+    monkeypatch.setattr(rollout, "initial_context", broken)
+    _Tracked.closed = 0
+    with pytest.raises(StopIteration) as end:
+        next(_episode(_Tracked))
+    assert end.value.value.flags.failed and "reset" in end.value.value.error
+    assert _Tracked.closed == 1
+
+
+def test_an_episode_dropped_by_its_driver_closes_its_environment():
+    _Tracked.closed = 0
+    episode = _episode(_Tracked)
+    messages = next(episode)  # the first prompt: the episode waits for its completion
+    assert messages and _Tracked.closed == 0
+    episode.close()  # the driver gives up (its batch failed)
+    assert _Tracked.closed == 1

@@ -101,8 +101,11 @@ def _start(
     job: RolloutJob, make_env: Callable[[], Environment], rendering: str, template: TemplateSettings
 ) -> _Episode:
     env = make_env()
-    reset = env.reset(job.task)
-    ctx = initial_context(reset, rendering, template)
+    try:
+        ctx = initial_context(env.reset(job.task), rendering, template)
+    except BaseException:  # a start that fails after the environment exists still frees it (a server, a JVM)
+        _close_quietly(env)
+        raise
     traj = Trajectory(task_id=job.task.task_id, group_id=job.group_id)
     if job.experience:
         ctx.insert_experience(job.experience)
@@ -256,10 +259,21 @@ def run_episode(
             ep.trajectory.flags.failed, ep.done = True, True
             ep.trajectory.error = f"context: {type(err).__name__}: {err}"
             return _finish(ep)
-        comp = yield prompt
+        try:
+            comp = yield prompt
+        except GeneratorExit:  # the driver dropped the episode (its batch failed): the environment is freed anyway
+            _close_quietly(ep.env)
+            raise
         _advance_safely(ep, ep.prompt_ids or comp.prompt_token_ids, comp, max_steps, rendering)
         if ep.done:
             return _finish(ep)
+
+
+def _close_quietly(env: Environment) -> None:
+    try:
+        env.close()
+    except Exception as err:  # noqa: BLE001 - whatever a plugin's close raises, the episode is over
+        log.warning("closing an environment raised %s: %s", type(err).__name__, err)
 
 
 def _drive(

@@ -18,14 +18,36 @@ _TYPE_NAMES = {
     "dict": "dict",
     "tuple": "list",
     "any": "any",
+    # JSON Schema's own names (MCP servers, plugins)
+    "number": "float",
+    "object": "dict",
+    "null": "null",
 }
+
+
+def type_name(spec: Any) -> str:
+    """A parameter schema's type as the compact rendering shows it: ``{"type": ["string", "null"]}`` (legal JSON
+    Schema) -> ``str|null``; a missing, unknown or malformed type -> ``any``."""
+    typ = spec.get("type", "any") if isinstance(spec, dict) else "any"
+    if isinstance(typ, list):
+        names = [_TYPE_NAMES.get(t, "any") if isinstance(t, str) else "any" for t in typ[:8]]
+        return "|".join(dict.fromkeys(names)) or "any"
+    return _TYPE_NAMES.get(typ, "any") if isinstance(typ, str) else "any"
 
 
 def doc_to_schema(doc: dict) -> ToolSchema:
     return ToolSchema(name=doc["name"], description=doc.get("description", ""), parameters=doc.get("parameters", {}))
 
 
-def _type_ok(value: Any, typ: str) -> bool:
+def _type_ok(value: Any, typ: Any) -> bool:
+    if isinstance(typ, list):  # JSON Schema's union of types: any one of them
+        return any(_type_ok(value, t) for t in typ)
+    if typ == "null":
+        return value is None
+    if typ == "number":
+        typ = "float"
+    if typ == "object":
+        typ = "dict"
     if typ == "string":
         return isinstance(value, str)
     if typ == "integer":
@@ -50,7 +72,9 @@ def validate_call(call: ToolCall, schema: ToolSchema) -> tuple[str | None, list[
     benchmark disagree with itself. Warnings are shown in the observation and counted by the format reward.
     """
     props: dict[str, Any] = schema.parameters.get("properties", {})
-    required = schema.parameters.get("required", [])
+    props = props if isinstance(props, dict) else {}
+    listed = schema.parameters.get("required", [])
+    required = [r for r in listed if isinstance(r, str)] if isinstance(listed, list) else []
     unknown = [k for k in call.arguments if k not in props]
     if unknown:
         return f"unknown argument(s) {unknown} for {call.name}; expected some of {list(props)}", []
@@ -59,11 +83,11 @@ def validate_call(call: ToolCall, schema: ToolSchema) -> tuple[str | None, list[
         return f"missing required argument(s) {missing} for {call.name}", []
     warnings = []
     for key, value in call.arguments.items():
-        spec = props[key]
+        spec = props[key] if isinstance(props[key], dict) else {}
         typ = spec.get("type", "any")
         if not _type_ok(value, typ):
             warnings.append(
-                f"argument '{key}' of {call.name} should be {_TYPE_NAMES.get(typ, typ)}, got {type(value).__name__}"
+                f"argument '{key}' of {call.name} should be {type_name(spec)}, got {type(value).__name__}"
             )
         elif "enum" in spec and value not in spec["enum"]:
             warnings.append(f"argument '{key}' of {call.name} should be one of {spec['enum']}")
@@ -161,11 +185,10 @@ def render_compact(tools: list[ToolSchema], max_desc: int = 80) -> str:
     lines = []
     for t in tools:
         props = t.parameters.get("properties", {})
-        required = set(t.parameters.get("required", []))
-        params = ", ".join(
-            f"{k}{'' if k in required else '?'}: {_TYPE_NAMES.get(v.get('type', 'any'), 'any')}"
-            for k, v in props.items()
-        )
+        props = props if isinstance(props, dict) else {}
+        listed = t.parameters.get("required", [])
+        required = {r for r in listed if isinstance(r, str)} if isinstance(listed, list) else set()
+        params = ", ".join(f"{k}{'' if k in required else '?'}: {type_name(v)}" for k, v in props.items())
         desc = t.description.split("Tool description:", 1)[-1].strip()
         if len(desc) > max_desc:
             desc = desc[: max_desc - 3].rstrip() + "..."
