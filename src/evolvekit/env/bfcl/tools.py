@@ -86,9 +86,7 @@ def validate_call(call: ToolCall, schema: ToolSchema) -> tuple[str | None, list[
         spec = props[key] if isinstance(props[key], dict) else {}
         typ = spec.get("type", "any")
         if not _type_ok(value, typ):
-            warnings.append(
-                f"argument '{key}' of {call.name} should be {type_name(spec)}, got {type(value).__name__}"
-            )
+            warnings.append(f"argument '{key}' of {call.name} should be {type_name(spec)}, got {type(value).__name__}")
         elif "enum" in spec and value not in spec["enum"]:
             warnings.append(f"argument '{key}' of {call.name} should be one of {spec['enum']}")
     return None, warnings
