@@ -305,3 +305,43 @@ def test_an_episode_dropped_by_its_driver_closes_its_environment():
     assert messages and _Tracked.closed == 0
     episode.close()  # the driver gives up (its batch failed)
     assert _Tracked.closed == 1
+
+
+# ---- a shared panel runs no code unless asked ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["mcp", "plugins"])
+def test_a_panel_whose_config_runs_code_is_refused_with_the_commands_shown(tmp_path: Path, where):
+    import json
+
+    from evolvekit.agent.panel import make_panel, panel_code_fields
+
+    marker = tmp_path / "ran"
+    config = load_config(None, []).model_dump(mode="json")
+    if where == "mcp":
+        config["env"] = {**config["env"], "name": "mcp", "family": None}
+        config["env"]["mcp"] = {**config["env"]["mcp"], "command": ["sh", "-c", f"touch {marker}"]}
+    else:
+        (tmp_path / "evil_plugin.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+        config["env"] = {**config["env"], "plugins": ["evil_plugin"]}
+    assert panel_code_fields(config)
+    panel = make_panel("abc", config, 1, [], "no-such-model", {})
+    path = tmp_path / "panel.json"
+    path.write_text(json.dumps(json.loads(panel.model_dump_json())))
+    res = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "eval", "--panel", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "--run-panel-code" in res.stderr and ("touch" in res.stderr or "evil_plugin" in res.stderr)
+    assert not marker.exists()
+
+
+def test_a_panel_of_plain_data_names_no_code():
+    from evolvekit.agent.panel import panel_code_fields
+
+    assert panel_code_fields(load_config(None, []).model_dump(mode="json")) == {}

@@ -83,6 +83,15 @@ def read_panel(path: Path) -> Panel:
     return panel
 
 
+def panel_code_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a panel's config that run code on the machine that evaluates it (a panel is data someone may
+    share): ``env.mcp.command`` starts a program, ``env.plugins`` imports Python modules. Empty when there is none."""
+    env = config.get("env") if isinstance(config.get("env"), dict) else {}
+    mcp = env.get("mcp") if isinstance(env.get("mcp"), dict) else {}
+    found = {"env.mcp.command": mcp.get("command"), "env.plugins": env.get("plugins")}
+    return {k: v for k, v in found.items() if v}
+
+
 def reproduced(panel: Panel, results: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """The figures (avg@k, best@k, mean score) that differ from the panel's: name -> (panel's, now)."""
     keys = [key for key in panel.results if "@" in key or key == "mean_score"]

@@ -166,6 +166,12 @@ def eval_command(
         help="re-run a panel exactly (its tasks, k, config and seed) and say whether its figures were reproduced; "
         "with --policy, evaluate another policy on it",
     ),
+    panel_code: bool = typer.Option(
+        False,
+        "--run-panel-code",
+        help="let a --panel file's config run what it names (env.mcp.command, env.plugins); without it such a panel "
+        "is refused with the commands shown",
+    ),
     leaderboard: bool = typer.Option(
         False,
         "--leaderboard",
@@ -180,7 +186,7 @@ def eval_command(
     as_json: bool = JsonOpt,
 ) -> None:
     """Evaluate the policy: avg@k and best@k with per-task results written to a file."""
-    from evolvekit.agent.panel import make_panel, panel_json, read_panel, reproduced, weights_sha256
+    from evolvekit.agent.panel import make_panel, panel_code_fields, panel_json, read_panel, reproduced, weights_sha256
     from evolvekit.config import config_from_dict, load_config
     from evolvekit.errors import ConfigError
     from evolvekit.provenance import code_commit
@@ -192,6 +198,13 @@ def eval_command(
             raise ConfigError("--panel fixes the tasks, k and config; give only --policy, --out and --panel-out")
         panel = read_panel(panel_in)
         data = dict(panel.config)
+        code = panel_code_fields(data)
+        if code and not panel_code:
+            shown = "; ".join(f"{k}: {v}" for k, v in code.items())
+            raise ConfigError(
+                f"--panel {panel_in}: its config runs code ({shown[:300]}); "
+                "read it, then pass --run-panel-code to run it"
+            )
         if policy:
             data["models"] = {**data.get("models", {}), "policy": {**data["models"]["policy"], "model": policy}}
         cfg = config_from_dict(data, str(panel_in))
