@@ -86,8 +86,10 @@ def read_panel(path: Path) -> Panel:
 def panel_code_fields(config: dict[str, Any]) -> dict[str, Any]:
     """The settings of a panel's config that run code on the machine that evaluates it (a panel is data someone may
     share): ``env.mcp.command`` starts a program, ``env.plugins`` imports Python modules. Empty when there is none."""
-    env = config.get("env") if isinstance(config.get("env"), dict) else {}
-    mcp = env.get("mcp") if isinstance(env.get("mcp"), dict) else {}
+    env = config.get("env")
+    env = env if isinstance(env, dict) else {}
+    mcp = env.get("mcp")
+    mcp = mcp if isinstance(mcp, dict) else {}
     found = {"env.mcp.command": mcp.get("command"), "env.plugins": env.get("plugins")}
     return {k: v for k, v in found.items() if v}
 
