@@ -345,3 +345,12 @@ def test_a_panel_of_plain_data_names_no_code():
     from evolvekit.agent.panel import panel_code_fields
 
     assert panel_code_fields(load_config(None, []).model_dump(mode="json")) == {}
+
+
+def test_a_process_that_joins_or_only_reads_a_run_takes_no_lock(tmp_path: Path):
+    from evolvekit.orchestrator.run_dir import open_run
+
+    _, run_dir, store = _new_run(tmp_path)
+    _, _, joined = open_run(None, run_dir, lock=False)  # a data-parallel rank; `experiences query`
+    joined.close()
+    store.close()

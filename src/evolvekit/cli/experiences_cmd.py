@@ -14,12 +14,14 @@ experiences_app = typer.Typer(help="Inspect and share a run's experience pool (s
 RunOpt = typer.Option(..., "--run", help="run directory (runs/<name>-<timestamp>)")
 
 
-def _open(run: Path):
+def _open(run: Path, writes: bool = True):
+    """The run's config, store and pool; a command that ``writes`` the pool locks the run folder (refused while the
+    run is going), one that only reads does not."""
     from evolvekit.llm.factory import build_embedder
     from evolvekit.navigating.pool import ExperiencePool
     from evolvekit.orchestrator.run_dir import open_run
 
-    cfg, run_dir, store = open_run(None, run)
+    cfg, run_dir, store = open_run(None, run, lock=writes)
     setup_logging(cfg.run.log_level)
     pool = ExperiencePool(build_embedder(cfg.embedding).embed, cfg.navigating.theta_sim)
     pool.load(store.experiences())
@@ -68,7 +70,7 @@ def query(
     as_json: bool = JsonOpt,
 ) -> None:
     """Retrieve the top-k experiences for a task (Eq. 14, without the LLM refine step)."""
-    _, store, pool = _open(run)
+    _, store, pool = _open(run, writes=False)
     hits = [
         {
             "experience_id": e.experience_id,
@@ -90,7 +92,7 @@ def query(
 @experiences_app.command("export")
 def export(run: Path = RunOpt, out: Path = typer.Option(..., "--out", help="JSONL file to write")) -> None:
     """Write the pool as JSONL (one experience per line) to share it with another run."""
-    _, store, pool = _open(run)
+    _, store, pool = _open(run, writes=False)
     n = pool.export_jsonl(out)
     store.close()
     console.print(f"{n} experiences -> {out}")

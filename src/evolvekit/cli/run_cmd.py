@@ -35,7 +35,7 @@ def run_command(
     parallel = DataParallel.from_environment()  # under torchrun / accelerate launch: data-parallel updates
     if parallel is not None and not parallel.is_main:  # rank 0 runs the loop; the others take part in updates
         run_dir = Path(parallel.broadcast(None))
-        cfg, _, store = open_run(None, run_dir)
+        cfg, _, store = open_run(None, run_dir, lock=False)  # rank 0 holds the run folder's lock for the run
         setup_logging(cfg.run.log_level)
         try:
             updates = serve_updates(cfg, store, parallel)

@@ -82,11 +82,16 @@ def new_run_dir(cfg: Config) -> Path:
 
 
 def open_run(
-    cfg: Config | None, resume: Path | None, fixed_dir: Path | None = None, overrides: list[str] | None = None
+    cfg: Config | None,
+    resume: Path | None,
+    fixed_dir: Path | None = None,
+    overrides: list[str] | None = None,
+    lock: bool = True,
 ) -> tuple[Config, Path, RunStore]:
     """A new run directory (``cfg``; named after the run and the time, or ``fixed_dir``), or an existing one to
     resume (its stored config wins; ``cfg``, or ``overrides`` of the stored config, may extend it: _resumed_config).
-    A config that cannot train is refused before any folder is made."""
+    A config that cannot train is refused before any folder is made. The folder is locked until the store closes
+    (``lock=False``: a process that joins a run another holds, such as a data-parallel rank, or only reads it)."""
     if resume is not None:
         resume = Path(resume)
         if not (resume / CONFIG_FILE).is_file() or not (resume / STORE_FILE).is_file():
@@ -102,14 +107,16 @@ def open_run(
             for assignment in overrides:
                 apply_override(data, assignment)
             cfg = config_from_dict(data, f"{resume / CONFIG_FILE} (with --set overrides)")
-        lock = lock_run_dir(resume)
+        held = lock_run_dir(resume) if lock else None
         try:
             check_store(resume / STORE_FILE)
             store = RunStore(resume / STORE_FILE)
         except BaseException:
-            lock.close()
+            if held is not None:
+                held.close()
             raise
-        store.hold_until_closed(lock)
+        if held is not None:
+            store.hold_until_closed(held)
         if cfg is not None:
             try:
                 stored = _resumed_config(stored, cfg, resume, store)
@@ -131,9 +138,9 @@ def open_run(
         (run_dir / CONFIG_FILE).write_text(cfg.model_dump_json(indent=2))
     except OSError as err:
         raise ConfigError(f"run.out_dir: cannot create the run folder {run_dir}: {err.strerror or err}") from None
-    lock = lock_run_dir(run_dir)
+    new_lock = lock_run_dir(run_dir)
     store = RunStore(run_dir / STORE_FILE)
-    store.hold_until_closed(lock)
+    store.hold_until_closed(new_lock)
     store.set_meta("config", cfg.model_dump_json())
     store.set_meta("helper_sources", json.dumps(helper_sources(cfg)))  # what each helper role's 'auto' became
     store.set_meta("created", datetime.now().isoformat(timespec="seconds"))
