@@ -1214,10 +1214,54 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
 }
 
 
+# the values of the extending papers, for a run in their mode (each replaces AgentEvolver's where both name a field)
+MODE_PAPER_VALUES: list[tuple[str, Callable[["Config"], bool], dict[str, tuple[Any, str]]]] = [
+    (
+        "EvolveR (navigating.as_tool)",
+        lambda c: c.navigating.as_tool,
+        {
+            "train.eps_low": (0.2, "EvolveR A.2, GRPO clip ε = 0.2"),
+            "train.eps_high": (0.2, "EvolveR A.2, GRPO clip ε = 0.2"),
+            "models.policy.top_p": (0.95, "EvolveR A.2, rollout top-p 0.95"),
+            "models.summarizer.temperature": (1.0, "EvolveR A.2, self-distill temperature 1"),
+        },
+    ),
+    (
+        "Evolving-RL (evolving_rl.enabled)",
+        lambda c: c.evolving_rl.enabled,
+        {
+            "train.eps_low": (0.1, "Evolving-RL Table 5"),
+            "train.eps_high": (0.15, "Evolving-RL Table 5"),
+            "train.kl_beta": (0.01, "Evolving-RL Table 5"),
+            "models.policy.top_p": (0.9, "Evolving-RL Table 5, ALFWorld rollout top-p"),
+        },
+    ),
+    (
+        "CoEvolve (coevolve.enabled)",
+        lambda c: c.coevolve.enabled,
+        {
+            "models.policy.temperature": (0.9, "CoEvolve Table 9, rollout temperature"),
+            "questioning.synthetic_tasks": (100, "CoEvolve §4, 100 initial synthetic tasks"),
+        },
+    ),
+]
+
+
+def paper_values(cfg: Config) -> dict[str, tuple[Any, str]]:
+    """The papers' values for ``cfg``: AgentEvolver's (PAPER_VALUES), replaced and extended by those of each
+    extending paper whose mode the run is in (MODE_PAPER_VALUES)."""
+    values = dict(PAPER_VALUES)
+    for _, active, extra in MODE_PAPER_VALUES:
+        if active(cfg):
+            values.update(extra)
+    return values
+
+
 def paper_departures(cfg: Config) -> dict[str, tuple[Any, Any, str]]:
-    """Every PAPER_VALUES field whose value in ``cfg`` differs: dotted name -> (value, paper's value, source)."""
+    """Every field of ``paper_values(cfg)`` whose value in ``cfg`` differs: dotted name -> (value, paper's value,
+    source)."""
     out: dict[str, tuple[Any, Any, str]] = {}
-    for dotted, (paper, source) in PAPER_VALUES.items():
+    for dotted, (paper, source) in paper_values(cfg).items():
         node: Any = cfg
         for key in dotted.split("."):
             node = getattr(node, key)
@@ -1226,11 +1270,19 @@ def paper_departures(cfg: Config) -> dict[str, tuple[Any, Any, str]]:
     return out
 
 
-def dump_commented_yaml(model: BaseModel, indent: int = 0, at: str = "", derived: dict[str, str] | None = None) -> str:
+def dump_commented_yaml(
+    model: BaseModel,
+    indent: int = 0,
+    at: str = "",
+    derived: dict[str, str] | None = None,
+    paper_of: dict[str, tuple[Any, str]] | None = None,
+) -> str:
     """Render a config (sub)tree as YAML with each field's description as a comment; a value that differs from the
-    paper's (PAPER_VALUES) is marked ``# ≠ paper: X (source)`` on its line, and one a rule set from other settings
+    paper's (``paper_values``) is marked ``# ≠ paper: X (source)`` on its line, and one a rule set from other settings
     (``derived``: ``Config._derived``) ``# set by <rule>``."""
     derived = derived if derived is not None else dict(getattr(model, "_derived", None) or {})
+    if paper_of is None:
+        paper_of = paper_values(model) if isinstance(model, Config) else PAPER_VALUES
     lines: list[str] = []
     pad = "  " * indent
     plain = model.model_dump(mode="json")  # lists of sub-models (env.mcp.examples) as plain data
@@ -1241,12 +1293,12 @@ def dump_commented_yaml(model: BaseModel, indent: int = 0, at: str = "", derived
             lines.append(f"{pad}# {field.description}")
         if isinstance(value, BaseModel):
             lines.append(f"{pad}{name}:")
-            lines.append(dump_commented_yaml(value, indent + 1, dotted, derived))
+            lines.append(dump_commented_yaml(value, indent + 1, dotted, derived, paper_of))
         else:
             rendered = yaml.safe_dump({name: plain[name]}, default_flow_style=True, sort_keys=False).strip()
             if rendered.startswith("{") and rendered.endswith("}"):
                 rendered = rendered[1:-1]
-            paper = PAPER_VALUES.get(dotted)
+            paper = paper_of.get(dotted)
             if paper is not None and value != paper[0]:
                 rendered += f"  # ≠ paper: {paper[0]} ({paper[1]})"
             if dotted in derived:

@@ -334,3 +334,22 @@ def test_defaults_that_follow_from_other_settings_are_marked_not_silent():
         capture_output=True, text=True, timeout=120,
     ).stdout  # fmt: skip
     assert "# 1 values follow from other settings (marked 'set by'): reward.w_reasoning" in shown
+
+
+def test_the_extending_papers_values_are_flagged_in_their_mode():
+    """Issue 77.3: EvolveR's clip 0.2, top-p 0.95 and distill temperature 1, Evolving-RL's top-p 0.9, CoEvolve's
+    rollout temperature 0.9 and 100 initial tasks are departures only for a run in that paper's mode."""
+    from evolvekit.config import paper_departures
+
+    plain = paper_departures(load_config(None, []))
+    assert not {"models.policy.top_p", "train.eps_low", "models.summarizer.temperature"} & set(plain)
+    evolver = paper_departures(load_config(None, ["navigating.enabled=true", "navigating.as_tool=true"]))
+    assert evolver["train.eps_low"] == (0.28, 0.2, "EvolveR A.2, GRPO clip ε = 0.2")
+    assert evolver["models.policy.top_p"][:2] == (1.0, 0.95)
+    assert evolver["models.summarizer.temperature"][1] == 1.0
+    evolving = paper_departures(load_config(None, ["evolving_rl.enabled=true"]))
+    assert evolving["models.policy.top_p"][:2] == (1.0, 0.9) and "train.eps_low" not in evolving  # its rule sets 0.1
+    coevolve = paper_departures(load_config(None, ["coevolve.enabled=true", "questioning.enabled=true"]))
+    assert coevolve["models.policy.temperature"][1] == 0.9 and coevolve["questioning.synthetic_tasks"][:2] == (64, 100)
+    text = dump_commented_yaml(load_config(None, ["navigating.enabled=true", "navigating.as_tool=true"]))
+    assert "eps_low: 0.28  # ≠ paper: 0.2 (EvolveR A.2, GRPO clip ε = 0.2)" in text
