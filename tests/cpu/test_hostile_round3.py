@@ -354,3 +354,60 @@ def test_a_process_that_joins_or_only_reads_a_run_takes_no_lock(tmp_path: Path):
     _, _, joined = open_run(None, run_dir, lock=False)  # a data-parallel rank; `experiences query`
     joined.close()
     store.close()
+
+
+# ---- small exits (issue 78.5) --------------------------------------------------------------------------------------
+
+
+def test_tasks_check_exits_1_when_no_task_is_feasible(tmp_path: Path):
+    import json
+
+    meta = {"category": "synthetic", "involved_classes": ["MathAPI"]}
+    bad = {"task_id": "t1", "env_name": "bfcl", "query": "Add 1 and 2.", "metadata": meta,
+           "reference_solution": [[{"name": "divide", "arguments": {"a": 1, "b": 0}}]]}  # fmt: skip
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps(bad) + "\n")
+    res = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "tasks", "check", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 1 and json.loads(res.stdout.strip().splitlines()[-1])["feasible"] == 0, res.stderr
+    assert res.stderr.strip().splitlines()[-1].endswith("no task is feasible")
+    good = {**bad, "reference_solution": [[{"name": "add", "arguments": {"a": 1, "b": 2}}]]}
+    path.write_text(json.dumps(good) + "\n")
+    res = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "tasks", "check", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0 and json.loads(res.stdout.strip().splitlines()[-1])["feasible"] == 1, res.stderr
+
+
+def test_an_interrupted_eval_says_where_its_episodes_are_and_how_to_continue():
+    from evolvekit.cli.eval_cmd import resume_hint
+
+    out = Path("runs/eval-1/results.jsonl")
+    hint = resume_hint(out, ["eval", "--limit", "2", "--set", "env.family=arith plus"])
+    assert "runs/eval-1/results.episodes.jsonl" in hint
+    assert hint.endswith("evolvekit eval --limit 2 --set 'env.family=arith plus' --out runs/eval-1/results.jsonl")
+    assert resume_hint(out, ["eval", "--out", "x.jsonl"]).endswith("evolvekit eval --out x.jsonl")
+
+
+def test_the_eval_command_prints_the_hint_when_interrupted(tmp_path: Path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from evolvekit.cli import eval_cmd
+    from evolvekit.cli.main import app
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(eval_cmd, "_evaluate", interrupted)
+    monkeypatch.setattr(sys, "argv", ["evolvekit", "eval", "--limit", "1"])
+    out = tmp_path / "r.jsonl"
+    res = CliRunner().invoke(app, ["eval", "--limit", "1", "--out", str(out)])
+    assert res.exit_code == 130  # typer's answer to Ctrl-C
+    assert f"to continue, run: evolvekit eval --limit 1 --out {out}" in res.stderr

@@ -70,7 +70,7 @@ def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] =
     settings = cfg.model_dump(mode="json", exclude={"run": {"name", "out_dir", "log_level"}})
     what = {"tasks": [t.task_id for t in tasks], "k": k, "experiences": str(experiences or ""), "config": settings}
     key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
-    journal = EpisodeJournal(out.with_name(out.stem + ".episodes.jsonl"), key)  # refuses another's before loading
+    journal = EpisodeJournal(episodes_path(out), key)  # refuses another's before loading
     llm = role_llm(cfg.models, "policy")
     episodes = len(tasks) * k
     params = policy_sampling(cfg, seed=cfg.run.seed)
@@ -138,6 +138,23 @@ def _leaderboard(
         "subset": subset,
         "results": str(out.parent),
     }
+
+
+def episodes_path(out: Path) -> Path:
+    """Where an evaluation writes each episode as it finishes (``<out>.episodes.jsonl``)."""
+    return out.with_name(out.stem + ".episodes.jsonl")
+
+
+def resume_hint(out: Path, argv: list[str]) -> str:
+    """What an interrupted ``eval`` prints: where its finished episodes are, and the command that continues it (the
+    same arguments, with ``--out`` added when it was not given)."""
+    import shlex
+
+    given = any(a == "--out" or a.startswith("--out=") for a in argv)
+    command = ["evolvekit", *argv, *([] if given else ["--out", str(out)])]
+    return f"interrupted: the finished episodes are kept in {episodes_path(out)}; to continue, run: " + " ".join(
+        shlex.quote(a) for a in command
+    )
 
 
 def eval_command(
@@ -236,7 +253,11 @@ def eval_command(
         tasks, k = list(panel.tasks), panel.k
     else:
         tasks = _tasks(cfg, split, subset or cfg.env.eval_split, limit)
-    report = _evaluate(cfg, tasks, k, out, experiences, estimate)
+    try:
+        report = _evaluate(cfg, tasks, k, out, experiences, estimate)
+    except KeyboardInterrupt:
+        sys.stderr.write(resume_hint(out, sys.argv[1:]) + "\n")
+        raise
     # what was evaluated: a family's tasks (its split), another environment's tasks, or a BFCL category
     what = (
         {"family": cfg.env.family, "split": subset or cfg.env.eval_split}

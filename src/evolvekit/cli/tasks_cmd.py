@@ -113,3 +113,6 @@ def check(
         "infeasible": [r for r in rows if not r["feasible"]][:20],
     }
     emit_json(summary) if as_json else sys.stdout.write(f"{summary['feasible']}/{summary['tasks']} feasible\n")
+    if not summary["feasible"]:  # nothing a run could train or evaluate on: a script must not read this as success
+        sys.stderr.write(f"{path}: no task is feasible\n")
+        raise typer.Exit(1)
