@@ -949,6 +949,17 @@ def cross_field_problem(cfg: Config) -> str | None:
                 f"attributing.source: gigpo computes its own two-level advantages (A^E + ω·A^S), not Eq. 18-21; "
                 f"{', '.join(ignored)} would be ignored: leave them at their defaults (or use source grounded/llm)"
             )
+    unused = [
+        f"attributing.{name}"
+        for name in ("alpha", "alpha_schedule")
+        if getattr(a, name) != AttributingConfig.model_fields[name].get_default(call_default_factory=True)
+    ]
+    if unused and (a.mode == "outcome_only" or est in ("grpo", "gigpo")) and a.source != "gigpo":
+        why = "attributing.mode outcome_only" if a.mode == "outcome_only" else f"train.advantage_estimator: {est}"
+        return (
+            f"{', '.join(unused)} weighs Eq. 20's attribution channel, which {why} does not use: "
+            "it would be ignored; leave it at its default (or use mode both with the dual_channel estimator)"
+        )
     if a.similar_success_min > 0 and not (a.enabled and attribution_source(cfg) == "grounded"):
         return (
             "attributing.similar_success_min borrows references for grounded step credit; it needs "

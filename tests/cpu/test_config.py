@@ -324,8 +324,12 @@ def test_defaults_that_follow_from_other_settings_are_marked_not_silent():
     assert "train.kl_beta" not in cfg._derived and cfg.train.kl_beta == 0.02  # set by the user: not a rule's
     assert cfg._derived["train.eps_low"].startswith("evolving_rl.enabled") and cfg.train.eps_low == 0.1
     text = dump_commented_yaml(cfg)
-    assert "eps_low: 0.1  # ≠ paper: 0.28 (§7.1.3)  # set by evolving_rl.enabled" in text
-    assert "kl_beta: 0.02  # ≠ paper" in text and "kl_beta: 0.02  # ≠ paper: 0.001 (§7.1.3)  # set by" not in text
+    # Evolving-RL's own values are its paper's (MODE_PAPER_VALUES): set by its rule, no departure
+    assert "eps_low: 0.1  # set by evolving_rl.enabled" in text
+    assert (
+        "kl_beta: 0.02  # ≠ paper: 0.01 (Evolving-RL Table 5)" in text
+        and "kl_beta: 0.02  # ≠ paper: 0.01 (Evolving-RL Table 5)  # set by" not in text
+    )
     tool = load_config(None, ["navigating.enabled=true", "navigating.as_tool=true"])
     assert set(tool._derived) == {"reward.w_format", "reward.format"}
     assert load_config(None, [])._derived == {}
@@ -353,3 +357,18 @@ def test_the_extending_papers_values_are_flagged_in_their_mode():
     assert coevolve["models.policy.temperature"][1] == 0.9 and coevolve["questioning.synthetic_tasks"][:2] == (64, 100)
     text = dump_commented_yaml(load_config(None, ["navigating.enabled=true", "navigating.as_tool=true"]))
     assert "eps_low: 0.28  # ≠ paper: 0.2 (EvolveR A.2, GRPO clip ε = 0.2)" in text
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ["train.advantage_estimator=gigpo", "attributing.mode=outcome_only", "attributing.alpha=0.5"],
+        ["attributing.enabled=true", "attributing.mode=outcome_only", "attributing.alpha=0.3"],
+        ["train.advantage_estimator=grpo", "attributing.alpha_schedule=[0.1, 0.2]"],
+    ],
+)
+def test_an_alpha_nothing_uses_is_refused_not_ignored(sets):
+    """Issue 77.4: gigpo (or GRPO, or mode outcome_only) has no attribution channel; a changed α was ignored."""
+    with pytest.raises(ConfigError, match="attributing.alpha.*would be ignored"):
+        load_config(None, sets)
+    load_config(None, ["attributing.enabled=true", "attributing.alpha=0.5"])  # dual_channel uses it
