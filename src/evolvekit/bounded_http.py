@@ -117,12 +117,13 @@ def bounded_request(
     deadline_s: float,
     max_bytes: int = MAX_REPLY_BYTES,
     error: type[Exception] = EnvError,
+    passthrough: tuple[type[Exception], ...] = (),
     **kwargs: Any,
 ) -> Reply:
     """One request whose whole reply must arrive within ``deadline_s`` and ``max_bytes``; ``where`` names the
     endpoint in the error (of type ``error``). With a client from ``bounded_client`` (or none: a fresh one is made)
     every socket operation of the exchange waits at most until the deadline; the deadline is also checked as the body
-    arrives."""
+    arrives. ``passthrough``: httpx errors raised as they are, for a caller that retries some of them."""
     deadline = time.monotonic() + deadline_s
     token = _DEADLINE.set(deadline)
     own = client is None
@@ -140,6 +141,8 @@ def bounded_request(
                 chunks.append(chunk)
             return Reply(resp.status_code, b"".join(chunks))
     except httpx.HTTPError as err:
+        if passthrough and isinstance(err, passthrough):  # the caller tells these apart itself (retry or not)
+            raise
         if isinstance(err, httpx.TimeoutException) and time.monotonic() >= deadline:
             raise error(f"{where}: no complete reply within {deadline_s:g}s") from None
         raise error(f"{where}: {type(err).__name__}: {str(err)[:200]}") from None

@@ -411,3 +411,107 @@ def test_the_eval_command_prints_the_hint_when_interrupted(tmp_path: Path, monke
     res = CliRunner().invoke(app, ["eval", "--limit", "1", "--out", str(out)])
     assert res.exit_code == 130  # typer's answer to Ctrl-C
     assert f"to continue, run: evolvekit eval --limit 1 --out {out}" in res.stderr
+
+
+# ---- the OpenAI-compatible backend: one deadline, a size cap, one line for what is no completion -------------------
+
+
+class _RawServer:
+    """A loopback HTTP server that answers every POST with ``mode``'s reply, written by hand."""
+
+    def __init__(self, mode: str):
+        import socket
+        import threading
+
+        self.mode, self.sock = mode, socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        import threading
+
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn):
+        try:
+            conn.recv(65536)
+            body = {
+                "trickle": b'{"choices": []}',
+                "endless": b"",
+                "text": b"<html>not json</html>",
+                "deep": b"[" * 5000 + b"]" * 5000,
+                "list": b"[1, 2]",
+                "types": b'{"choices": [{"message": 5, "logprobs": {"content": [{"logprob": "x"}]}}]}',
+            }[self.mode]
+            if self.mode == "endless":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+                chunk = b"x" * 65536
+                while not self.stop.is_set():
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                return
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+            if self.mode == "trickle":
+                for byte in head + body:
+                    if self.stop.is_set():
+                        return
+                    conn.sendall(bytes([byte]))
+                    time.sleep(0.2)
+                return
+            conn.sendall(head + body)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+
+
+@pytest.mark.parametrize(
+    "mode, needle",
+    [("trickle", "within"), ("endless", "over"), ("text", "no chat completion"), ("deep", "no chat completion"),
+     ("list", "no chat completion"), ("types", "no chat completion")],
+)  # fmt: skip
+def test_a_hostile_chat_server_is_one_llm_error_in_bounded_time_and_memory(mode, needle):
+    import resource
+
+    from evolvekit.errors import LLMError
+    from evolvekit.llm.base import SamplingParams
+    from evolvekit.llm.openai_compat import OpenAICompatLLM
+    from evolvekit.types import ChatMessage
+
+    server = _RawServer(mode)
+    llm = OpenAICompatLLM("m", base_url=server.url, timeout_s=2.0, max_retries=0)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.monotonic()
+    try:
+        with pytest.raises(LLMError, match=needle):
+            llm.chat([[ChatMessage(role="user", content="hi")]], SamplingParams(max_new_tokens=4))
+    finally:
+        llm.close()
+        server.close()
+    assert time.monotonic() - start < 10
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 * 1024  # KiB: under 0.5 GiB more
+
+
+def test_llm_chat_against_a_server_that_answers_no_json_is_exit_2_and_one_line():
+    server = _RawServer("text")
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "evolvekit.cli.main", "llm", "chat", "hi", "--set", "models.policy.backend=openai",
+             "--set", f"models.policy.base_url={server.url}", "--set", "models.policy.max_retries=0"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        server.close()
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr[-1500:]
+    assert "no chat completion" in res.stderr

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import httpx
 import tenacity
 
+from evolvekit.bounded_http import bounded_client, bounded_request
 from evolvekit.errors import LLMError
 from evolvekit.llm.base import Completion, SamplingParams, offset_seed
 from evolvekit.types import ChatMessage
@@ -28,6 +29,9 @@ log = logging.getLogger(__name__)
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 # the request never reached the server, so sending it again cannot duplicate work
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# one reply's size: n choices of max_new_tokens each with their log-probs fit many times over; a server streaming
+# without end is cut here, not at the machine's memory
+MAX_CHAT_REPLY_BYTES = 64 * 2**20
 
 
 class _Retryable(Exception):
@@ -57,7 +61,8 @@ class OpenAICompatLLM:
         self.api_key_env = api_key_env
         api_key = os.environ.get(api_key_env, "")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+        # every request has one deadline (timeout_s for the whole reply, however slowly it trickles) and a size cap
+        self.client = bounded_client(base_url=self.base_url, headers=headers, timeout=timeout_s)
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.concurrency = concurrency
@@ -126,7 +131,17 @@ class OpenAICompatLLM:
     def _attempt(self, body: dict[str, Any], params: SamplingParams) -> list[Completion]:
         """One POST: the completions, ``_Retryable`` for what a retry can fix, ``LLMError`` for what it cannot."""
         try:
-            resp = self.client.post("/chat/completions", json=body)
+            resp = bounded_request(
+                self.client,
+                "POST",
+                "/chat/completions",
+                f"{self.base_url}/chat/completions",
+                self.timeout_s,
+                max_bytes=MAX_CHAT_REPLY_BYTES,
+                error=LLMError,
+                passthrough=(httpx.TransportError,),
+                json=body,
+            )
         except NOT_SENT as err:
             raise _Retryable(f"{type(err).__name__}: {err}") from None
         except httpx.TimeoutException as err:  # the server had it and may still run it: not sent twice
@@ -138,7 +153,16 @@ class OpenAICompatLLM:
         except httpx.TransportError as err:
             raise _Retryable(f"{type(err).__name__}: {err}") from None
         if resp.status_code == 200:
-            return self._checked(self._parse(resp.json()), params)
+            try:
+                data = resp.json()
+                if not isinstance(data, dict):
+                    raise TypeError(f"a JSON {type(data).__name__}, not an object")
+                return self._checked(self._parse(data), params)
+            except (ValueError, TypeError, AttributeError, KeyError) as err:
+                raise LLMError(
+                    f"{self.base_url}/chat/completions answered something that is no chat completion "
+                    f"({type(err).__name__}: {str(err)[:160]})"
+                ) from None
         if resp.status_code in (401, 403):
             raise LLMError(
                 f"{self.base_url} refused the credentials (HTTP {resp.status_code}); "

@@ -103,9 +103,11 @@ class RemoteEnv:
 
     def close(self) -> None:
         if self.instance_id is not None:
-            try:
-                self.client.post("/release", json={"instance_id": self.instance_id})
-            except httpx.HTTPError:
+            try:  # under the same deadline as every request: a trickling server cannot hang a close
+                where = f"environment service {self.client.base_url}/release"
+                body = {"instance_id": self.instance_id}
+                bounded_request(self.client, "POST", "/release", where, self.deadline_s, json=body)
+            except (httpx.HTTPError, EnvError):
                 pass  # the server reaps idle instances anyway
             self.instance_id = None
 
