@@ -519,7 +519,8 @@ def test_the_coevolve_hook_gets_its_section_dedup_and_seeds(tmp_path, monkeypatc
     assert (dedup.lexical_threshold, dedup.semantic_threshold, dedup.embed) == (0.7, 0.95, embedder.embed)
     assert hook.know == dedup.seed  # the run's tasks, once synthesized, seed the re-exploration's dedup
     assert all(models is cfg.models for models, _ in roles) and embedded == [cfg.embedding]
-    assert [name for _, name in roles] == ["explorer", "synthesizer", "synthesizer"]
+    # the explorer is the policy itself: its role's model is not loaded at all
+    assert [name for _, name in roles] == ["synthesizer", "synthesizer"]
     # an explorer of another model (or a served one) is its role's, not the policy
     asked.clear()
     _coevolve_hook(load_config(None, [*sets, "models.explorer.model=other"]), store, policy, env_factory)

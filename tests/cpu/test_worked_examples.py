@@ -416,3 +416,46 @@ def test_the_final_lines_say_what_the_held_out_figures_rest_on_and_warn_when_too
     noisy = heldout_lines({**before, "sampling_se": 0.06}, after, [])[0]
     assert noisy.endswith("WARNING: too few held-out samples for a before/after difference to mean much")
     assert heldout_lines({}, {}, []) == []
+
+
+def test_commands_outside_a_run_make_their_examples_once_and_only_when_an_environment_resets(monkeypatch):
+    """eval and tasks synthesize: nothing is loaded or explored until the first reset (a finished evaluation explores
+    nothing), and the examples are made once for every environment after it."""
+    from evolvekit.questioning import self_examples
+
+    made: list[int] = []
+    loaded: list[int] = []
+
+    def fake_run_examples(cfg, explorer_llm, make_env):
+        made.append(1)
+        return [self_examples.Demonstration("Add 1 and 2.", _call("add", a=1, b=2), '{"result": 3}', "It is 3.")]
+
+    monkeypatch.setattr(self_examples, "run_examples", fake_run_examples)
+    cfg = load_config(None, ["env.family=arith"])
+
+    def explorer():
+        loaded.append(1)
+        return object()
+
+    factory = self_examples.with_run_examples(cfg, explorer, lambda: make_env(cfg.env))  # type: ignore[arg-type]
+    assert made == [] and loaded == []
+    first, second = factory(), factory()
+    shown = first.reset(None, {"classes": ["MathAPI"]}).examples
+    assert [m.role for m in shown][:2] == ["user", "assistant"] and "Add 1 and 2." in shown[0].content
+    assert second.reset(None, {"classes": ["MathAPI"]}).examples == shown
+    assert made == [1] and loaded == [1]
+    person = load_config(None, ["env.family=arith", "env.worked_examples=person"])
+    person_env = self_examples.with_run_examples(person, explorer, lambda: make_env(person.env))()
+    assert person_env.reset(get_family("arith").tasks("test", 1)[0]).examples
+    assert loaded == [1]  # the person-written ones need no explorer
+
+
+def test_the_explorer_is_the_policy_itself_when_it_is_the_same_local_model(monkeypatch):
+    from evolvekit.llm import factory
+
+    built: list[str] = []
+    monkeypatch.setattr(factory, "build_llm", lambda cfg, role: built.append(role) or f"model of {role}")
+    policy = object()
+    assert factory.role_llm_or(load_config(None, []).models, "explorer", policy) is policy and built == []
+    other = load_config(None, ["models.explorer.model=some/other-model"]).models
+    assert factory.role_llm_or(other, "explorer", policy) == "model of explorer" and built == ["explorer"]

@@ -57,11 +57,22 @@ def _tasks(cfg, category: str, subset: str, limit: Optional[int]) -> list:
     return tasks
 
 
-def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] = None, estimate: bool = True):
+def _evaluate(
+    cfg,
+    tasks: list,
+    k: int,
+    out: Path,
+    experiences: Optional[Path] = None,
+    estimate: bool = True,
+    llm=None,
+    shown=None,
+):
+    """One evaluation; ``llm`` (the policy) and ``shown`` (the run's own examples, ``examples_once``) may be shared
+    between evaluations of one command (the leaderboard's categories), else made here."""
     from evolvekit.agent.evaluate import EpisodeJournal, eval_minutes, evaluate_policy, time_first_step, write_results
     from evolvekit.engine.base import Engine
     from evolvekit.env.registry import make_env, preflight
-    from evolvekit.llm.factory import role_llm
+    from evolvekit.llm.factory import role_llm, role_llm_or
     from evolvekit.orchestrator.build import policy_sampling
     from evolvekit.questioning.self_examples import with_run_examples
 
@@ -71,7 +82,7 @@ def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] =
     what = {"tasks": [t.task_id for t in tasks], "k": k, "experiences": str(experiences or ""), "config": settings}
     key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
     journal = EpisodeJournal(episodes_path(out), key)  # refuses another's before loading
-    llm = role_llm(cfg.models, "policy")
+    llm = llm if llm is not None else role_llm(cfg.models, "policy")
     episodes = len(tasks) * k
     params = policy_sampling(cfg, seed=cfg.run.seed)
     log.info(
@@ -82,8 +93,10 @@ def _evaluate(cfg, tasks: list, k: int, out: Path, experiences: Optional[Path] =
     )  # fmt: skip
     lookup = _experience_lookup(cfg, experiences) if experiences else None
     engine = Engine(llm)
-    # the worked examples a run with this config and seed shows (env.worked_examples: self: made now, by the explorer)
-    made_env = with_run_examples(cfg, role_llm(cfg.models, "explorer"), lambda: make_env(cfg.env))
+    # the worked examples a run with this config and seed shows (env.worked_examples: self: made by the explorer on
+    # the first reset; the explorer is the policy itself when it is the same local model)
+    explorer = lambda: role_llm_or(cfg.models, "explorer", llm)  # noqa: E731
+    made_env = with_run_examples(cfg, explorer, lambda: make_env(cfg.env), shown)
     left = episodes - len(journal.finished())
     if estimate and left > 0:  # minutes, not only tokens: one real episode start and step, timed
         first = time_first_step(tasks[0], made_env, engine, cfg.rollout, params, cfg.env.tool_rendering)
@@ -124,10 +137,17 @@ def _leaderboard(
 ) -> dict:
     """BFCL's multi-turn leaderboard score: per category the share of tasks solved in one attempt (BFCL's checker
     on every turn), and their unweighted mean (``unweighted_overall``)."""
+    from evolvekit.env.registry import make_env
+    from evolvekit.llm.factory import role_llm, role_llm_or
+    from evolvekit.questioning.self_examples import examples_once
+
     per: dict[str, dict] = {}
+    llm = role_llm(cfg.models, "policy")  # one policy and one set of the run's own examples for every category
+    shown = examples_once(cfg, lambda: role_llm_or(cfg.models, "explorer", llm), lambda: make_env(cfg.env))
     for category in LEADERBOARD_CATEGORIES:
         tasks = _tasks(cfg, category, subset, limit)
-        report = _evaluate(cfg, tasks, 1, out.with_name(f"{out.stem}.{category}{out.suffix}"), experiences, estimate)
+        where = out.with_name(f"{out.stem}.{category}{out.suffix}")
+        report = _evaluate(cfg, tasks, 1, where, experiences, estimate, llm=llm, shown=shown)
         correct = round(report.avg_at_k * report.tasks)
         per[category] = {"accuracy": report.avg_at_k, "total_count": report.tasks, "correct_count": correct}
     overall = unweighted_overall({c: v["accuracy"] for c, v in per.items()})

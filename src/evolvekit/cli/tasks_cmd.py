@@ -57,7 +57,7 @@ def synthesize(
         settings = SynthesisSettings.of(cfg)
         explorer = role_llm(cfg.models, "explorer")
         # as in a run: the explorer's and synthesizer's worked examples are the run's own (env.worked_examples)
-        made_env = with_run_examples(cfg, explorer, lambda: make_env(cfg.env))
+        made_env = with_run_examples(cfg, lambda: explorer, lambda: make_env(cfg.env))
         _, funnel, _ = synthesize_tasks(
             settings,
             n,

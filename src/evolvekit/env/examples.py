@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -55,6 +56,23 @@ class ShownExamples:
 
     def __setattr__(self, name: str, value) -> None:
         setattr(self._inner, name, value)
+
+
+class Once:
+    """A list made by ``make()`` the first time it is asked for (under a lock), the same list every time after: the
+    run's own worked examples are made when the first environment resets, so building a run or an evaluation loads
+    no explorer, an evaluation with nothing left to run explores nothing, and a resumed run reads them from its
+    store."""
+
+    def __init__(self, make: Callable[[], list]) -> None:
+        self._make, self._lock = make, threading.Lock()
+        self._value: list | None = None
+
+    def __call__(self) -> list:
+        with self._lock:
+            if self._value is None:
+                self._value = self._make()
+            return list(self._value)
 
 
 def unwrapped(env):

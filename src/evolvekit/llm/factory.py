@@ -39,6 +39,17 @@ def role_llm(models: ModelsConfig, role: str) -> LLM:
     return build_llm(cfg, role)
 
 
+def role_llm_or(models: ModelsConfig, role: str, policy: LLM) -> LLM:
+    """``role``'s model, or ``policy`` itself where the role is the same local model as the policy: the weights are
+    not loaded a second time (checked before loading anything)."""
+    cfg = getattr(models, role, None)
+    if cfg is None:
+        raise ValueError(f"unknown LLM role '{role}'")
+    if cfg.backend == "local" and models.policy.backend == "local" and cfg.model == models.policy.model:
+        return policy
+    return role_llm(models, role)
+
+
 def sampling_for(cfg: ModelConfig, **overrides) -> SamplingParams:
     """Default sampling params of a role, with per-call overrides."""
     base: dict[str, Any] = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, cast
 
@@ -336,33 +335,16 @@ def shown_examples(cfg: Config, store: RunStore, policy, bare_env) -> Callable[[
             store.set_meta(WORKED_EXAMPLES, stored)
         return example_messages(demos_from_json(stored))
 
-    return OnFirstUse(make)
+    from evolvekit.env.examples import Once
 
-
-class OnFirstUse:
-    """A value made by ``make()`` the first time it is asked for (under a lock), the same list every time after: the
-    run's own worked examples are made when the first environment resets, so building a run loads no explorer and a
-    resumed one reads them from its store."""
-
-    def __init__(self, make: Callable[[], list]) -> None:
-        self._make, self._lock = make, threading.Lock()
-        self._value: list | None = None
-
-    def __call__(self) -> list:
-        with self._lock:
-            if self._value is None:
-                self._value = self._make()
-            return list(self._value)
+    return Once(make)
 
 
 def role_llm_or_policy(cfg: Config, policy):
-    """The explorer's model: the policy itself where the explorer is the same local model (no second copy)."""
-    from evolvekit.llm.factory import role_llm
+    """The explorer's model: the policy itself where the explorer is the same local model (no second copy loaded)."""
+    from evolvekit.llm.factory import role_llm_or
 
-    explorer = role_llm(cfg.models, "explorer")
-    if cfg.models.explorer.backend == "local" and cfg.models.explorer.model == cfg.models.policy.model:
-        return policy
-    return explorer
+    return role_llm_or(cfg.models, "explorer", policy)
 
 
 def _cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory, search_answer=None):

@@ -26,6 +26,7 @@ from evolvekit.env.action_text import format_call
 from evolvekit.env.base import Action, Environment, ToolSchema
 from evolvekit.env.bfcl.families import Demonstration
 from evolvekit.errors import EnvError
+from evolvekit.llm.base import LLM
 from evolvekit.questioning.explore import ExplorationTrace, Explorer
 from evolvekit.types import ChatMessage, ToolCall
 
@@ -168,14 +169,25 @@ def run_examples(cfg, explorer_llm, make_env: Callable[[], Environment]) -> list
 EXAMPLES_SEED = 777
 
 
-def with_run_examples(cfg, explorer_llm, make_env: Callable[[], Environment]) -> Callable[[], Environment]:
+def with_run_examples(
+    cfg, explorer: Callable[[], LLM], make_env: Callable[[], Environment], shown: Callable[[], list] | None = None
+) -> Callable[[], Environment]:
     """``make_env`` as the commands outside a run use it (``tasks synthesize``, ``eval``): under
-    ``env.worked_examples: self`` its environments show the examples ``run_examples`` makes now (the same ones a run
-    with this config and seed makes when its explorer is the base model); otherwise ``make_env`` itself (``make_env``
-    shows a person's examples only under ``person``)."""
+    ``env.worked_examples: self`` its environments show the examples ``run_examples`` makes on the first reset (the
+    same ones a run with this config and seed makes when its explorer is the base model; ``explorer()`` is called
+    only then, so nothing is loaded or explored when no environment resets); otherwise ``make_env`` itself
+    (``make_env`` shows a person's examples only under ``person``). ``shown``: examples already made for this
+    config (``examples_once``), to share between evaluations."""
     if cfg.env.worked_examples != "self":
         return make_env
     from evolvekit.env.examples import ShownExamples
 
-    shown = example_messages(run_examples(cfg, explorer_llm, make_env))
-    return lambda: cast(Environment, ShownExamples(make_env(), lambda: shown))
+    once = shown if shown is not None else examples_once(cfg, explorer, make_env)
+    return lambda: cast(Environment, ShownExamples(make_env(), once))
+
+
+def examples_once(cfg, explorer: Callable[[], LLM], make_env: Callable[[], Environment]) -> Callable[[], list]:
+    """The chat turns of the run's own worked examples for ``cfg``, made the first time they are asked for."""
+    from evolvekit.env.examples import Once
+
+    return Once(lambda: example_messages(run_examples(cfg, explorer(), make_env)))
