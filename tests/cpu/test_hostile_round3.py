@@ -515,3 +515,22 @@ def test_llm_chat_against_a_server_that_answers_no_json_is_exit_2_and_one_line()
         server.close()
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr[-1500:]
     assert "no chat completion" in res.stderr
+
+
+# ---- a served explorer or synthesizer says that it runs without the scaffold (issue 78.2) --------------------------
+
+
+def test_a_served_explorer_or_synthesizer_is_told_once_that_it_runs_without_the_scaffold(caplog):
+    from evolvekit.questioning import pipeline
+
+    class _Served:
+        name = "served-135m"
+
+    pipeline._UNSCAFFOLDED.clear()
+    with caplog.at_level("WARNING", logger="evolvekit.questioning.pipeline"):
+        assert pipeline.scaffold_on("auto", _Served()) is False  # type: ignore[arg-type]
+        assert pipeline.scaffold_on("auto", _Served()) is False  # type: ignore[arg-type]
+        assert pipeline.scaffold_on("auto", _Served(), "synthesizer") is False  # type: ignore[arg-type]
+        assert pipeline.scaffold_on("off", _Served(), "judge") is False  # type: ignore[arg-type]
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and "explorer (served-135m) is served" in said[0] and "synthesizer" in said[1]

@@ -163,9 +163,23 @@ def synthetic_metadata(sandbox: dict) -> dict:
     return meta
 
 
-def scaffold_on(mode: str, llm: LLM) -> bool:
-    """questioning.scaffold: 'auto' turns the small-model scaffolds on for in-process (local) models."""
-    return mode == "on" or (mode == "auto" and Capabilities.of(llm).constrained)
+def scaffold_on(mode: str, llm: LLM, role: str = "explorer") -> bool:
+    """questioning.scaffold: 'auto' turns the small-model scaffolds on for in-process (local) models. A served model
+    cannot be constrained: it works without them, said once per role (a small served model may then make no tool
+    call at all, or write no task)."""
+    constrained = Capabilities.of(llm).constrained
+    if mode == "auto" and not constrained and role not in _UNSCAFFOLDED:
+        _UNSCAFFOLDED.add(role)
+        log.warning(
+            "questioning.scaffold: the %s (%s) is served, so its output cannot be constrained: it runs without the "
+            "decoding scaffold; a small served model may then make no tool call or write no task (an in-process "
+            "models.%s keeps it)",
+            role, getattr(llm, "name", "?"), role,
+        )  # fmt: skip
+    return mode == "on" or (mode == "auto" and constrained)
+
+
+_UNSCAFFOLDED: set[str] = set()  # roles already warned about
 
 
 def explorer_and_synthesizer(
@@ -188,7 +202,7 @@ def explorer_and_synthesizer(
         scaffold=scaffold_on(q.scaffold, explorer_llm),
         show_start=q.explore_state,
     )
-    targeted = scaffold_on(q.scaffold, synth_llm)
+    targeted = scaffold_on(q.scaffold, synth_llm, "synthesizer")
     shots: list[tuple[str, str]] = []
     follow: list[tuple[str, str]] = []
     chained: list[tuple[str, str]] = []
