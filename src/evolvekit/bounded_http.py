@@ -118,13 +118,16 @@ def bounded_request(
     max_bytes: int = MAX_REPLY_BYTES,
     error: type[Exception] = EnvError,
     passthrough: tuple[type[Exception], ...] = (),
+    timeout_error: type[Exception] | None = None,
     **kwargs: Any,
 ) -> Reply:
     """One request whose whole reply must arrive within ``deadline_s`` and ``max_bytes``; ``where`` names the
     endpoint in the error (of type ``error``). With a client from ``bounded_client`` (or none: a fresh one is made)
     every socket operation of the exchange waits at most until the deadline; the deadline is also checked as the body
-    arrives. ``passthrough``: httpx errors raised as they are, for a caller that retries some of them."""
+    arrives. ``passthrough``: httpx errors raised as they are, for a caller that retries some of them;
+    ``timeout_error``: the type of the deadline's error (default ``error``)."""
     deadline = time.monotonic() + deadline_s
+    late = timeout_error or error
     token = _DEADLINE.set(deadline)
     own = client is None
     if client is None:
@@ -137,14 +140,14 @@ def bounded_request(
                 if size > max_bytes:
                     raise error(f"{where}: the reply is over {max_bytes} bytes")
                 if time.monotonic() > deadline:
-                    raise error(f"{where}: no complete reply within {deadline_s:g}s")
+                    raise late(f"{where}: no complete reply within {deadline_s:g}s")
                 chunks.append(chunk)
             return Reply(resp.status_code, b"".join(chunks))
     except httpx.HTTPError as err:
         if passthrough and isinstance(err, passthrough):  # the caller tells these apart itself (retry or not)
             raise
         if isinstance(err, httpx.TimeoutException) and time.monotonic() >= deadline:
-            raise error(f"{where}: no complete reply within {deadline_s:g}s") from None
+            raise late(f"{where}: no complete reply within {deadline_s:g}s") from None
         raise error(f"{where}: {type(err).__name__}: {str(err)[:200]}") from None
     finally:
         _DEADLINE.reset(token)

@@ -197,3 +197,21 @@ def test_concurrency_is_config(server_factory):
     s = server_factory()
     cfg = config_from_dict({"models": {"judge": {"backend": "openai", "base_url": s.url, "concurrency": 3}}})
     assert build_llm(cfg.models.judge, "judge").concurrency == 3
+
+
+def test_a_helpers_timed_out_request_is_dropped_and_counted_not_the_whole_job(server_factory, caplog):
+    """Issue 78.2: one request over timeout_s aborted a whole synthesis. A helper role drops that one request (an
+    empty answer, counted and warned) and the rest of the batch is answered; the policy's still ends the job."""
+    s = server_factory(["slow"])
+    llm = OpenAICompatLLM("m", base_url=s.url, timeout_s=0.3, role="synthesizer", drop_timed_out=True, concurrency=1)
+    with caplog.at_level("WARNING", logger="evolvekit.llm.openai_compat"):
+        out = llm.chat(_msgs("a") + _msgs("b"), SamplingParams(n=2))
+    assert [[c.text for c in g] for g in out] == [["", ""], ["echo b", "echo b"]]
+    assert llm.dropped == 1 and len(s.requests) == 2 and "1 dropped so far" in caplog.text
+    from evolvekit.config import load_config
+    from evolvekit.llm.factory import build_llm
+
+    models = load_config(None, ["models.judge.backend=openai", f"models.judge.base_url={s.url}"]).models
+    assert build_llm(models.judge, "judge").drop_timed_out is True  # type: ignore[attr-defined]
+    policy = load_config(None, ["models.policy.backend=openai", f"models.policy.base_url={s.url}"]).models.policy
+    assert build_llm(policy, "policy").drop_timed_out is False  # type: ignore[attr-defined]

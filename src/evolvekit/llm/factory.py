@@ -23,6 +23,8 @@ def build_llm(cfg: ModelConfig, role: str = "policy") -> LLM:
             role=role,
             return_token_ids=cfg.return_token_ids,
             concurrency=cfg.concurrency,
+            # a helper's timed-out request is dropped and counted; the policy's ends the job (its samples are data)
+            drop_timed_out=role != "policy",
         )
     key = (cfg.model, cfg.device, cfg.dtype, cfg.packed_weights)
     if key not in _LOCAL_CACHE:

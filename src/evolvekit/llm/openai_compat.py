@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Sequence
@@ -34,6 +35,10 @@ NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 MAX_CHAT_REPLY_BYTES = 64 * 2**20
 
 
+class RequestTimedOut(LLMError):
+    """No complete reply within ``timeout_s`` (the server had the request and may still be working on it)."""
+
+
 class _Retryable(Exception):
     """A failure a retry can fix: the request never reached the server, the transport failed, or 408/409/429/5xx."""
 
@@ -50,6 +55,7 @@ class OpenAICompatLLM:
         concurrency: int = 8,
         role: str = "policy",
         return_token_ids: bool = False,
+        drop_timed_out: bool = False,
     ) -> None:
         base_url = base_url or os.environ.get("EVOLVEKIT_OPENAI_BASE_URL")
         if not base_url:
@@ -68,6 +74,10 @@ class OpenAICompatLLM:
         self.concurrency = concurrency
         self.timeout_s = timeout_s
         self.warned: set[str] = set()  # server habits already warned about (once each)
+        # a helper role's request that timed out becomes an empty answer (counted, warned) instead of ending the job
+        self.drop_timed_out = drop_timed_out
+        self.dropped = 0
+        self._dropped_lock = threading.Lock()
 
     def close(self) -> None:
         self.client.close()
@@ -114,6 +124,17 @@ class OpenAICompatLLM:
         )
         try:
             return retrying(self._attempt, body, params)
+        except RequestTimedOut as err:
+            if not self.drop_timed_out:
+                raise
+            with self._dropped_lock:
+                self.dropped += 1
+                dropped = self.dropped
+            log.warning(
+                "models.%s: a request got no answer within %g s and is dropped (an empty answer; %d dropped so far): "
+                "%s", self.role, self.timeout_s, dropped, str(err)[:160],
+            )  # fmt: skip
+            return [Completion(text="", finish_reason="length") for _ in range(params.n)]
         except _Retryable as err:
             last = str(err)
         hint = (
@@ -140,12 +161,13 @@ class OpenAICompatLLM:
                 max_bytes=MAX_CHAT_REPLY_BYTES,
                 error=LLMError,
                 passthrough=(httpx.TransportError,),
+                timeout_error=RequestTimedOut,
                 json=body,
             )
         except NOT_SENT as err:
             raise _Retryable(f"{type(err).__name__}: {err}") from None
         except httpx.TimeoutException as err:  # the server had it and may still run it: not sent twice
-            raise LLMError(
+            raise RequestTimedOut(
                 f"{self.base_url}: no answer within models.{self.role}.timeout_s = {self.timeout_s:g} s "
                 f"({type(err).__name__}); not re-sent, as the server may still be working on it. A slow server "
                 f"needs a longer models.{self.role}.timeout_s"
