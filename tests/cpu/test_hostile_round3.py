@@ -534,3 +534,40 @@ def test_a_served_explorer_or_synthesizer_is_told_once_that_it_runs_without_the_
         assert pipeline.scaffold_on("off", _Served(), "judge") is False  # type: ignore[arg-type]
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 2 and "explorer (served-135m) is served" in said[0] and "synthesizer" in said[1]
+
+
+# ---- MCP tool lists and results are capped -------------------------------------------------------------------------
+
+
+def test_an_mcp_tool_list_past_the_cap_or_a_huge_schema_is_one_env_error_and_descriptions_are_cut():
+    from types import SimpleNamespace
+
+    from evolvekit.env import mcp
+    from evolvekit.errors import EnvError
+
+    def tool(i, description="d", schema=None):
+        return SimpleNamespace(name=f"t{i}", description=description, input_schema=schema or {"type": "object"})
+
+    with pytest.raises(EnvError, match="lists 10,000 tools, more than a prompt can show"):
+        mcp.tool_schemas([tool(i) for i in range(10_000)], set())
+    assert len(mcp.tool_schemas([tool(i) for i in range(10_000)], {"t1", "t2"})) == 2  # env.mcp.tools chooses
+    big = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(2000)}}
+    with pytest.raises(EnvError, match="parameter schema of"):
+        mcp.tool_schemas([tool(0, schema=big)], set())
+    [shown] = mcp.tool_schemas([tool(0, description="x" * 100_000)], set()).values()
+    assert len(shown.description) < mcp.MAX_TOOL_DESCRIPTION_CHARS + 60 and "characters cut" in shown.description
+
+
+def test_an_mcp_result_is_cut_at_the_cap_however_many_blocks_it_has():
+    from types import SimpleNamespace
+
+    from evolvekit.env import mcp
+
+    one = SimpleNamespace(content=[SimpleNamespace(text="y" * 500_000)])
+    many = SimpleNamespace(content=[SimpleNamespace(text="z" * 100) for _ in range(100_000)])
+    for result in (one, many):
+        text = mcp.result_text(result)
+        assert len(text) < mcp.MAX_RESULT_CHARS + 60 and text.endswith("more characters cut]")
+    assert mcp.result_text(SimpleNamespace(content=[SimpleNamespace(text="ok"), SimpleNamespace(type="image")])) == (
+        "ok\n[image]"
+    )

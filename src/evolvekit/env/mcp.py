@@ -32,7 +32,7 @@ from collections import OrderedDict
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from evolvekit.config import EnvConfig, MCPConfig, MCPExample
 from evolvekit.env.base import (
@@ -136,13 +136,56 @@ def mcp_available() -> str | None:
     return None
 
 
+# what one MCP server may put in front of the model: a tool list (each tool's description and schema) and one tool
+# result are cut or refused here, before a prompt of megabytes reaches the tokenizer (a 0.5 MB result asked the model
+# for 69 GB; 10,000 tools made a 1 MB system prompt)
+MAX_MCP_TOOLS = 256
+MAX_TOOL_DESCRIPTION_CHARS = 2_000
+MAX_TOOL_SCHEMA_CHARS = 16_000
+MAX_RESULT_CHARS = 16_000
+
+
+def capped(text: str, limit: int = MAX_RESULT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit:,} more characters cut]"
+
+
 def result_text(result: Any) -> str:
-    """A tool result's content blocks as text (non-text blocks by their kind)."""
-    parts = []
+    """A tool result's content blocks as text (non-text blocks by their kind), at most MAX_RESULT_CHARS."""
+    parts, size = [], 0
     for block in getattr(result, "content", None) or []:
         text = getattr(block, "text", None)
-        parts.append(text if isinstance(text, str) else f"[{getattr(block, 'type', 'content')}]")
-    return "\n".join(parts)
+        part = text if isinstance(text, str) else f"[{getattr(block, 'type', 'content')}]"
+        parts.append(part[: MAX_RESULT_CHARS + 1])
+        size += len(parts[-1])
+        if size > MAX_RESULT_CHARS:
+            break
+    return capped("\n".join(parts))
+
+
+def tool_schemas(tools: Sequence[Any], allowed: set[str]) -> dict[str, ToolSchema]:
+    """The server's tools (those of ``allowed`` when given) as schemas; a list longer than MAX_MCP_TOOLS or a schema
+    over MAX_TOOL_SCHEMA_CHARS is refused with one line, a description over MAX_TOOL_DESCRIPTION_CHARS is cut."""
+    shown = [t for t in tools if not allowed or t.name in allowed]
+    if len(shown) > MAX_MCP_TOOLS:
+        raise EnvError(
+            f"the MCP server lists {len(shown):,} tools, more than a prompt can show ({MAX_MCP_TOOLS}); "
+            "name the ones to use in env.mcp.tools"
+        )
+    out = {}
+    for t in shown:
+        schema = dict(t.input_schema or {})
+        size = len(json.dumps(schema, default=str))
+        if size > MAX_TOOL_SCHEMA_CHARS:
+            raise EnvError(
+                f"the MCP tool {str(t.name)[:80]!r} has a parameter schema of {size:,} characters, more than "
+                f"{MAX_TOOL_SCHEMA_CHARS:,}; leave it out with env.mcp.tools"
+            )
+        description = capped(t.description or "", MAX_TOOL_DESCRIPTION_CHARS)
+        out[t.name] = ToolSchema(name=t.name, description=description, parameters=schema)
+    return out
 
 
 # argument keys whose strings are text to keep as written, not paths to translate (matched case-insensitively)
@@ -307,12 +350,11 @@ class MCPEnv:
             if not ok:
                 self.close()
                 raise EnvError(f"env.mcp.reset_calls: {c.name} failed: {output[:200]}")
-        allowed = set(self.m.tools)
-        self.visible = {
-            t.name: ToolSchema(name=t.name, description=t.description or "", parameters=dict(t.input_schema or {}))
-            for t in self.session.tools
-            if not allowed or t.name in allowed
-        }
+        try:
+            self.visible = tool_schemas(self.session.tools, set(self.m.tools))
+        except EnvError:
+            self.close()
+            raise
 
     # --- path aliasing ---------------------------------------------------------------------------------------------
     def _to_real(self, value: Any, key: str = "") -> Any:
