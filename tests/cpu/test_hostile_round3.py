@@ -571,3 +571,44 @@ def test_an_mcp_result_is_cut_at_the_cap_however_many_blocks_it_has():
     assert mcp.result_text(SimpleNamespace(content=[SimpleNamespace(text="ok"), SimpleNamespace(type="image")])) == (
         "ok\n[image]"
     )
+
+
+# ---- disk errors are one line each ---------------------------------------------------------------------------------
+
+
+def test_a_disk_error_is_one_line_naming_the_path_and_what_to_do():
+    import errno
+
+    from evolvekit.cli.main import os_error_line
+
+    full = os_error_line(OSError(errno.ENOSPC, "No space left on device", "runs/x/run.sqlite"))
+    assert full.startswith("cannot write or read runs/x/run.sqlite: No space left on device (ENOSPC); the disk is full")
+    assert "(EFBIG); a file reached the file-size limit" in os_error_line(OSError(errno.EFBIG, "File too large", "f"))
+    assert "(EROFS); the file system is read-only" in os_error_line(OSError(errno.EROFS, "Read-only file system"))
+
+
+def test_a_command_that_cannot_write_its_output_says_so_in_one_line(tmp_path: Path):
+    (tmp_path / "a-file").write_text("not a folder")
+    res = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "eval", "--set", "env.family=arith", "--limit", "1",
+         "--no-estimate", "--out", str(tmp_path / "a-file" / "r.jsonl")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1, res.stderr[-1500:]
+    assert res.stderr.startswith(f"error: cannot write or read {tmp_path / 'a-file'}")
+
+
+def test_report_reads_a_run_whose_folder_it_cannot_write(tmp_path: Path, monkeypatch):
+    import os
+
+    from evolvekit.report import figures
+
+    _, run_dir, store = _new_run(tmp_path)
+    store.set_meta("probe", "x")
+    store.close()
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # what a read-only mount answers
+    con = figures.connect_ro(run_dir)
+    try:
+        assert con.execute("SELECT value FROM meta WHERE key='probe'").fetchone() == ("x",)
+    finally:
+        con.close()

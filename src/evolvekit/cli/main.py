@@ -212,6 +212,26 @@ def main() -> None:
     except KeyboardInterrupt:
         console.print("interrupted")
         sys.exit(130)
+    except OSError as err:  # a full disk, a file-size limit, a read-only mount: one line, what was written is kept
+        sys.stderr.write(f"error: {os_error_line(err)}\n")
+        sys.exit(1)
+
+
+def os_error_line(err: OSError) -> str:
+    """One line for a disk or file-system error: what failed, on which path, and the system's word for it."""
+    import errno
+
+    name = errno.errorcode.get(err.errno or 0, "")
+    where = f" {err.filename}" if err.filename else ""
+    hint = {
+        "ENOSPC": "the disk is full; free space and run the same command again (finished work is kept)",
+        "EFBIG": "a file reached the file-size limit (ulimit -f)",
+        "EROFS": "the file system is read-only; give an output path on a writable one",
+        "EDQUOT": "the disk quota is used up",
+    }.get(name, "")
+    return f"cannot write or read{where}: {err.strerror or type(err).__name__} ({name or 'OSError'})" + (
+        f"; {hint}" if hint else ""
+    )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,8 +11,12 @@ from evolvekit.attributing.efficiency import area_under_curve, steps_to_fraction
 
 
 def connect_ro(run_dir: Path) -> sqlite3.Connection:
-    """Read-only connection (safe next to a live run: WAL readers never block the writer)."""
-    return sqlite3.connect(f"file:{Path(run_dir) / 'run.sqlite'}?mode=ro", uri=True, check_same_thread=False)
+    """Read-only connection (safe next to a live run: WAL readers never block the writer). A run on a read-only
+    mount (a copied or archived run: no live writer) is opened immutable, since SQLite cannot make its shared-memory
+    file there."""
+    path = Path(run_dir) / "run.sqlite"
+    flags = "mode=ro" if os.access(run_dir, os.W_OK) else "mode=ro&immutable=1"
+    return sqlite3.connect(f"file:{path}?{flags}", uri=True, check_same_thread=False)
 
 
 def metrics_table(con: sqlite3.Connection) -> dict[int, dict[str, float]]:
