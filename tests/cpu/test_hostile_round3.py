@@ -612,3 +612,58 @@ def test_report_reads_a_run_whose_folder_it_cannot_write(tmp_path: Path, monkeyp
         assert con.execute("SELECT value FROM meta WHERE key='probe'").fetchone() == ("x",)
     finally:
         con.close()
+
+
+# ---- the OpenEnv client: deep replies and unasked messages ---------------------------------------------------------
+
+
+def _ws_serving(handler):
+    import threading
+
+    from websockets.sync.server import serve
+
+    server = serve(handler, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"ws://127.0.0.1:{server.socket.getsockname()[1]}/ws"
+
+
+def test_an_openenv_reply_nested_thousands_deep_is_one_env_error():
+    from evolvekit.env.openenv import OpenEnvSession
+    from evolvekit.errors import EnvError
+
+    def handler(ws):
+        for _ in ws:
+            ws.send('{"type": "observation", "data": ' + "[" * 50_000 + "]" * 50_000 + "}")
+
+    server, url = _ws_serving(handler)
+    session = OpenEnvSession(url, 5.0)
+    try:
+        with pytest.raises(EnvError, match="nests deeper than"):
+            session.request("reset", {})
+    finally:
+        session.close()
+        server.shutdown()
+
+
+def test_an_openenv_reply_is_its_own_requests_not_a_leftover_of_the_last():
+    import json
+
+    from evolvekit.env.openenv import OpenEnvSession
+
+    def handler(ws):
+        for n, raw in enumerate(ws):
+            kind = json.loads(raw)["type"]
+            ws.send(json.dumps({"type": "observation", "data": {"answer_to": kind, "n": n}}))
+            if n == 0:  # a burst of extra replies after the first
+                for i in range(5):
+                    ws.send(json.dumps({"type": "observation", "data": {"answer_to": "nothing", "extra": i}}))
+
+    server, url = _ws_serving(handler)
+    session = OpenEnvSession(url, 5.0)
+    try:
+        assert session.request("reset", {})[1]["answer_to"] == "reset"
+        time.sleep(0.3)  # the burst has arrived
+        assert session.request("step", {"n": 1})[1] == {"answer_to": "step", "n": 1}
+    finally:
+        session.close()
+        server.shutdown()

@@ -28,6 +28,7 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from evolvekit.bounded_http import MAX_REPLY_DEPTH
 from evolvekit.config import EnvConfig, OpenEnvConfig, OpenEnvExample
 from evolvekit.env.base import (
     NO_CALL_ERROR,
@@ -45,6 +46,7 @@ from evolvekit.env.cancel import checkpoint
 from evolvekit.env.examples import Played, played_examples
 from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.errors import EnvError
+from evolvekit.safejson import bracket_depth
 from evolvekit.types import ChatMessage, Task, ToolCall, Trajectory, new_id
 
 log = logging.getLogger(__name__)
@@ -100,15 +102,18 @@ class OpenEnvSession:
         if data is not None:
             message["data"] = data
         try:
+            self._drain()  # a reply belongs to its request: what the server sent unasked before it is dropped
             self.ws.send(json.dumps(message))
             raw = self.ws.recv(timeout=self.timeout_s)
         except TimeoutError:
             raise EnvError(f"OpenEnv {kind}: no reply within {self.timeout_s:g}s (env.step_timeout_s)") from None
         except Exception as err:
             raise EnvError(f"OpenEnv {kind}: the session failed: {err}") from None
+        if bracket_depth(raw if isinstance(raw, str) else raw.decode("utf-8", "replace")) > MAX_REPLY_DEPTH:
+            raise EnvError(f"OpenEnv {kind}: the reply nests deeper than {MAX_REPLY_DEPTH} levels")
         try:
             reply = json.loads(raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             raise EnvError(f"OpenEnv {kind}: the reply is not JSON: {str(raw)[:120]!r}") from None
         if (
             not isinstance(reply, dict)
@@ -117,6 +122,18 @@ class OpenEnvSession:
         ):
             raise EnvError(f"OpenEnv {kind}: the reply is not {{type, data}}: {str(raw)[:120]!r}")
         return reply["type"], reply["data"]
+
+    def _drain(self, most: int = 1000) -> None:
+        """Drop the messages waiting unread (a server that sent more than one reply), at most ``most``; said once."""
+        dropped = 0
+        while dropped < most:
+            try:
+                self.ws.recv(timeout=0)
+            except TimeoutError:
+                break
+            dropped += 1
+        if dropped:
+            log.warning("OpenEnv: %d message(s) the server sent unasked were dropped before the next request", dropped)
 
     def close(self) -> None:
         """Ask the server to end the session and let it close the connection (it frees the instance then)."""
