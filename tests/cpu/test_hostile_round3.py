@@ -667,3 +667,33 @@ def test_an_openenv_reply_is_its_own_requests_not_a_leftover_of_the_last():
     finally:
         session.close()
         server.shutdown()
+
+
+# ---- the dashboard: figures as a table, trajectories by request (issue 78.5) ---------------------------------------
+
+
+def test_the_dashboard_shows_evaluations_as_a_table_and_trajectories_by_request(tmp_path: Path):
+    from fastapi.testclient import TestClient
+
+    from evolvekit.report.dashboard import create_dashboard, evaluation_table
+    from evolvekit.types import Task, TaskSource, Trajectory
+
+    table = evaluation_table(
+        {"after": {"avg@8": 0.5, "iteration": 3, "tasks": 32}, "before": {"avg@8": 0.25, "iteration": 0, "tasks": 32}}
+    )
+    assert table.index("<td>before</td>") < table.index("<td>after</td>")
+    assert "<th>avg@8</th>" in table and "<td>0.250</td>" in table and "<td>32</td>" in table
+    _, run_dir, store = _new_run(tmp_path)
+    task = Task(task_id="t<1>", env_name="bfcl", query="Add <b>2</b> and 3.", source=TaskSource.SYNTHETIC)
+    with store.transaction() as c:
+        store.put_tasks(c, [task], 0)
+        store.put_trajectories(c, [Trajectory(task_id="t<1>", outcome_reward=1.0)] * 1, 0, "train")
+        store.put_trajectories(c, [Trajectory(task_id="t<1>", outcome_reward=0.0)], 0, "train")
+        store.put_trajectories(c, [Trajectory(task_id="held", outcome_reward=0.0)], 0, "eval_before")
+    store.close()
+    client = TestClient(create_dashboard(run_dir), base_url="http://127.0.0.1:8770")
+    page = client.get("/requests").text
+    assert "Add &lt;b&gt;2&lt;/b&gt; and 3." in page and "<td>2</td><td>0.50</td>" in page
+    assert "/trajectories?task=t%3C1%3E" in page
+    only = client.get("/trajectories", params={"task": "t<1>"}).text
+    assert only.count("<tr><td><a href=") == 2 and "held" not in only

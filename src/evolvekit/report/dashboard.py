@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, Response
@@ -43,7 +44,7 @@ def _page(title: str, body: str, base: str = "", up: str | None = None, run_nav:
     back = f"<a href='{e(up)}'>all runs</a>" if up else ""
     links = (
         (
-            f"<a href='{base}/'>overview</a><a href='{base}/tasks'>tasks</a>"
+            f"<a href='{base}/'>overview</a><a href='{base}/tasks'>tasks</a><a href='{base}/requests'>requests</a>"
             f"<a href='{base}/trajectories'>trajectories</a><a href='{base}/experiences'>experiences</a>"
         )
         if run_nav
@@ -55,6 +56,40 @@ def _page(title: str, body: str, base: str = "", up: str | None = None, run_nav:
         f"<meta http-equiv='refresh' content='60'><style>{CSS}</style></head><body>{nav}"
         f"<h1>{e(title)}</h1>{body}</body></html>"
     )
+
+
+def _request(task_json: str | None) -> str:
+    """A stored task's request as text ('' for a task the store does not hold, such as a held-out one)."""
+    if not task_json:
+        return ""
+    query = json.loads(task_json).get("query", "")
+    return query if isinstance(query, str) else "\n".join(str(q) for q in query)
+
+
+def evaluation_table(evaluations: dict[str, dict]) -> str:
+    """The held-out evaluations as one table: a row per evaluation (before, each iteration's, after), a column per
+    figure (avg@k, best@k, the sample classes, each panel's, and what they rest on: tasks, sampling error)."""
+    if not evaluations:
+        return "<p>none yet</p>"
+    keys = sorted(
+        {k for ev in evaluations.values() for k, v in ev.items() if isinstance(v, (int, float))},
+        key=lambda k: ("/" in k, "class/" in k, k),
+    )
+    head = "".join(f"<th>{e(k)}</th>" for k in keys)
+    body = "".join(
+        f"<tr><td>{e(point)}</td>" + "".join(f"<td>{_cell(ev.get(k))}</td>" for k in keys) + "</tr>"
+        for point, ev in sorted(evaluations.items(), key=lambda pe: (pe[1].get("iteration", 0), _ORDER.get(pe[0], 1)))
+    )
+    return f"<table><tr><th>evaluation</th>{head}</tr>{body}</table>"
+
+
+_ORDER = {"before": 0, "cold_start": 1, "after": 2}  # at one iteration: the evaluation before training comes first
+
+
+def _cell(value) -> str:
+    if isinstance(value, bool) or value is None:
+        return ""
+    return f"{value:.3f}" if isinstance(value, float) else e(str(value))
 
 
 def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> FastAPI:
@@ -70,10 +105,7 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
     def overview():
         run = load_summary(run_dir)
         figs = write_figures(run, fig_dir)
-        evals = "".join(
-            f"<tr><td>{e(p)}</td><td>{e(json.dumps({k: v for k, v in ev.items() if '@' in k}))}</td></tr>"
-            for p, ev in sorted(run.evaluations.items())
-        )
+        evals = evaluation_table(run.evaluations)
         last = run.metrics[max(run.metrics)] if run.metrics else {}
         rows = "".join(f"<tr><td>{e(k)}</td><td>{v:.4g}</td></tr>" for k, v in sorted(last.items()))
         imgs = "".join(f"<h3>{e(n)}</h3><img src='{base}/figures/{e(p.name)}' alt='{e(n)}'>" for n, p in figs.items())
@@ -82,7 +114,7 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
             f"run {run_dir.name}",
             f"<p>{len(run.metrics)} iterations done</p>"
             f"<h2>Helper sources</h2><table>{helpers}</table><h2>Held-out evaluation</h2>"
-            f"<table>{evals}</table>{imgs}<h2>Latest iteration</h2><table>{rows}</table>",
+            f"{evals}{imgs}<h2>Latest iteration</h2><table>{rows}</table>",
             base,
             up,
         )
@@ -121,22 +153,48 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
             up,
         )
 
-    @app.get("/trajectories", response_class=HTMLResponse)
-    def trajectories():
+    @app.get("/requests", response_class=HTMLResponse)
+    def requests():
+        """Every task the run rolled out, by its request: how many episodes, their mean reward, and a link to them."""
         con = connect_ro(run_dir)
+        found = con.execute(
+            "SELECT t.task_id, k.json, COUNT(*), AVG(t.outcome_reward), GROUP_CONCAT(DISTINCT t.phase) "
+            "FROM trajectories t LEFT JOIN tasks k ON k.task_id = t.task_id "
+            "GROUP BY t.task_id ORDER BY MIN(t.rowid) LIMIT 1000"
+        ).fetchall()
+        con.close()
+        rows = "".join(
+            f"<tr><td><a href='{base}/trajectories?task={quote(tid)}'>{e(tid)}</a></td><td><pre>{e(_request(j))}</pre>"
+            f"</td><td>{e(phases or '')}</td><td>{n}</td><td>{'' if r is None else f'{r:.2f}'}</td></tr>"
+            for tid, j, n, r, phases in found
+        )
+        return _page(
+            "requests",
+            "<table><tr><th>task</th><th>request</th><th>phases</th><th>episodes</th><th>mean reward</th></tr>"
+            f"{rows}</table>",
+            base,
+            up,
+        )
+
+    @app.get("/trajectories", response_class=HTMLResponse)
+    def trajectories(task: str | None = None):
+        con = connect_ro(run_dir)
+        where, args = ("WHERE t.task_id = ?", (task,)) if task else ("", ())
         rows = "".join(
             f"<tr><td><a href='{base}/trajectories/{e(tid)}'>{e(tid)}</a></td><td>{it}</td><td>{e(phase)}</td>"
-            f"<td>{e(task)}</td>"
+            f"<td>{e(tk)}</td><td><pre>{e(_request(j)[:160])}</pre></td>"
             f"<td>{'' if r is None else f'{r:.2f}'}</td><td>{'yes' if g else ''}</td></tr>"
-            for tid, it, phase, task, r, g in con.execute(
-                "SELECT trajectory_id, iteration, phase, task_id, outcome_reward, experience_guided FROM trajectories "
-                "ORDER BY rowid DESC LIMIT 500"
+            for tid, it, phase, tk, r, g, j in con.execute(
+                "SELECT t.trajectory_id, t.iteration, t.phase, t.task_id, t.outcome_reward, t.experience_guided, "
+                f"k.json FROM trajectories t LEFT JOIN tasks k ON k.task_id = t.task_id {where} "
+                "ORDER BY t.rowid DESC LIMIT 500",
+                args,
             )
         )
         con.close()
         return _page(
-            "trajectories",
-            "<table><tr><th>trajectory</th><th>iteration</th><th>phase</th><th>task</th>"
+            f"trajectories of {task}" if task else "trajectories",
+            "<table><tr><th>trajectory</th><th>iteration</th><th>phase</th><th>task</th><th>request</th>"
             f"<th>reward</th><th>guided</th></tr>{rows}</table>",
             base,
             up,
