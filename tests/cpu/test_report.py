@@ -374,3 +374,17 @@ def test_a_run_records_the_code_that_made_it(run_dir):
     from evolvekit.report.figures import load_summary
 
     assert load_summary(run_dir).code == code_commit()  # this checkout's commit (results files name it per row)
+
+
+def test_before_and_after_stand_at_the_iterations_they_were_measured():
+    """Issue 78.5: x counts policy updates done. Before training at 0, after training at the iteration it recorded
+    (a run of 3 iterations whose metrics were kept for 2 shows 'after' at 3, not at 2 or 2.5)."""
+    from evolvekit.orchestrator.metrics import evaluation_x
+    from evolvekit.report.figures import RunSummary
+
+    assert evaluation_x("before", {"iteration": -1}, 5) == 0.0
+    assert evaluation_x("after", {"iteration": 3}, 2) == 3.0 and evaluation_x("after", {}, 2) == 2.0
+    run = RunSummary(
+        Path("."), {0: {"eval/avg@2": 0.25}, 1: {}}, {"before": {"avg@2": 0.0}, "after": {"avg@2": 0.5, "iteration": 3}}
+    )
+    assert run.heldout_curve() == ([0.0, 1.0, 3.0], [0.0, 0.25, 0.5], "avg@2")

@@ -190,17 +190,21 @@ class MetricsSink:
             alpha=0.6,
             label="train rollouts: reward",
         )
+        # the x axis counts policy updates done: iteration i's rollouts were sampled after i updates, an evaluation
+        # after iteration i's update after i + 1; before training at 0, after training at the run's last iteration
         eval_its = [i for i in its if any(k.startswith("eval/avg@") for k in all_metrics[i])]
         if eval_its:
             key = next(k for k in all_metrics[eval_its[0]] if k.startswith("eval/avg@"))
-            ax.plot(eval_its, [all_metrics[i][key] for i in eval_its], "s-", label=f"held-out {key[5:]}")
-        for phase, marker, x in (("before", "^", -0.5), ("after", "v", (its[-1] + 0.5) if its else 0.5)):
+            ys = [all_metrics[i][key] for i in eval_its]
+            ax.plot([i + 1 for i in eval_its], ys, "s-", label=f"held-out {key[5:]}")
+        for phase, marker in (("before", "^"), ("after", "v")):
             ev = evaluations.get(phase)
             if ev:
                 avg = next((k for k in ev if k.startswith("avg@")), None)
                 if avg:
+                    x = evaluation_x(phase, ev, len(its))
                     ax.plot([x], [ev[avg]], marker, markersize=10, label=f"held-out {avg} {phase}")
-        ax.set_xlabel("iteration")
+        ax.set_xlabel("policy updates done")
         ax.set_ylabel("rate")
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
@@ -217,3 +221,12 @@ class MetricsSink:
             self.writer.close()
         for tracker in self.trackers:
             tracker.close()
+
+
+def evaluation_x(phase: str, summary: dict, updates: int) -> float:
+    """Where a held-out evaluation stands on a curve whose x counts policy updates done: before training at 0, after
+    training at the iteration it recorded (the run's iterations, each one update), else at ``updates``."""
+    if phase == "before":
+        return 0.0
+    recorded = summary.get("iteration")
+    return float(recorded) if isinstance(recorded, (int, float)) and recorded >= 0 else float(updates)

@@ -37,7 +37,8 @@ class RunSummary:
     code: str | None = None  # the commit of the code that made the run (None: made before runs recorded it)
 
     def heldout_curve(self) -> tuple[list[float], list[float], str]:
-        """(steps, values, key): held-out avg@k before training (step 0), periodically, and after."""
+        """(steps, values, key): held-out avg@k before training (step 0), periodically (after iteration i's update:
+        i + 1), and after training (at the iteration it recorded); steps count policy updates done."""
         key = None
         xs, ys = [], []
         before = self.evaluations.get("before")
@@ -55,9 +56,13 @@ class RunSummary:
         after = self.evaluations.get("after")
         if after and key is None:  # no evaluation before or during training: the curve is the final point
             key = next((k for k in after if k.startswith("avg@")), None)
-        if after and key and key in after and (not xs or xs[-1] < len(self.metrics)):
-            xs.append(float(len(self.metrics)))
-            ys.append(after[key])
+        if after and key and key in after:
+            from evolvekit.orchestrator.metrics import evaluation_x
+
+            x = evaluation_x("after", after, len(self.metrics))
+            if not xs or xs[-1] < x:
+                xs.append(x)
+                ys.append(after[key])
         return xs, ys, key or "avg@k"
 
 
