@@ -3,8 +3,9 @@
 evolvekit eval --set env.name=counter --set "env.plugins=[examples.counter_env]" --subset test --limit 4 --k 2
 """
 
-from evolvekit.env.base import Action, EnvInfo, EvalResult, ResetResult, StepResult, ToolSchema
+from evolvekit.env.base import Action, EnvInfo, ResetResult, StepResult, ToolSchema
 from evolvekit.env.registry import register_env, register_task_source
+from evolvekit.env.replay import ScoredByReplay
 from evolvekit.types import Task, ToolCall
 
 # parameters: a JSON schema object, {"type": "object", "properties": {...}} (the explorer decodes arguments under it)
@@ -13,7 +14,7 @@ TOOLS = [ToolSchema(name="add", description="Add n to the counter.", parameters=
 
 
 @register_env("counter", "a counter the agent must bring to a target")
-class CounterEnv:
+class CounterEnv(ScoredByReplay):  # evaluate(): replay the task's reference on a fresh counter, compare end_state()
     name = "counter"
 
     def __init__(self, cfg=None):
@@ -32,10 +33,8 @@ class CounterEnv:
         done = not action.tool_calls
         return StepResult(observation=f"counter = {self.value}", done=done)
 
-    def evaluate(self, trajectory=None):  # a synthesized task has no metadata: its target is where its reference ends
-        ref = [c for turn in (self.task.reference_solution or []) for c in turn] if self.task else []
-        target = self.task.metadata.get("target", sum(int(c.arguments.get("n", 0)) for c in ref)) if self.task else 0
-        return EvalResult(score=float(self.value == target), passed=self.value == target)
+    def end_state(self):  # what the outcome check compares with where the reference solution ends
+        return self.value
 
     def info(self):
         return EnvInfo(env_name=self.name, task_id=self.task.task_id if self.task else None)

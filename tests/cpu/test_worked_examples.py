@@ -459,3 +459,43 @@ def test_the_explorer_is_the_policy_itself_when_it_is_the_same_local_model(monke
     assert factory.role_llm_or(load_config(None, []).models, "explorer", policy) is policy and built == []
     other = load_config(None, ["models.explorer.model=some/other-model"]).models
     assert factory.role_llm_or(other, "explorer", policy) == "model of explorer" and built == ["explorer"]
+
+
+def test_scored_by_replay_compares_end_states_on_a_fresh_instance():
+    """Issue 78.1: a plugin's evaluate() by replaying the reference, from the base class: the episode passes when
+    its end state equals the reference's on a fresh instance; no reference, no pass (with the reason)."""
+    from evolvekit.env.base import Action, EvalResult
+    from evolvekit.env.replay import ScoredByReplay
+
+    class Shelf(ScoredByReplay):
+        made = 0
+
+        def __init__(self):
+            type(self).made += 1
+            self.items: list[str] = []
+
+        def reset(self, task=None, sandbox_config=None):
+            self.items, self.task = [], task
+
+        def step(self, action):
+            self.items += [c.arguments["item"] for c in action.tool_calls]
+
+        def end_state(self):
+            return sorted(self.items)
+
+        def close(self):
+            pass
+
+    put = lambda item: _call("put", item=item)  # noqa: E731
+    task = _syn("Put a pear and a fig on the shelf.").model_copy(
+        update={"reference_solution": [[put("pear"), put("fig")]]}
+    )
+    env = Shelf()
+    env.reset(task)
+    env.step(Action(tool_calls=[put("fig"), put("pear")]))
+    assert env.evaluate() == EvalResult(score=1.0, passed=True) and Shelf.made == 2  # one replica for the replay
+    env.reset(task)
+    env.step(Action(tool_calls=[put("fig")]))
+    assert not env.evaluate().passed
+    env.reset(_syn("No reference."))
+    assert env.evaluate().details == {"reason": "no task with a reference to compare with"}
