@@ -62,13 +62,25 @@ def test_workers_match_local_rollouts_and_sync_weights(local_ray, tmp_path, monk
     tasks = env_tasks(cfg.env, "train")
     jobs = [RolloutJob(task=t, group_id=f"g{i}") for i, t in enumerate(tasks[:5])]
     params = SamplingParams(temperature=0.0, max_new_tokens=6)
-    pool = RayRolloutPool(WorkerSpec.of(cfg))
+    # the run's own worked examples, made by the driver: every worker's prompts show them as the driver's do
+    from evolvekit.env.examples import ShownExamples
+    from evolvekit.types import ChatMessage
+
+    shown = [
+        ChatMessage(role="user", content="Flip the coin (EXAMPLE-7)."),
+        ChatMessage(role="assistant", content="ok"),
+    ]
+    pool = RayRolloutPool(WorkerSpec.of(cfg), examples=lambda: shown)
     try:
         pool.sync_weights(other.model)  # the workers now hold the seed-1 weights, not the seed-0 file they loaded
         remote = pool.run(jobs, params)
     finally:
         pool.shutdown()
-    local = run_rollouts(jobs, lambda: make_env(cfg.env), Engine(other), cfg.rollout, params, show_progress=False)
+    local = run_rollouts(
+        jobs, lambda: ShownExamples(make_env(cfg.env), lambda: shown), Engine(other), cfg.rollout, params,
+        show_progress=False,
+    )  # fmt: skip
+    assert "EXAMPLE-7" in other.tokenizer.decode(remote[0].steps[0].prompt_token_ids)
     assert [t.task_id for t in remote] == [j.task.task_id for j in jobs]  # job order kept across workers
     assert [t.group_id for t in remote] == [j.group_id for j in jobs]
     assert [t.steps[0].completion_token_ids for t in remote] == [t.steps[0].completion_token_ids for t in local]

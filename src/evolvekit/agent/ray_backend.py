@@ -11,14 +11,14 @@ Nothing here is a home-made scheduler: placement, transport and failure handling
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
 from evolvekit.config import Config, EnvConfig, ModelConfig, RolloutConfig
 from evolvekit.errors import ConfigError
 from evolvekit.llm.base import SamplingParams
-from evolvekit.types import Trajectory
+from evolvekit.types import ChatMessage, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -138,19 +138,21 @@ class _WorkerImpl:
         self.engine.reset_prefix_cache()
         return True
 
-    def run(self, jobs, params: SamplingParams) -> list[Trajectory]:
+    def run(self, jobs, params: SamplingParams, examples: list[ChatMessage] | None = None) -> list[Trajectory]:
+        """The jobs' episodes; ``examples``: the worked examples the run's prompts show (its own, made by the driver),
+        None for the environment's (``env.worked_examples: person``: ``make_env`` shows them then)."""
         from evolvekit.agent.rollout import run_rollouts
+        from evolvekit.env.examples import ShownExamples
         from evolvekit.env.registry import make_env
 
         spec = self.spec
-        if self.env_actors:
 
-            def make():
-                return RayEnv(spec.env, spec.rollout.ray_env_cpus)
-        else:
+        def bare():
+            return RayEnv(spec.env, spec.rollout.ray_env_cpus) if self.env_actors else make_env(spec.env)
 
-            def make():
-                return make_env(spec.env)
+        def make():
+            env = bare()
+            return env if examples is None else ShownExamples(env, lambda: examples)
 
         return run_rollouts(jobs, make, self.engine, spec.rollout, params, spec.env.tool_rendering, show_progress=False)
 
@@ -166,8 +168,17 @@ class RayRolloutPool:
     """Rollouts on Ray workers (``rollout.backend: ray``); each worker builds its policy and environments from the
     ``WorkerSpec`` it is sent (not the whole config)."""
 
-    def __init__(self, spec: WorkerSpec, env_actors: bool = True, runtime_env: dict | None = None) -> None:
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        env_actors: bool = True,
+        runtime_env: dict | None = None,
+        examples: Callable[[], list[ChatMessage]] | None = None,
+    ) -> None:
+        """``examples``: the run's own worked examples (made once by the driver), sent with every batch so that a
+        worker's prompts show what the driver's do; None = the environment's own."""
         ray = _ray()
+        self.examples = examples
         ro = spec.rollout
         init_ray(ro.ray_address, runtime_env=runtime_env)
         self._ray = ray
@@ -191,7 +202,8 @@ class RayRolloutPool:
         """Run ``jobs`` split over the workers; results come back in job order."""
         n = len(self.workers)
         chunks = [list(jobs[i::n]) for i in range(n)]
-        futures = [w.run.remote(chunk, params) for w, chunk in zip(self.workers, chunks) if chunk]
+        shown = self.examples() if self.examples is not None else None
+        futures = [w.run.remote(chunk, params, shown) for w, chunk in zip(self.workers, chunks) if chunk]
         parts = self._ray.get(futures)
         out: list[Trajectory | None] = [None] * len(jobs)
         for w_idx, part in enumerate(parts):

@@ -216,7 +216,7 @@ def build_loop(
     )  # the loop runs it before anything else: the stages below read the training set only once it exists
     template = rollout_template(cfg)
     rollouts, experience, policy_env = _navigation(
-        cfg, store, backend, env_factory, params, show_progress, supply.training_set, template
+        cfg, store, backend, env_factory, params, show_progress, supply.training_set, template, shown
     )  # policy_env: what the policy acts in, in training and held-out evaluation (with as_tool: search_experience)
     samples = _sample_stage(cfg)
     if cfg.evolving_rl.enabled:  # Evolving-RL replaces stages B, C and D(samples) with its own structure
@@ -459,7 +459,15 @@ def _stored_vectors(stored: list, blobs: dict[str, bytes]):
 
 
 def _navigation(
-    cfg: Config, store: RunStore, policy, env_factory, params, show_progress: bool, training_set=None, template=None
+    cfg: Config,
+    store: RunStore,
+    policy,
+    env_factory,
+    params,
+    show_progress: bool,
+    training_set=None,
+    template=None,
+    shown=None,
 ):
     """Vanilla rollouts and no experience, or the self-navigating pair (§4) when ``navigating.enabled``; and the
     environment factory the policy acts in (with ``navigating.as_tool``, wrapped with EvolveR's search_experience:
@@ -468,7 +476,7 @@ def _navigation(
     if cfg.rollout.backend == "ray":  # rollouts on Ray workers, each rebuilding the environment and the policy
         from evolvekit.agent.ray_backend import RayRolloutPool, WorkerSpec
 
-        workers = RayRolloutPool(WorkerSpec.of(cfg))
+        workers = RayRolloutPool(WorkerSpec.of(cfg), examples=shown)  # workers show the driver's examples
     rollout = RolloutSettings.of(cfg)
     if not cfg.navigating.enabled:
         vanilla = VanillaRollouts(policy, env_factory, rollout, params, show_progress, template, workers)
