@@ -365,25 +365,19 @@ def test_tasks_check_exits_1_when_no_task_is_feasible(tmp_path: Path):
     meta = {"category": "synthetic", "involved_classes": ["MathAPI"]}
     bad = {"task_id": "t1", "env_name": "bfcl", "query": "Add 1 and 2.", "metadata": meta,
            "reference_solution": [[{"name": "divide", "arguments": {"a": 1, "b": 0}}]]}  # fmt: skip
-    path = tmp_path / "tasks.jsonl"
-    path.write_text(json.dumps(bad) + "\n")
-    res = subprocess.run(
-        [sys.executable, "-m", "evolvekit.cli.main", "tasks", "check", str(path), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert res.returncode == 1 and json.loads(res.stdout.strip().splitlines()[-1])["feasible"] == 0, res.stderr
-    assert res.stderr.strip().splitlines()[-1].endswith("no task is feasible")
     good = {**bad, "reference_solution": [[{"name": "add", "arguments": {"a": 1, "b": 2}}]]}
-    path.write_text(json.dumps(good) + "\n")
-    res = subprocess.run(
-        [sys.executable, "-m", "evolvekit.cli.main", "tasks", "check", str(path), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert res.returncode == 0 and json.loads(res.stdout.strip().splitlines()[-1])["feasible"] == 1, res.stderr
+    path = tmp_path / "tasks.jsonl"
+    for task, code, feasible in ((bad, 1, 0), (good, 0, 1)):
+        path.write_text(json.dumps(task) + "\n")
+        res = subprocess.run(
+            [sys.executable, "-m", "evolvekit.cli.main", "tasks", "check", str(path), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert res.returncode == code, res.stderr
+        assert json.loads(res.stdout.strip().splitlines()[-1])["feasible"] == feasible
+        assert res.stderr.strip().endswith("no task is feasible") == (code == 1)
 
 
 def test_an_interrupted_eval_says_where_its_episodes_are_and_how_to_continue():
