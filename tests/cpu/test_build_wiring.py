@@ -1045,8 +1045,9 @@ def test_build_loop_hands_synthesis_navigation_and_evolving_rl_the_runs_objects(
     [(c, train_tasks, policy, env_factory, receive)] = synth
     assert c is cfg and [t.task_id for t in train_tasks][:1] == ["coin-train-0"]
     assert policy is no_model
-    [(c, s, backend, factory_, params, progress, training_set, template)] = navs
+    [(c, s, backend, factory_, params, progress, training_set, template, shown)] = navs
     assert (c, s, backend, factory_, progress) == (cfg, store, no_model, env_factory, False)
+    assert shown is loop.prepare  # the run's own examples, made once: Ray workers show the same
     assert params == build.policy_sampling(cfg) and template == build.rollout_template(cfg)
     assert training_set == loop.stages.supply.training_set
     [(args, kw)] = evolving
@@ -1246,11 +1247,12 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     # Ray rollouts: the worker pool from the run's config, with or without navigating
     specs: list = []
     monkeypatch.setattr(ray_backend.WorkerSpec, "of", classmethod(lambda cls, c: specs.append(c) or "spec"))
-    monkeypatch.setattr(ray_backend, "RayRolloutPool", lambda spec: f"workers of {spec}")
+    shown = object()  # the run's own examples, which the workers show with every batch
+    monkeypatch.setattr(ray_backend, "RayRolloutPool", lambda spec, examples: f"workers of {spec}, {examples is shown}")
     for navigating in ("true", "false"):
         ray = load_config(None, ["rollout.backend=ray", f"navigating.enabled={navigating}"])
-        rollouts = _navigation(ray, store, _Policy(), lambda: None, object(), False)[0]
-        assert rollouts.pool == "workers of spec" and specs[-1] is ray and rollouts.show_progress is False
+        rollouts = _navigation(ray, store, _Policy(), lambda: None, object(), False, shown=shown)[0]
+        assert rollouts.pool == "workers of spec, True" and specs[-1] is ray and rollouts.show_progress is False
     store.close()
 
 
