@@ -3,7 +3,7 @@
 evolvekit eval --set env.name=counter --set "env.plugins=[examples.counter_env]" --subset test --limit 4 --k 2
 """
 
-from evolvekit.env.base import Action, EnvInfo, ResetResult, StepResult, ToolSchema
+from evolvekit.env.base import Action, EnvInfo, ResetResult, StepResult, ToolSchema, execute_calls
 from evolvekit.env.registry import register_env, register_task_source
 from evolvekit.env.replay import ScoredByReplay
 from evolvekit.types import Task, ToolCall
@@ -27,11 +27,13 @@ class CounterEnv(ScoredByReplay):  # evaluate(): replay the task's reference on 
         self.value, self.task = 0, task
         return ResetResult(observation=task.query if task else "Explore the counter.", tools=TOOLS)
 
-    def step(self, action: Action):
-        for call in action.tool_calls:  # tool calls act; a message without calls ends the episode
-            self.value += int(call.arguments.get("n", 0))
-        done = not action.tool_calls
-        return StepResult(observation=f"counter = {self.value}", done=done)
+    def add(self, call):  # one tool call: its output, or an exception (a failed call, told to the agent)
+        self.value += int(call.arguments["n"])
+        return f"counter = {self.value}"
+
+    def step(self, action: Action):  # tool calls act, each with its CallResult; a message without calls ends it
+        observation, results = execute_calls(action.tool_calls, self.add, TOOLS)
+        return StepResult(observation=observation, call_results=results, done=not action.tool_calls)
 
     def end_state(self):  # what the outcome check compares with where the reference solution ends
         return self.value

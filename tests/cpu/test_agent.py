@@ -250,10 +250,37 @@ def test_a_text_action_environment_ends_each_generation_at_its_action_stop():
     assert policy_sampling(default).max_new_tokens == default.models.policy.max_new_tokens
 
 
-def test_eval_minutes_ranges_from_one_step_to_all_steps_at_the_first_steps_pace():
-    """Issue 54: `eval` says how many minutes it will take, from one measured episode start and first step."""
-    from evolvekit.agent.evaluate import eval_minutes
+def test_eval_minutes_extrapolate_the_first_episodes_pace_within_a_range_under_3x():
+    """Issue 78.3: the minutes left at the pace of the episodes that finished, with a range whose ends are within 3x
+    of each other (so of the truth, when it is inside)."""
+    from evolvekit.agent.evaluate import ESTIMATE_SPREAD, eval_minutes, pace_sample
 
-    assert eval_minutes(3.0, 40, 5) == (2.0, 10.0)  # 40 x 3 s = 2 min; x 5 steps = 10 min
-    assert eval_minutes(6.0, 10, 1) == (1.0, 1.0)
-    assert eval_minutes(2.0, 0, 30) == (0.0, 0.0)  # nothing left to run
+    point, low, high = eval_minutes(30.0, 10, 50)  # 3 s an episode, 40 left: 2 min
+    assert point == pytest.approx(2.0) and (low, high) == pytest.approx((2.0 / ESTIMATE_SPREAD, 2.0 * ESTIMATE_SPREAD))
+    assert high / low < 3.0
+    assert eval_minutes(12.0, 4, 4) == (0.0, 0.0, 0.0)  # nothing left to run
+    assert pace_sample(128, 8) == 13 and pace_sample(40, 8) == 8 and pace_sample(6, 8) == 6  # a tenth, a wave, all
+
+
+def test_the_estimate_is_logged_once_from_the_evaluations_own_episodes(caplog):
+    """PaceEstimate runs no episode: it counts the evaluation's own as they finish and logs once, after the wave."""
+    from evolvekit.agent.evaluate import PaceEstimate
+
+    now = [100.0]
+    pace = PaceEstimate(20, 4, clock=lambda: now[0])
+    pace.start()
+    with caplog.at_level(logging.INFO, logger="evolvekit.agent.evaluate"):
+        for _ in range(20):
+            now[0] += 6.0  # an episode finishes every 6 s
+            pace()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("estimate:")]
+    assert lines == [
+        "estimate: the first 4 of 20 episodes took 24.0 s, so the other 16 take about 1.6 min (0.9-2.7 min if they "
+        "are like the first; --no-estimate skips this line)"
+    ]
+    assert pace.logged == pytest.approx((1.6, 1.6 / 1.7, 1.6 * 1.7))
+    single = PaceEstimate(4, 8, clock=lambda: now[0])  # one wave is all of it: the progress line says the rest
+    single.start()
+    for _ in range(4):
+        single()
+    assert single.logged is None

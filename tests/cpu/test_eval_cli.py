@@ -19,13 +19,14 @@ def test_eval_json_reports_avg_and_best(tmp_path):
     out = tmp_path / "res.jsonl"
     args = ["eval", "--env", "bfcl", "--split", "multi_turn_base", "--limit", "1", "--k", "2", "--json"]
     sets = ["--set", "rollout.max_steps=2", "--set", "models.policy.max_new_tokens=48"]
+    sets += ["--set", "rollout.concurrency=1"]
     res = _cli(*args, "--out", str(out), *sets)
     assert res.returncode == 0, res.stderr[-2000:]
     # the cost before it starts (issue 54): episodes and the bound on generated tokens
     assert "1 tasks x 2 samples = 2 episodes, each at most 2 steps of at most 48 generated tokens" in res.stderr
-    # ... and in minutes, from one real episode start and step, timed (not one of the samples: the journal has two)
-    assert "estimate: one episode's start and first step took" in res.stderr
-    assert "so the 2 episodes left take about" in res.stderr and "min if each takes all 2 steps" in res.stderr
+    # ... and in minutes, at the pace of its own first episode (one at a time: the first wave is one; no episode is
+    # run for it: the journal has two)
+    assert "estimate: the first 1 of 2 episodes took" in res.stderr and "so the other 1 take about" in res.stderr
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert 0.0 <= summary["avg@2"] <= summary["best@2"] <= 1.0
     assert summary["tasks"] == 1 and summary["failed_rollouts"] == 0 and summary["completion_tokens"] > 0

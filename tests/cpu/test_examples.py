@@ -24,13 +24,55 @@ def test_the_docs_counter_environment_runs_an_episode(monkeypatch):
     assert reset.observation == "Bring the counter to 203." and reset.tools[0].name == "add"
     step = env.step(parse_action('<tool_call>{"name": "add", "arguments": {"n": 200}}</tool_call>'))
     assert step.observation == "counter = 200" and not step.done
+    assert [(r.name, r.ok, r.output) for r in step.call_results] == [("add", True, "counter = 200")]
+    # each call says whether it worked (what exploration and curation read): a refused call and an unknown tool
+    bad = env.step(parse_action('<tool_call>{"name": "add", "arguments": {}}</tool_call>'))
+    assert [(r.ok, r.unknown_tool, r.output) for r in bad.call_results] == [(False, False, "error: 'n'")]
+    unknown = env.step(parse_action('<tool_call>{"name": "mul", "arguments": {"n": 2}}</tool_call>'))
+    assert [(r.ok, r.unknown_tool) for r in unknown.call_results] == [(False, True)] and env.value == 200
     env.step(parse_action('<tool_call>{"name": "add", "arguments": {"n": 3}}</tool_call>'))
     assert env.step(parse_action("Done.")).done and env.evaluate().passed
     env.reset(task)
     env.step(parse_action("Done."))
     assert env.evaluate().score == 0.0
-    assert len((ROOT / "examples" / "counter_env.py").read_text().split("@register_env")[1].splitlines()) < 45
+    assert len((ROOT / "examples" / "counter_env.py").read_text().split("@register_env")[1].splitlines()) < 50
     assert "examples.counter_env" in sys.modules
+
+
+def test_execute_calls_gives_each_call_its_result_and_a_step_without_results_is_warned_once(caplog):
+    """Issue 78: a plugin written from the docs returned no call_results, so every explored call counted as failed
+    and no task was kept, silently. execute_calls makes them; exploration warns once when a step returns none."""
+    import logging
+
+    from evolvekit.env.base import StepResult, ToolSchema, execute_calls
+    from evolvekit.questioning.explore import warn_no_call_results
+    from evolvekit.types import ToolCall
+
+    def run(call):
+        if call.arguments.get("x", 0) < 0:
+            raise ValueError("x must not be negative")
+        return call.arguments.get("x")
+
+    tools = [ToolSchema(name="f")]
+    calls = [ToolCall(name="f", arguments={"x": 2}), ToolCall(name="f", arguments={"x": -1}), ToolCall(name="g")]
+    observation, results = execute_calls(calls, run, tools)
+    assert [(r.name, r.ok, r.unknown_tool, r.output) for r in results] == [
+        ("f", True, False, "2"),
+        ("f", False, False, "error: x must not be negative"),
+        ("g", False, True, "error: no tool 'g'"),
+    ]
+    assert observation == "2\nerror: x must not be negative\nerror: no tool 'g'"
+    assert [r.ok for r in execute_calls(calls[2:], run)[1]] == [True]  # no tool list: every name is run
+
+    class Silent:  # a step that executes calls and says nothing of them
+        def step(self, action):
+            return StepResult(observation="done")
+
+    with caplog.at_level(logging.WARNING, logger="evolvekit.questioning.explore"):
+        warn_no_call_results(Silent(), 2)
+        warn_no_call_results(Silent(), 3)
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith("Silent.step: 2 tool call(s) and no call_results: every call counts as failed")
 
 
 def _cli(*args):

@@ -685,8 +685,12 @@ def test_the_dashboard_shows_evaluations_as_a_table_and_trajectories_by_request(
         store.put_trajectories(c, [Trajectory(task_id="t<1>", outcome_reward=1.0)] * 1, 0, "train")
         store.put_trajectories(c, [Trajectory(task_id="t<1>", outcome_reward=0.0)], 0, "train")
         store.put_trajectories(c, [Trajectory(task_id="held", outcome_reward=0.0)], 0, "eval_before")
+        store.put_evaluation(c, "before", {"avg@1": 0.0, "tasks": 2, "k": 1, "split": "test", "sampling_se": 0.25})
     store.close()
     client = TestClient(create_dashboard(run_dir), base_url="http://127.0.0.1:8770")
+    # issue 78.1: the dashboard says what a figure rests on, and warns as the run's last lines do
+    overview = client.get("/").text
+    assert "held-out test: 2 tasks x 1 samples (sampling error 0.250); WARNING: too few held-out samples" in overview
     page = client.get("/requests").text
     assert "Add &lt;b&gt;2&lt;/b&gt; and 3." in page and "<td>2</td><td>0.50</td>" in page
     assert "/trajectories?task=t%3C1%3E" in page

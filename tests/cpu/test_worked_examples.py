@@ -399,7 +399,7 @@ def test_the_docs_counter_example_scores_a_task_without_metadata_by_its_referenc
 
 
 def test_the_final_lines_say_what_the_held_out_figures_rest_on_and_warn_when_too_little():
-    from evolvekit.cli.run_cmd import heldout_lines
+    from evolvekit.report.figures import heldout_lines
 
     before = {"avg@8": 0.1, "tasks": 32, "k": 8, "split": "test", "sampling_se": 0.021, "p2/tasks": 48,
               "p2/sampling_se": 0.0, "class/no_call@8": 0.6}  # fmt: skip

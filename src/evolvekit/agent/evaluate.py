@@ -66,37 +66,50 @@ def classify_sample(traj: Trajectory, reference: Sequence[Sequence] | None) -> s
     return "wrong_tool" if not needed <= called else "wrong_args"
 
 
-def eval_minutes(first_episode_s: float, episodes: int, max_steps: int) -> tuple[float, float]:
-    """A rough range for an evaluation's minutes from one measured episode start and first step
-    (``first_episode_s``): every episode ending after one step, and every episode taking all ``max_steps`` steps at
-    the first step's pace. Later steps read longer prompts, so the upper end is not a bound."""
-    once = max(first_episode_s, 0.0) * max(episodes, 0) / 60.0
-    return once, once * max(max_steps, 1)
+# the range an estimate gives around its point: high / low = ESTIMATE_SPREAD**2 (< 3, so each end is within 3x of
+# the truth whenever the truth is inside)
+ESTIMATE_SPREAD = 1.7
 
 
-@dataclass(frozen=True)
-class FirstStep:
-    """One measured episode start and first step: its seconds and tokens."""
-
-    seconds: float
-    prompt_tokens: int
-    completion_tokens: int
+def pace_sample(left: int, concurrency: int) -> int:
+    """How many of the ``left`` episodes an estimate waits for: the first wave (``concurrency`` episodes run at once,
+    so the pace is a full batch's) or a tenth, whichever is more; ``left`` itself when that is all of them (no
+    estimate then: the progress line gives the time left)."""
+    return min(left, max(concurrency, -(-left // 10)))
 
 
-def time_first_step(
-    task: Task,
-    make_env: Callable[[], Environment],
-    engine: Engine,
-    cfg: RolloutConfig,
-    params: SamplingParams,
-    rendering: str = "compact",
-) -> FirstStep:
-    """Start one episode of ``task`` and run its first step with the real engine and environment, timed (its
-    trajectory is dropped: it is not one of the evaluation's samples)."""
-    start = time.perf_counter()
-    (traj,) = run_rollouts([RolloutJob(task=task, group_id="estimate")], make_env, engine,
-                           cfg.model_copy(update={"max_steps": 1}), params, rendering, show_progress=False)  # fmt: skip
-    return FirstStep(time.perf_counter() - start, traj.prompt_tokens, traj.completion_tokens)
+def eval_minutes(elapsed_s: float, done: int, left: int, spread: float = ESTIMATE_SPREAD) -> tuple[float, float, float]:
+    """The minutes the ``left - done`` episodes still to run take at the pace of the ``done`` that finished in
+    ``elapsed_s``: (point, point / spread, point x spread)."""
+    point = max(elapsed_s, 0.0) / max(done, 1) * max(left - done, 0) / 60.0
+    return point, point / spread, point * spread
+
+
+class PaceEstimate:
+    """An evaluation's estimate that costs nothing: it is made from the evaluation's own first episodes (no episode
+    is run for it), once ``pace_sample`` of them have finished, and logged with its range. Call it with each
+    finished episode; ``start()`` when the episodes start."""
+
+    def __init__(self, left: int, concurrency: int, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.left, self.after, self.clock = left, pace_sample(left, concurrency), clock
+        self.t0: float | None = None
+        self.done = 0
+        self.logged: tuple[float, float, float] | None = None
+
+    def start(self) -> None:
+        self.t0 = self.clock()
+
+    def __call__(self) -> None:
+        self.done += 1
+        if self.done != self.after or self.after >= self.left or self.t0 is None:
+            return
+        elapsed = self.clock() - self.t0
+        self.logged = point, low, high = eval_minutes(elapsed, self.done, self.left)
+        log.info(
+            "estimate: the first %d of %d episodes took %.1f s, so the other %d take about %.1f min (%.1f-%.1f min if "
+            "they are like the first; --no-estimate skips this line)",
+            self.done, self.left, elapsed, self.left - self.done, point, low, high,
+        )  # fmt: skip
 
 
 @dataclass
@@ -142,10 +155,11 @@ def evaluate_policy(
     experience_for=None,
     template=None,
     journal: EpisodeJournal | None = None,
+    pace: PaceEstimate | None = None,
 ) -> tuple[EvalReport, list[Trajectory]]:
     """avg@k / best@k over ``tasks``; ``experience_for(task) -> (text, ids)`` injects experience (test-time use).
     ``journal``: each episode is written to it as it finishes, and the episodes it already holds are not run again
-    (an interrupted evaluation continues)."""
+    (an interrupted evaluation continues). ``pace``: told of each episode as it finishes (the estimate)."""
     jobs = []
     for t in tasks:
         exp, ids = experience_for(t) if experience_for else (None, ())
@@ -158,14 +172,16 @@ def evaluate_policy(
     if done:
         log.info("evaluation: %d of %d episodes already in %s; running the other %d", len(done), len(jobs),
                  journal.path if journal else "", len(todo))  # fmt: skip
-    on_done = None
-    if journal is not None:
-        book = journal
 
-        def on_done(j: int, traj: Trajectory) -> None:
-            book.write(todo[j], traj)
+    def on_done(j: int, traj: Trajectory) -> None:
+        if journal is not None:
+            journal.write(todo[j], traj)
+        if pace is not None:
+            pace()
 
     pending = [jobs[i] for i in todo]
+    if pace is not None:
+        pace.start()
     fresh = run_rollouts(pending, make_env, engine, cfg, params, rendering, show_progress, template, on_done)
     by_job = {**done, **dict(zip(todo, fresh))}
     trajs = [by_job[i] for i in range(len(jobs)) if i in by_job]

@@ -69,12 +69,12 @@ def _evaluate(
 ):
     """One evaluation; ``llm`` (the policy) and ``shown`` (the run's own examples, ``examples_once``) may be shared
     between evaluations of one command (the leaderboard's categories), else made here."""
-    from evolvekit.agent.evaluate import EpisodeJournal, eval_minutes, evaluate_policy, time_first_step, write_results
+    from evolvekit.agent.evaluate import EpisodeJournal, PaceEstimate, evaluate_policy, write_results
     from evolvekit.engine.base import Engine
     from evolvekit.env.registry import make_env, preflight
     from evolvekit.llm.factory import role_llm, role_llm_or
     from evolvekit.orchestrator.build import policy_sampling
-    from evolvekit.questioning.self_examples import with_run_examples
+    from evolvekit.questioning.self_examples import examples_once, with_run_examples
 
     preflight(cfg.env, tasks[0])  # one episode starts before the model loads: exit 2 now, not a silent score of 0
     # what makes two evaluations the same: their tasks, k, and every setting but the run's name and folder
@@ -96,17 +96,16 @@ def _evaluate(
     # the worked examples a run with this config and seed shows (env.worked_examples: self: made by the explorer on
     # the first reset; the explorer is the policy itself when it is the same local model)
     explorer = lambda: role_llm_or(cfg.models, "explorer", llm)  # noqa: E731
-    made_env = with_run_examples(cfg, explorer, lambda: make_env(cfg.env), shown)
     left = episodes - len(journal.finished())
-    if estimate and left > 0:  # minutes, not only tokens: one real episode start and step, timed
-        first = time_first_step(tasks[0], made_env, engine, cfg.rollout, params, cfg.env.tool_rendering)
-        low, high = eval_minutes(first.seconds, left, cfg.rollout.max_steps)
-        log.info(
-            "estimate: one episode's start and first step took %.1f s here (%d prompt tokens, %d generated), so the "
-            "%d episodes left take about %.1f min if each ends after one step, %.1f min if each takes all %d steps at "
-            "that pace (later steps read longer prompts; --no-estimate skips this measurement)",
-            first.seconds, first.prompt_tokens, first.completion_tokens, left, low, high, cfg.rollout.max_steps,
-        )  # fmt: skip
+    if shown is None and cfg.env.worked_examples == "self":
+        shown = examples_once(cfg, explorer, lambda: make_env(cfg.env))
+    if shown is not None and left > 0:  # made once, before the episodes start: not part of their pace
+        started = time.perf_counter()
+        shown()
+        log.info("the run's own worked examples: %.1f s (once, before the episodes)", time.perf_counter() - started)
+    made_env = with_run_examples(cfg, explorer, lambda: make_env(cfg.env), shown)
+    # minutes from the evaluation's own first episodes, once they finish: no episode is run for the estimate
+    pace = PaceEstimate(left, cfg.rollout.concurrency) if estimate and left > 0 else None
     report, trajs = evaluate_policy(
         tasks,
         made_env,
@@ -117,6 +116,7 @@ def _evaluate(
         cfg.env.tool_rendering,
         experience_for=lookup,
         journal=journal,
+        pace=pace,
     )
     write_results(out, report, trajs)
     return report
@@ -218,7 +218,8 @@ def eval_command(
     estimate: bool = typer.Option(
         True,
         "--estimate/--no-estimate",
-        help="before the evaluation, time one episode's start and first step and log the minutes it will take",
+        help="once the evaluation's first episodes finish (a wave of rollout.concurrency, or a tenth), log the minutes "
+        "the others take at their pace, with a range (no episode is run for it)",
     ),
     as_json: bool = JsonOpt,
 ) -> None:

@@ -86,38 +86,11 @@ def run_command(
             )
             + "\n"
         )
+        from evolvekit.report.figures import heldout_lines
+
         for line in heldout_lines(before, after, classes):
             sys.stdout.write(line + "\n")
         if cfg.train.compare_with:
             from evolvekit.report.evidence import comparison_line
 
             sys.stdout.write(comparison_line(cfg.train.compare_with, cfg, after) + "\n")
-
-
-# fewer held-out samples than this, or a larger sampling error, and a before/after figure means little
-FEW_SAMPLES = 100
-LARGE_SAMPLING_ERROR = 0.05
-
-
-def heldout_lines(before: dict, after: dict, classes: list[str]) -> list[str]:
-    """What the run's held-out figures rest on, one line per panel (tasks × samples, the sampling error of avg@k
-    before and after, a warning where that is too little to mean much), then the samples' classes before -> after."""
-    ev = before or after
-    if not ev:
-        return []
-    lines = []
-    panels = [""] + sorted({k.split("/")[0] for k in ev if k.endswith("/tasks")})
-    for panel in panels:
-        at = f"{panel}/" if panel else ""
-        tasks, k = ev.get(f"{at}tasks"), ev.get("k")
-        if not isinstance(tasks, int) or not isinstance(k, int):
-            continue
-        se = [e.get(f"{at}sampling_se") for e in (before, after) if e]
-        shown = "/".join(f"{x:.3f}" for x in se if isinstance(x, (int, float)))
-        line = f"held-out {panel or ev.get('split', 'split')}: {tasks} tasks x {k} samples (sampling error {shown})"
-        if tasks * k < FEW_SAMPLES or any(isinstance(x, (int, float)) and x > LARGE_SAMPLING_ERROR for x in se):
-            line += "; WARNING: too few held-out samples for a before/after difference to mean much"
-        lines.append(line)
-    if classes:
-        lines.append("samples: " + ", ".join(f"{c}: {before.get(c)} -> {after.get(c)}" for c in classes))
-    return lines

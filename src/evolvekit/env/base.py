@@ -8,7 +8,7 @@ and delivers the next user message; ``evaluate(trajectory)`` scores the episode 
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -71,6 +71,29 @@ class CallResult(_Shape):
     output: str
     unknown_tool: bool = False  # the environment offers no tool of that name
     warnings: list[str] = Field(default_factory=list)  # e.g. an argument of the wrong JSON type
+
+
+def execute_calls(
+    calls: Sequence[ToolCall], execute: Callable[[ToolCall], Any], tools: Sequence[ToolSchema] | None = None
+) -> tuple[str, list[CallResult]]:
+    """A plugin's step made easy: each call run by ``execute(call)`` (its return value, as text, is the call's output;
+    an exception is a failed call, its message the output), a call to a tool not in ``tools`` refused as unknown.
+    Returns the observation (one output a line) and one ``CallResult`` per call, as ``StepResult`` carries them:
+    exploration, curation and step credit read whether each call succeeded from there, never from the text."""
+    names = None if tools is None else {t.name for t in tools}
+    results: list[CallResult] = []
+    for call in calls:
+        if names is not None and call.name not in names:
+            refused = f"error: no tool {call.name!r}"
+            results.append(CallResult(name=call.name, ok=False, output=refused, unknown_tool=True))
+            continue
+        try:
+            out = execute(call)
+        except Exception as err:  # the tool refused: a failed call, said to the agent
+            results.append(CallResult(name=call.name, ok=False, output=f"error: {err}"))
+            continue
+        results.append(CallResult(name=call.name, ok=True, output="" if out is None else str(out)))
+    return "\n".join(r.output for r in results), results
 
 
 class StepResult(_Shape):

@@ -54,6 +54,24 @@ class ExplorationTrace:
         return [(s.index, c, s.observation) for s in self.steps if s.ok for c in s.tool_calls]
 
 
+_WARNED_NO_RESULTS: set[str] = set()
+
+
+def warn_no_call_results(env, calls: int) -> None:
+    """Once per environment class: its step executed ``calls`` calls and returned no ``call_results``, so every
+    call counts as failed (nothing explored, no task kept), a plugin's most likely slip (issue 78)."""
+    name = type(env).__name__
+    if name in _WARNED_NO_RESULTS:
+        return
+    _WARNED_NO_RESULTS.add(name)
+    log.warning(
+        "%s.step: %d tool call(s) and no call_results: every call counts as failed, so exploration finds nothing and "
+        "no task is kept; return one CallResult per call (evolvekit.env.base.execute_calls does it; "
+        'docs/environments.md, "Bring your own environment")',
+        name, calls,
+    )  # fmt: skip
+
+
 def schema_problem(tool) -> str | None:
     """Why the explorer cannot use a tool's parameter description, or None: it must be a JSON schema object
     (``{"type": "object", "properties": {...}}``; BFCL's ``"type": "dict"`` too) or empty (no arguments). A flat
@@ -351,6 +369,8 @@ class Explorer:
                     except Exception as err:
                         traces[i].error = f"step: {err}"
                         continue
+                    if not res.call_results:
+                        warn_no_call_results(live_env, len(action.tool_calls))
                     ok = bool(res.call_results) and all(r.ok for r in res.call_results)
                     traces[i].steps.append(
                         ExplorationStep(

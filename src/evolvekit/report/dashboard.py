@@ -17,7 +17,7 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, Response
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from evolvekit.report.figures import connect_ro, load_summary, write_figures
+from evolvekit.report.figures import connect_ro, heldout_lines, load_summary, write_figures
 from evolvekit.store.sqlite import read_trajectory
 
 GOOD_COLOR, BAD_COLOR = "#c8f7c5", "#f7c5c5"
@@ -106,6 +106,9 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
         run = load_summary(run_dir)
         figs = write_figures(run, fig_dir)
         evals = evaluation_table(run.evaluations)
+        before, after = run.evaluations.get("before") or {}, run.evaluations.get("after") or {}
+        # what the figures rest on (tasks x samples, sampling error), with the run's warning where it is too little
+        rests = "".join(f"<p>{e(line)}</p>" for line in heldout_lines(before, after, []))
         last = run.metrics[max(run.metrics)] if run.metrics else {}
         rows = "".join(f"<tr><td>{e(k)}</td><td>{v:.4g}</td></tr>" for k, v in sorted(last.items()))
         imgs = "".join(f"<h3>{e(n)}</h3><img src='{base}/figures/{e(p.name)}' alt='{e(n)}'>" for n, p in figs.items())
@@ -114,7 +117,7 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
             f"run {run_dir.name}",
             f"<p>{len(run.metrics)} iterations done</p>"
             f"<h2>Helper sources</h2><table>{helpers}</table><h2>Held-out evaluation</h2>"
-            f"{evals}{imgs}<h2>Latest iteration</h2><table>{rows}</table>",
+            f"{evals}{rests}{imgs}<h2>Latest iteration</h2><table>{rows}</table>",
             base,
             up,
         )
