@@ -1107,7 +1107,7 @@ def test_the_cold_start_teaches_search_with_the_answer_of_the_runs_own_pool(tmp_
     assert (
         search("how do I add")
         == search_answer(pool, "how do I add", 1)[0]
-        == "- When to use: adding numbers | call add"
+        == "[Principle 0], type: guiding, metric score: 0.50, description: When to use: adding numbers | call add"
     )
     store.close()
     cfg, run_dir, store = open_run(load_config(None, sets + ["navigating.enabled=true"]), None)

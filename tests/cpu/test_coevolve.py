@@ -170,3 +170,21 @@ def test_no_context_asks_nothing(empty):
     reflector = _Reflector()
     assert CoEvolveRegenerator(reflector, SamplingParams(), lambda k, g: []).regenerate(empty, {}, {}) == []
     assert reflector.calls == []
+
+
+def test_signals_read_the_outcome_before_shaping_as_the_runs_success_does():
+    """Issue 77: with reward shaping on, a failed episode's shaped reward (format credit) can pass τ; the signals
+    read the task's score before shaping, the run's one definition of success (Trajectory.unshaped_outcome)."""
+    from evolvekit.types import RewardParts
+
+    def shaped(tid, outcome, total):
+        t = _tr("a", total, group="g", tid=tid)
+        return t.model_copy(update={"rewards": RewardParts(outcome=outcome, format=1.0)})
+
+    tracker = SignalTracker(n_min=10_000)
+    # both failed (outcome 0) though one's shaped reward is 0.6 > τ: no boundary; the other pair is one
+    assert tracker.observe([shaped("x", 0.0, 0.6), shaped("y", 0.0, 0.2)]) == []
+    got = tracker.observe([shaped("p", 1.0, 1.0), shaped("q", 0.0, 0.6)])
+    assert sorted((s.kind, s.trajectory_id) for s in got) == [("boundary", "p"), ("boundary", "q")]
+    # a forgetting signal: solved before (outcome 1), now failed though shaped above τ
+    assert [s.kind for s in tracker.observe([shaped("r", 0.0, 0.7)])] == ["forgetting"]

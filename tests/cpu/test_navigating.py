@@ -287,9 +287,22 @@ def test_search_experience_tool_wraps_the_environment():
     assert TOOL_NAME in [t.name for t in reset.tools] and "add" in [t.name for t in reset.tools]
     out = env.step(parse_action(format_call(ToolCall(name=TOOL_NAME, arguments={"query": "how do I add"}))))
     assert "call add with a and b" in out.observation and env.experience_ids_used == [pool.items[0].experience_id]
+    # as EvolveR shows a principle: its index, type and metric score s(p) = (c_succ + 1)/(c_use + 2) (Eq. 2)
+    assert "] [Principle 0], type: guiding, metric score: 0.50, description: When to use: adding" in out.observation
     env.step(parse_action(format_call(task.reference_solution[0][0])))  # the real tools still work
     env.step(parse_action("done"))
     assert env.evaluate().score == 1.0  # the search call does not disturb the official check
+
+
+def test_a_principle_shows_its_type_and_metric_score_as_evolver_does():
+    from evolvekit.navigating.tool_env import principle_line
+    from evolvekit.types import Experience, ExperienceProvenance
+
+    lesson = Experience(when_to_use="w", content="c", use_count=4, success_count=1,
+                        provenance=ExperienceProvenance(kind="failure"))  # fmt: skip
+    wanted = "[Principle 2], type: cautionary, metric score: 0.33, description: When to use: w | c"
+    assert principle_line(2, lesson) == wanted
+    assert "type: guiding" in principle_line(0, lesson.model_copy(update={"provenance": ExperienceProvenance()}))
 
 
 def test_utility_test_keeps_only_helpful_experiences():
@@ -601,9 +614,9 @@ def test_the_search_tool_keeps_the_environments_step_and_state_key():
     assert out.grounding == StepGrounding(state_changed=True, distance_before=2, distance_after=1)
     assert [t.name for t in out.tools or []] == ["revealed", TOOL_NAME]
     assert [r.name for r in out.call_results] == [TOOL_NAME, "add"]
-    assert out.observation.startswith(f"[{TOOL_NAME}] - When to use: adding") and out.observation.endswith(
-        "next request"
-    )
+    assert out.observation.startswith(
+        f"[{TOOL_NAME}] [Principle 0], type: guiding, metric score: 0.50, description: When to use: adding"
+    ) and out.observation.endswith("next request")
     assert env.state_key() == "s1"
 
     class _Stateless:

@@ -26,3 +26,94 @@ def test_the_bfcl_recipe_has_the_papers_scale_out_pieces():
     assert cfg.env.name == "bfcl" and cfg.env.family is None and cfg.train.eval_k == 8
     assert {cfg.models.judge.backend, cfg.models.attributor.backend, cfg.models.summarizer.backend} == {"openai"}
     assert cfg.questioning.enabled and cfg.navigating.enabled and cfg.attributing.enabled
+
+
+# ---- each recipe starts: one iteration of a shrunken copy on this CPU (issue 80.2) ----------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = ("explorer", "synthesizer", "judge", "attributor", "summarizer")
+
+
+@pytest.fixture(scope="module")
+def served():
+    """The served roles' stand-in: `transformers serve` (set-up installs its serving extra) on the embedded model's
+    folder, as the README pairs them (`evolvekit llm path`), offline. Yields (base URL, model folder)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    path = (
+        subprocess.run(
+            [sys.executable, "-m", "evolvekit.cli.main", "llm", "path"], capture_output=True, text=True, timeout=600
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [str(Path(sys.executable).parent / "transformers"), "serve", path, "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://localhost:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("transformers serve did not start")
+        yield url + "/v1", path
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen(tmp_path_factory):
+    from evolvekit.llm.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-qwen2"), arch="qwen2")
+
+
+def _shrunk(served, tiny_qwen, out: Path) -> list[str]:
+    """The CPU-sized copy: the tiny Qwen2 policy on the native engine without sharding, every served role at the
+    stand-in, one iteration of one task, short episodes."""
+    url, path = served
+    sets = [f"models.policy.model={tiny_qwen}", "models.policy.engine=native", "models.policy.dtype=float32"]
+    sets += ["models.policy.device=cpu", "models.policy.max_new_tokens=24", "train.sharding=none"]
+    for role in ROLES:
+        sets += [f"models.{role}.base_url={url}", f"models.{role}.model={path}", f"models.{role}.max_new_tokens=48"]
+    sets += ["train.iterations=1", "train.tasks_per_iteration=1", "rollout.group_size=2", "rollout.max_steps=2"]
+    sets += ["train.ppo_epochs=1", "questioning.explore_runs=1", "questioning.explore_steps=2", "train.eval_k=1"]
+    sets += ["train.eval_tasks=1", f"run.out_dir={out}"]
+    return sets
+
+
+def _run(recipe: Path, sets: list[str]):
+    import subprocess
+    import sys
+
+    args = [a for s in sets for a in ("--set", s)]
+    return subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "run", str(recipe), *args, "--json", "--no-progress"],
+        capture_output=True, text=True, timeout=1500, cwd=ROOT,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_bfcl_recipe_starts_one_iteration_of_a_shrunken_copy(served, tiny_qwen, tmp_path):
+    recipe = next(p for p in RECIPES if p.name == "agentevolver_bfcl_gpu.yaml")
+    res = _run(recipe, _shrunk(served, tiny_qwen, tmp_path))
+    assert res.returncode == 0, res.stderr[-3000:]
+    import json
+
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["iterations"] == 1
+    # the served explorer and synthesizer are said to run without the scaffold (a served model cannot be constrained)
+    assert "the explorer (" in res.stderr and "runs without the decoding scaffold" in res.stderr

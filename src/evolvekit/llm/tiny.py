@@ -1,4 +1,4 @@
-"""A tiny randomly initialised Llama with the SmolLM2 tokenizer, for smoke tests and CI-sized benchmarks.
+"""A tiny randomly initialised Llama (or Qwen2) with the SmolLM2 tokenizer, for smoke tests and CI-sized benchmarks.
 
 It speaks the same chat template and vocabulary as the embedded policy, so every code path (rollouts, snapshot
 merge, training, checkpoints, resume) runs exactly as with the real model, only ~1000× cheaper.
@@ -16,9 +16,12 @@ def make_tiny_model(
     heads: int = 4,
     seed: int = 0,
     tokenizer_from: str = "embedded:smollm2-135m-instruct",
+    arch: str = "llama",
 ) -> Path:
+    """``arch``: ``llama`` (SmolLM2's) or ``qwen2`` (Qwen2.5's: biased q/k/v projections), both with the SmolLM2
+    tokenizer."""
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     from evolvekit.llm.embedded import resolve_model_path
 
@@ -26,7 +29,10 @@ def make_tiny_model(
     if (folder / "config.json").is_file():
         return folder
     tok = AutoTokenizer.from_pretrained(resolve_model_path(tokenizer_from))
-    cfg = LlamaConfig(
+    if arch not in ("llama", "qwen2"):
+        raise ValueError(f"arch: llama or qwen2, not {arch!r}")
+    config_class, model_class = (LlamaConfig, LlamaForCausalLM) if arch == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+    cfg = config_class(
         vocab_size=len(tok),
         hidden_size=hidden,
         intermediate_size=2 * hidden,
@@ -40,7 +46,7 @@ def make_tiny_model(
         tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg)
+    model = model_class(cfg)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from evolvekit.env.base import Action, CallResult, Environment, ResetResult, StateKeyed, StepResult, ToolSchema
 from evolvekit.navigating.pool import ExperiencePool
 from evolvekit.train.rewards import SEARCH_TOOL
+from evolvekit.types import Experience
 
 TOOL_NAME = SEARCH_TOOL
 TOOL = ToolSchema(
@@ -24,14 +25,26 @@ TOOL = ToolSchema(
 )
 
 
+# EvolveR's principle types: a guiding principle comes from a success, a cautionary one from a failure (§3.2.2)
+PRINCIPLE_TYPE = {"failure": "cautionary"}
+
+
+def principle_line(index: int, e: Experience) -> str:
+    """One retrieved principle as EvolveR's search shows it (Appendix, 'Env: <experience>[Principle 0], type: guiding,
+    metric score: 0.67, description: ...'): its index, its type (cautionary if distilled from a failure, else
+    guiding), its metric score s(p) (Eq. 2) and its text."""
+    kind = PRINCIPLE_TYPE.get(e.provenance.kind, "guiding")
+    text = f"When to use: {e.when_to_use} | {e.content}"
+    return f"[Principle {index}], type: {kind}, metric score: {e.score:.2f}, description: {text}"
+
+
 def search_answer(pool: ExperiencePool, query: str, k: int) -> tuple[str, list[str]]:
-    """The search tool's answer to ``query`` (the top-k principles, one line each) and the experience ids in it."""
+    """The search tool's answer to ``query`` (the top-k principles, one line each, as ``principle_line``) and the
+    experience ids in it."""
     hits = pool.retrieve(query, k)
     if not hits:
         return "No stored experience matches.", []
-    return "\n".join(f"- When to use: {e.when_to_use} | {e.content}" for e, _ in hits), [
-        e.experience_id for e, _ in hits
-    ]
+    return "\n".join(principle_line(i, e) for i, (e, _) in enumerate(hits)), [e.experience_id for e, _ in hits]
 
 
 class ExperienceToolEnv:

@@ -71,14 +71,14 @@ class SignalTracker:
         for t in live:
             groups.setdefault(t.group_id or t.task_id, []).append(t)
         for members in groups.values():
-            if boundary([float(t.outcome_reward or 0.0) for t in members], self.threshold):
+            if boundary([t.unshaped_outcome for t in members], self.threshold):
                 signals += [Signal("boundary", t.trajectory_id, t.task_id) for t in members]
         for t in live:
             self.patterns[action_pattern(t)] += 1
         total = sum(self.patterns.values())
         best_now: dict[str, float] = {}
         for t in live:
-            s_now = float(t.outcome_reward or 0.0)
+            s_now = t.unshaped_outcome  # the task's score s_t: the outcome before shaping, as the run's success
             if forgetting(list(self.history.get(t.task_id, ())), s_now, self.threshold):
                 signals.append(Signal("forgetting", t.trajectory_id, t.task_id))
             best_now[t.task_id] = max(best_now.get(t.task_id, s_now), s_now)
