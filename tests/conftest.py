@@ -4,9 +4,11 @@ import gc
 import importlib.util
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +165,38 @@ class TaskIndexStore:
 
     def task_index(self):
         return self.tasks
+
+
+@pytest.fixture(scope="session")
+def served():
+    """The served roles' stand-in: `transformers serve` (set-up installs its serving extra) on the embedded model's
+    folder, as the README pairs them (`evolvekit llm path`), offline. Yields (base URL, model folder)."""
+    import httpx
+
+    path = (
+        subprocess.run(
+            [sys.executable, "-m", "evolvekit.cli.main", "llm", "path"], capture_output=True, text=True, timeout=600
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [str(Path(sys.executable).parent / "transformers"), "serve", path, "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://localhost:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("transformers serve did not start")
+        yield url + "/v1", path
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

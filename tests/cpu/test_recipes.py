@@ -35,46 +35,6 @@ ROLES = ("explorer", "synthesizer", "judge", "attributor", "summarizer")
 
 
 @pytest.fixture(scope="module")
-def served():
-    """The served roles' stand-in: `transformers serve` (set-up installs its serving extra) on the embedded model's
-    folder, as the README pairs them (`evolvekit llm path`), offline. Yields (base URL, model folder)."""
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    import httpx
-
-    path = (
-        subprocess.run(
-            [sys.executable, "-m", "evolvekit.cli.main", "llm", "path"], capture_output=True, text=True, timeout=600
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1"}
-    cmd = [str(Path(sys.executable).parent / "transformers"), "serve", path, "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://localhost:{port}"
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("transformers serve did not start")
-        yield url + "/v1", path
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
 def tiny_qwen(tmp_path_factory):
     from evolvekit.llm.tiny import make_tiny_model
 
