@@ -41,17 +41,21 @@ def tiny_qwen(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("tiny-qwen2"), arch="qwen2")
 
 
-def _shrunk(served, tiny_qwen, out: Path) -> list[str]:
+def _shrunk(served, tiny_qwen, out: Path, recipe: Path) -> list[str]:
     """The CPU-sized copy: the tiny Qwen2 policy on the native engine without sharding, every served role at the
     stand-in, one iteration of one task, short episodes."""
     url, path = served
     sets = [f"models.policy.model={tiny_qwen}", "models.policy.engine=native", "models.policy.dtype=float32"]
-    sets += ["models.policy.device=cpu", "models.policy.max_new_tokens=24", "train.sharding=none"]
-    for role in ROLES:
+    sets += ["models.policy.device=cpu", "models.policy.max_new_tokens=24", "train.sharding=replicate"]
+    cfg = load_config(recipe)
+    for role in [r for r in ROLES if getattr(cfg.models, r).backend == "openai"]:  # the recipe's served roles
         sets += [f"models.{role}.base_url={url}", f"models.{role}.model={path}", f"models.{role}.max_new_tokens=48"]
     sets += ["train.iterations=1", "train.tasks_per_iteration=1", "rollout.group_size=2", "rollout.max_steps=2"]
     sets += ["train.ppo_epochs=1", "questioning.explore_runs=1", "questioning.explore_steps=2", "train.eval_k=1"]
-    sets += ["train.eval_tasks=1", f"run.out_dir={out}"]
+    sets += ["train.eval_tasks=1", f"run.out_dir={out}", "questioning.synthetic_tasks=1", "env.tool_rendering=compact"]
+    # λ = 0: the run trains on tasks it is given whatever the served 135M helpers keep (it may keep none: a served
+    # explorer has no decoding scaffold), so that one iteration always runs; synthesis still runs on the served roles
+    sets += ["questioning.hybrid_lambda=0"]
     return sets
 
 
@@ -62,18 +66,44 @@ def _run(recipe: Path, sets: list[str]):
     args = [a for s in sets for a in ("--set", s)]
     return subprocess.run(
         [sys.executable, "-m", "evolvekit.cli.main", "run", str(recipe), *args, "--json", "--no-progress"],
-        capture_output=True, text=True, timeout=1500, cwd=ROOT,
+        capture_output=True, text=True, timeout=840, cwd=ROOT,
     )  # fmt: skip
 
 
 @pytest.mark.slow
 def test_the_bfcl_recipe_starts_one_iteration_of_a_shrunken_copy(served, tiny_qwen, tmp_path):
     recipe = next(p for p in RECIPES if p.name == "agentevolver_bfcl_gpu.yaml")
-    res = _run(recipe, _shrunk(served, tiny_qwen, tmp_path))
+    # BFCL's 4-tool MathAPI family: short prompts for the served 135M helpers
+    res = _run(recipe, [*_shrunk(served, tiny_qwen, tmp_path, recipe), "env.family=arith"])
     assert res.returncode == 0, res.stderr[-3000:]
     import json
 
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["iterations"] == 1
     # the served explorer and synthesizer are said to run without the scaffold (a served model cannot be constrained)
+    assert "the explorer (" in res.stderr and "runs without the decoding scaffold" in res.stderr
+
+
+@pytest.mark.slow
+def test_the_mcp_recipe_starts_one_iteration_of_a_shrunken_copy(served, tiny_qwen, tmp_path):
+    """Your MCP server (npm's filesystem server here) with the served helpers: one iteration on a tasks file."""
+    import json
+
+    from evolvekit.env.mcp import mcp_available
+
+    if mcp_available() is not None or not (ROOT / ".venv/mcp-node/node_modules/.bin/mcp-server-filesystem").exists():
+        pytest.skip("npm's MCP filesystem server is not installed (scripts/setup.sh)")
+    tasks = tmp_path / "tasks.jsonl"
+    rows = [
+        {"task_id": f"box{i}", "env_name": "mcp", "query": f"Make a folder /sandbox/box{i}.", "source": "synthetic",
+         "reference_solution": [[{"name": "create_directory", "arguments": {"path": f"/sandbox/box{i}"}}]]}
+        for i in range(6)
+    ]  # fmt: skip
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = next(p for p in RECIPES if p.name == "mcp_served.yaml")
+    given = [f"env.mcp.tasks_file={tasks}", "env.mcp.test_share=0.3"]
+    res = _run(recipe, [*_shrunk(served, tiny_qwen, tmp_path, recipe), *given])
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["iterations"] == 1
     assert "the explorer (" in res.stderr and "runs without the decoding scaffold" in res.stderr

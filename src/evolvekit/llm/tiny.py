@@ -7,6 +7,7 @@ merge, training, checkpoints, resume) runs exactly as with the real model, only 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 def make_tiny_model(
@@ -31,7 +32,11 @@ def make_tiny_model(
     tok = AutoTokenizer.from_pretrained(resolve_model_path(tokenizer_from))
     if arch not in ("llama", "qwen2"):
         raise ValueError(f"arch: llama or qwen2, not {arch!r}")
-    config_class, model_class = (LlamaConfig, LlamaForCausalLM) if arch == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+    classes: dict[str, tuple[Any, Any]] = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    }
+    config_class, model_class = classes[arch]
     cfg = config_class(
         vocab_size=len(tok),
         hidden_size=hidden,
