@@ -106,12 +106,12 @@ def test_the_docs_commands_run_on_the_counter_environment(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_plugin_written_from_the_docs_alone_keeps_well_posed_tasks_and_trains_on_them(tmp_path):
+def test_a_plugin_written_from_the_docs_alone_keeps_well_posed_tasks(tmp_path):
     """Issue 78.1: a new 4-tool plugin written from docs/environments.md alone (tests/plugins/docs_bank_env.py, copied
     into the user's working folder) gets kept tasks from `tasks synthesize` that are well-posed: each replays its
     reference to a pass, none passes when the agent does nothing, each request states its reference's values (the
-    small-model filter: questioning.grounding_threshold 1, one operation a task); then a short `run` trains on the
-    run's own synthesized tasks and evaluates on held-out ones."""
+    small-model filter: questioning.grounding_threshold 1, one operation a task; exploration at its defaults, 4 runs
+    of 30 steps, seed 0: benchmarks/results/docs_plugin_trial.md, B)."""
     import json
     import shutil
     import subprocess
@@ -122,16 +122,15 @@ def test_a_plugin_written_from_the_docs_alone_keeps_well_posed_tasks_and_trains_
     from evolvekit.types import Task
 
     shutil.copy(ROOT / "tests" / "plugins" / "docs_bank_env.py", tmp_path / "docs_bank_env.py")
-    sets = ["env.name=docs_bank", "env.plugins=[docs_bank_env]", "env.family=null", "questioning.explore_runs=2"]
-    sets += ["questioning.explore_steps=6", "questioning.difficulty.operations=1", "questioning.grounding_threshold=1"]
+    sets = ["env.name=docs_bank", "env.plugins=[docs_bank_env]", "env.family=null"]
+    sets += ["questioning.difficulty.operations=1", "questioning.grounding_threshold=1"]
     args = [a for s in sets for a in ("--set", s)]
-
-    def cli(*more):
-        return subprocess.run([sys.executable, "-m", "evolvekit.cli.main", *more], capture_output=True, text=True,
-                              timeout=1200, cwd=tmp_path)  # fmt: skip
-
-    out = tmp_path / "heldout.jsonl"
-    syn = cli("tasks", "synthesize", *args, "--n", "3", "--max-rounds", "3", "--out", str(out), "--json")
+    out = tmp_path / "tasks.jsonl"
+    syn = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "tasks", "synthesize", *args, "--n", "1", "--max-rounds", "2",
+         "--out", str(out), "--json"],
+        capture_output=True, text=True, timeout=1200, cwd=tmp_path,
+    )  # fmt: skip
     assert syn.returncode == 0, syn.stderr[-3000:]
     funnel = json.loads(syn.stdout.strip().splitlines()[-1])
     kept = [Task.model_validate_json(line) for line in out.read_text().splitlines()]
@@ -146,11 +145,3 @@ def test_a_plugin_written_from_the_docs_alone_keeps_well_posed_tasks_and_trains_
             assert values and all(str(v) in task.query for v in values), task.query
     finally:
         sys.path.remove(str(tmp_path))
-    budget = ["questioning.enabled=true", "questioning.hybrid_lambda=1", "questioning.synthetic_tasks=2"]
-    budget += ["train.iterations=1", "train.tasks_per_iteration=1", "rollout.group_size=2", "rollout.max_steps=2"]
-    budget += [f"train.eval_synthetic={out}", "train.eval_k=1", "models.policy.max_new_tokens=48"]
-    budget += [f"run.out_dir={tmp_path / 'runs'}"]
-    run = cli("run", *args, *[a for s in budget for a in ("--set", s)], "--json", "--no-progress")
-    assert run.returncode == 0, run.stderr[-3000:]
-    summary = json.loads(run.stdout.strip().splitlines()[-1])
-    assert summary["iterations"] == 1 and summary["eval_after"]["synthetic/tasks"] == len(kept)
