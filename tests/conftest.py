@@ -30,7 +30,7 @@ def _has_cuda() -> bool:
         return False
 
 
-_NOW = os.environ.get("EVOLVEKIT_TEST_NOW")  # benchmarks/peak_memory.py --label-file: which test is running
+_NOW = os.environ.get("EVOLVEKIT_TEST_NOW")  # benchmarks/speed/peak_memory.py --label-file: which test is running
 
 
 def pytest_runtest_logstart(nodeid, location):

@@ -366,7 +366,7 @@ class TrainConfig(_Section):
     eval_every: int = F(0, "also evaluate on held-out tasks every N iterations (0 = only before/after)", ge=0)
     compare_with: str | None = F(
         None,
-        "results JSON of a committed baseline (benchmarks/evidence.py): its held-out figures for the same family and budget are printed next to this run's at the end",
+        "results JSON of a committed baseline (benchmarks/evidence/evidence.py): its held-out figures for the same family and budget are printed next to this run's at the end",
     )
     compare_row: str | None = F(
         None, "the row of train.compare_with that is this configuration over seeds (default: run.name)"

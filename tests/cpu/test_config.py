@@ -97,15 +97,15 @@ def test_a_role_given_in_part_keeps_its_role_defaults(tmp_path):
 
 def test_evidence_quickstart_rows_are_grpo_yaml_and_the_archived_oracle_main_job():
     """The figures of the earlier main job (evidence_quickstart*.md) are of exactly configs/grpo.yaml and the archived
-    configs/oracle_quickstart_arith_chain.yaml (budget_of: the same family and budget), which names its use of
+    configs/evidence/oracle_quickstart_arith_chain.yaml (budget_of: the same family and budget), which names its use of
     person-written gold with run.oracle."""
     from evolvekit.report.ablate import load_spec
     from evolvekit.report.evidence import budget_of, comparison_line
 
-    spec_path = Path("configs/evidence_quickstart.yaml")
+    spec_path = Path("configs/evidence/evidence_quickstart.yaml")
     spec = load_spec(spec_path)
     rows = {row.name: row.overrides for row in spec.rows}
-    archived = load_config("configs/oracle_quickstart_arith_chain.yaml")
+    archived = load_config("configs/evidence/oracle_quickstart_arith_chain.yaml")
     assert archived.run.oracle
     for name, target, extra in (
         ("grpo", load_config("configs/grpo.yaml"), []),
@@ -134,7 +134,7 @@ def test_the_main_job_runs_on_the_environment_alone():
     assert quickstart.env.worked_examples == "self"  # no person-written worked example either (issue 76)
     assert quickstart.train.eval_panels == ["configs/panels/arith_panel2_v1.jsonl"]
     assert Path(quickstart.train.compare_with or "").name == "evidence_self_examples.json"
-    spec_path = Path("configs/evidence_self_examples.yaml")
+    spec_path = Path("configs/evidence/evidence_self_examples.yaml")
     spec = load_spec(spec_path)
     rows = {row.name: row.overrides for row in spec.rows}
     assert len(spec.seeds) >= 10 and spec.lift_reference == "grpo_person"
@@ -155,12 +155,12 @@ def test_evidence_quickstart_replication_repeats_the_spec_on_new_seeds():
     the pooled file reports both sets of seeds."""
     from evolvekit.report.ablate import load_spec
 
-    first = load_spec(Path("configs/evidence_quickstart.yaml"))
-    again = load_spec(Path("configs/evidence_quickstart_replication.yaml"))
+    first = load_spec(Path("configs/evidence/evidence_quickstart.yaml"))
+    again = load_spec(Path("configs/evidence/evidence_quickstart_replication.yaml"))
     fields = ("base", "budget", "out_dir", "rows")
     assert [getattr(again, f) for f in fields] == [getattr(first, f) for f in fields]
     assert len(again.seeds) == 10 and not set(again.seeds) & set(first.seeds)
-    pooled = load_spec(Path("configs/evidence_quickstart_pooled.yaml"))
+    pooled = load_spec(Path("configs/evidence/evidence_quickstart_pooled.yaml"))
     assert [getattr(pooled, f) for f in fields] == [getattr(first, f) for f in fields]
     assert pooled.seeds == [*first.seeds, *again.seeds]
     assert pooled.confidence == 0.975 and first.confidence == again.confidence == 0.95  # the second look: 97.5%
@@ -171,8 +171,8 @@ def test_evidence_quickstart_parts_split_the_main_jobs_overrides():
     seeds), and its two new rows split the quickstart's overrides: self-questioning's settings, and the rest."""
     from evolvekit.report.ablate import load_spec
 
-    first = load_spec(Path("configs/evidence_quickstart.yaml"))
-    parts = load_spec(Path("configs/evidence_quickstart_parts.yaml"))
+    first = load_spec(Path("configs/evidence/evidence_quickstart.yaml"))
+    parts = load_spec(Path("configs/evidence/evidence_quickstart_parts.yaml"))
     assert (parts.base, parts.budget, parts.out_dir) == (first.base, first.budget, first.out_dir)
     assert set(parts.seeds) <= set(first.seeds)
     rows = {r.name: r.overrides for r in parts.rows}
@@ -218,13 +218,15 @@ def test_co_evolution_switch_alias(tmp_path):
     assert load_config(None, ["evolving_rl.co_evolution=off"]).evolving_rl.enabled is False
 
 
-@pytest.mark.parametrize("spec", sorted(p.name for p in Path("configs").glob("*.yaml") if "rows:" in p.read_text()))
+@pytest.mark.parametrize(
+    "spec", sorted(p.name for p in Path("configs/evidence").glob("*.yaml") if "rows:" in p.read_text())
+)
 def test_committed_ablation_specs_validate_every_row(spec):
     """Every committed ablation/evidence file names a base config and rows whose overrides `run` accepts, and each
     evidence file's budget keeps its family fixed across rows (one family per table)."""
     from evolvekit.report.ablate import load_spec
 
-    path = Path("configs") / spec
+    path = Path("configs/evidence") / spec
     parsed = load_spec(path)
     families = set()
     for row in parsed.rows:
@@ -234,22 +236,24 @@ def test_committed_ablation_specs_validate_every_row(spec):
 
 
 def test_the_gold_table_is_oracle_and_shares_the_person_task_reference_row():
-    """configs/evidence_env_only_gold.yaml: its grpo_person row is the first spec's exactly (same folder, budget,
-    seeds), and every other row opens the gold through run.oracle, so its outputs say ORACLE."""
+    """configs/evidence/evidence_env_only_gold.yaml: its grpo_person row is the first spec's exactly (same folder,
+    budget, seeds), and every other row opens the gold through run.oracle, so its outputs say ORACLE."""
     from evolvekit.report.ablate import load_spec
 
     first, gold = (
-        load_spec(Path("configs/evidence_env_only.yaml")),
-        load_spec(Path("configs/evidence_env_only_gold.yaml")),
+        load_spec(Path("configs/evidence/evidence_env_only.yaml")),
+        load_spec(Path("configs/evidence/evidence_env_only_gold.yaml")),
     )
     assert (gold.base, gold.budget, gold.out_dir, gold.seeds) == (first.base, first.budget, first.out_dir, first.seeds)
     rows = {r.name: r.overrides for r in gold.rows}
     assert rows["grpo_person"] == {r.name: r.overrides for r in first.rows}["grpo_person"]
     for name, overrides in rows.items():
-        cfg = load_config(Path("configs") / gold.base, [*gold.budget, *overrides])
+        cfg = load_config(Path("configs/evidence") / gold.base, [*gold.budget, *overrides])
         assert cfg.run.oracle == (name != "grpo_person"), name
         assert not cfg.questioning.enabled  # every row trains on the person-written split
-    assert Path(load_config(Path("configs") / gold.base, rows["sft_then_grpo"]).cold_start.tasks_file or "").is_file()
+    assert Path(
+        load_config(Path("configs/evidence") / gold.base, rows["sft_then_grpo"]).cold_start.tasks_file or ""
+    ).is_file()
 
 
 def test_gigpo_refuses_the_eq_18_to_21_fields_it_would_ignore():
@@ -297,7 +301,7 @@ def test_config_show_marks_every_departure_from_the_papers_and_each_is_explained
     for shipped in (
         "quickstart",
         "grpo",
-        "oracle_quickstart_arith_chain",
+        "evidence/oracle_quickstart_arith_chain",
         "mcp_filesystem",
         "mcp_git",
         "questioning_bfcl",

@@ -1,4 +1,4 @@
-"""benchmarks/evidence.py: where a report goes when no --out is given."""
+"""benchmarks/evidence/evidence.py: where a report goes when no --out is given."""
 
 import json
 import sqlite3
@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "evidence"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "audits"))
 
 from evidence import default_out  # noqa: E402
 
 
 def test_two_specs_of_one_family_report_to_different_files():
-    a = default_out(Path("configs/evidence_arith_chain.yaml"), "arith_chain")
-    b = default_out(Path("configs/evidence_arith_chain_credit.yaml"), "arith_chain")
+    a = default_out(Path("configs/evidence/evidence_arith_chain.yaml"), "arith_chain")
+    b = default_out(Path("configs/evidence/evidence_arith_chain_credit.yaml"), "arith_chain")
     assert a == Path("benchmarks/results/evidence_arith_chain") and b == Path(
         "benchmarks/results/evidence_arith_chain_credit"
     )
@@ -30,7 +31,7 @@ def test_every_committed_spec_reports_to_its_committed_results():
 
 
 def test_tool_call_share_counts_rollouts_with_a_call_in_the_asked_iterations(tmp_path):
-    from tool_call_share import tool_call_share  # benchmarks/tool_call_share.py
+    from tool_call_share import tool_call_share  # benchmarks/evidence/tool_call_share.py
 
     from evolvekit.store.sqlite import RunStore
     from evolvekit.types import Step, ToolCall, Trajectory
@@ -53,7 +54,7 @@ def test_tool_call_share_counts_rollouts_with_a_call_in_the_asked_iterations(tmp
 
 
 def test_evidence_paired_prints_the_paired_difference_of_two_rows(tmp_path, capsys, monkeypatch):
-    import evidence_paired  # benchmarks/evidence_paired.py
+    import evidence_paired  # benchmarks/evidence/evidence_paired.py
 
     rows = {
         "a": {"seeds": [0, 1, 2], "per_seed_after": {"avg@8": [0.5, 0.6, 0.7], "best@8": [1.0, 1.0, 1.0]}},
@@ -69,7 +70,7 @@ def test_evidence_paired_prints_the_paired_difference_of_two_rows(tmp_path, caps
 
 
 def test_mutation_copies_register_after_the_definitions_so_registered_functions_are_mutated():
-    from mutation import undecorate_registrations  # benchmarks/mutation.py
+    from mutation import undecorate_registrations  # benchmarks/audits/mutation.py
 
     root = Path(__file__).resolve().parents[2]
     text = (root / "src/evolvekit/attributing/sources.py").read_text()
@@ -87,7 +88,7 @@ def test_mutation_copies_register_after_the_definitions_so_registered_functions_
 
 
 def test_a_kept_run_restores_to_the_same_figures_and_is_marked_finished(tmp_path):
-    from keep_runs import keep, restore  # benchmarks/keep_runs.py
+    from keep_runs import keep, restore  # benchmarks/evidence/keep_runs.py
 
     from evolvekit.report.collection import load_groups
     from evolvekit.store.sqlite import RunStore
@@ -131,7 +132,7 @@ def test_a_kept_run_restores_to_the_same_figures_and_is_marked_finished(tmp_path
 
 @pytest.mark.slow
 def test_a_mutmut_timeout_is_run_again_and_counted_by_that_run(tmp_path):
-    from mutation import recheck_timeouts  # benchmarks/mutation.py
+    from mutation import recheck_timeouts  # benchmarks/audits/mutation.py
 
     tests = tmp_path / "copy" / "mutants" / "tests"
     tests.mkdir(parents=True)
@@ -150,7 +151,7 @@ def test_a_mutmut_timeout_is_run_again_and_counted_by_that_run(tmp_path):
 
 @pytest.mark.slow
 def test_a_rechecked_mutant_runs_the_tests_mutmut_found_covering_its_function(tmp_path):
-    from mutation import recheck_timeouts  # benchmarks/mutation.py
+    from mutation import recheck_timeouts  # benchmarks/audits/mutation.py
 
     mutants = tmp_path / "copy" / "mutants"
     (mutants / "tests").mkdir(parents=True)
@@ -168,7 +169,7 @@ def test_a_rechecked_mutant_runs_the_tests_mutmut_found_covering_its_function(tm
 
 
 def test_a_resumed_mutation_look_keeps_its_kills_and_reopens_everything_else(tmp_path):
-    """benchmarks/mutation.py --resume: an unfinished look goes on in its copy; its kills stand (unless their
+    """benchmarks/audits/mutation.py --resume: an unfinished look goes on in its copy; its kills stand (unless their
     function is named to be checked again), and its survivors, timeouts and crashes are undecided again, so the
     tests as they are now meet them."""
     import json
@@ -186,7 +187,7 @@ def test_a_resumed_mutation_look_keeps_its_kills_and_reopens_everything_else(tmp
 
 
 def test_the_health_table_names_the_closed_tasks_their_own_share_and_the_borrowed_ones():
-    from evidence import _closed  # benchmarks/evidence.py
+    from evidence import _closed  # benchmarks/evidence/evidence.py
 
     from evolvekit.report.evidence import RunHealth
 

@@ -1,9 +1,9 @@
-"""benchmarks/learning_seeds.py: the per-seed aggregation of held-out curves."""
+"""benchmarks/evidence/learning_seeds.py: the per-seed aggregation of held-out curves."""
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "evidence"))
 
 from learning_seeds import aggregate  # noqa: E402
 

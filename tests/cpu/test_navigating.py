@@ -381,7 +381,9 @@ def test_family_worked_examples_seed_the_pool_and_skip_the_cold_start(tmp_path, 
     seeds = family_experiences(get_family("arith"))
     assert len(seeds) == len(get_family("arith").demonstrations) and len({e.experience_id for e in seeds}) == len(seeds)
     assert all("<tool_call>" in e.content and e.provenance.kind == "imported" for e in seeds)
-    committed = Path(__file__).resolve().parents[2] / "configs" / "experiences_arith_examples.jsonl"
+    committed = (
+        Path(__file__).resolve().parents[2] / "configs" / "evidence" / "data" / "experiences_arith_examples.jsonl"
+    )
     assert [Experience.model_validate_json(x) for x in committed.read_text().splitlines()] == seeds  # regenerated as is
     monkeypatch.syspath_prepend(PLUGINS)
     tiny = make_tiny_model(tmp_path / "tiny")

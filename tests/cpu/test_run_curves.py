@@ -1,11 +1,11 @@
-"""benchmarks/run_curves.py: per-run held-out curves and mechanism figures read from a run's folder."""
+"""benchmarks/evidence/run_curves.py: per-run held-out curves and mechanism figures read from a run's folder."""
 
 import json
 import sqlite3
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "evidence"))
 
 from run_curves import attribution_cells, curve, mechanism_cells  # noqa: E402
 

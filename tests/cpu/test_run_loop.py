@@ -352,7 +352,7 @@ def test_experience_as_a_tool_replaces_injection_and_reaches_held_out_evaluation
 
     sets = ["navigating.enabled=true", "navigating.as_tool=true", "navigating.n_pc=0", "navigating.rerank=false"]
     sets += ["navigating.rewrite=false", f"models.summarizer.model={tiny}", "navigating.extraction=grounded"]
-    seeds = Path(__file__).resolve().parents[2] / "configs" / "experiences_arith_examples.jsonl"
+    seeds = Path(__file__).resolve().parents[2] / "configs" / "evidence" / "data" / "experiences_arith_examples.jsonl"
     sets += [f"navigating.seed_file={seeds}"]  # a pool that injection would draw from
     cfg, run_dir, store = open_run(load_config(_config(tiny, tmp_path, iterations=1, eval_after=False), sets), None)
     loop = build_loop(cfg, run_dir, store, show_progress=False)

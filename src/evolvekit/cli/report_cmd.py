@@ -57,7 +57,7 @@ def dashboard_command(
 
 
 def ablate_command(
-    spec: Path = typer.Argument(..., help="ablation YAML, e.g. configs/ablation.yaml"),
+    spec: Path = typer.Argument(..., help="ablation YAML, e.g. configs/evidence/ablation.yaml"),
     only: Optional[list[str]] = typer.Option(None, "--only", help="run only these rows"),
 ) -> None:
     """Run ablation rows over seeds (resumable) and write a markdown table of held-out avg@k / best@k."""

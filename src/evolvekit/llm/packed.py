@@ -3,7 +3,7 @@
 At a decode batch of a few rows, ``torch.nn.functional.linear`` goes to MKL's sgemm, which re-packs the whole weight
 matrix on every call (``sgemm_scopy``: 30% of a batch-8 decode step of SmolLM2-135M on this CPU, by ``perf``), so a
 step reads every weight twice. oneDNN's matmul on a weight reordered once into its blocked layout skips that copy:
-measured 61 -> 44 ms per decode step at batch 1 and 109 -> 61-69 ms at batch 8 (benchmarks/rollout_throughput.py,
+measured 61 -> 44 ms per decode step at batch 1 and 109 -> 61-69 ms at batch 8 (benchmarks/speed/rollout_throughput.py,
 benchmarks/results/rollout_throughput.txt).
 
 Only inference uses the packed copy: with gradients enabled (training) or under autocast a layer runs its own

@@ -1,4 +1,4 @@
-"""``evolvekit ablate configs/ablation.yaml``: the rows of AgentEvolver's Table 1 (and friends) over several seeds.
+"""``evolvekit ablate configs/evidence/ablation.yaml``: AgentEvolver's Table 1 rows (and friends) over several seeds.
 
 The ablation file names a base config, budget overrides shared by every row, the seeds, and the rows (each a
 name and its overrides). Each (row, seed) is one ordinary run under ``out_dir/<row>/seed<k>``; a finished one
@@ -45,8 +45,8 @@ class AblationSpec(BaseModel):
     # delete a finished run's checkpoints/ (about 1.6 GB for the embedded 135M policy with its optimizer state); its
     # store, metrics and summary stay, and so does an unfinished run's checkpoint (it is resumed from it)
     drop_checkpoints: bool = False
-    # the level of the evidence report's t-intervals (benchmarks/evidence.py): 0.975 for a second look at the same
-    # data (two looks at 2.5% each, Bonferroni)
+    # the level of the evidence report's t-intervals (benchmarks/evidence/evidence.py): 0.975 for a second look at the
+    # same data (two looks at 2.5% each, Bonferroni)
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     # the row whose lift over the base model (after − before) the evidence report expresses the others' lift as a
     # share of (e.g. GRPO on the person-written tasks); None = no such column

@@ -2,7 +2,7 @@
 names another level), Steps@0.9 and AUC against the baseline row (AgentEvolver Table 6), and each run's
 helper-health figures.
 
-``benchmarks/evidence.py`` writes a results file of this shape (``EvidenceFile``); a run configured with
+``benchmarks/evidence/evidence.py`` writes a results file of this shape (``EvidenceFile``); a run configured with
 ``train.compare_with`` prints the baseline row's figures next to its own when the family and budget match
 (``budget_of``).
 """
@@ -208,7 +208,7 @@ class EvidenceFile(BaseModel):
     command: str
     commit: str
     lift_reference: str | None = None  # the row whose lift over the base model the others' recovered share is of
-    # rows left out because not all their pre-registered seeds have finished (benchmarks/evidence.py
+    # rows left out because not all their pre-registered seeds have finished (benchmarks/evidence/evidence.py
     # --complete-only): name -> finished seeds; their figures are not reported until every seed is in
     pending: dict[str, int] = {}
 

@@ -201,7 +201,7 @@ def _base_id(bfcl_id: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _splits() -> dict[str, tuple[str, ...]]:
-    """The fixed partition of the 200 base tasks: shuffled with ``SPLIT_SEED``, then 60/20/20 (see docs/bfcl.md).
+    """The fixed partition of the 200 base tasks: shuffled with ``SPLIT_SEED``, then 60/20/20 (docs/environments.md).
 
     It is stored in ``splits/base_split.json`` so it never changes with Python's RNG; this function only
     regenerates it when the file is missing.

@@ -6,7 +6,7 @@ examples in ~30% — the band where GRPO learns. Tasks of a family run on the re
 by the official multi-turn checker, exactly like the benchmark's own tasks.
 
 The ``arith`` family's training and held-out tasks are generated procedurally from disjoint seeds: they are a
-fixed, documented *benchmark* for the CPU baseline (benchmarks/learning_grpo.py), not the product's task source
+fixed, documented *benchmark* for the CPU baseline (benchmarks/evidence/learning_grpo.py), not the product's task source
 — self-questioning synthesises tasks for any family from exploration of its sandbox.
 """
 

@@ -1,0 +1,45 @@
+"""Two rows of an evidence report, paired by seed after training: the difference's mean ± std, its t-interval, the
+exact sign-flip p and how many seeds are above and below 0 (the seeds the first row has finished).
+
+    .venv/bin/python benchmarks/evidence/evidence_paired.py benchmarks/results/evidence_credit_fix.json \
+        grpo_person_nav_attr_fixed grpo_person grpo_person_nav_attr
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from evolvekit.report.evidence import paired
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", type=Path, help="an evidence report's JSON (benchmarks/results/evidence_*.json)")
+    ap.add_argument("row", help="the row compared")
+    ap.add_argument("others", nargs="+", help="the rows it is compared with")
+    args = ap.parse_args()
+    rows = json.loads(args.results.read_text())["rows"]
+    seeds = rows[args.row]["seeds"]
+
+    def after(name: str, metric: str) -> list[float]:
+        r = rows[name]
+        by_seed = dict(zip(r["seeds"], r["per_seed_after"][metric]))
+        return [by_seed[s] for s in seeds]
+
+    print(f"| {args.row} minus | metric | mean ± std [interval] | sign-flip p | above / below 0 | seeds |")
+    print("|---|---|---|---|---|---|")
+    for other in args.others:
+        for metric in ("avg@8", "best@8"):
+            p = paired(after(args.row, metric), after(other, metric))
+            i = p.interval
+            above, below = sum(x > 0 for x in p.diffs), sum(x < 0 for x in p.diffs)
+            print(
+                f"| {other} | {metric} | {i.mean:+.3f} ± {i.std:.3f} [{i.low:+.3f}, {i.high:+.3f}] | "
+                f"{p.sign_flip_p:.4f} | {above} / {below} | {len(seeds)} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
