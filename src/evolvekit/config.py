@@ -296,6 +296,10 @@ class RolloutConfig(_Section):
     group_size: int = F(8, "rollouts per task: one GRPO group (n; paper evaluates avg@8/best@8)", ge=1, le=MAX_SAMPLES)
     template: Literal["basic", "reasoning", "sliding_window", "self_managing"] = F("basic", "context template (§6.2)")
     context_token_limit: int = F(4096, "sliding-window / self-managing templates act past this many tokens", ge=64)
+    manage_sampled: bool = F(
+        False,
+        "rollout.template self_managing: sample the keep/remove/compress decisions from π at the policy's temperature and top-p, as the paper's policy acts (§6.2.1); off (evolvekit's default): decoded greedily, so a decision cannot drop the request at random, although the decision steps are trained as π's",
+    )
     concurrency: int = F(8, "rollouts generated concurrently (batched for the local backend)", ge=1, le=MAX_CONCURRENCY)
     backend: Literal["local", "ray"] = F(
         "local", "local = in this process; ray = rollout workers and environments as Ray actors (extra 'ray')"
@@ -502,6 +506,10 @@ class CoEvolveConfig(_Section):
         4,
         "regeneration cap: signal contexts (one per signal kind and task, forgetting first) reflected on and re-explored per regeneration",
         ge=1,
+    )
+    keep_positive_reward: bool = F(
+        False,
+        "CoEvolve §3.3: also keep a re-explored task whose reference replay fails but earns a positive reward (the paper retains it); off (evolvekit's default): only a reference every call of which works and the check passes, since the reference is the task's answer key for the judge and grounded step credit",
     )
 
 
@@ -1228,6 +1236,11 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
 # the values of the extending papers, for a run in their mode (each replaces AgentEvolver's where both name a field)
 MODE_PAPER_VALUES: list[tuple[str, Callable[["Config"], bool], dict[str, tuple[Any, str]]]] = [
     (
+        "the self-managing template (rollout.template: self_managing)",
+        lambda c: c.rollout.template == "self_managing",
+        {"rollout.manage_sampled": (True, "§6.2.1 (iv), the policy selects keep/remove/compress: a_context")},
+    ),
+    (
         "EvolveR (navigating.as_tool)",
         lambda c: c.navigating.as_tool,
         {
@@ -1253,6 +1266,10 @@ MODE_PAPER_VALUES: list[tuple[str, Callable[["Config"], bool], dict[str, tuple[A
         {
             "models.policy.temperature": (0.9, "CoEvolve Table 9, rollout temperature"),
             "questioning.synthetic_tasks": (100, "CoEvolve §4, 100 initial synthetic tasks"),
+            "coevolve.keep_positive_reward": (
+                True,
+                "CoEvolve §3.3, a failed execution with a positive reward is retained",
+            ),
         },
     ),
 ]

@@ -295,7 +295,13 @@ def test_the_rollout_template_summarises_with_the_summarizer_role_only_when_it_m
     assert models == [cfg.models]
     assert window.summarise([ChatMessage(role="user", content="hi")]) == "short"
     assert summarizer.asked[0].max_new_tokens == cfg.models.summarizer.max_new_tokens
-    assert rollout_template(load_config(None, ["rollout.template=self_managing"])).summarise is not None
+    managing = rollout_template(load_config(None, ["rollout.template=self_managing"]))
+    assert managing.summarise is not None and managing.manage_params is None  # greedy decisions by default
+    sets = ["rollout.template=self_managing", "rollout.manage_sampled=true", "models.policy.temperature=0.8"]
+    sets += ["models.policy.top_p=0.95"]
+    manage = rollout_template(load_config(None, sets)).manage_params
+    assert manage is not None and (manage.temperature, manage.top_p) == (0.8, 0.95)
+    assert rollout_template(load_config(None, [*sets[1:], "rollout.template=sliding_window"])).manage_params is None
 
 
 def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(monkeypatch, tmp_path):
@@ -484,8 +490,9 @@ def test_the_coevolve_hook_gets_its_section_dedup_and_seeds(tmp_path, monkeypatc
     monkeypatch.setattr(factory, "build_embedder", lambda cfg: embedded.append(cfg) or embedder)
     asked: list = []
 
-    def record(settings, rounds, steps, explorer, eparams, synth, sparams, make_env, dedup, funnel):
+    def record(settings, rounds, steps, explorer, eparams, synth, sparams, make_env, dedup, funnel, keep_positive):
         asked.append((settings, rounds, steps, explorer, eparams.seed, synth, sparams.seed, make_env, dedup, funnel))
+        asked.append(keep_positive)
         return "explore"
 
     monkeypatch.setattr(pipeline, "goal_explorer", record)
@@ -493,7 +500,7 @@ def test_the_coevolve_hook_gets_its_section_dedup_and_seeds(tmp_path, monkeypatc
     sets += ["coevolve.success_threshold=0.25", "coevolve.rare_theta_percent=2", "coevolve.rare_min_patterns=9"]
     sets += ["coevolve.reexplore_rounds=4", "coevolve.reexplore_steps=6", "coevolve.every_iterations=3"]
     sets += ["coevolve.max_contexts=2", "questioning.lexical_dedup_threshold=0.7"]
-    sets += ["questioning.semantic_dedup_threshold=0.95"]
+    sets += ["questioning.semantic_dedup_threshold=0.95", "coevolve.keep_positive_reward=true"]
     cfg = load_config(None, sets)
     # a resumed run: iteration 0 finished (two training episodes, one evaluation episode), iteration 1 did not
     store = RunStore(tmp_path / "run.sqlite")
@@ -512,7 +519,8 @@ def test_the_coevolve_hook_gets_its_section_dedup_and_seeds(tmp_path, monkeypatc
     assert (tracker.window, tracker.theta, tracker.n_min, tracker.threshold) == (7, 2.0, 9, 0.25)
     assert sum(tracker.patterns.values()) == 2 and set(tracker.history) == {"a", "b"}  # iteration 0's training
     assert hook.every == 3 and regen.max_contexts == 2 and regen.explore_fn == "explore" and regen.llm is synthesizer
-    ((settings, rounds, steps, explorer_llm, eseed, synth, sseed, make_env, dedup, funnel),) = asked
+    ((settings, rounds, steps, explorer_llm, eseed, synth, sseed, make_env, dedup, funnel), keep_positive) = asked
+    assert keep_positive is True  # coevolve.keep_positive_reward (CoEvolve §3.3)
     assert (rounds, steps, explorer_llm, synth, make_env) == (4, 6, policy, synthesizer, env_factory)
     assert settings.env == cfg.env and isinstance(funnel, pipeline.Funnel) and funnel.kept == 0
     assert (eseed, sseed, regen.params.seed) == (503, 504, 505)  # run.seed + 500, + 1, + 2

@@ -133,6 +133,46 @@ def test_replay_reasons_name_the_failing_call_its_output_or_the_check():
     assert _replay(_Env(score=0.5)) == (False, "check failed: {'diff': 'x'}")
 
 
+def test_coevolve_keeps_a_failed_reference_with_a_positive_reward_only_when_switched_on():
+    """CoEvolve §3.3 (``coevolve.keep_positive_reward``): a replay that fails but earns a positive reward is retained;
+    off (evolvekit's default) it is dropped; a replay with no reward is dropped either way."""
+    assert _replay(_Env(score=0.5)) == (False, "check failed: {'diff': 'x'}")
+    assert _replay(_Env(score=0.5), keep_positive=True) == (True, "kept with a positive reward (0.5): check failed")
+    assert _replay(_Env(score=0.0), keep_positive=True) == (False, "check failed: {'diff': 'x'}")
+    # a failing call ends the replay unless switched on; then the rest runs and the reward decides
+    refused = {"add": [CallResult(name="add", ok=False, output="no")]}
+    env = _Env(results=refused, score=0.5)
+    assert _replay(env) == (False, "add: no") and [a.tool_calls[0].name for a in env.actions] == ["add"]
+    env = _Env(results=refused, score=0.5)
+    assert _replay(env, keep_positive=True) == (True, "kept with a positive reward (0.5): add: no")
+    assert [(a.tool_calls[0].name if a.tool_calls else a.text) for a in env.actions] == [
+        "add",
+        "done",
+        "multiply",
+        "done",
+    ]
+    # a pass with a failed call on the way is not a clean pass: kept only under the switch, with its reason
+    assert _replay(_Env(results=refused, score=1.0)) == (False, "add: no")
+    assert _replay(_Env(results=refused, score=1.0), keep_positive=True)[0]
+    assert _replay(_Env(results=refused, score=0.0), keep_positive=True) == (False, "add: no")
+
+
+def test_curation_passes_its_keep_positive_check_to_the_replay():
+    from evolvekit.questioning.pipeline import CurationChecks, Funnel, curate_new
+
+    def tasks():
+        return [_task("add then multiply", [[ToolCall(name="add")], [ToolCall(name="multiply")]])]
+
+    class _Env0(_Env):  # fails a no-call episode: not trivial
+        def evaluate(self, answer):
+            return EvalResult(score=0.5 if self.actions and self.actions[0].tool_calls else 0.0, passed=False)
+
+    funnel = Funnel()
+    assert curate_new(tasks(), Deduplicator(None), _Env0, funnel) == [] and funnel.infeasible == 1
+    kept = curate_new(tasks(), Deduplicator(None), _Env0, Funnel(), CurationChecks(keep_positive=True))
+    assert [t.metadata["curation"]["feasibility"] for t in kept] == ["kept with a positive reward (0.5): check failed"]
+
+
 def test_replay_errors_are_infeasible_and_only_reset_refusals_raise_when_asked():
     assert _replay(_Env(step_error=RuntimeError("boom"))) == (False, "RuntimeError: boom")
     assert _replay(_Env(step_error=EnvError("bad step")), refuse_invalid=True) == (False, "EnvError: bad step")

@@ -128,6 +128,28 @@ def test_self_managing_applies_the_policys_decisions(llm):
     _check_masks(seqs, comps)
 
 
+def test_self_managing_decisions_are_greedy_unless_sampled_from_the_policy(llm):
+    """rollout.manage_sampled (§6.2.1 (iv)): the decision call gets the policy's temperature and top-p; by default
+    temperature 0."""
+    from evolvekit.agent.templates import TemplateSettings, make_context
+    from evolvekit.llm.base import SamplingParams
+
+    asked = []
+
+    class _Recording(_Manager):
+        def chat(self, conversations, params):
+            asked.append(params)
+            return super().chat(conversations, params)
+
+    sampled = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=128)
+    for manage in (None, sampled):
+        ctx = make_context(TemplateSettings(template="self_managing", token_limit=10, manage_params=manage), "S", "U")
+        ctx.add_assistant("a" * 200)
+        ctx.add_observation("b" * 200)
+        ctx.prepare(_Recording(llm, "0: remove"))
+    assert [(p.temperature, p.top_p) for p in asked] == [(0.0, 1.0), (0.7, 0.9)]
+
+
 def test_experience_span_is_exact_and_stripped(llm):
     ctx = BasicContext("You are an agent.", "List the files.")
     ctx.insert_experience("When listing, call ls first.")

@@ -333,6 +333,8 @@ class TemplateSettings:
     token_limit: int = 4096
     summarise: Callable[[Sequence[ChatMessage]], str] | None = None
     extra: dict = field(default_factory=dict)
+    # the self-managing decisions' sampling (``rollout.manage_sampled``: the policy's); None = greedy
+    manage_params: SamplingParams | None = None
 
 
 def make_context(
@@ -348,6 +350,11 @@ def make_context(
         )
     if settings.template == "self_managing":
         return SelfManagingContext(
-            system_prompt, first_user_message, examples, settings.token_limit, summarise=settings.summarise
+            system_prompt,
+            first_user_message,
+            examples,
+            settings.token_limit,
+            params=settings.manage_params,
+            summarise=settings.summarise,
         )
     raise ValueError(f"unknown context template '{settings.template}'")

@@ -57,16 +57,23 @@ log = logging.getLogger(__name__)
 
 def rollout_template(cfg: Config):
     """The context template every rollout of the run uses (§6.2.1). The sliding-window memory and the
-    self-managing "compress" are written by the ``summarizer`` role."""
+    self-managing "compress" are written by the ``summarizer`` role; the self-managing decisions are sampled at the
+    policy's temperature and top-p with ``rollout.manage_sampled``, else greedy."""
     from evolvekit.agent.templates import TemplateSettings, llm_summariser
 
-    summarise = None
+    summarise, manage = None, None
     if cfg.rollout.template in ("sliding_window", "self_managing"):
         from evolvekit.llm.factory import role_llm, sampling_for
 
         summarise = llm_summariser(role_llm(cfg.models, "summarizer"), sampling_for(cfg.models.summarizer))
+        if cfg.rollout.template == "self_managing" and cfg.rollout.manage_sampled:
+            pol = cfg.models.policy
+            manage = SamplingParams(temperature=pol.temperature, top_p=pol.top_p, max_new_tokens=128)
     return TemplateSettings(
-        template=cfg.rollout.template, token_limit=cfg.rollout.context_token_limit, summarise=summarise
+        template=cfg.rollout.template,
+        token_limit=cfg.rollout.context_token_limit,
+        summarise=summarise,
+        manage_params=manage,
     )
 
 
@@ -673,6 +680,7 @@ def _coevolve_hook(cfg: Config, store: RunStore, policy, env_factory):
         env_factory,
         dedup,
         Funnel(),
+        keep_positive=co.keep_positive_reward,
     )
     regen = CoEvolveRegenerator(
         role_llm(cfg.models, "synthesizer"),

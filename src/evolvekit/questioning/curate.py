@@ -90,10 +90,15 @@ class Deduplicator:
         return out
 
 
-def replay_feasible(task: Task, make_env: Callable[[], Environment], refuse_invalid: bool = False) -> tuple[bool, str]:
+def replay_feasible(
+    task: Task, make_env: Callable[[], Environment], refuse_invalid: bool = False, keep_positive: bool = False
+) -> tuple[bool, str]:
     """Replay the reference solution turn by turn in a fresh environment; (feasible, reason). ``refuse_invalid``:
     a task the environment refuses at reset (a reference naming no tool of it, a non-finite or out-of-bounds
-    argument) raises its ``EnvError`` instead of counting as infeasible."""
+    argument) raises its ``EnvError`` instead of counting as infeasible. ``keep_positive`` (CoEvolve §3.3: "if
+    execution fails but the environment returns a positive reward, the task is also retained"): a failing call does
+    not end the replay, and a check that fails with a score above 0 still makes the task feasible (its reason says
+    so); off, every call must work and the check must pass."""
     if not task.reference_solution:
         return False, "no reference solution"
     env = make_env()
@@ -101,15 +106,22 @@ def replay_feasible(task: Task, make_env: Callable[[], Environment], refuse_inva
     try:
         env.reset(task)
         reset_done = True
+        failed = ""
         for turn in task.reference_solution:
             for call in turn:
                 res = env.step(Action(tool_calls=[call]))
                 bad = [r for r in res.call_results if not r.ok]
                 if bad or not res.call_results:
-                    return False, f"{call.name}: {bad[0].output[:200] if bad else res.observation[:200]}"
+                    failed = failed or f"{call.name}: {bad[0].output[:200] if bad else res.observation[:200]}"
+                    if not keep_positive:
+                        return False, failed
             env.step(Action(text="done"))
         result = env.evaluate(None)
-        return (result.score >= 1.0, "" if result.score >= 1.0 else f"check failed: {result.details}")
+        if result.score >= 1.0 and not failed:
+            return True, ""
+        if keep_positive and result.score > 0:
+            return True, f"kept with a positive reward ({result.score:g}): {failed or 'check failed'}"
+        return False, failed or f"check failed: {result.details}"
     except EnvError as err:
         if refuse_invalid and not reset_done:
             raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Sequence
 
 from evolvekit.config import Config, EnvConfig, QuestioningConfig, forced_choice
@@ -341,6 +341,9 @@ class CurationChecks:
     min_grounding: float = 0.0
     exact_numbers: bool = False
     agreement: ToolAgreement | None = None
+    # CoEvolve §3.3 (``coevolve.keep_positive_reward``, its re-explored tasks only): a reference whose replay fails but
+    # earns a positive reward is kept
+    keep_positive: bool = False
 
 
 def curation_checks(
@@ -389,13 +392,13 @@ def curate_new(
     _dropped(grounded, d.kept, "a duplicate of a known or earlier task")
     funnel.deduplicated += d.lexical_duplicates + d.semantic_duplicates
     for t in d.kept:
-        ok, reason = replay_feasible(t, make_env)
+        ok, reason = replay_feasible(t, make_env, keep_positive=checks.keep_positive)
         if ok and passes_without_acting(t, make_env):
             funnel.trivial += 1
             log.info("synthesized task dropped: the check passes it with no call (nothing to learn): %r", t.query)
             continue
         if ok:
-            t.metadata["curation"] = {"dedup": "passed", "feasibility": "replayed"}
+            t.metadata["curation"] = {"dedup": "passed", "feasibility": reason or "replayed"}
             if checks.min_grounding > 0:
                 t.metadata["curation"]["grounding"] = round(scores[id(t)], 3)
             if checks.exact_numbers:
@@ -431,11 +434,14 @@ def goal_explorer(
     make_env: Callable[[], Environment],
     dedup: Deduplicator,
     funnel: Funnel,
+    keep_positive: bool = False,
 ) -> Callable[[str, str], list[Task]]:
     """CoEvolve §3.2: re-explore from a signal context (``rounds`` runs × ``steps`` steps: ``coevolve.reexplore_rounds``
-    and ``reexplore_steps``), then synthesize and curate like any exploration."""
+    and ``reexplore_steps``), then synthesize and curate like any exploration; ``keep_positive``
+    (``coevolve.keep_positive_reward``, §3.3) also keeps a task whose reference fails but earns a positive reward."""
     sandbox = sandbox_for(settings.env)
     checks = curation_checks(settings.questioning, make_env, sandbox, dedup.embed)
+    checks = replace(checks, keep_positive=keep_positive)
     explorer, synth = explorer_and_synthesizer(
         settings, explorer_llm, explorer_params, synth_llm, synth_params, make_env, sandbox, checks.agreement
     )
