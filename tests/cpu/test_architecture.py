@@ -1,4 +1,5 @@
-"""The layout is the architecture: no import cycle in src/, and no mechanism package imports the orchestrator."""
+"""The layout is the architecture: no import cycle in src/ (type annotations included), no mechanism package imports
+the orchestrator, and every import points down the layers docs/architecture.md draws."""
 
 from __future__ import annotations
 
@@ -17,14 +18,14 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(path: Path, known: set[str]) -> set[str]:
+def _imports(path: Path, known: set[str], annotations: bool = False) -> set[str]:
     """Every evolvekit module imported anywhere in the file (function bodies included), except under
-    ``if TYPE_CHECKING:`` (annotations only, never executed)."""
+    ``if TYPE_CHECKING:`` (annotations only, never executed) unless ``annotations``."""
     tree = ast.parse(path.read_text())
     skip = {
         id(n)
         for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        if not annotations and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
         for child in node.body
         for n in ast.walk(child)
     }
@@ -40,9 +41,9 @@ def _imports(path: Path, known: set[str]) -> set[str]:
     return {m for m in found if m in known}
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(annotations: bool = False) -> dict[str, set[str]]:
     mods = _modules()
-    return {m: _imports(p, set(mods)) - {m} for m, p in mods.items()}
+    return {m: _imports(p, set(mods), annotations) - {m} for m, p in mods.items()}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -68,6 +69,13 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles_in_src():
     cycles = _cycles(_graph())
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles[:5])
+
+
+def test_no_module_imports_one_that_imports_it_back_not_even_for_annotations():
+    """Issue 79: llm/batcher.py imported llm/local.py under TYPE_CHECKING while local.py imported batcher.py inside
+    its methods (now batcher.py names what it needs as a protocol, ``BatchModel``)."""
+    cycles = _cycles(_graph(annotations=True))
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles[:5])
 
 
@@ -103,3 +111,67 @@ def test_no_import_cycle_between_packages():
         for d in deps:
             graph.setdefault(d, set())
     assert _cycles(graph) == []
+
+
+# ---- the drawing of docs/architecture.md is the import graph (issue 79.5) ------------------------------------------
+
+ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
+_NAME_COLUMN = 45  # the drawing's names stand left of this column, their descriptions right of it
+
+
+def drawn_layers(text: str) -> list[set[str]]:
+    """The layers of the first code block of ``text``, top first: each a set of package names (``cli``) and top-level
+    module names (``config``); a line holding only ``│`` separates two layers."""
+    block = text.split("```", 2)[1]
+    layers: list[set[str]] = [set()]
+    for line in block.splitlines()[1:]:
+        if line.strip() == "│":
+            layers.append(set())
+            continue
+        for name in line[:_NAME_COLUMN].split():
+            layers[-1].add(name.removesuffix("/").removesuffix(".py"))
+    return [layer for layer in layers if layer]
+
+
+def _unit(module: str) -> str:
+    """The drawn unit of a module: its package (``evolvekit.llm.local`` -> ``llm``) or top-level module; the package's
+    own ``__init__`` counts with the bottom layer."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "evolvekit"
+
+
+def misdrawn(layers: list[set[str]], graph: dict[str, set[str]]) -> list[str]:
+    """Every package-level import that does not point down the drawing (within the bottom layer, any direction)."""
+    level = {name: i for i, layer in enumerate(layers) for name in layer}
+    level["evolvekit"] = len(layers) - 1
+    bad = []
+    for mod, deps in graph.items():
+        u = _unit(mod)
+        for v in sorted({_unit(d) for d in deps} - {u}):
+            if level[v] < level[u] or (level[v] == level[u] and level[u] != len(layers) - 1):
+                bad.append(f"{mod} imports {v} (layer {level[v]}), from layer {level[u]}")
+    return bad
+
+
+def test_the_drawing_lists_every_package_and_module_once():
+    layers = drawn_layers(ARCHITECTURE.read_text())
+    drawn = [name for layer in layers for name in layer]
+    units = {_unit(m) for m in _modules()} - {"evolvekit"}
+    assert len(drawn) == len(set(drawn)), "drawn twice"
+    assert set(drawn) == units, f"missing: {sorted(units - set(drawn))}; not in src: {sorted(set(drawn) - units)}"
+    assert layers[0] == {"cli"} and {"config", "types"} <= layers[-1]
+
+
+def test_every_import_points_down_the_drawing():
+    bad = misdrawn(drawn_layers(ARCHITECTURE.read_text()), _graph(annotations=True))
+    assert not bad, "\n".join(bad[:20])
+
+
+def test_the_drawing_check_sees_an_import_that_points_up_or_sideways():
+    layers = [{"cli"}, {"a", "b"}, {"config", "types"}]
+    assert misdrawn(layers, {"evolvekit.cli.x": {"evolvekit.a.y"}, "evolvekit.a.y": {"evolvekit.config"}}) == []
+    assert misdrawn(layers, {"evolvekit.config": {"evolvekit.types"}}) == []  # the bottom layer: either way
+    up = misdrawn(layers, {"evolvekit.a.y": {"evolvekit.cli.x"}, "evolvekit.cli.x": set()})
+    side = misdrawn(layers, {"evolvekit.a.y": {"evolvekit.b.z"}, "evolvekit.b.z": set()})
+    assert up == ["evolvekit.a.y imports cli (layer 0), from layer 1"]
+    assert side == ["evolvekit.a.y imports b (layer 1), from layer 1"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Hashable, Sequence
+from typing import Any, Hashable, Protocol, Sequence
 
 import torch
 
@@ -26,8 +26,20 @@ from evolvekit.llm.constrain import TokenTrie, mask_logits
 from evolvekit.llm.ragged import KVSlots, RowCopy, ragged_forward
 from evolvekit.llm.sampling import Generators, common_prefix_len, cut_at_stops, sample_next
 
-if TYPE_CHECKING:
-    from evolvekit.llm.local import LocalLLM
+
+class BatchModel(Protocol):
+    """What a continuous batch needs of its in-process model (``llm.local.LocalLLM`` is one): the torch model and
+    tokenizer, the end-of-sequence ids, the shared-prefix KV cache and the stop-string check."""
+
+    model: Any
+    tokenizer: Any
+    eos_ids: set[int]
+
+    def shared_prefix_len(self, rows: Sequence[Sequence[int]]) -> int: ...
+
+    def prefix_kv(self, prefix: tuple[int, ...]) -> Any: ...
+
+    def stop_hit(self, tokens: list[int], stops: tuple[str, ...]) -> int | None: ...
 
 
 def json_end_index(text: str) -> int | None:
@@ -169,7 +181,7 @@ class DecodeBatch:
     """Live rows of one sampling configuration, each with its own KV (see the module docstring)."""
 
     def __init__(
-        self, llm: LocalLLM, params: SamplingParams, generator: torch.Generator | None = None, keep_rows: bool = False
+        self, llm: BatchModel, params: SamplingParams, generator: torch.Generator | None = None, keep_rows: bool = False
     ) -> None:
         self.llm, self.params = llm, params
         # keep_rows: a finished row's KV (prompt + completion) is kept under its key, so when the same key comes
