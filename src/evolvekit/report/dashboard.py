@@ -103,24 +103,7 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
 
     @app.get("/", response_class=HTMLResponse)
     def overview():
-        run = load_summary(run_dir)
-        figs = write_figures(run, fig_dir)
-        evals = evaluation_table(run.evaluations)
-        before, after = run.evaluations.get("before") or {}, run.evaluations.get("after") or {}
-        # what the figures rest on (tasks x samples, sampling error), with the run's warning where it is too little
-        rests = "".join(f"<p>{e(line)}</p>" for line in heldout_lines(before, after, []))
-        last = run.metrics[max(run.metrics)] if run.metrics else {}
-        rows = "".join(f"<tr><td>{e(k)}</td><td>{v:.4g}</td></tr>" for k, v in sorted(last.items()))
-        imgs = "".join(f"<h3>{e(n)}</h3><img src='{base}/figures/{e(p.name)}' alt='{e(n)}'>" for n, p in figs.items())
-        helpers = "".join(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>" for k, v in run.helper_sources.items())
-        return _page(
-            f"run {run_dir.name}",
-            f"<p>{len(run.metrics)} iterations done</p>"
-            f"<h2>Helper sources</h2><table>{helpers}</table><h2>Held-out evaluation</h2>"
-            f"{evals}{rests}{imgs}<h2>Latest iteration</h2><table>{rows}</table>",
-            base,
-            up,
-        )
+        return _overview_page(run_dir, fig_dir, base, up)
 
     @app.get("/figures/{name}")
     def figure(name: str):
@@ -131,132 +114,171 @@ def create_dashboard(run_dir: Path, base: str = "", up: str | None = None) -> Fa
 
     @app.get("/tasks", response_class=HTMLResponse)
     def tasks():
-        con = connect_ro(run_dir)
-        rows = []
-        for (j,) in con.execute("SELECT json FROM tasks ORDER BY rowid LIMIT 500"):
-            t = json.loads(j)
-            meta = t.get("metadata") or {}
-            prov = {k: meta[k] for k in ("exploration_id", "signal", "curation", "family", "category") if k in meta}
-            ref = "\n".join(
-                f"{c['name']}({json.dumps(c.get('arguments', {}))})"
-                for turn in (t.get("reference_solution") or [])
-                for c in turn
-            )
-            query = t["query"] if isinstance(t["query"], str) else "\n".join(t["query"])
-            rows.append(
-                f"<tr><td>{e(t['task_id'])}</td><td>{e(t.get('source', ''))}</td><td><pre>{e(query)}</pre></td>"
-                f"<td><pre>{e(ref)}</pre></td><td><pre>{e(json.dumps(prov))}</pre></td></tr>"
-            )
-        con.close()
-        return _page(
-            "tasks",
-            "<table><tr><th>task</th><th>source</th><th>query</th><th>reference solution</th>"
-            f"<th>provenance</th></tr>{''.join(rows)}</table>",
-            base,
-            up,
-        )
+        return _tasks_page(run_dir, base, up)
 
     @app.get("/requests", response_class=HTMLResponse)
     def requests():
-        """Every task the run rolled out, by its request: how many episodes, their mean reward, and a link to them."""
-        con = connect_ro(run_dir)
-        found = con.execute(
-            "SELECT t.task_id, k.json, COUNT(*), AVG(t.outcome_reward), GROUP_CONCAT(DISTINCT t.phase) "
-            "FROM trajectories t LEFT JOIN tasks k ON k.task_id = t.task_id "
-            "GROUP BY t.task_id ORDER BY MIN(t.rowid) LIMIT 1000"
-        ).fetchall()
-        con.close()
-        rows = "".join(
-            f"<tr><td><a href='{base}/trajectories?task={quote(tid)}'>{e(tid)}</a></td><td><pre>{e(_request(j))}</pre>"
-            f"</td><td>{e(phases or '')}</td><td>{n}</td><td>{'' if r is None else f'{r:.2f}'}</td></tr>"
-            for tid, j, n, r, phases in found
-        )
-        return _page(
-            "requests",
-            "<table><tr><th>task</th><th>request</th><th>phases</th><th>episodes</th><th>mean reward</th></tr>"
-            f"{rows}</table>",
-            base,
-            up,
-        )
+        return _requests_page(run_dir, base, up)
 
     @app.get("/trajectories", response_class=HTMLResponse)
     def trajectories(task: str | None = None):
-        con = connect_ro(run_dir)
-        where, args = ("WHERE t.task_id = ?", (task,)) if task else ("", ())
-        rows = "".join(
-            f"<tr><td><a href='{base}/trajectories/{e(tid)}'>{e(tid)}</a></td><td>{it}</td><td>{e(phase)}</td>"
-            f"<td>{e(tk)}</td><td><pre>{e(_request(j)[:160])}</pre></td>"
-            f"<td>{'' if r is None else f'{r:.2f}'}</td><td>{'yes' if g else ''}</td></tr>"
-            for tid, it, phase, tk, r, g, j in con.execute(
-                "SELECT t.trajectory_id, t.iteration, t.phase, t.task_id, t.outcome_reward, t.experience_guided, "
-                f"k.json FROM trajectories t LEFT JOIN tasks k ON k.task_id = t.task_id {where} "
-                "ORDER BY t.rowid DESC LIMIT 500",
-                args,
-            )
-        )
-        con.close()
-        return _page(
-            f"trajectories of {task}" if task else "trajectories",
-            "<table><tr><th>trajectory</th><th>iteration</th><th>phase</th><th>task</th><th>request</th>"
-            f"<th>reward</th><th>guided</th></tr>{rows}</table>",
-            base,
-            up,
-        )
+        return _trajectories_page(run_dir, task, base, up)
 
     @app.get("/trajectories/{trajectory_id}", response_class=HTMLResponse)
     def trajectory(trajectory_id: str):
-        con = connect_ro(run_dir)
-        traj = read_trajectory(con, trajectory_id)
-        con.close()
-        if traj is None:
-            raise HTTPException(404, "no such trajectory")
-        t = traj.model_dump(mode="json")
-        labels = t.get("step_attributions") or []
-        source = t.get("attribution_source") or ""
-        parts = [
-            f"<p>task {e(t['task_id'])} · reward {e(str(t.get('outcome_reward')))} · "
-            f"{'experience-guided' if t['flags'].get('experience_guided') else 'vanilla'}</p>"
-        ]
-        if t.get("experience_used"):
-            parts.append(f"<p>experiences used: {e(', '.join(t['experience_used']))}</p>")
-        parts.append(
-            "<table><tr><th>step</th><th>label</th><th>action</th><th>tool calls</th><th>observation</th></tr>"
-        )
-        for i, s in enumerate(t.get("steps", [])):
-            label = labels[i] if i < len(labels) else ""
-            calls = "\n".join(f"{c['name']}({json.dumps(c.get('arguments', {}))})" for c in s.get("tool_calls", []))
-            tag = f" ({source})" if label and source else ""
-            parts.append(
-                f"<tr class='{e(label)}' data-label='{e(label)}' data-source='{e(source)}'><td>{s['index']}</td>"
-                f"<td class='src-{e(source)}'>{e(label)}{e(tag)}</td>"
-                f"<td><pre>{e(s['action_text'])}</pre></td><td><pre>{e(calls)}</pre></td>"
-                f"<td><pre>{e(s.get('observation', ''))}</pre></td></tr>"
-            )
-        parts.append("</table>")
-        return _page(f"trajectory {trajectory_id}", "".join(parts), base, up)
+        return _trajectory_page(run_dir, trajectory_id, base, up)
 
     @app.get("/experiences", response_class=HTMLResponse)
     def experiences():
-        con = connect_ro(run_dir)
-        rows = []
-        for (j,) in con.execute("SELECT json FROM experiences ORDER BY rowid"):
-            x = json.loads(j)
-            score = (x.get("success_count", 0) + 1) / (x.get("use_count", 0) + 2)
-            rows.append(
-                f"<tr><td>{e(x['experience_id'])}</td><td class='exp'>{e(x['when_to_use'])}</td>"
-                f"<td><pre>{e(x['content'])}</pre></td><td>{x.get('use_count', 0)}</td>"
-                f"<td>{score:.2f}</td><td>{e(str(x.get('utility')))}</td></tr>"
-            )
-        con.close()
-        return _page(
-            "experience pool",
-            "<table><tr><th>id</th><th>when to use</th><th>content</th><th>uses</th>"
-            f"<th>score</th><th>utility</th></tr>{''.join(rows)}</table>",
-            base,
-            up,
-        )
+        return _experiences_page(run_dir, base, up)
 
     return app
+
+
+def _overview_page(run_dir: Path, fig_dir: Path, base: str, up: str | None) -> HTMLResponse:
+    run = load_summary(run_dir)
+    figs = write_figures(run, fig_dir)
+    evals = evaluation_table(run.evaluations)
+    before, after = run.evaluations.get("before") or {}, run.evaluations.get("after") or {}
+    # what the figures rest on (tasks x samples, sampling error), with the run's warning where it is too little
+    rests = "".join(f"<p>{e(line)}</p>" for line in heldout_lines(before, after, []))
+    last = run.metrics[max(run.metrics)] if run.metrics else {}
+    rows = "".join(f"<tr><td>{e(k)}</td><td>{v:.4g}</td></tr>" for k, v in sorted(last.items()))
+    imgs = "".join(f"<h3>{e(n)}</h3><img src='{base}/figures/{e(p.name)}' alt='{e(n)}'>" for n, p in figs.items())
+    helpers = "".join(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>" for k, v in run.helper_sources.items())
+    return _page(
+        f"run {run_dir.name}",
+        f"<p>{len(run.metrics)} iterations done</p>"
+        f"<h2>Helper sources</h2><table>{helpers}</table><h2>Held-out evaluation</h2>"
+        f"{evals}{rests}{imgs}<h2>Latest iteration</h2><table>{rows}</table>",
+        base,
+        up,
+    )
+
+
+def _tasks_page(run_dir: Path, base: str, up: str | None) -> HTMLResponse:
+    con = connect_ro(run_dir)
+    rows = []
+    for (j,) in con.execute("SELECT json FROM tasks ORDER BY rowid LIMIT 500"):
+        t = json.loads(j)
+        meta = t.get("metadata") or {}
+        prov = {k: meta[k] for k in ("exploration_id", "signal", "curation", "family", "category") if k in meta}
+        ref = "\n".join(
+            f"{c['name']}({json.dumps(c.get('arguments', {}))})"
+            for turn in (t.get("reference_solution") or [])
+            for c in turn
+        )
+        query = t["query"] if isinstance(t["query"], str) else "\n".join(t["query"])
+        rows.append(
+            f"<tr><td>{e(t['task_id'])}</td><td>{e(t.get('source', ''))}</td><td><pre>{e(query)}</pre></td>"
+            f"<td><pre>{e(ref)}</pre></td><td><pre>{e(json.dumps(prov))}</pre></td></tr>"
+        )
+    con.close()
+    return _page(
+        "tasks",
+        "<table><tr><th>task</th><th>source</th><th>query</th><th>reference solution</th>"
+        f"<th>provenance</th></tr>{''.join(rows)}</table>",
+        base,
+        up,
+    )
+
+
+def _requests_page(run_dir: Path, base: str, up: str | None) -> HTMLResponse:
+    """Every task the run rolled out, by its request: how many episodes, their mean reward, and a link to them."""
+    con = connect_ro(run_dir)
+    found = con.execute(
+        "SELECT t.task_id, k.json, COUNT(*), AVG(t.outcome_reward), GROUP_CONCAT(DISTINCT t.phase) "
+        "FROM trajectories t LEFT JOIN tasks k ON k.task_id = t.task_id "
+        "GROUP BY t.task_id ORDER BY MIN(t.rowid) LIMIT 1000"
+    ).fetchall()
+    con.close()
+    rows = "".join(
+        f"<tr><td><a href='{base}/trajectories?task={quote(tid)}'>{e(tid)}</a></td><td><pre>{e(_request(j))}</pre>"
+        f"</td><td>{e(phases or '')}</td><td>{n}</td><td>{'' if r is None else f'{r:.2f}'}</td></tr>"
+        for tid, j, n, r, phases in found
+    )
+    return _page(
+        "requests",
+        "<table><tr><th>task</th><th>request</th><th>phases</th><th>episodes</th><th>mean reward</th></tr>"
+        f"{rows}</table>",
+        base,
+        up,
+    )
+
+
+def _trajectories_page(run_dir: Path, task: str | None, base: str, up: str | None) -> HTMLResponse:
+    con = connect_ro(run_dir)
+    where, args = ("WHERE t.task_id = ?", (task,)) if task else ("", ())
+    rows = "".join(
+        f"<tr><td><a href='{base}/trajectories/{e(tid)}'>{e(tid)}</a></td><td>{it}</td><td>{e(phase)}</td>"
+        f"<td>{e(tk)}</td><td><pre>{e(_request(j)[:160])}</pre></td>"
+        f"<td>{'' if r is None else f'{r:.2f}'}</td><td>{'yes' if g else ''}</td></tr>"
+        for tid, it, phase, tk, r, g, j in con.execute(
+            "SELECT t.trajectory_id, t.iteration, t.phase, t.task_id, t.outcome_reward, t.experience_guided, "
+            f"k.json FROM trajectories t LEFT JOIN tasks k ON k.task_id = t.task_id {where} "
+            "ORDER BY t.rowid DESC LIMIT 500",
+            args,
+        )
+    )
+    con.close()
+    return _page(
+        f"trajectories of {task}" if task else "trajectories",
+        "<table><tr><th>trajectory</th><th>iteration</th><th>phase</th><th>task</th><th>request</th>"
+        f"<th>reward</th><th>guided</th></tr>{rows}</table>",
+        base,
+        up,
+    )
+
+
+def _trajectory_page(run_dir: Path, trajectory_id: str, base: str, up: str | None) -> HTMLResponse:
+    con = connect_ro(run_dir)
+    traj = read_trajectory(con, trajectory_id)
+    con.close()
+    if traj is None:
+        raise HTTPException(404, "no such trajectory")
+    t = traj.model_dump(mode="json")
+    labels = t.get("step_attributions") or []
+    source = t.get("attribution_source") or ""
+    parts = [
+        f"<p>task {e(t['task_id'])} · reward {e(str(t.get('outcome_reward')))} · "
+        f"{'experience-guided' if t['flags'].get('experience_guided') else 'vanilla'}</p>"
+    ]
+    if t.get("experience_used"):
+        parts.append(f"<p>experiences used: {e(', '.join(t['experience_used']))}</p>")
+    parts.append("<table><tr><th>step</th><th>label</th><th>action</th><th>tool calls</th><th>observation</th></tr>")
+    for i, s in enumerate(t.get("steps", [])):
+        label = labels[i] if i < len(labels) else ""
+        calls = "\n".join(f"{c['name']}({json.dumps(c.get('arguments', {}))})" for c in s.get("tool_calls", []))
+        tag = f" ({source})" if label and source else ""
+        parts.append(
+            f"<tr class='{e(label)}' data-label='{e(label)}' data-source='{e(source)}'><td>{s['index']}</td>"
+            f"<td class='src-{e(source)}'>{e(label)}{e(tag)}</td>"
+            f"<td><pre>{e(s['action_text'])}</pre></td><td><pre>{e(calls)}</pre></td>"
+            f"<td><pre>{e(s.get('observation', ''))}</pre></td></tr>"
+        )
+    parts.append("</table>")
+    return _page(f"trajectory {trajectory_id}", "".join(parts), base, up)
+
+
+def _experiences_page(run_dir: Path, base: str, up: str | None) -> HTMLResponse:
+    con = connect_ro(run_dir)
+    rows = []
+    for (j,) in con.execute("SELECT json FROM experiences ORDER BY rowid"):
+        x = json.loads(j)
+        score = (x.get("success_count", 0) + 1) / (x.get("use_count", 0) + 2)
+        rows.append(
+            f"<tr><td>{e(x['experience_id'])}</td><td class='exp'>{e(x['when_to_use'])}</td>"
+            f"<td><pre>{e(x['content'])}</pre></td><td>{x.get('use_count', 0)}</td>"
+            f"<td>{score:.2f}</td><td>{e(str(x.get('utility')))}</td></tr>"
+        )
+    con.close()
+    return _page(
+        "experience pool",
+        "<table><tr><th>id</th><th>when to use</th><th>content</th><th>uses</th>"
+        f"<th>score</th><th>utility</th></tr>{''.join(rows)}</table>",
+        base,
+        up,
+    )
 
 
 def create_collection_dashboard(root: Path) -> FastAPI:

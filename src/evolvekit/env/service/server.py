@@ -31,7 +31,7 @@ from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.to_thread
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -182,87 +182,45 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 M = TypeVar("M", bound=BaseModel)
 
 
-def create_app(settings: ServiceSettings | None = None) -> FastAPI:
-    settings = settings or ServiceSettings()
-    service = EnvService(settings)
-    tasks = upstream.TaskIndex()  # upstream's /create names tasks by id: looked up among ours only
-    decoders: list[anyio.CapacityLimiter] = []  # made on first use, inside the event loop
+class _Handlers:
+    """What the routes share: the service and its settings, upstream's task index, the body decoders, the bearer
+    check, instance creation under its deadline and calls under theirs."""
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        async def reaper() -> None:
-            while True:
-                await asyncio.sleep(settings.reap_interval_s)
-                await run_in_threadpool(service.reap)  # closing JVMs and server processes: off the event loop
+    def __init__(self, settings: ServiceSettings, service: EnvService) -> None:
+        self.settings, self.service = settings, service
+        self.tasks = upstream.TaskIndex()  # upstream's /create names tasks by id: looked up among ours only
+        self.decoders: list[anyio.CapacityLimiter] = []  # made on first use, inside the event loop
 
-        task = asyncio.create_task(reaper())
-        yield
-        task.cancel()
-
-    app = FastAPI(title="evolvekit environment service", version="1", lifespan=lifespan)
-    app.state.service = service
-    app.add_middleware(BodyLimit, max_bytes=settings.max_call_body_bytes, larger={"/create": settings.max_body_bytes})
-    app.add_middleware(OriginGuard, allowed_hosts=settings.allowed_hosts)
-
-    def auth(request: Request) -> None:
-        if settings.token is None:
+    def auth(self, request: Request) -> None:
+        if self.settings.token is None:
             return
         header = request.headers.get("authorization", "")
-        if not secrets.compare_digest(header, f"Bearer {settings.token}"):
+        if not secrets.compare_digest(header, f"Bearer {self.settings.token}"):
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
-    @app.exception_handler(HTTPException)
-    async def short_detail(request: Request, exc: HTTPException):
-        """Every error's detail at most 500 characters: a 4xx names the field, it does not echo the input back."""
-        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-        if len(detail) > MAX_DETAIL:
-            detail = detail[:MAX_DETAIL] + f"... ({len(detail) - MAX_DETAIL} more characters)"
-        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def bad_body(request: Request, exc: RequestValidationError):
-        errs = exc.errors()
-        first = errs[0] if errs else {"loc": (), "msg": "invalid body"}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return JSONResponse(
-            {"detail": f"invalid request body at '{where[:200]}': {str(first.get('msg'))[:300]}", "errors": len(errs)},
-            status_code=422,
-        )
-
-    @app.get("/healthz")
-    async def healthz() -> dict:
-        return {"ok": True, "instances": len(service.instances)}
-
-    @app.get("/profile", dependencies=[Depends(auth)])
-    async def profile(env: str = settings.default_env) -> list[EnvProfile]:
-        service.served(env)
-        try:
-            return await run_in_threadpool(service.profile, env)  # off the event loop: /healthz keeps answering
-        except EvolveKitError as err:
-            raise HTTPException(400, str(err)) from None
-
-    async def read_any(request: Request, model: type[M]) -> M | upstream.UpstreamRequest:
+    async def read_any(self, request: Request, model: type[M]) -> M | upstream.UpstreamRequest:
         """The request's body as ``model``, or as upstream AgentEvolver's request when it is one; decoded,
         depth-checked and validated in a worker thread: a large body's parsing never holds the event loop, which
         keeps answering other requests (/healthz) meanwhile."""
-        return await decoded(request, model, True)
+        return await self._decoded(request, model, True)
 
-    async def read(request: Request, model: type[M]) -> M:
+    async def read(self, request: Request, model: type[M]) -> M:
         """The request's body as ``model`` (an upstream-shaped body is validated as ``model`` too)."""
-        return cast(M, await decoded(request, model, False))
+        return cast(M, await self._decoded(request, model, False))
 
-    async def decoded(request: Request, model: type[M], foreign: bool) -> M | upstream.UpstreamRequest:
-        if not decoders:
-            decoders.append(anyio.CapacityLimiter(settings.decode_workers))
+    async def _decoded(self, request: Request, model: type[M], foreign: bool) -> M | upstream.UpstreamRequest:
+        if not self.decoders:
+            self.decoders.append(anyio.CapacityLimiter(self.settings.decode_workers))
         raw = await request.body()
         return await anyio.to_thread.run_sync(
-            _validated, raw, settings.max_body_depth, model, foreign, limiter=decoders[0]
+            _validated, raw, self.settings.max_body_depth, model, foreign, limiter=self.decoders[0]
         )
 
     async def new_instance(
-        env_cfg: EnvConfig, reset_fn, instance_id: str | None = None, task_id: str = ""
+        self, env_cfg: EnvConfig, reset_fn, instance_id: str | None = None, task_id: str = ""
     ) -> tuple[str, Any]:
         """Reserve a slot, build the environment and reset it off the event loop, and register the instance."""
+        settings, service = self.settings, self.service
         env_name = env_cfg.name
         service.served(env_name)
         service.reserve(env_name)
@@ -310,44 +268,20 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             service.unreserve(env_name)
         return instance_id, reset
 
-    @app.post("/create", dependencies=[Depends(auth)])
-    async def create(request: Request):
-        req = await read_any(request, CreateRequest)
-        if isinstance(req, upstream.UpstreamRequest):
-            return await upstream_create(req)
-        env_cfg = EnvConfig(name=req.env, backends=req.backends)
-        instance_id, reset = await new_instance(env_cfg, lambda env: env.reset(req.task, req.sandbox_config))
-        return CreateResponse(instance_id=instance_id, reset=reset)
-
-    async def upstream_create(req: upstream.UpstreamRequest) -> dict:
-        if not req.task_id:
-            raise HTTPException(422, "invalid request body at 'task_id': a task id is required")
-        if req.instance_id is not None and not _SAFE_ID.fullmatch(req.instance_id):
-            raise HTTPException(422, "invalid request body at 'instance_id': 1-64 letters, digits, '-' or '_'")
-        service.served(req.env_type)
-        try:
-            task = await run_in_threadpool(tasks.find, req.env_type, req.task_id, req.params)
-        except LookupError as err:
-            raise HTTPException(404, str(err)) from None
-        except EvolveKitError as err:
-            raise HTTPException(400, str(err)) from None
-        instance_id, reset = await new_instance(
-            EnvConfig(name=req.env_type), lambda env: env.reset(task), req.instance_id, task.task_id
-        )
-        state = upstream.initial_state(reset)
-        return upstream.reply(upstream.episode(state, 0.0, False, instance_id, task.task_id))
-
-    async def _guarded(inst: _Instance, fn, *args):
-        at = time.monotonic() + settings.step_timeout_s
+    async def guarded(self, inst: _Instance, fn, *args):
+        """``fn(*args)`` on the instance, one call at a time, under the step timeout (504 past it: the instance is
+        marked broken and its environment closed beside the call)."""
+        timeout = self.settings.step_timeout_s
+        at = time.monotonic() + timeout
 
         def run():
             with inst.lock, cancel.deadline(at):  # one call at a time per instance; stops at its deadline
                 return fn(*args)
 
         try:
-            return await asyncio.wait_for(run_in_threadpool(run), timeout=settings.step_timeout_s)
+            return await asyncio.wait_for(run_in_threadpool(run), timeout=timeout)
         except (asyncio.TimeoutError, cancel.Cancelled):  # whichever comes first at the deadline
-            inst.broken = f"a call exceeded the {settings.step_timeout_s}s step timeout"
+            inst.broken = f"a call exceeded the {timeout}s step timeout"
             # a call that cannot check in (a simulator's step inside its JVM, a server's reply) ends when its
             # environment goes: close it now, beside the call, instead of letting the call run on unowned
             threading.Thread(target=_close_quietly, args=(inst.env,), name="close-broken", daemon=True).start()
@@ -355,76 +289,181 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         except EvolveKitError as err:
             raise HTTPException(400, str(err)) from None
 
-    def upstream_instance(req: upstream.UpstreamRequest) -> tuple[str, _Instance]:
+    def upstream_instance(self, req: upstream.UpstreamRequest) -> tuple[str, _Instance]:
         if not req.instance_id:
             raise HTTPException(422, "invalid request body at 'instance_id': an instance id is required")
-        return req.instance_id, service.get(req.instance_id)
+        return req.instance_id, self.service.get(req.instance_id)
 
-    @app.post("/step", dependencies=[Depends(auth)])
-    async def step(request: Request):
-        req = await read_any(request, StepRequest)
-        if isinstance(req, upstream.UpstreamRequest):
-            ureq = req
-            iid, inst = upstream_instance(ureq)
-            try:
-                text = upstream.assistant_text(ureq.messages)
-            except ValueError as err:
-                raise HTTPException(422, f"invalid request body at 'messages': {err}") from None
-
-            result: StepResult = await _guarded(inst, inst.env.step, parse_action(text))
-            state = upstream.step_state(result)
-            return upstream.reply(upstream.episode(state, result.reward, result.done, iid, inst.task_id))
-        inst = service.get(req.instance_id)
-        return await _guarded(inst, inst.env.step, req.action)
-
-    @app.post("/evaluate", dependencies=[Depends(auth)])
-    async def evaluate(request: Request):
-        req = await read_any(request, InstanceRequest)
-        if isinstance(req, upstream.UpstreamRequest):
-            _, inst = upstream_instance(req)
-            result: EvalResult = await _guarded(inst, inst.env.evaluate)
-            return upstream.reply(result.score)
-        inst = service.get(req.instance_id)
-        return await _guarded(inst, inst.env.evaluate)
-
-    @app.post("/info", dependencies=[Depends(auth)])
-    async def info(request: Request) -> EnvInfo:
-        req = await read(request, InstanceRequest)
-        return service.get(req.instance_id).env.info()
-
-    @app.post("/get_info", dependencies=[Depends(auth)])
-    async def get_info(request: Request) -> dict:
-        _, inst = upstream_instance(await read(request, upstream.UpstreamRequest))
-        tools = [t.model_dump(mode="json") for t in inst.tools]
-        return upstream.reply({"tools": tools, "info": inst.env.info().model_dump(mode="json")})
-
-    @app.post("/get_env_profile", dependencies=[Depends(auth)])
-    async def get_env_profile(request: Request) -> dict:
-        req = await read(request, upstream.UpstreamRequest)
-        split = req.params.get("split", "train")
-        family = req.params.get("family")
-        if split not in upstream.SPLITS or not (family is None or isinstance(family, str)):
-            raise HTTPException(422, f"invalid request body at 'params': split one of {', '.join(upstream.SPLITS)}")
+    async def upstream_create(self, req: upstream.UpstreamRequest) -> dict:
+        if not req.task_id:
+            raise HTTPException(422, "invalid request body at 'task_id': a task id is required")
+        if req.instance_id is not None and not _SAFE_ID.fullmatch(req.instance_id):
+            raise HTTPException(422, "invalid request body at 'instance_id': 1-64 letters, digits, '-' or '_'")
+        self.service.served(req.env_type)
         try:
-            found = await run_in_threadpool(tasks.split, req.env_type, split, family)
+            task = await run_in_threadpool(self.tasks.find, req.env_type, req.task_id, req.params)
+        except LookupError as err:
+            raise HTTPException(404, str(err)) from None
         except EvolveKitError as err:
             raise HTTPException(400, str(err)) from None
-        return upstream.reply(list(found))
+        instance_id, reset = await self.new_instance(
+            EnvConfig(name=req.env_type), lambda env: env.reset(task), req.instance_id, task.task_id
+        )
+        state = upstream.initial_state(reset)
+        return upstream.reply(upstream.episode(state, 0.0, False, instance_id, task.task_id))
 
-    @app.post("/release", dependencies=[Depends(auth)])
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Short error bodies: every detail at most MAX_DETAIL characters, a validation error naming its field."""
+
+    @app.exception_handler(HTTPException)
+    async def short_detail(request: Request, exc: HTTPException):
+        """Every error's detail at most 500 characters: a 4xx names the field, it does not echo the input back."""
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if len(detail) > MAX_DETAIL:
+            detail = detail[:MAX_DETAIL] + f"... ({len(detail) - MAX_DETAIL} more characters)"
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_body(request: Request, exc: RequestValidationError):
+        errs = exc.errors()
+        first = errs[0] if errs else {"loc": (), "msg": "invalid body"}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return JSONResponse(
+            {"detail": f"invalid request body at '{where[:200]}': {str(first.get('msg'))[:300]}", "errors": len(errs)},
+            status_code=422,
+        )
+
+
+def _status_routes(h: _Handlers) -> APIRouter:
+    """/healthz (no token) and /profile."""
+    router = APIRouter()
+
+    @router.get("/healthz")
+    async def healthz() -> dict:
+        return {"ok": True, "instances": len(h.service.instances)}
+
+    @router.get("/profile", dependencies=[Depends(h.auth)])
+    async def profile(env: str = h.settings.default_env) -> list[EnvProfile]:
+        h.service.served(env)
+        try:
+            return await run_in_threadpool(h.service.profile, env)  # off the event loop: /healthz keeps answering
+        except EvolveKitError as err:
+            raise HTTPException(400, str(err)) from None
+
+    return router
+
+
+def _instance_routes(h: _Handlers) -> APIRouter:
+    """An instance's life: /create, /step, /evaluate, /info, /release (each also answering upstream's body)."""
+    router = APIRouter(dependencies=[Depends(h.auth)])
+
+    @router.post("/create")
+    async def create(request: Request):
+        req = await h.read_any(request, CreateRequest)
+        if isinstance(req, upstream.UpstreamRequest):
+            return await h.upstream_create(req)
+        env_cfg = EnvConfig(name=req.env, backends=req.backends)
+        instance_id, reset = await h.new_instance(env_cfg, lambda env: env.reset(req.task, req.sandbox_config))
+        return CreateResponse(instance_id=instance_id, reset=reset)
+
+    @router.post("/step")
+    async def step(request: Request):
+        req = await h.read_any(request, StepRequest)
+        if isinstance(req, upstream.UpstreamRequest):
+            iid, inst = h.upstream_instance(req)
+            try:
+                text = upstream.assistant_text(req.messages)
+            except ValueError as err:
+                raise HTTPException(422, f"invalid request body at 'messages': {err}") from None
+            result: StepResult = await h.guarded(inst, inst.env.step, parse_action(text))
+            state = upstream.step_state(result)
+            return upstream.reply(upstream.episode(state, result.reward, result.done, iid, inst.task_id))
+        inst = h.service.get(req.instance_id)
+        return await h.guarded(inst, inst.env.step, req.action)
+
+    @router.post("/evaluate")
+    async def evaluate(request: Request):
+        req = await h.read_any(request, InstanceRequest)
+        if isinstance(req, upstream.UpstreamRequest):
+            _, inst = h.upstream_instance(req)
+            result: EvalResult = await h.guarded(inst, inst.env.evaluate)
+            return upstream.reply(result.score)
+        inst = h.service.get(req.instance_id)
+        return await h.guarded(inst, inst.env.evaluate)
+
+    @router.post("/info")
+    async def info(request: Request) -> EnvInfo:
+        req = await h.read(request, InstanceRequest)
+        return h.service.get(req.instance_id).env.info()
+
+    @router.post("/release")
     async def release(request: Request) -> dict:
-        req = await read_any(request, InstanceRequest)
+        req = await h.read_any(request, InstanceRequest)
         foreign = isinstance(req, upstream.UpstreamRequest)
         req_id = req.instance_id
         if not req_id:
             raise HTTPException(422, "invalid request body at 'instance_id': an instance id is required")
-        with service.guard:  # a broken instance can be released too
-            inst = service.instances.pop(req_id, None)
+        with h.service.guard:  # a broken instance can be released too
+            inst = h.service.instances.pop(req_id, None)
         if inst is None:
             raise HTTPException(404, f"unknown instance_id '{req_id}'")
         await run_in_threadpool(_close_quietly, inst.env)  # a JVM's shutdown takes a while: not on the event loop
         return upstream.reply(True) if foreign else {"released": req_id}
 
+    return router
+
+
+def _upstream_routes(h: _Handlers) -> APIRouter:
+    """Upstream AgentEvolver's own routes: /get_info and /get_env_profile."""
+    router = APIRouter(dependencies=[Depends(h.auth)])
+
+    @router.post("/get_info")
+    async def get_info(request: Request) -> dict:
+        _, inst = h.upstream_instance(await h.read(request, upstream.UpstreamRequest))
+        tools = [t.model_dump(mode="json") for t in inst.tools]
+        return upstream.reply({"tools": tools, "info": inst.env.info().model_dump(mode="json")})
+
+    @router.post("/get_env_profile")
+    async def get_env_profile(request: Request) -> dict:
+        req = await h.read(request, upstream.UpstreamRequest)
+        split = req.params.get("split", "train")
+        family = req.params.get("family")
+        if split not in upstream.SPLITS or not (family is None or isinstance(family, str)):
+            raise HTTPException(422, f"invalid request body at 'params': split one of {', '.join(upstream.SPLITS)}")
+        try:
+            found = await run_in_threadpool(h.tasks.split, req.env_type, split, family)
+        except EvolveKitError as err:
+            raise HTTPException(400, str(err)) from None
+        return upstream.reply(list(found))
+
+    return router
+
+
+def create_app(settings: ServiceSettings | None = None) -> FastAPI:
+    """The service's app: its reaper, body and origin guards, short error bodies, and the routes by concern."""
+    settings = settings or ServiceSettings()
+    service = EnvService(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        async def reaper() -> None:
+            while True:
+                await asyncio.sleep(settings.reap_interval_s)
+                await run_in_threadpool(service.reap)  # closing JVMs and server processes: off the event loop
+
+        task = asyncio.create_task(reaper())
+        yield
+        task.cancel()
+
+    app = FastAPI(title="evolvekit environment service", version="1", lifespan=lifespan)
+    app.state.service = service
+    app.add_middleware(BodyLimit, max_bytes=settings.max_call_body_bytes, larger={"/create": settings.max_body_bytes})
+    app.add_middleware(OriginGuard, allowed_hosts=settings.allowed_hosts)
+    _add_error_handlers(app)
+    handlers = _Handlers(settings, service)
+    for router in (_status_routes(handlers), _instance_routes(handlers), _upstream_routes(handlers)):
+        app.include_router(router)
     return app
 
 
