@@ -863,7 +863,17 @@ DERIVED_DEFAULTS: tuple[tuple[Callable[[Config], bool], str, str, Any, str], ...
 
 
 def cross_field_problem(cfg: Config) -> str | None:
-    """The first rule combining several fields that ``cfg`` breaks, as one line naming them, else None."""
+    """The first rule combining several fields that ``cfg`` breaks, as one line naming them, else None: the rules of
+    engines and scale-out, of the helpers, of step credit and of the rest, in that order, then the MCP section's."""
+    for rules in (_scale_problem, _helper_problem, _credit_problem, _run_problem):
+        problem = rules(cfg)
+        if problem is not None:
+            return problem
+    return mcp_problem(cfg.env)
+
+
+def _scale_problem(cfg: Config) -> str | None:
+    """Engines, Ray rollouts and Evolving-RL's stages: which combine."""
     if cfg.evolving_rl.enabled and (cfg.navigating.enabled or cfg.attributing.enabled):
         return (
             "evolving_rl.enabled replaces the rollout, experience and sample stages; "
@@ -910,6 +920,11 @@ def cross_field_problem(cfg: Config) -> str | None:
             "rollout.backend: ray with navigating.as_tool or navigating.utility_test is not supported yet (the "
             "search tool and the utility test need the driver's experience pool); use rollout.backend: local"
         )
+    return None
+
+
+def _helper_problem(cfg: Config) -> str | None:
+    """The helpers' forced choice and the synthesizer's constraints."""
     for option, value, role in (
         ("attributing.constrained", cfg.attributing.constrained, "attributor"),
         ("questioning.judge_constrained", cfg.questioning.judge_constrained, "judge"),
@@ -937,6 +952,11 @@ def cross_field_problem(cfg: Config) -> str | None:
             "questioning.numbers_constrained: on needs an in-process synthesizer (it masks the model's next-token "
             "choices); models.synthesizer.backend is openai"
         )
+    return None
+
+
+def _credit_problem(cfg: Config) -> str | None:
+    """Step credit and advantage estimators: no label computed for nothing, no setting silently ignored."""
     a = cfg.attributing
     est = cfg.train.advantage_estimator
     labelled = a.enabled and attribution_source(cfg) != "gigpo" and a.mode != "outcome_only"
@@ -975,6 +995,11 @@ def cross_field_problem(cfg: Config) -> str | None:
         )
     if a.similar_success_min > 0 and a.mode == "outcome_only":
         return "attributing.similar_success_min feeds the attribution channel; attributing.mode outcome_only has none"
+    return None
+
+
+def _run_problem(cfg: Config) -> str | None:
+    """Cold start, curriculum, CoEvolve, sharding and the OpenEnv server."""
     if cfg.cold_start.enabled and not cfg.cold_start.tasks_file and not cfg.questioning.enabled:
         return "cold_start.enabled needs verified tasks: set cold_start.tasks_file or questioning.enabled"
     if cfg.env.curriculum and cfg.questioning.enabled:
@@ -989,7 +1014,7 @@ def cross_field_problem(cfg: Config) -> str | None:
         )
     if cfg.env.name == "openenv" and not cfg.env.openenv.url:
         return "env.openenv.url: env.name openenv needs the server's URL (e.g. http://127.0.0.1:8000)"
-    return mcp_problem(cfg.env)
+    return None
 
 
 def mcp_problem(env: EnvConfig) -> str | None:
