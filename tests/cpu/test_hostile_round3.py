@@ -27,6 +27,12 @@ def _bomb(levels: int = 9, width: int = 9) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bomb_in_a_free_form_field() -> str:
+    """The bomb as the value of a free-form field (``env.remote_params``: any JSON), where no unknown-key check stops
+    it: at 37c233b `load_config` accepted it and `config show` and `run` expanded it past 3 GB."""
+    return "env:\n  remote_params:\n" + "".join(f"    {line}\n" for line in _bomb().splitlines())
+
+
 # ---- YAML aliases are bounded --------------------------------------------------------------------------------------
 
 
@@ -50,7 +56,7 @@ def test_aliases_within_bounds_load_as_safe_load_does():
 
 def test_an_alias_bomb_in_a_config_file_is_one_config_error_in_bounded_time(tmp_path: Path):
     path = tmp_path / "bomb.yaml"
-    path.write_text(_bomb() + "run: {name: x}\n")
+    path.write_text(_bomb_in_a_free_form_field() + "run: {name: x}\n")
     start = time.monotonic()
     with pytest.raises(ConfigError, match="aliases"):
         load_config(path)
@@ -69,7 +75,7 @@ def test_an_alias_bomb_in_an_override_is_refused():
 @pytest.mark.parametrize("command", [["config", "show"], ["config", "validate"], ["run"]])
 def test_the_cli_answers_an_alias_bomb_with_exit_2_one_line_and_no_run_folder(tmp_path: Path, command):
     path = tmp_path / "bomb.yaml"
-    path.write_text(_bomb() + f"run: {{out_dir: {tmp_path / 'runs'}}}\n")
+    path.write_text(_bomb_in_a_free_form_field() + f"run: {{out_dir: {tmp_path / 'runs'}}}\n")
     res = subprocess.run(
         [sys.executable, "-m", "evolvekit.cli.main", *command, str(path)],
         capture_output=True,
@@ -313,8 +319,10 @@ def test_an_episode_dropped_by_its_driver_closes_its_environment():
 @pytest.mark.parametrize("where", ["mcp", "plugins"])
 def test_a_panel_whose_config_runs_code_is_refused_with_the_commands_shown(tmp_path: Path, where):
     import json
+    import os
 
-    from evolvekit.agent.panel import make_panel, panel_code_fields
+    from evolvekit.agent.panel import make_panel
+    from evolvekit.types import Task
 
     marker = tmp_path / "ran"
     config = load_config(None, []).model_dump(mode="json")
@@ -324,8 +332,9 @@ def test_a_panel_whose_config_runs_code_is_refused_with_the_commands_shown(tmp_p
     else:
         (tmp_path / "evil_plugin.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
         config["env"] = {**config["env"], "plugins": ["evil_plugin"]}
-    assert panel_code_fields(config)
-    panel = make_panel("abc", config, 1, [], "no-such-model", {})
+    # the policy's own weights, so that nothing but the code check stands between the panel and its commands
+    task = Task(task_id="t", env_name=config["env"]["name"], query="What is 1 plus 1?")
+    panel = make_panel("abc", config, 1, [task], config["models"]["policy"]["model"], {})
     path = tmp_path / "panel.json"
     path.write_text(json.dumps(json.loads(panel.model_dump_json())))
     res = subprocess.run(
@@ -334,11 +343,14 @@ def test_a_panel_whose_config_runs_code_is_refused_with_the_commands_shown(tmp_p
         text=True,
         timeout=120,
         cwd=tmp_path,
-        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])},
     )
+    assert not marker.exists()  # nothing of the panel ran
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "--run-panel-code" in res.stderr and ("touch" in res.stderr or "evil_plugin" in res.stderr)
-    assert not marker.exists()
+    from evolvekit.agent.panel import panel_code_fields
+
+    assert panel_code_fields(config)
 
 
 def test_a_panel_of_plain_data_names_no_code():
@@ -602,11 +614,17 @@ def test_report_reads_a_run_whose_folder_it_cannot_write(tmp_path: Path, monkeyp
     store.set_meta("probe", "x")
     store.close()
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # what a read-only mount answers
+    opened: list[str] = []
+    connect = figures.sqlite3.connect
+    monkeypatch.setattr(figures.sqlite3, "connect", lambda db, **kw: opened.append(db) or connect(db, **kw))
     con = figures.connect_ro(run_dir)
     try:
         assert con.execute("SELECT value FROM meta WHERE key='probe'").fetchone() == ("x",)
     finally:
         con.close()
+    # opened immutable: SQLite cannot make a WAL store's shared-memory file on a read-only mount, so a plain mode=ro
+    # open fails there (as root in a test the folder stays writable, so the open itself is what is checked)
+    assert opened and opened[0].endswith("?mode=ro&immutable=1"), opened
 
 
 # ---- the OpenEnv client: deep replies and unasked messages ---------------------------------------------------------
