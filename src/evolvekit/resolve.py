@@ -35,16 +35,20 @@ class Machine:
 
     cuda: bool = False
     cpu_bf16: bool = False  # AVX512-BF16 / AMX: bf16 autocast pays off on this CPU
+    ranks: int = 1  # processes torchrun / accelerate launch started (train.sharding fsdp2 shards only over > 1)
 
     @classmethod
     def probe(cls) -> Machine:
+        import os
+
         import torch
 
         try:
             bf16 = bool(torch.cpu._is_avx512_bf16_supported())
         except AttributeError:  # pragma: no cover - older torch
             bf16 = False
-        return cls(cuda=torch.cuda.is_available(), cpu_bf16=bf16)
+        ranks = int(os.environ.get("WORLD_SIZE", "1"))  # as train/distributed.py's launched_world_size reads it
+        return cls(cuda=torch.cuda.is_available(), cpu_bf16=bf16, ranks=ranks)
 
 
 @dataclass(frozen=True)
@@ -82,8 +86,14 @@ def auto_resolutions(cfg: Config, machine: Machine | None = None) -> list[Resolu
     cpu = "the CPU has AVX512-BF16" if m.cpu_bf16 else "the CPU lacks AVX512-BF16"
     add("train.autocast", cfg.train.autocast, "bf16" if bf16 else "off", "the policy is on CUDA" if policy_gpu else cpu)
     low = pol.dtype in ("bfloat16", "float16") or (pol.dtype == "auto" and policy_gpu)
-    master = low and not cfg.train.lora and cfg.train.sharding != "fsdp2"
-    why = "low-precision weights are trained in full" if master else "the trained parameters are fp32 (or sharded)"
+    sharded = cfg.train.sharding == "fsdp2" and m.ranks > 1  # one process trains the plain copy (train/policy.py)
+    master = low and not cfg.train.lora and not sharded
+    if master:
+        why = "low-precision weights are trained in full"
+    elif sharded:
+        why = f"FSDP2's fp32 shards over {m.ranks} ranks are the master weights"
+    else:
+        why = "the trained parameters are fp32" + (" (LoRA's adapters)" if low and cfg.train.lora else "")
     add("train.master_weights", cfg.train.master_weights, _on(master), why)
     est = advantage_estimator(cfg)
     why = "attributing.enabled" + (" with source gigpo" if est == "gigpo" else "")

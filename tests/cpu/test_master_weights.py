@@ -107,6 +107,10 @@ def test_the_trainer_keeps_master_weights_for_a_bf16_model(tiny_path, tmp_path):
     assert off.master is None
     fp32 = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), TrainConfig())
     assert fp32.master is None  # nothing to keep for fp32 weights
+    # train.sharding fsdp2 in one process shards nothing: the plain bf16 copy is trained, with masters (as config
+    # show's resolution says, tests/cpu/test_resolve.py)
+    one_rank = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu", dtype="bfloat16"), TrainConfig(sharding="fsdp2"))
+    assert one_rank.master is not None
 
 
 @pytest.mark.parametrize("shared_prefix", [True, False])
