@@ -799,6 +799,69 @@ def extraction_mode(cfg: Config) -> str:
     return "grounded" if _in_process(cfg.models.summarizer) else "llm"
 
 
+# sections a switch turns on; off, none of their other settings is read
+SWITCHED_SECTIONS = ("cold_start", "questioning", "coevolve", "navigating", "attributing", "evolving_rl")
+_ENGINE_FIELDS = {
+    "gpu_memory_utilization": "vllm",
+    "kv_cache_bytes": "vllm",
+    "engine_eager": "vllm",
+    "engine_url": "sglang",
+    "engine_weights_dir": "sglang",
+}
+_LOCAL_FIELDS = ("device", "dtype")
+_SERVED_FIELDS = ("base_url", "api_key_env", "timeout_s", "concurrency", "max_retries")
+
+
+def roles_in_use(cfg: Config) -> set[str]:
+    """The model roles a run of ``cfg`` builds (orchestrator/build.py; questioning/self_examples.py)."""
+    used = {"policy"}
+    if cfg.questioning.enabled or cfg.env.worked_examples == "self":
+        used.add("explorer")  # self-questioning's exploration, and the run's own worked examples
+    if cfg.questioning.enabled:
+        used.add("synthesizer")
+        if synthetic_reward(cfg) != "state":
+            used.add("judge")
+    if cfg.attributing.enabled and cfg.attributing.mode != "outcome_only" and attribution_source(cfg) == "llm":
+        used.add("attributor")
+    if cfg.navigating.enabled or cfg.rollout.template in ("sliding_window", "self_managing"):
+        used.add("summarizer")
+    return used
+
+
+def inert_settings(cfg: Config) -> dict[str, str]:
+    """The sections and settings a run of ``cfg`` never reads, dotted path -> why: a switched-off section, a model
+    role nothing builds, a served role's device, a local role's server fields, an engine's fields under another
+    engine. `config show` leaves them out (``--all`` prints them)."""
+    out: dict[str, str] = {}
+    for name in SWITCHED_SECTIONS:
+        if not getattr(cfg, name).enabled:
+            out[name] = f"{name}.enabled is false"
+    if not cfg.questioning.enabled and cfg.env.worked_examples == "self":
+        out.pop("questioning")  # its exploration settings make the run's own worked examples
+    used = roles_in_use(cfg)
+    for role in type(cfg.models).model_fields:
+        mc: ModelConfig = getattr(cfg.models, role)
+        at = f"models.{role}"
+        if role not in used:
+            out[at] = f"nothing in this config uses the {role}"
+            continue
+        local = mc.backend == "local"
+        for f in _SERVED_FIELDS if local else _LOCAL_FIELDS:
+            out[f"{at}.{f}"] = f"{at}.backend is {mc.backend}"
+        engine = mc.engine if role == "policy" and local else None
+        if engine is None:
+            for f in ("engine", "packed_weights"):
+                out[f"{at}.{f}"] = "only the policy's local model has an engine"
+        for f, needs in _ENGINE_FIELDS.items():
+            if engine != needs:
+                out[f"{at}.{f}"] = f"for engine {needs}"
+    if cfg.env.name != "mcp":
+        out["env.mcp"] = "env.name is not mcp"
+    if cfg.env.name != "openenv":
+        out["env.openenv"] = "env.name is not openenv"
+    return out
+
+
 def helper_sources(cfg: Config) -> dict[str, str]:
     """Where each helper role's answers come from in this config (shown by `config show`, recorded in the run)."""
     attr = attribution_source(cfg)
@@ -1323,30 +1386,57 @@ def paper_departures(cfg: Config) -> dict[str, tuple[Any, Any, str]]:
     return out
 
 
+def count_settings(model: BaseModel, at: str = "", hidden: dict[str, str] | None = None) -> int:
+    """The leaf settings of a config (sub)tree, less those under ``hidden``'s paths."""
+    hidden = hidden or {}
+    total = 0
+    for name in type(model).model_fields:
+        value, dotted = getattr(model, name), f"{at}.{name}" if at else name
+        if dotted in hidden:
+            continue
+        total += count_settings(value, dotted, hidden) if isinstance(value, BaseModel) else 1
+    return total
+
+
 def dump_commented_yaml(
     model: BaseModel,
     indent: int = 0,
     at: str = "",
     derived: dict[str, str] | None = None,
     paper_of: dict[str, tuple[Any, str]] | None = None,
+    hidden: dict[str, str] | None = None,
 ) -> str:
     """Render a config (sub)tree as YAML with each field's description as a comment; a value that differs from the
     paper's (``paper_values``) is marked ``# ≠ paper: X (source)`` on its line, and one a rule set from other settings
-    (``derived``: ``Config._derived``) ``# set by <rule>``."""
+    (``derived``: ``Config._derived``) ``# set by <rule>``. ``hidden`` (``inert_settings``): paths left out, each
+    with one comment line (a switched-off section keeps its ``enabled: false``), so the YAML still loads."""
     derived = derived if derived is not None else dict(getattr(model, "_derived", None) or {})
     if paper_of is None:
         paper_of = paper_values(model) if isinstance(model, Config) else PAPER_VALUES
+    hidden = hidden or {}
     lines: list[str] = []
     pad = "  " * indent
     plain = model.model_dump(mode="json")  # lists of sub-models (env.mcp.examples) as plain data
+    leaves: dict[str, list[str]] = {}  # this section's hidden single settings, by reason: one line at its end
     for name, field in type(model).model_fields.items():
         value = getattr(model, name)
         dotted = f"{at}.{name}" if at else name
+        if dotted in hidden and not isinstance(value, BaseModel):
+            leaves.setdefault(hidden[dotted], []).append(name)
+            continue
+        if dotted in hidden:
+            switched = isinstance(value, BaseModel) and "enabled" in type(value).model_fields
+            n = (count_settings(value) - switched) if isinstance(value, BaseModel) else 1
+            what = f"{n} {'other ' * switched}setting{'s' * (n != 1)}"
+            lines.append(f"{pad}# {name}: {what} not shown ({hidden[dotted]}; --all shows them)")
+            if switched:
+                lines.append(f"{pad}{name}:\n{pad}  enabled: false")
+            continue
         if field.description:
             lines.append(f"{pad}# {field.description}")
         if isinstance(value, BaseModel):
             lines.append(f"{pad}{name}:")
-            lines.append(dump_commented_yaml(value, indent + 1, dotted, derived, paper_of))
+            lines.append(dump_commented_yaml(value, indent + 1, dotted, derived, paper_of, hidden))
         else:
             rendered = yaml.safe_dump({name: plain[name]}, default_flow_style=True, sort_keys=False).strip()
             if rendered.startswith("{") and rendered.endswith("}"):
@@ -1357,4 +1447,8 @@ def dump_commented_yaml(
             if dotted in derived:
                 rendered += f"  # set by {derived[dotted]}"
             lines.append(f"{pad}{rendered}")
+    if leaves:
+        n = sum(len(v) for v in leaves.values())
+        why = "; ".join(f"{', '.join(names)} ({reason})" for reason, names in leaves.items())
+        lines.append(f"{pad}# {n} setting{'s' * (n != 1)} not shown (--all shows them): {why}")
     return "\n".join(lines)

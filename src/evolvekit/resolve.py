@@ -1,9 +1,10 @@
 """Every ``auto`` setting of a config resolved in one place, each with its reason (issue 55.5).
 
-``config show`` prints the list; the run uses the same resolver functions (``config.py``: ``attribution_source``,
-``synthetic_reward``, ``advantage_estimator``, ...; ``llm/local.py``: ``pick_device``, ``pick_dtype``;
-``train/trainer.py: autocast_dtype``), so what is printed is what runs. Machine facts (CUDA, a CPU with
-AVX512-BF16) are probed once, or given (tests).
+``config show`` prints the list; the run calls the same functions (``config.py``: ``attribution_source``,
+``synthetic_reward``, ``advantage_estimator``, ...; here: ``device_for``, ``dtype_for``, ``autocast_for`` and
+``keeps_master``, which ``llm/local.py``, ``train/trainer.py`` and ``train/policy.py`` call), so what is printed is
+what runs, with no copy of a decision (issue 79.3; tests/cpu/test_resolve.py builds a run and compares). Machine facts
+(CUDA, a CPU with AVX512-BF16, the launched ranks) are probed once, or given (tests).
 """
 
 from __future__ import annotations
@@ -62,6 +63,29 @@ def _on(flag: bool) -> str:
     return "on" if flag else "off"
 
 
+def device_for(setting: str, cuda: bool) -> str:
+    """A local model's device: ``auto`` is CUDA where there is one, else the CPU."""
+    return ("cuda" if cuda else "cpu") if setting == "auto" else setting
+
+
+def dtype_for(setting: str, device: str) -> str:
+    """A local model's weights: ``auto`` is bf16 on a GPU, fp32 on the CPU."""
+    return ("bfloat16" if device.startswith("cuda") else "float32") if setting == "auto" else setting
+
+
+def autocast_for(setting: str, device: str, cpu_bf16: bool) -> str:
+    """The update's autocast: ``auto`` is bf16 on CUDA or on a CPU with AVX512-BF16/AMX, else off."""
+    if setting != "auto":
+        return setting
+    return "bf16" if device.startswith("cuda") or cpu_bf16 else "off"
+
+
+def keeps_master(setting: str, low_precision: bool, sharded: bool) -> bool:
+    """fp32 master weights for the trained parameters: ``auto`` keeps them for low-precision trainable parameters
+    unless FSDP2's fp32 shards already are the masters (``on`` likewise: there is nothing to keep for fp32)."""
+    return setting != "off" and low_precision and not sharded
+
+
 def auto_resolutions(cfg: Config, machine: Machine | None = None) -> list[Resolution]:
     """Each field of ``cfg`` set to ``auto`` (a served role's device and dtype do not apply), resolved."""
     m = machine if machine is not None else Machine.probe()
@@ -76,18 +100,19 @@ def auto_resolutions(cfg: Config, machine: Machine | None = None) -> list[Resolu
         mc: ModelConfig = getattr(models, role)
         if mc.backend != "local":
             continue
-        device = ("cuda" if m.cuda else "cpu") if mc.device == "auto" else mc.device
+        device = device_for(mc.device, m.cuda)
         add(f"models.{role}.device", mc.device, device, "CUDA is available" if m.cuda else "no CUDA on this machine")
-        on_gpu = device.startswith("cuda")
-        add(f"models.{role}.dtype", mc.dtype, "bfloat16" if on_gpu else "float32", f"weights on {device}")
+        add(f"models.{role}.dtype", mc.dtype, dtype_for(mc.dtype, device), f"weights on {device}")
     pol = models.policy
-    policy_gpu = pol.backend == "local" and ((pol.device == "auto" and m.cuda) or pol.device.startswith("cuda"))
-    bf16 = policy_gpu or m.cpu_bf16
+    policy_device = device_for(pol.device, m.cuda) if pol.backend == "local" else "cpu"
+    policy_gpu = policy_device.startswith("cuda")
     cpu = "the CPU has AVX512-BF16" if m.cpu_bf16 else "the CPU lacks AVX512-BF16"
-    add("train.autocast", cfg.train.autocast, "bf16" if bf16 else "off", "the policy is on CUDA" if policy_gpu else cpu)
-    low = pol.dtype in ("bfloat16", "float16") or (pol.dtype == "auto" and policy_gpu)
-    sharded = cfg.train.sharding == "fsdp2" and m.ranks > 1  # one process trains the plain copy (train/policy.py)
-    master = low and not cfg.train.lora and not sharded
+    autocast = autocast_for(cfg.train.autocast, policy_device, m.cpu_bf16)
+    add("train.autocast", cfg.train.autocast, autocast, "the policy is on CUDA" if policy_gpu else cpu)
+    # LoRA trains fp32 adapters; FSDP2 shards only over more than one launched process (train/policy.py)
+    low = dtype_for(pol.dtype, policy_device) in ("bfloat16", "float16")
+    sharded = cfg.train.sharding == "fsdp2" and m.ranks > 1
+    master = keeps_master(cfg.train.master_weights, low and not cfg.train.lora, sharded)
     if master:
         why = "low-precision weights are trained in full"
     elif sharded:

@@ -106,13 +106,15 @@ def test_the_docs_commands_run_on_the_counter_environment(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)  # its synthesis takes about 6 minutes alone; on a busy machine, past the default 900 s
+@pytest.mark.timeout(3600)  # its two syntheses take about 6 minutes each alone; on a busy machine, far longer
 def test_a_plugin_written_from_the_docs_alone_keeps_well_posed_tasks(tmp_path):
     """Issue 78.1: a new 4-tool plugin written from docs/environments.md alone (tests/plugins/docs_bank_env.py, copied
     into the user's working folder) gets kept tasks from `tasks synthesize` that are well-posed: each replays its
     reference to a pass, none passes when the agent does nothing, each request states its reference's values (the
     small-model filter: questioning.grounding_threshold 1, one operation a task; exploration at its defaults, 4 runs
-    of 30 steps, seed 0: benchmarks/results/docs_plugin_trial.md, B)."""
+    of 30 steps, seed 0: benchmarks/results/docs_plugin_trial.md, B). Then a short `run` on it, as the docs say for an
+    environment with no tasks of its own (self-questioning at λ = 1): it synthesizes its own task with the same
+    settings and seed, keeps it, trains one iteration on it, and stores it as synthetic."""
     import json
     import shutil
     import subprocess
@@ -146,3 +148,35 @@ def test_a_plugin_written_from_the_docs_alone_keeps_well_posed_tasks(tmp_path):
             assert values and all(str(v) in task.query for v in values), task.query
     finally:
         sys.path.remove(str(tmp_path))
+    _short_run_on_the_docs_plugin(tmp_path, sets, kept)
+
+
+def _short_run_on_the_docs_plugin(tmp_path: Path, sets: list[str], synthesized: list) -> None:
+    """One iteration of `run` on the docs plugin with self-questioning alone (no held-out tasks: evaluation off)."""
+    import json
+    import sqlite3
+    import subprocess
+
+    import yaml
+
+    config = tmp_path / "bank.yaml"  # a user's own config: the same environment and synthesis settings
+    config.write_text(yaml.safe_dump({"run": {"name": "bank", "out_dir": str(tmp_path / "runs"), "seed": 0}}))
+    sets = [*sets, "questioning.enabled=true", "questioning.hybrid_lambda=1.0", "questioning.synthetic_tasks=1"]
+    sets += ["train.iterations=1", "train.tasks_per_iteration=1", "rollout.group_size=2", "rollout.max_steps=3"]
+    sets += ["train.eval_before=false", "train.eval_after=false", "train.eval_every=0"]
+    args = [a for s in sets for a in ("--set", s)]
+    res = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "run", str(config), *args, "--json", "--no-progress"],
+        capture_output=True, text=True, timeout=2300, cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["iterations"] == 1 and summary["gold"] == "none"
+    with sqlite3.connect(summary["store"]) as db:
+        rows = db.execute("SELECT task_id, source, json_extract(json, '$.query') FROM tasks").fetchall()
+        trained = {r[0] for r in db.execute("SELECT task_id FROM trajectories WHERE phase = 'train'")}
+    assert rows and {source for _, source, _ in rows} == {"synthetic"}
+    tasks = {task_id: query for task_id, _, query in rows}
+    # the run synthesized its task as `tasks synthesize` did (same settings and seed), and trained on it alone
+    assert sorted(tasks.values()) == sorted(t.query for t in synthesized[:1]), (tasks, res.stderr[-3000:])
+    assert trained and trained <= set(tasks)

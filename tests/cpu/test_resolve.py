@@ -187,3 +187,33 @@ def test_auto_fields_finds_auto_in_a_literal_or_a_default_at_any_depth():
         kind: Literal["a", "b"] = "a"
 
     assert auto_fields(Outer()) == ["inner.mode", "name"]
+
+
+@pytest.mark.parametrize("dtype", ["auto", "bfloat16"])
+def test_config_show_and_a_started_run_agree_on_every_resolved_value(tmp_path, dtype):
+    """Issue 79.3: what `config show` prints for the policy's device and dtype, autocast and master weights is what
+    the run's builder makes (build_trainer, the function `run` calls), on this machine; bf16 weights turn master
+    weights on. A decision copied into resolve.py and changed on one side only fails here."""
+    from evolvekit.llm.tiny import make_tiny_model
+    from evolvekit.orchestrator.build import build_trainer
+    from evolvekit.orchestrator.run_dir import open_run
+
+    tiny = make_tiny_model(tmp_path / "tiny")
+    autos = [f"{f}=auto" for f in auto_fields(Config())]
+    sets = [*autos, f"models.policy.model={tiny}", f"models.policy.dtype={dtype}", f"run.out_dir={tmp_path}"]
+    cfg, _run_dir, store = open_run(load_config(None, sets), None)
+    try:
+        policy, trainer = build_trainer(cfg, store)
+        shown = {r.field: r.value for r in auto_resolutions(cfg, Machine.probe())}
+        ran = {
+            "models.policy.device": policy.device.type,
+            "models.policy.dtype": str(next(policy.model.parameters()).dtype).removeprefix("torch."),
+            "train.autocast": "bf16" if trainer.amp == torch.bfloat16 else "off",
+            "train.master_weights": "on" if trainer.policy.master is not None else "off",
+        }
+        if dtype != "auto":
+            ran.pop("models.policy.dtype")  # set by hand: nothing to resolve
+            assert ran["train.master_weights"] == "on"
+        assert {k: shown[k] for k in ran} == ran
+    finally:
+        store.close()

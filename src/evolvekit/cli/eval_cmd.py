@@ -177,6 +177,32 @@ def resume_hint(out: Path, argv: list[str]) -> str:
     )
 
 
+def _panel_and_config(panel_in: Path, policy: str | None, run_code: bool):
+    """A versioned panel and the config it fixes: refused while it names code to run (unless ``run_code``) or, for
+    the same policy, when the weights differ from the panel's."""
+    from evolvekit.agent.panel import panel_code_fields, read_panel, weights_sha256
+    from evolvekit.config import config_from_dict
+    from evolvekit.errors import ConfigError
+
+    panel = read_panel(panel_in)
+    data = dict(panel.config)
+    code = panel_code_fields(data)
+    if code and not run_code:
+        shown = "; ".join(f"{k}: {v}" for k, v in code.items())
+        raise ConfigError(
+            f"--panel {panel_in}: its config runs code ({shown[:300]}); read it, then pass --run-panel-code to run it"
+        )
+    if policy:
+        data["models"] = {**data.get("models", {}), "policy": {**data["models"]["policy"], "model": policy}}
+    cfg = config_from_dict(data, str(panel_in))
+    if not policy and weights_sha256(cfg.models.policy.model) != panel.model_sha256:
+        raise ConfigError(
+            f"--panel {panel_in}: the weights of {cfg.models.policy.model} differ from the panel's "
+            f"({panel.model_sha256}); give --policy to evaluate another policy on this panel"
+        )
+    return panel, cfg
+
+
 def eval_command(
     env: Optional[str] = typer.Option(None, help="environment (default: the config's env.name, bfcl)"),
     split: str = typer.Option("multi_turn_base", help="BFCL category"),
@@ -224,8 +250,8 @@ def eval_command(
     as_json: bool = JsonOpt,
 ) -> None:
     """Evaluate the policy: avg@k and best@k with per-task results written to a file."""
-    from evolvekit.agent.panel import make_panel, panel_code_fields, panel_json, read_panel, reproduced, weights_sha256
-    from evolvekit.config import config_from_dict, load_config
+    from evolvekit.agent.panel import make_panel, panel_json, reproduced
+    from evolvekit.config import load_config
     from evolvekit.errors import ConfigError
     from evolvekit.provenance import code_commit
 
@@ -234,23 +260,7 @@ def eval_command(
         chosen = config is not None or overrides or env or subset or limit is not None
         if chosen or k != 8 or split != "multi_turn_base":
             raise ConfigError("--panel fixes the tasks, k and config; give only --policy, --out and --panel-out")
-        panel = read_panel(panel_in)
-        data = dict(panel.config)
-        code = panel_code_fields(data)
-        if code and not panel_code:
-            shown = "; ".join(f"{k}: {v}" for k, v in code.items())
-            raise ConfigError(
-                f"--panel {panel_in}: its config runs code ({shown[:300]}); "
-                "read it, then pass --run-panel-code to run it"
-            )
-        if policy:
-            data["models"] = {**data.get("models", {}), "policy": {**data["models"]["policy"], "model": policy}}
-        cfg = config_from_dict(data, str(panel_in))
-        if not policy and weights_sha256(cfg.models.policy.model) != panel.model_sha256:
-            raise ConfigError(
-                f"--panel {panel_in}: the weights of {cfg.models.policy.model} differ from the panel's "
-                f"({panel.model_sha256}); give --policy to evaluate another policy on this panel"
-            )
+        panel, cfg = _panel_and_config(panel_in, policy, panel_code)
     else:
         sets = (
             list(overrides or [])

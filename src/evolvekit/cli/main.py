@@ -72,12 +72,29 @@ SetOpt = SetOpt
 def config_show(
     config: Optional[Path] = typer.Argument(None, help="YAML config (defaults if omitted)"),
     overrides: Optional[list[str]] = SetOpt,
+    show_all: bool = typer.Option(
+        False,
+        "--all",
+        help="print every setting, also those this config never reads (switched-off sections, "
+        "model roles nothing builds, another engine's or backend's fields)",
+    ),
 ) -> None:
-    """Print the full, validated config with every parameter's meaning and source equation."""
-    from evolvekit.config import dump_commented_yaml, helper_sources, load_config, paper_departures
+    """Print the validated config with every parameter's meaning and source equation: what this config reads
+    (--all: everything)."""
+    from evolvekit.config import (
+        count_settings,
+        dump_commented_yaml,
+        helper_sources,
+        inert_settings,
+        load_config,
+        paper_departures,
+    )
     from evolvekit.resolve import auto_resolutions
 
     cfg = load_config(config, overrides)
+    hidden = {} if show_all else inert_settings(cfg)
+    shown, total = count_settings(cfg, hidden=hidden), count_settings(cfg)
+    counted = f"# {shown} settings shown" + (f" of {total} (config show --all prints them all)" if hidden else "")
     sources = ", ".join(f"{role}: {src}" for role, src in helper_sources(cfg).items())
     oracle = "# ORACLE: run.oracle lets person-written gold reach training\n" if cfg.run.oracle else ""
     if cfg.env.worked_examples == "person":
@@ -88,7 +105,7 @@ def config_show(
     departures = (
         f"# {len(away)} values differ from the papers' (marked '≠ paper'): " + ", ".join(away) + "\n" if away else ""
     )
-    autos = auto_resolutions(cfg)
+    autos = [r for r in auto_resolutions(cfg) if not any(r.field == h or r.field.startswith(h + ".") for h in hidden)]
     resolved = f"# {len(autos)} 'auto' values resolved on this machine:\n" if autos else ""
     resolved += "".join(f"#   {r.field} = {r.value}  ({r.reason})\n" for r in autos)
     rules = cfg._derived
@@ -100,7 +117,9 @@ def config_show(
         + resolved
         + departures
         + derived
-        + dump_commented_yaml(cfg)
+        + counted
+        + "\n"
+        + dump_commented_yaml(cfg, hidden=hidden)
         + "\n"
     )
 

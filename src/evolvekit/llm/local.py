@@ -19,21 +19,19 @@ from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.llm.embedded import resolve_model_path
 from evolvekit.llm.packed import pack_linears
 from evolvekit.llm.sampling import common_prefix_len, inverse_cdf_sample, sample_next  # noqa: F401  (re-exported: their old home)
+from evolvekit.resolve import device_for, dtype_for
 from evolvekit.types import ChatMessage
 
 log = logging.getLogger(__name__)
 
 
 def pick_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    return torch.device(device_for(device, torch.cuda.is_available()))
 
 
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    chosen = dtype_for(dtype, str(device))
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[chosen]
 
 
 class LocalLLM:

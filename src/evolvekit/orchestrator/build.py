@@ -6,7 +6,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from rich.console import Console
 
@@ -173,7 +173,6 @@ def build_loop(
     show_progress: bool = True,
     parallel: DataParallel | None = None,
 ) -> MasterLoop:
-    from evolvekit.agent.evaluate import evaluate_policy
     from evolvekit.env.base import ReferenceDistances
     from evolvekit.env.registry import env_tasks, has_task_source, make_env, preflight
     from evolvekit.questioning.supply import HybridTaskSupply
@@ -238,19 +237,7 @@ def build_loop(
             cfg, policy, env_factory, params, candidates, build_embedder(cfg.embedding).embed, template=template
         )
     if cfg.questioning.enabled:
-        from evolvekit.llm.factory import role_llm, sampling_for
-        from evolvekit.questioning.judge import ConstrainedJudge, LLMJudge
-        from evolvekit.questioning.reward import SyntheticRewardRollouts
-
-        judge: LLMJudge | ConstrainedJudge | None = None
-        if synthetic_reward(cfg) != "state":
-            jllm, jparams = role_llm(cfg.models, "judge"), sampling_for(cfg.models.judge)
-            judge = (
-                ConstrainedJudge(jllm, jparams)
-                if judge_mode(cfg) == "constrained"
-                else LLMJudge(jllm, jparams, cfg.questioning.judge_retries)
-            )
-        rollouts = SyntheticRewardRollouts(rollouts, synthetic_reward(cfg), judge)
+        rollouts = _synthetic_rewards(cfg, rollouts)
     stages = Stages(
         supply=supply,
         rollouts=rollouts,
@@ -263,44 +250,11 @@ def build_loop(
     evaluator = None
     if evaluating:
         eval_tasks = env_tasks(cfg.env, cfg.env.eval_split) if own_tasks else []
-        if cfg.train.eval_tasks:
-            eval_tasks = eval_tasks[: cfg.train.eval_tasks]
-        k = cfg.train.eval_k or cfg.rollout.group_size
-
-        def evaluator(seed: int):
-            eval_params = policy_sampling(cfg, seed=seed)
-
-            def on(tasks):
-                return evaluate_policy(
-                    tasks, policy_env, engine, cfg.rollout, eval_params, k, cfg.env.tool_rendering, show_progress,
-                    template=template,
-                )  # fmt: skip
-
-            summary: dict = {"split": "none (the environment has no tasks of its own)"}
-            trajs: list = []
-            if eval_tasks:
-                report, real_trajs = on(eval_tasks)
-                summary = {**report.summary(), "split": cfg.env.eval_split}
-                trajs = list(real_trajs)
-            extra = ([("synthetic", heldout_synthetic)] if heldout_synthetic else []) + panels
-            for name, held in extra:  # held-out synthetic tasks and panels, scored by the environment's own check
-                rep, more = on(held)
-                summary.update(
-                    {f"{name}/{key}": v for key, v in rep.summary().items() if "@" in key or key in _PANEL_KEYS}
-                )
-                trajs = list(trajs) + list(more)
-            return summary, trajs
+        held = ([("synthetic", heldout_synthetic)] if heldout_synthetic else []) + panels
+        evaluator = _evaluator(cfg, eval_tasks, held, policy_env, engine, template, show_progress)
 
     store.set_meta("train_tasks", json.dumps([t.task_id for t in train_tasks]))
-    search = None
-    if cfg.navigating.enabled and cfg.navigating.as_tool:
-        from evolvekit.navigating.tool_env import search_answer
-
-        pool = experience.pool
-
-        def search(query: str) -> str:
-            return search_answer(pool, query, cfg.navigating.search_k)[0]
-
+    search = _experience_search(cfg, experience) if cfg.navigating.enabled and cfg.navigating.as_tool else None
     warmup = (
         _cold_start(cfg, store, trainer, trainer.reference, env_factory, search) if cfg.cold_start.enabled else None
     )
@@ -308,6 +262,78 @@ def build_loop(
 
 
 _PANEL_KEYS = ("sampling_se", "tasks")  # a panel's figures besides avg@k/best@k/classes: its basis
+
+
+def _synthetic_rewards(cfg: Config, rollouts: Any) -> Any:
+    """§3.3: synthesized tasks' rewards from the environment's state check or the reference-based judge."""
+    from evolvekit.llm.factory import role_llm, sampling_for
+    from evolvekit.questioning.judge import ConstrainedJudge, LLMJudge
+    from evolvekit.questioning.reward import SyntheticRewardRollouts
+
+    judge: LLMJudge | ConstrainedJudge | None = None
+    if synthetic_reward(cfg) != "state":
+        jllm, jparams = role_llm(cfg.models, "judge"), sampling_for(cfg.models.judge)
+        judge = (
+            ConstrainedJudge(jllm, jparams)
+            if judge_mode(cfg) == "constrained"
+            else LLMJudge(jllm, jparams, cfg.questioning.judge_retries)
+        )
+    return SyntheticRewardRollouts(rollouts, synthetic_reward(cfg), judge)
+
+
+def _evaluator(
+    cfg: Config,
+    eval_tasks: list,
+    held: list[tuple[str, list]],
+    policy_env: Callable[[], Any],
+    engine: Any,
+    template: Any,
+    show_progress: bool,
+) -> Callable[[int], tuple[dict, list]]:
+    """Held-out evaluation: the environment's eval split (first ``train.eval_tasks``), then each held-out set of
+    ``held`` (synthesized tasks, panels) under its name, every sample scored by the environment's own check."""
+    from evolvekit.agent.evaluate import evaluate_policy
+
+    if cfg.train.eval_tasks:
+        eval_tasks = eval_tasks[: cfg.train.eval_tasks]
+    k = cfg.train.eval_k or cfg.rollout.group_size
+
+    def evaluator(seed: int) -> tuple[dict, list]:
+        eval_params = policy_sampling(cfg, seed=seed)
+
+        def on(tasks):
+            return evaluate_policy(
+                tasks, policy_env, engine, cfg.rollout, eval_params, k, cfg.env.tool_rendering, show_progress,
+                template=template,
+            )  # fmt: skip
+
+        summary: dict = {"split": "none (the environment has no tasks of its own)"}
+        trajs: list = []
+        if eval_tasks:
+            report, real_trajs = on(eval_tasks)
+            summary = {**report.summary(), "split": cfg.env.eval_split}
+            trajs = list(real_trajs)
+        for name, tasks in held:
+            rep, more = on(tasks)
+            summary.update({f"{name}/{key}": v for key, v in rep.summary().items() if "@" in key or key in _PANEL_KEYS})
+            trajs = list(trajs) + list(more)
+        return summary, trajs
+
+    return evaluator
+
+
+def _experience_search(cfg: Config, experience: Any) -> Callable[[str], str]:
+    """EvolveR's search over the experience pool as an action (navigating.as_tool), for the cold start's teaching."""
+    from evolvekit.navigating.tool_env import search_answer
+
+    pool = experience.pool
+
+    def search(query: str) -> str:
+        return search_answer(pool, query, cfg.navigating.search_k)[0]
+
+    return search
+
+
 WORKED_EXAMPLES = "worked_examples"  # run-store meta: the run's own worked examples (env.worked_examples: self)
 
 

@@ -21,6 +21,7 @@ import torch
 
 from evolvekit.config import TrainConfig
 from evolvekit.engine.base import Engine
+from evolvekit.resolve import keeps_master
 from evolvekit.train.checkpoint import write_checksums
 from evolvekit.train.distributed import DataParallel, ShardedPolicy
 from evolvekit.train.master import MasterWeights, needs_master
@@ -47,10 +48,10 @@ class Policy:
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the policy has no trainable parameters")
-        use_master = self.sharded is None and (
-            cfg.master_weights == "on" or (cfg.master_weights == "auto" and needs_master(params))
-        )
-        self.master = MasterWeights(params) if use_master and needs_master(params) else None
+        # resolve.py: keeps_master, what `config show` prints (fp32 parameters have nothing to keep; FSDP2's fp32
+        # shards are the masters)
+        use_master = keeps_master(cfg.master_weights, needs_master(params), sharded=self.sharded is not None)
+        self.master = MasterWeights(params) if use_master else None
         self.optim_params = self.master.optim_params if self.master is not None else params
         self.optimizer = torch.optim.AdamW(
             self.optim_params,

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from evolvekit.config import TrainConfig
 from evolvekit.engine.base import Engine
+from evolvekit.resolve import Machine, autocast_for
 from evolvekit.train.distributed import DataParallel, ShardedPolicy
 from evolvekit.train.losses import policy_loss, ratio_diagnostics
 from evolvekit.train.master import MasterWeights
@@ -90,17 +91,10 @@ _STAT_FIELDS = frozenset(f.name for f in fields(UpdateStats))
 
 
 def autocast_dtype(setting: str, device: torch.device) -> torch.dtype | None:
-    """bf16 autocast where it helps: CUDA, or a CPU with AVX512-BF16/AMX (``auto``); ``off`` disables it."""
-    if setting == "off":
-        return None
-    if setting == "bf16":
-        return torch.bfloat16
-    if device.type == "cuda":
-        return torch.bfloat16
-    try:
-        return torch.bfloat16 if torch.cpu._is_avx512_bf16_supported() else None
-    except AttributeError:  # pragma: no cover - older torch
-        return None
+    """bf16 autocast where it helps: CUDA, or a CPU with AVX512-BF16/AMX (``auto``, resolve.py: autocast_for, what
+    ``config show`` prints); ``off`` disables it."""
+    chosen = autocast_for(setting, str(device), Machine.probe().cpu_bf16 if setting == "auto" else False)
+    return torch.bfloat16 if chosen == "bf16" else None
 
 
 def sequence_logprobs(
