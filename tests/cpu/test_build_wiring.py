@@ -1277,3 +1277,45 @@ def test_the_task_supply_regenerates_with_the_coevolve_hook_of_the_runs_objects(
     supply = build._task_supply(cfg, store, tasks, policy, env_factory)
     assert type(supply) is HybridTaskSupply and supply.coevolve == "the hook"
     assert hooks == [(cfg, store, policy, env_factory)]
+
+
+def test_experience_as_a_tool_reaches_evaluation_with_no_injection_and_no_boost(tmp_path, monkeypatch, no_model):
+    """The fast twin of test_run_loop's slow as_tool test (issue 77.2): with navigating.as_tool, held-out evaluation
+    and training rollouts act in the environment that offers search_experience, no rollout of a group is injected
+    (Eq. 15's N_e = 0) and the trainer gets no boost (Eq. 17); with injection, N_e = ⌊η·N⌋ and the boost is set."""
+    from evolvekit.agent import evaluate
+    from evolvekit.navigating.stage import NavigationSettings
+    from evolvekit.navigating.tool_env import ExperienceToolEnv
+    from evolvekit.orchestrator.build import build_loop, guided_boost
+    from evolvekit.orchestrator.run_dir import open_run
+
+    made: list = []
+
+    class _Report:
+        def summary(self):
+            return {"avg@1": 0.0}
+
+    def record(tasks, make_env, engine, rollout, params, k, rendering="compact", show_progress=True, **kw):
+        made.append(make_env())
+        return _Report(), []
+
+    monkeypatch.setattr(evaluate, "evaluate_policy", record)
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+    sets = [f"run.out_dir={tmp_path / 'runs'}", "env.name=coin", "env.plugins=[coin_env]", "env.eval_split=dev"]
+    sets += ["train.eval_tasks=1", "train.eval_k=1", "train.kl_beta=0", "rollout.group_size=4"]
+    sets += ["questioning.enabled=false", "attributing.enabled=false", "navigating.enabled=true"]
+    sets += ["navigating.rerank=false", "navigating.rewrite=false", "navigating.extraction=grounded"]
+    sets += ["navigating.eta=0.5", "navigating.eps_high_boost=0.45", "env.worked_examples=none"]
+    sets += ["models.summarizer.backend=openai", "models.summarizer.base_url=http://127.0.0.1:9/v1"]  # not called
+    cfg, run_dir, store = open_run(load_config(None, [*sets, "navigating.as_tool=true"]), None)
+    loop = build_loop(cfg, run_dir, store, show_progress=False)  # one build (it loads the summarizer and embedder)
+    loop.evaluator(1)
+    assert isinstance(made[-1], ExperienceToolEnv)  # the tool at evaluation
+    rollouts = loop.stages.rollouts
+    assert isinstance(rollouts.make_env(), ExperienceToolEnv)  # and in training
+    assert rollouts.guided_per_group() == 0 and guided_boost(cfg) is None
+    store.close()
+    injected = load_config(None, [*sets, "navigating.as_tool=false"])
+    rollouts.nav = NavigationSettings.of(injected)  # the same stage under injection: N_e = ⌊0.5 · 4⌋
+    assert rollouts.guided_per_group() == 2 and guided_boost(injected) == 0.45
+    assert guided_boost(load_config(None, ["navigating.enabled=false"])) is None

@@ -136,13 +136,16 @@ class ExperienceMixedRollouts(VanillaRollouts):
         }
         return len(trajs)
 
+    def guided_per_group(self) -> int:
+        """Eq. 15's N_e guided rollouts of each group; none with as_tool, where the agent's own search_experience
+        calls replace prompt injection (EvolveR §3.2.2), so neither injection nor the boost of guided samples runs."""
+        return 0 if self.nav.navigating.as_tool else guided_count(self.nav.group_size, self.nav.navigating.eta)
+
     def rollout(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
         self.cold_metrics = {}
         cold = self.cold_start(ctx, tasks)
         n = self.nav.group_size
-        # Eq. 15's N_e guided rollouts; none with as_tool, where the agent's own search_experience calls replace
-        # prompt injection (EvolveR §3.2.2), so neither injection nor the boost of guided samples runs
-        n_e = 0 if self.nav.navigating.as_tool else guided_count(n, self.nav.navigating.eta)
+        n_e = self.guided_per_group()
         jobs = []
         for i, task in enumerate(tasks):
             group = f"it{ctx.iteration:04d}-g{i:03d}-{task.task_id}"

@@ -114,6 +114,12 @@ def rollout_backend(pol: ModelConfig, policy: LocalLLM, seed: int) -> RolloutEng
     return policy
 
 
+def guided_boost(cfg: Config) -> float | None:
+    """Eq. 17's ε_high boost, for experience-guided samples: none exist without navigating or with as_tool (the
+    search action replaces injection)."""
+    return cfg.navigating.eps_high_boost if cfg.navigating.enabled and not cfg.navigating.as_tool else None
+
+
 def build_trainer(
     cfg: Config, store: RunStore, console: Console | None = None, parallel: DataParallel | None = None
 ) -> tuple[LocalLLM, GRPOTrainer]:
@@ -137,12 +143,10 @@ def build_trainer(
         reference = cast(
             InProcessLLM, build_llm(pol, "reference")
         ).model  # the initial policy, shared with frozen roles
-    # Eq. 17's boost is for experience-guided samples: none exist with as_tool (the search action replaces injection)
-    boost = cfg.navigating.eps_high_boost if cfg.navigating.enabled and not cfg.navigating.as_tool else None
     trainer = GRPOTrainer(
         policy,
         cfg.train,
-        eps_high_boost=boost,
+        eps_high_boost=guided_boost(cfg),
         reference_model=reference,
         parallel=parallel,
         engine=Engine(rollout_backend(pol, policy, cfg.run.seed) if parallel is None or parallel.rank == 0 else policy),
