@@ -83,6 +83,11 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "navigating/evolving_stage.py",
         ["tests/cpu/test_evolving_stage.py", "tests/cpu/test_evolving_rl.py", "tests/cpu/test_build_wiring.py"],
     ),
+    # the training loop itself (issue 77.2): the synthesized tasks' judge rewards (§3.3), EvolveR's search action,
+    # the outcome-only sample stage
+    "reward": ("questioning/reward.py", ["tests/cpu/test_questioning.py"]),
+    "tool_env": ("navigating/tool_env.py", ["tests/cpu/test_navigating.py"]),
+    "sample_stage": ("train/sample_stage.py", ["tests/cpu/test_advantages.py", "tests/cpu/test_attributing_stage.py"]),
     # curiosity-driven exploration (§3.1-3.2): environment profiles, the explorer's prompts and traces
     # the row is against test_explore.py alone (stop 70); test_questioning.py reaches more, at ~8 s a mutant
     "explore": ("questioning/explore.py", ["tests/cpu/test_explore.py", "tests/cpu/test_questioning.py"]),

@@ -624,7 +624,8 @@ def in_test_split(task: Task, share: float) -> bool:
 
 @register_task_source("mcp", available=lambda cfg: bool(cfg.mcp.tasks_file))
 def mcp_tasks(cfg: EnvConfig, split: str) -> list[Task]:
-    """The tasks of ``env.mcp.tasks_file``, split into train and test by a hash of the request."""
+    """The tasks of ``env.mcp.tasks_file``, split into train and test by a hash of the request (``all``: every task,
+    as `eval --subset all` scores a whole held-out panel)."""
     from evolvekit.safejson import read_jsonl
 
     m: MCPConfig = cfg.mcp
@@ -633,7 +634,9 @@ def mcp_tasks(cfg: EnvConfig, split: str) -> list[Task]:
             "env.mcp.tasks_file is not set: an MCP server has no tasks of its own; make some with "
             "`evolvekit tasks synthesize --env mcp` (or turn questioning.enabled on)"
         )
-    if split not in ("train", "test"):
-        raise EnvError(f"env.mcp.tasks_file has splits train and test, not '{split}'")
+    if split not in ("train", "test", "all"):
+        raise EnvError(f"env.mcp.tasks_file has splits train and test (or all), not '{split}'")
     tasks = read_jsonl(m.tasks_file, Task, "a task")
+    if split == "all":
+        return tasks[: cfg.family_tasks]
     return [t for t in tasks if in_test_split(t, m.test_share) == (split == "test")][: cfg.family_tasks]
