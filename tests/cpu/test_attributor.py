@@ -163,3 +163,18 @@ def test_default_retries_and_chunks_and_the_labelers_settings(monkeypatch):
     StepAttributor(llm, SamplingParams(temperature=0.3), constrained=True)
     StepAttributor(llm, SamplingParams(temperature=0.0, seed=5), constrained=True)
     assert made == [(llm, 0.3, 0), (llm, 0.0, 5)]
+
+
+def test_a_long_observation_is_cut_in_the_attributors_prompt():
+    """A 6,000-character observation is cut to its first and last 750 characters (attributing/prompts.py:
+    MAX_FIELD_CHARS 1500), so one trajectory fits the attributor's context; a short one is kept whole."""
+    from evolvekit.attributing.prompts import user_prompt
+
+    long = "A" * 3000 + "B" * 3000
+    traj = Trajectory(
+        trajectory_id="t", task_id="task", outcome_reward=0.0,
+        steps=[Step(index=0, action_text="look", observation=long), Step(index=1, action_text="go", observation="ok")],
+    )  # fmt: skip
+    prompt = user_prompt(None, traj, 0.0)
+    assert "A" * 750 + "\n[...]\n" + "B" * 750 in prompt
+    assert "A" * 751 not in prompt and "B" * 751 not in prompt and "ok" in prompt

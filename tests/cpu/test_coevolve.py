@@ -188,3 +188,52 @@ def test_signals_read_the_outcome_before_shaping_as_the_runs_success_does():
     assert sorted((s.kind, s.trajectory_id) for s in got) == [("boundary", "p"), ("boundary", "q")]
     # a forgetting signal: solved before (outcome 1), now failed though shaped above τ
     assert [s.kind for s in tracker.observe([shaped("r", 0.0, 0.7)])] == ["forgetting"]
+
+
+# CoEvolve's Figure 10, (a)-(c), copied line by line from the paper (blank lines left out)
+_PAPER_GOALS = {
+    "forgetting": [
+        "Exploration Goal: Reinforce Forgotten Skills",
+        "The agent previously succeeded but now FAILS on this type of task.",
+        "Your exploration should:",
+        "1. Practice the exact operations from the context below",
+        "2. Create variations with different parameters",
+        "3. Connect this skill to related operations",
+        "4. Build up from simple to complex usage",
+        "Context of forgetting:",
+        "{context}",
+        "Focus on thorough practice of these specific operations.",
+    ],
+    "rare": [
+        "Exploration Goal: Explore Rare Scenarios",
+        "The agent encountered a RARE scenario that needs more exposure.",
+        "Your exploration should:",
+        "1. Explore variations of the scenario below",
+        "2. Try different parameter combinations",
+        "3. Test edge cases and boundary conditions",
+        "4. Collect diverse examples of this rare pattern",
+        "Context of rare event:",
+        "{context}",
+        "Try to discover and document various forms of this scenario.",
+    ],
+    "boundary": [
+        "Exploration Goal: Explore Boundary Cases",
+        "The agent's performance is BORDERLINE (near success/failure threshold).",
+        "Your exploration should:",
+        "1. Explore boundary conditions for these operations",
+        "2. Try similar tasks with slight parameter variations",
+        "3. Focus on distinguishing factors between success and failure",
+        "4. Collect examples at various difficulty levels",
+        "Context of boundary case:",
+        "{context}",
+        "Focus on understanding what makes the difference between success and failure.",
+    ],
+}
+
+
+def test_the_signal_goals_are_the_papers_templates():
+    """The three exploration goals (CoEvolve Figure 10) word for word: a changed line fails here
+    (benchmarks/audits/hand_mutants.py)."""
+    from evolvekit.questioning.coevolve import GOALS
+
+    assert {kind: text.split("\n") for kind, text in GOALS.items()} == _PAPER_GOALS
