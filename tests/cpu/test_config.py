@@ -376,3 +376,41 @@ def test_an_alpha_nothing_uses_is_refused_not_ignored(sets):
     with pytest.raises(ConfigError, match="attributing.alpha.*would be ignored"):
         load_config(None, sets)
     load_config(None, ["attributing.enabled=true", "attributing.alpha=0.5"])  # dual_channel uses it
+
+
+# AgentEvolver's stated values, written from the paper's text (§7.1.1, §7.1.3, §7.5, Eq. 12) and EvolveR's k_e, each
+# with the words it rests on; config.PAPER_VALUES (what `config show` flags departures against) must say the same
+_FROM_THE_PAPERS = {
+    "train.learning_rate": 1e-6,  # "a learning rate of 1 x 10^-6"
+    "train.tasks_per_iteration": 32,  # "a batch size of 32"
+    "train.ppo_epochs": 40,  # "40 epochs per policy update"
+    "train.kl_beta": 0.001,  # "The KL penalty coefficient is 0.001"
+    "train.eps_low": 0.28,  # "clipped at eps_low = eps_high = 0.28"
+    "train.eps_high": 0.28,
+    "navigating.eps_high_boost": 0.6,  # "with an extended bound eps_high^ = 0.6"
+    "navigating.n_pc": 4,  # "we set N_pc = 4"
+    "navigating.top_k": 5,  # "TopK parameter as k = 5"
+    "navigating.eta": 0.5,  # "is set to eta = 0.5"
+    "navigating.search_k": 3,  # EvolveR: "the top-k_e = 3 principles"
+    "rollout.max_steps": 30,  # §7.1.1: "truncated at a maximum of 30 steps"
+    "rollout.group_size": 8,  # §7.1.1: "avg@8, averaging TGC over 8 independent rollouts"
+    "models.explorer.temperature": 1.0,  # "the sampling temperature is set to 1"
+    "questioning.n_breadth": 3,  # "For BFCL, N_b = 3 and N_d = 27"
+    "questioning.n_depth": 27,
+    "questioning.explore_steps": 30,  # N_b + N_d
+    "questioning.difficulty.entities": 2,  # "two entities, three attributes, and three operations"
+    "questioning.difficulty.attributes": 3,
+    "questioning.difficulty.operations": 3,
+    "questioning.lexical_dedup_threshold": 0.8,  # "the lexical deduplication similarity threshold to 0.8"
+    "questioning.synthetic_advantage_decay": 0.5,  # "downscale advantages from p_train by a decay factor 0.5"
+    "questioning.hybrid_lambda": 1.0,  # Eq. 12: synthetic tasks alone by default
+    "attributing.alpha": 0.1,  # §7.5: "alpha = 0.10", in "the optimal range [0.10, 0.20]"
+}
+
+
+def test_the_departures_table_says_what_the_papers_say():
+    """config.PAPER_VALUES against a table written from the papers' text: a value changed in the table `config show`
+    flags against fails here (benchmarks/audits/hand_mutants.py)."""
+    from evolvekit.config import PAPER_VALUES
+
+    assert {k: v for k, (v, _source) in PAPER_VALUES.items()} == _FROM_THE_PAPERS

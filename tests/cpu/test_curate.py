@@ -245,3 +245,15 @@ def test_tool_agreement_breaks_ties_by_the_tools_order():
     agreement = ToolAgreement(embed, tools)
     assert agreement.turn_agrees("q", [ToolCall(name=n) for n in ("t1", "t2", "t4")])
     assert not agreement.turn_agrees("q", [ToolCall(name=n) for n in ("t1", "t2", "t5")])
+
+
+def test_a_request_states_negative_and_decimal_values_as_numbers():
+    """curate.NUMBER reads "-3" and "2.5" as the numbers -3 and 2.5 (not 3, 2 and 5): a request that states its
+    reference's signed and decimal values is exact and grounded, one that drops the sign is not (hand_mutants.py)."""
+    from evolvekit.questioning.curate import numbers_exact, stated_count
+
+    call = ToolCall(name="subtract", arguments={"a": -3, "b": 2.5})
+    assert numbers_exact(_task("Subtract 2.5 from -3.", [[call]]))
+    assert not numbers_exact(_task("Subtract 2.5 from 3.", [[call]]))
+    assert stated_count("Subtract 2.5 from -3.", [-3, 2.5]) == 2
+    assert stated_count("Subtract 25 from 3.", [-3, 2.5]) == 0

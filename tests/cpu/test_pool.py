@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -215,6 +216,13 @@ def test_export_then_import_goes_through_the_merge_rule(tmp_path):
     results = merging.import_jsonl(path)
     assert [r.action for r in results] == ["added", "added", "merged"] and len(merging) == 2
     assert merging.items[0].provenance.trajectory_ids == ["t1"]
+
+
+def test_the_import_limits_are_the_documented_ones():
+    """docs/training.md states one import's bounds; a changed constant fails here (hand_mutants.py)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
+    assert pool_module.MAX_IMPORT_EXPERIENCES == 10_000 and "at most **10,000 experiences**" in doc
+    assert pool_module.MAX_IMPORT_BYTES == 64 * 2**20 and "**64 MiB**" in doc
 
 
 def test_import_limits_and_a_bad_line_add_nothing(tmp_path, monkeypatch):
