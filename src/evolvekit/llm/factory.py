@@ -59,7 +59,15 @@ def sampling_for(cfg: ModelConfig, **overrides) -> SamplingParams:
     return SamplingParams(**base)
 
 
+_EMBEDDERS: dict[tuple[str, str, int], Any] = {}
+
+
 def build_embedder(cfg: EmbeddingConfig):
+    """The embedding model of ``cfg``, loaded once per process and shared (the experience pool, synthesis's dedup,
+    CoEvolve's dedup and Evolving-RL's related tasks of one run embed with the same model; encoding keeps no state)."""
     from evolvekit.llm.embeddings import SentenceTransformerEmbedder
 
-    return SentenceTransformerEmbedder(cfg.model, device=cfg.device, batch_size=cfg.batch_size)
+    key = (cfg.model, cfg.device, cfg.batch_size)
+    if key not in _EMBEDDERS:
+        _EMBEDDERS[key] = SentenceTransformerEmbedder(cfg.model, device=cfg.device, batch_size=cfg.batch_size)
+    return _EMBEDDERS[key]
