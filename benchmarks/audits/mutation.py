@@ -88,6 +88,19 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "reward": ("questioning/reward.py", ["tests/cpu/test_questioning.py"]),
     "tool_env": ("navigating/tool_env.py", ["tests/cpu/test_navigating.py"]),
     "sample_stage": ("train/sample_stage.py", ["tests/cpu/test_advantages.py", "tests/cpu/test_attributing_stage.py"]),
+    # the episode loop (the anchor key, tool-use credit), the context templates, held-out evaluation
+    "rollout": (
+        "agent/rollout.py",
+        ["tests/cpu/test_agent.py", "tests/cpu/test_templates.py", "tests/cpu/test_gigpo.py"],
+    ),
+    "templates": ("agent/templates.py", ["tests/cpu/test_templates.py"]),
+    "evaluate": ("agent/evaluate.py", ["tests/cpu/test_agent.py", "tests/cpu/test_worked_examples.py"]),
+    # the update (Eq. 17's loss over micro-batches, the KL reference, master weights) and the policy it steps
+    "trainer": ("train/trainer.py", ["tests/cpu/test_trainer.py", "tests/cpu/test_master_weights.py"]),
+    "policy": ("train/policy.py", ["tests/cpu/test_master_weights.py", "tests/cpu/test_trainer.py"]),
+    # the master loop and the synthesis pipeline's rounds
+    "loop": ("orchestrator/loop.py", ["tests/cpu/test_run_loop.py", "tests/cpu/test_questioning.py"]),
+    "pipeline": ("questioning/pipeline.py", ["tests/cpu/test_questioning.py", "tests/cpu/test_curate.py"]),
     # curiosity-driven exploration (§3.1-3.2): environment profiles, the explorer's prompts and traces
     # the row is against test_explore.py alone (stop 70); test_questioning.py reaches more, at ~8 s a mutant
     "explore": ("questioning/explore.py", ["tests/cpu/test_explore.py", "tests/cpu/test_questioning.py"]),
