@@ -1424,3 +1424,82 @@ def test_each_round_of_exploration_and_synthesis_draws_from_its_own_seed():
     free_synth = TaskSynthesizer(object(), SamplingParams(), DifficultyConfig())  # type: ignore[arg-type]
     _reseed(free, free_synth, 3)
     assert free.params.seed is None and free_synth.params.seed is None
+
+
+def test_the_synthetic_reward_stage_by_hand():
+    """SyntheticRewardRollouts (§3.4) with a recording inner stage and judge: the inner stage gets the iteration's
+    context and tasks; only synthetic, non-failed, non-extractor trajectories are judged (an Evolving-RL solver is);
+    the judge runs only in judge and mix modes; every judge metric is reported under its name; the stored state
+    score is the environment's outcome and the judge score the judge's; the mean state score is a metric."""
+    from evolvekit.orchestrator.stages import IterationContext
+    from evolvekit.questioning.judge import JudgeReport
+    from evolvekit.questioning.reward import SyntheticRewardRollouts
+    from evolvekit.types import EvolvingRole, TaskSource, TrajectoryFlags
+
+    syn = _task("Add 2 and 5.", [ToolCall(name="add", arguments={"a": 2, "b": 5})], "s1").model_copy(
+        update={"source": TaskSource.SYNTHETIC}
+    )
+    real = _task("Real one.", [], "r1")
+    ctx = IterationContext(3, 0, Path("."), None)
+    seen: list = []
+
+    def role(name):
+        return EvolvingRole(role=name, source=0)
+
+    class Inner:
+        last_metrics = {"rollout/inner": 7.0}
+
+        def rollout(self, c, tasks):
+            seen.append((c, list(tasks)))
+            return [
+                _tr("s1", 1.0, tid="pass"),
+                _tr("s1", 0.0, tid="fail"),
+                _tr("r1", 1.0, tid="real"),
+                _tr("s1", 0.0, tid="crashed").model_copy(update={"flags": TrajectoryFlags(failed=True)}),
+                _tr("s1", 1.0, tid="extractor").model_copy(update={"evolving": role("extractor")}),
+                _tr("s1", 1.0, tid="solver").model_copy(update={"evolving": role("solver")}),
+            ]
+
+    class Judge:
+        def __init__(self):
+            self.asked: list = []
+
+        def score(self, pairs):
+            self.asked.append([t.trajectory_id for _, t in pairs])
+            return JudgeReport(scores=[0.9, 0.8, 0.2], calls=5, fallbacks=1, prompt_tokens=40, completion_tokens=6)
+
+    stage = SyntheticRewardRollouts(Inner(), "mix", Judge())
+    assert stage.last_metrics == {}
+    out = stage.rollout(ctx, [syn, real])
+    assert seen == [(ctx, [syn, real])]
+    assert stage.judge.asked == [["pass", "fail", "solver"]]
+    scores = {t.trajectory_id: (t.rewards.state_score, t.rewards.judge_score) for t in out}
+    assert scores == {
+        "pass": (1.0, 0.9), "fail": (0.0, 0.8), "solver": (1.0, 0.2),
+        "real": (None, None), "crashed": (None, None), "extractor": (None, None),
+    }  # fmt: skip
+    assert stage.last_metrics == {
+        "rollout/inner": 7.0,
+        "judge/calls": 5.0,
+        "judge/fallbacks": 1.0,
+        "judge/fallback_rate": pytest.approx(1 / 3),
+        "judge/prompt_tokens": 40.0,
+        "judge/completion_tokens": 6.0,
+        "judge/agreement_with_state": pytest.approx(1 / 3),  # pass/pass agree; fail/pass and pass/fail do not
+        "judge/constant_agreement": pytest.approx(2 / 3),  # two of three pass
+        "rollout/synthetic_state_score": pytest.approx(2 / 3),
+    }
+    # the state check alone, or no judge: nothing is judged, the state score is still recorded
+    for mode, judge in (("state", Judge()), ("judge", None)):
+        stage = SyntheticRewardRollouts(Inner(), mode, judge)
+        out = stage.rollout(ctx, [syn, real])
+        assert judge is None or judge.asked == []
+        assert {t.trajectory_id: t.rewards.judge_score for t in out if t.rewards.state_score is not None} == {
+            "pass": None, "fail": None, "solver": None,
+        }  # fmt: skip
+        assert stage.last_metrics == {"rollout/inner": 7.0, "rollout/synthetic_state_score": pytest.approx(2 / 3)}
+    # nothing synthetic: no metric of its own, and the judge is not asked
+    judge = Judge()
+    stage = SyntheticRewardRollouts(Inner(), "judge", judge)
+    stage.rollout(ctx, [real.model_copy(update={"task_id": "s1"})])
+    assert judge.asked == [] and stage.last_metrics == {"rollout/inner": 7.0}
