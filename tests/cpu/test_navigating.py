@@ -625,3 +625,83 @@ def test_the_search_tool_keeps_the_environments_step_and_state_key():
         name = "plain"
 
     assert ExperienceToolEnv(_Stateless(), pool).state_key() == ""  # type: ignore[arg-type]
+
+
+def test_the_search_action_wraps_the_environment_exactly():
+    """EvolveR §3.2.2's search_experience beside an environment's own tools (navigating/tool_env.py), against a
+    recording environment and pool (mutmut's first look left 34 of 122 alive): the tool is added to every tool list
+    the environment shows; a search alone does not move the environment; a mixed step sends only the other calls
+    on and keeps everything else of the environment's step; a call without a query searches ""; the answer's lines,
+    the k asked for, the empty pool's answer, the ids used (over every search of an episode, reset by reset)."""
+    from evolvekit.env.base import Action, CallResult, EvalResult, ResetResult, StepResult, ToolSchema
+    from evolvekit.navigating.tool_env import TOOL, TOOL_NAME, ExperienceToolEnv
+    from evolvekit.types import ToolCall
+
+    own = ToolSchema(name="add", description="add", parameters={"type": "dict", "properties": {}})
+    calls: list = []
+
+    class Env:
+        name = "adder"
+
+        def reset(self, task=None, sandbox_config=None):
+            calls.append(("reset", task, sandbox_config))
+            return ResetResult(observation="hi", tools=[own])
+
+        def step(self, action):
+            calls.append(("step", [c.name for c in action.tool_calls]))
+            tools = [own] if action.tool_calls[0].name == "reveal" else None
+            res = CallResult(name=action.tool_calls[0].name, ok=True, output="7")
+            return StepResult(observation="7", reward=0.5, done=True, tools=tools, call_results=[res])
+
+        def evaluate(self, trajectory=None):
+            calls.append(("evaluate", trajectory))
+            return EvalResult(score=1.0, passed=True)
+
+    asked: list = []
+    found = {
+        "adding": [
+            Experience(experience_id="a", when_to_use="adding numbers", content="call add"),
+            Experience(experience_id="b", when_to_use="sums", content="call add twice"),
+        ]
+    }
+
+    class Pool:
+        def retrieve(self, query, k):
+            asked.append((query, k))
+            return [(e, 0.9) for e in found.get(query, [])[:k]]
+
+    env = ExperienceToolEnv(Env(), Pool(), k=2)
+    assert env.name == "adder"
+    reset = env.reset("the task", {"seed": 3})
+    assert calls[-1] == ("reset", "the task", {"seed": 3}) and reset.tools == [own, TOOL]
+
+    def act(*names, **arguments):
+        return Action(tool_calls=[ToolCall(name=n, arguments=dict(arguments)) for n in names])
+
+    alone = env.step(act(TOOL_NAME, query="adding"))
+    assert calls[-1][0] == "reset"  # the environment did not move
+    first, second = (
+        "[Principle 0], type: guiding, metric score: 0.50, description: When to use: adding numbers | call add",
+        "[Principle 1], type: guiding, metric score: 0.50, description: When to use: sums | call add twice",
+    )
+    assert alone.observation == f"[{TOOL_NAME}] {first}\n{second}" and asked[-1] == ("adding", 2)
+    assert alone.call_results == [CallResult(name=TOOL_NAME, ok=True, output=f"{first}\n{second}")]
+    assert (alone.reward, alone.done, alone.tools) == (0.0, False, None)
+    empty = env.step(act(TOOL_NAME))  # no query: searches ""
+    assert asked[-1] == ("", 2) and empty.observation == f"[{TOOL_NAME}] No stored experience matches."
+    assert env.experience_ids_used == ["a", "b"]
+    mixed = env.step(act(TOOL_NAME, "add", query="adding"))
+    assert calls[-1] == ("step", ["add"])  # only the environment's own call goes on
+    assert mixed.observation == f"[{TOOL_NAME}] {first}\n{second}\n7"
+    assert [r.name for r in mixed.call_results] == [TOOL_NAME, "add"]
+    assert (mixed.reward, mixed.done, mixed.tools) == (0.5, True, None)  # the environment's step otherwise
+    assert env.experience_ids_used == ["a", "b", "a", "b"]
+    revealed = env.step(act(TOOL_NAME, "reveal", query="none"))
+    assert revealed.tools == [own, TOOL]  # a new tool list keeps the search tool
+    plain = env.step(act("reveal"))
+    assert calls[-1] == ("step", ["reveal"]) and plain.tools == [own, TOOL] and plain.observation == "7"
+    assert env.step(act("add")).tools is None
+    assert env.evaluate("the trajectory").passed and calls[-1] == ("evaluate", "the trajectory")
+    env.reset()
+    assert env.experience_ids_used == [] and calls[-1] == ("reset", None, None)
+    assert ExperienceToolEnv(object(), Pool()).name == "env"
