@@ -171,3 +171,69 @@ def test_a_plugin_step_credit_source_is_one_function_one_registration_one_config
         "llm; env.plugins)"
     )
     store.close()
+
+
+def test_the_sample_stage_by_hand(tmp_path):
+    """GRPOSamples.build's own work (mutmut's first look at train/sample_stage.py: 50 of 89): crashed rollouts are
+    left out and counted, every estimator sees one label slot per live trajectory and the iteration, the hybrid
+    scale is asked with the iteration's context and multiplies the advantages, the length cap and experience
+    stripping come from the settings, and the metrics by name: samples, too long, crashed, groups and groups whose
+    outcomes are all equal (a trajectory without a group is its own)."""
+    from evolvekit.train.advantages import ADVANTAGE_ESTIMATORS
+    from evolvekit.train.sample_stage import SampleSettings
+    from evolvekit.types import TrajectoryFlags
+
+    sets = ["navigating.strip_experience=false", "train.max_sequence_tokens=99", "train.eps_norm=0.01"]
+    cfg = load_config(None, sets)
+    settings = SampleSettings.of(cfg)
+    assert (settings.strip_experience, settings.max_sequence_tokens, settings.eps_norm) == (False, 99, 0.01)
+    assert settings.estimator == "grpo" and settings.attributing is cfg.attributing
+    ctx = IterationContext(iteration=4, seed=0, run_dir=tmp_path, store=None)  # type: ignore[arg-type]
+    seen: list = []
+    grpo = ADVANTAGE_ESTIMATORS["grpo"]
+
+    def recording(batch):
+        seen.append((len(batch.trajectories), list(batch.labels), batch.iteration))
+        return grpo(batch)
+
+    trajs = _group([1.0, 0.0]) + _group([1.0, 1.0])
+    for t in trajs[2:]:
+        t.group_id = "h"  # all passed: degenerate
+    crashed = _group([0.0])[0].model_copy(update={"flags": TrajectoryFlags(failed=True)})
+    alone = _group([0.5])[0].model_copy(update={"group_id": None, "outcome_reward": None})  # its own group
+    scales: list = []
+
+    def scale(c):
+        scales.append(c)
+        return lambda t: 2.0
+
+    stage = GRPOSamples.from_config(cfg, scale)
+    stage.estimator = recording
+    samples, metrics = stage.build(ctx, [*trajs, crashed, alone])
+    assert seen == [(5, [None] * 5, 4)] and scales == [ctx]
+    # Eq. 16 with ε_norm 0.01: ±0.5 / (0.7071 + 0.01) = ±0.6972, times the scale 2
+    assert [s.token_advantages[-1] for s in samples[:2]] == pytest.approx([1.3945, -1.3945], abs=1e-3)
+    assert metrics == {
+        "samples/count": 5,
+        "samples/skipped_too_long": 0,
+        "samples/skipped_failed": 1,
+        "samples/groups": 3,
+        "samples/degenerate_groups": 2,  # "h" (1, 1) and the lone trajectory; "g" (1, 0) is not
+    }
+    unscaled, _ = GRPOSamples.from_config(cfg).build(ctx, trajs[:2])
+    assert [s.token_advantages[-1] for s in unscaled] == pytest.approx([0.6972, -0.6972], abs=1e-3)
+    short = load_config(None, ["train.max_sequence_tokens=3"])
+    none, metrics = GRPOSamples.from_config(short).build(ctx, trajs[:2])
+    assert none == [] and metrics["samples/skipped_too_long"] == 2 and metrics["samples/count"] == 0
+    # experience stripping (§4.3) is the settings': a guided trajectory's experience tokens [9, 9] go, unless it is off
+    from evolvekit.types import SpanKind, TokenSpan
+
+    guided = _group([1.0, 0.0])
+    for t in guided:
+        t.steps[0] = t.steps[0].model_copy(
+            update={"prompt_token_ids": [1, 9, 9, 2], "spans": [TokenSpan(start=1, end=3, kind=SpanKind.EXPERIENCE)]}
+        )
+        t.steps[1] = t.steps[1].model_copy(update={"prompt_token_ids": [1, 9, 9, 2, 3, 4, 5]})
+    kept, _ = GRPOSamples.from_config(cfg).build(ctx, guided)
+    stripped, _ = GRPOSamples.from_config(load_config(None, [])).build(ctx, guided)
+    assert kept[0].token_ids[:4] == [1, 9, 9, 2] and stripped[0].token_ids[:3] == [1, 2, 3]
