@@ -704,4 +704,8 @@ def test_the_search_action_wraps_the_environment_exactly():
     assert env.evaluate("the trajectory").passed and calls[-1] == ("evaluate", "the trajectory")
     env.reset()
     assert env.experience_ids_used == [] and calls[-1] == ("reset", None, None)
-    assert ExperienceToolEnv(object(), Pool()).name == "env"
+    bare = ExperienceToolEnv(object(), Pool())
+    assert bare.name == "env" and bare.k == 3  # EvolveR's k_e = 3
+    two = env.step(act(TOOL_NAME, TOOL_NAME, query="none"))  # two searches in one step: one line each
+    nothing = f"[{TOOL_NAME}] No stored experience matches."
+    assert two.observation == f"{nothing}\n{nothing}"
