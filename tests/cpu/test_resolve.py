@@ -217,3 +217,21 @@ def test_config_show_and_a_started_run_agree_on_every_resolved_value(tmp_path, d
         assert {k: shown[k] for k in ran} == ran
     finally:
         store.close()
+
+
+def test_the_shared_decisions_by_hand():
+    """The four decisions the run and `config show` share (resolve.py), case by case."""
+    from evolvekit.resolve import autocast_for, device_for, dtype_for, keeps_master
+
+    devices = (device_for("auto", True), device_for("auto", False), device_for("cuda:1", False))
+    assert devices == ("cuda", "cpu", "cuda:1")
+    assert (dtype_for("auto", "cuda:1"), dtype_for("auto", "cpu"), dtype_for("float16", "cpu")) == (
+        "bfloat16", "float32", "float16",
+    )  # fmt: skip
+    assert [autocast_for("auto", d, b) for d, b in (("cuda", False), ("cpu", True), ("cpu", False))] == [
+        "bf16", "bf16", "off",
+    ]  # fmt: skip
+    assert (autocast_for("off", "cuda", True), autocast_for("bf16", "cpu", False)) == ("off", "bf16")
+    cases = [(s, low, sharded) for s in ("auto", "on", "off") for low in (True, False) for sharded in (True, False)]
+    kept = {c for c in cases if keeps_master(*c)}
+    assert kept == {("auto", True, False), ("on", True, False)}  # low precision, not sharded, not switched off
