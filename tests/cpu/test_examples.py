@@ -113,8 +113,8 @@ def test_a_plugin_written_from_the_docs_alone_keeps_well_posed_tasks(tmp_path):
     reference to a pass, none passes when the agent does nothing, each request states its reference's values (the
     small-model filter: questioning.grounding_threshold 1, one operation a task; exploration at its defaults, 4 runs
     of 30 steps, seed 0: benchmarks/results/docs_plugin_trial.md, B). Then a short `run` on it, as the docs say for an
-    environment with no tasks of its own (self-questioning at λ = 1): it synthesizes its own task with the same
-    settings and seed, keeps it, trains one iteration on it, and stores it as synthetic."""
+    environment with no tasks of its own (self-questioning at λ = 1): it keeps a task of its own synthesis (the same
+    settings and seed), stores it as synthetic, well-posed by the same checks, and trains one iteration on it."""
     import json
     import shutil
     import subprocess
@@ -141,20 +141,25 @@ def test_a_plugin_written_from_the_docs_alone_keeps_well_posed_tasks(tmp_path):
     sys.path.insert(0, str(tmp_path))
     try:
         cfg = load_config(None, sets)
-        for task in kept:  # well-posed, checked again here: solvable, not passed by doing nothing, values stated
+
+        def well_posed(task: Task) -> None:  # solvable, not passed by doing nothing, its values stated
             assert replay_feasible(task, lambda: make_env(cfg.env)) == (True, "")
             assert not passes_without_acting(task, lambda: make_env(cfg.env)), task.query
             values = [v for turn in task.reference_solution or [] for c in turn for v in argument_values(c.arguments)]
             assert values and all(str(v) in task.query for v in values), task.query
+
+        for task in kept:  # checked again here, outside the pipeline
+            well_posed(task)
+        _short_run_on_the_docs_plugin(tmp_path, sets, well_posed)
     finally:
         sys.path.remove(str(tmp_path))
-    _short_run_on_the_docs_plugin(tmp_path, sets, kept)
 
 
-def _short_run_on_the_docs_plugin(tmp_path: Path, sets: list[str], synthesized: list) -> None:
-    """One iteration of `run` on the docs plugin with self-questioning alone (no held-out tasks: evaluation off)."""
+def _short_run_on_the_docs_plugin(tmp_path: Path, sets: list[str], well_posed) -> None:
+    """One iteration of `run` on the docs plugin with self-questioning alone (no held-out tasks: evaluation off):
+    it keeps at least one task of its own synthesis, every stored task is synthetic and well-posed, and it trains on
+    them alone."""
     import json
-    import sqlite3
     import subprocess
 
     import yaml
@@ -172,11 +177,19 @@ def _short_run_on_the_docs_plugin(tmp_path: Path, sets: list[str], synthesized: 
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["iterations"] == 1 and summary["gold"] == "none"
-    with sqlite3.connect(summary["store"]) as db:
-        rows = db.execute("SELECT task_id, source, json_extract(json, '$.query') FROM tasks").fetchall()
+    _the_runs_tasks_are_its_own_and_well_posed(Path(summary["store"]), well_posed)
+
+
+def _the_runs_tasks_are_its_own_and_well_posed(store: Path, well_posed) -> None:
+    import sqlite3
+
+    from evolvekit.types import Task
+
+    with sqlite3.connect(store) as db:
+        rows = db.execute("SELECT source, json FROM tasks").fetchall()
         trained = {r[0] for r in db.execute("SELECT task_id FROM trajectories WHERE phase = 'train'")}
-    assert rows and {source for _, source, _ in rows} == {"synthetic"}
-    tasks = {task_id: query for task_id, _, query in rows}
-    # the run synthesized its task as `tasks synthesize` did (same settings and seed), and trained on it alone
-    assert sorted(tasks.values()) == sorted(t.query for t in synthesized[:1]), (tasks, res.stderr[-3000:])
-    assert trained and trained <= set(tasks)
+    assert rows and {source for source, _ in rows} == {"synthetic"}
+    tasks = [Task.model_validate_json(text) for _, text in rows]
+    for task in tasks:
+        well_posed(task)
+    assert trained and trained <= {t.task_id for t in tasks}
