@@ -95,6 +95,7 @@ def main() -> None:
     killed = sum("killed" in r for r in rows)
     out = ROOT / "benchmarks" / "results" / "hand_mutants.md"
     out.write_text(
+        f"$ nice .venv/bin/python benchmarks/audits/hand_mutants.py   # code: commit {commit.stdout.strip()}\n\n"
         "# Hand-made mutants (issue 77.2): what mutmut cannot reach\n\n"
         f"`nice .venv/bin/python benchmarks/audits/hand_mutants.py` at {commit.stdout.strip()}: **{killed} of "
         f"{len(rows)} killed**. Each mutant is one change to a fresh copy of the committed tree; the named fast tests "
