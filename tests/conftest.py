@@ -125,6 +125,25 @@ def smollm2():
     return LocalLLM("embedded:smollm2-135m-instruct", device="cpu")
 
 
+def _config_problem(data: dict) -> str | None:
+    """What `run` and `config validate` say of the config ``data``: the config tree's own rules, then the
+    registries' (the rollout engine's rules among them), as one line; None when it passes."""
+    from evolvekit.config import config_from_dict
+    from evolvekit.errors import ConfigError
+    from evolvekit.orchestrator.run_dir import registry_problem
+
+    try:
+        cfg = config_from_dict(data)
+    except ConfigError as err:
+        return str(err)
+    return registry_problem(cfg)
+
+
+@pytest.fixture(scope="session")
+def config_problem():
+    return _config_problem
+
+
 @pytest.fixture(scope="session")
 def python_exe():
     return sys.executable

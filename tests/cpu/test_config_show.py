@@ -19,6 +19,7 @@ from evolvekit.config import (
     load_config,
     roles_in_use,
 )
+from evolvekit.engine.registry import engine_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
@@ -26,7 +27,7 @@ QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 
 def test_the_quickstart_shows_what_it_reads_and_the_committed_count():
     cfg = load_config(QUICKSTART)
-    hidden = inert_settings(cfg)
+    hidden = inert_settings(cfg, engine_settings())
     # the roles the quickstart builds: the state check scores synthesized tasks, credit is grounded
     assert roles_in_use(cfg) == {"policy", "explorer", "synthesizer", "summarizer"}
     assert {"cold_start", "coevolve", "evolving_rl", "models.judge", "models.attributor"} <= set(hidden)
@@ -45,15 +46,19 @@ def test_the_quickstart_shows_what_it_reads_and_the_committed_count():
 
 def test_hidden_parts_follow_the_config():
     served = load_config(None, ["models.policy.backend=openai", "models.policy.base_url=http://127.0.0.1:1/v1"])
-    hidden = inert_settings(served)
+    hidden = inert_settings(served, engine_settings())
     assert "models.policy.device" in hidden and "models.policy.base_url" not in hidden
-    vllm = inert_settings(load_config(None, ["models.policy.engine=vllm"]))
+    vllm = inert_settings(load_config(None, ["models.policy.engine=vllm"]), engine_settings())
     assert "models.policy.kv_cache_bytes" not in vllm and "models.policy.engine_url" in vllm
+    assert "models.policy.timeout_s" in vllm  # a local policy's server timeout: read only by a served engine
+    sglang = inert_settings(load_config(None, ["models.policy.engine=sglang"]), engine_settings())
+    assert not {"models.policy.engine_url", "models.policy.timeout_s"} & set(sglang)
+    assert {"models.policy.kv_cache_bytes", "models.policy.engine_options"} <= set(sglang)
     # the run's own worked examples explore with questioning's settings, even with questioning off
-    assert "questioning" not in inert_settings(load_config(None, ["env.worked_examples=self"]))
-    assert "questioning" in inert_settings(load_config(None, ["env.worked_examples=none"]))
+    assert "questioning" not in inert_settings(load_config(None, ["env.worked_examples=self"]), engine_settings())
+    assert "questioning" in inert_settings(load_config(None, ["env.worked_examples=none"]), engine_settings())
     judge = load_config(None, ["questioning.enabled=true", "questioning.reward=judge"])
-    assert "judge" in roles_in_use(judge) and "models.judge" not in inert_settings(judge)
+    assert "judge" in roles_in_use(judge) and "models.judge" not in inert_settings(judge, engine_settings())
     everything = Config()
     assert count_settings(everything, hidden={}) == count_settings(everything) > 300
 

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from evolvekit.config import config_from_dict
 from evolvekit.engine.base import Capabilities, Engine
-from evolvekit.errors import ConfigError, LLMError
+from evolvekit.errors import LLMError
 from evolvekit.llm.base import SamplingParams
 from evolvekit.llm.sglang_engine import SGLangEngine, completions_from_sglang, sglang_generate_request
 
@@ -64,14 +63,12 @@ def test_completions_refuse_answers_that_do_not_line_up():
         ({"engine_url": "http://h:1", "engine_weights_dir": "/w", "backend": "openai"}, "needs models.policy.backend"),
     ],
 )  # fmt: skip
-def test_config_rules_of_the_sglang_engine(overrides, problem):
+def test_config_rules_of_the_sglang_engine(overrides, problem, config_problem):
     policy = {"engine": "sglang", **overrides}
-    with pytest.raises(ConfigError, match=problem):
-        config_from_dict({"models": {"policy": policy}})
+    assert problem in (config_problem({"models": {"policy": policy}}) or "")
     ok = {"engine": "sglang", "engine_url": "http://127.0.0.1:30000", "engine_weights_dir": "/tmp/w"}
-    assert config_from_dict({"models": {"policy": ok}}).models.policy.engine == "sglang"
-    with pytest.raises(ConfigError, match="train.lora is not supported"):
-        config_from_dict({"models": {"policy": ok}, "train": {"lora": True}})
+    assert config_problem({"models": {"policy": ok}}) is None
+    assert "train.lora is not supported" in (config_problem({"models": {"policy": ok}, "train": {"lora": True}}) or "")
 
 
 class _StandIn:

@@ -2,6 +2,7 @@
 sampling arguments, its conversion of vLLM's outputs, the weights' wire form, the device check, the config rules
 around it, and the trainer pushing its weights to an engine that holds its own copy."""
 
+import re
 import sys
 from types import SimpleNamespace
 
@@ -10,7 +11,7 @@ import torch
 
 from evolvekit.config import config_from_dict
 from evolvekit.engine.base import Engine
-from evolvekit.errors import ConfigError, LLMError
+from evolvekit.errors import LLMError
 from evolvekit.llm.base import SamplingParams
 from evolvekit.llm.vllm_engine import (
     completions_from_vllm,
@@ -97,7 +98,7 @@ def test_building_it_without_vllm_names_the_package(monkeypatch):
         ({"models": {"policy": {"gpu_memory_utilization": 0}}}, "greater than 0"),
     ],
 )
-def test_config_rules_of_the_vllm_engine(overrides, problem):
+def test_config_rules_of_the_vllm_engine(overrides, problem, config_problem):
     base: dict = {"models": {"policy": {"engine": "vllm"}}}
     for section, values in overrides.items():
         for key, value in values.items():
@@ -106,10 +107,9 @@ def test_config_rules_of_the_vllm_engine(overrides, problem):
             else:
                 base.setdefault(section, {})[key] = value
     if problem is None:
-        assert config_from_dict(base).models.policy.engine == "vllm"
+        assert config_problem(base) is None and config_from_dict(base).models.policy.engine == "vllm"
     else:
-        with pytest.raises(ConfigError, match=problem):
-            config_from_dict(base)
+        assert re.search(problem, config_problem(base) or "")
 
 
 class _OwnCopyEngine:

@@ -89,10 +89,13 @@ def config_show(
         load_config,
         paper_departures,
     )
+    from evolvekit.engine.registry import engine_settings
+    from evolvekit.env.registry import load_plugins
     from evolvekit.resolve import auto_resolutions
 
     cfg = load_config(config, overrides)
-    hidden = {} if show_all else inert_settings(cfg)
+    load_plugins(cfg.env.plugins)  # a plugin's engine declares its own settings
+    hidden = {} if show_all else inert_settings(cfg, engine_settings())
     shown, total = count_settings(cfg, hidden=hidden), count_settings(cfg)
     counted = f"# {shown} settings shown" + (f" of {total} (config show --all prints them all)" if hidden else "")
     sources = ", ".join(f"{role}: {src}" for role, src in helper_sources(cfg).items())

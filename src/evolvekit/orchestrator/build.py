@@ -13,7 +13,6 @@ from rich.console import Console
 from evolvekit.boundary import InformationBoundary
 from evolvekit.config import (
     Config,
-    ModelConfig,
     attribution_source,
     attributor_constrained,
     extraction_constrained,
@@ -23,6 +22,7 @@ from evolvekit.config import (
     teach_search_on,
 )
 from evolvekit.engine.base import Engine
+from evolvekit.engine.registry import rollout_engine
 from evolvekit.env.examples import ShownExamples
 from evolvekit.errors import ConfigError, EnvError
 from evolvekit.llm.base import InProcessLLM, RolloutEngine, SamplingParams
@@ -90,30 +90,6 @@ def policy_sampling(cfg: Config, seed: int | None = None) -> SamplingParams:
     return sampling_for(pol, seed=seed, stop=action_stop(cfg.env), max_new_tokens=limit)
 
 
-def rollout_backend(pol: ModelConfig, policy: LocalLLM, seed: int) -> RolloutEngine:
-    """The configured rollout engine over the trained policy (``models.policy.engine``)."""
-    if pol.engine == "continuous_batching":
-        from evolvekit.llm.continuous import ContinuousBatchingLLM
-
-        return ContinuousBatchingLLM(policy)
-    if pol.engine == "vllm":
-        from evolvekit.llm.vllm_engine import VLLMEngine
-
-        return VLLMEngine(
-            policy,
-            gpu_memory_utilization=pol.gpu_memory_utilization,
-            seed=seed,
-            eager=pol.engine_eager,
-            kv_cache_bytes=pol.kv_cache_bytes,
-        )
-    if pol.engine == "sglang":
-        from evolvekit.llm.sglang_engine import SGLangEngine
-
-        assert pol.engine_url and pol.engine_weights_dir  # config's rule (config validate says so first)
-        return SGLangEngine(policy, pol.engine_url, pol.engine_weights_dir, timeout_s=pol.timeout_s)
-    return policy
-
-
 def guided_boost(cfg: Config) -> float | None:
     """Eq. 17's ε_high boost, for experience-guided samples: none exist without navigating or with as_tool (the
     search action replaces injection)."""
@@ -149,7 +125,7 @@ def build_trainer(
         eps_high_boost=guided_boost(cfg),
         reference_model=reference,
         parallel=parallel,
-        engine=Engine(rollout_backend(pol, policy, cfg.run.seed) if parallel is None or parallel.rank == 0 else policy),
+        engine=rollout_engine(cfg, policy) if parallel is None or parallel.rank == 0 else Engine(policy),
     )
     if ckpt and not trainer.load_optimizer(Path(ckpt.path)):
         log.warning("checkpoint %s has no optimizer state; AdamW restarts from zero moments", ckpt.path)
