@@ -23,6 +23,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# the tests of the composition root and the parts it connects
+_BUILD_TESTS = (
+    ["tests/cpu/test_build_wiring.py", "tests/cpu/test_coevolve.py", "tests/cpu/test_advantages.py"]
+    + ["tests/cpu/test_boundary.py", "tests/cpu/test_questioning.py", "tests/cpu/test_navigating.py"]
+    + ["tests/cpu/test_attributing.py", "tests/cpu/test_run_loop.py"]
+    + ["tests/cpu/test_families.py", "tests/cpu/test_store.py", "tests/cpu/test_agent.py"]
+    + ["tests/cpu/test_gigpo.py", "tests/cpu/test_cold_start.py", "tests/cpu/test_templates.py"]
+)
+
 # module (under src/evolvekit) -> the fast tests that exercise it
 MODULES: dict[str, tuple[str, list[str]]] = {
     "losses": ("train/losses.py", ["tests/cpu/test_losses.py", "tests/cpu/test_attributing.py"]),
@@ -126,13 +135,17 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # every `auto` of a config resolved in one place, with its reason (issue 55.5): what `config show` prints
     "resolve": ("resolve.py", ["tests/cpu/test_resolve.py"]),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)
-    "build": (
-        "orchestrator/build.py",
-        ["tests/cpu/test_build_wiring.py", "tests/cpu/test_coevolve.py", "tests/cpu/test_advantages.py"]
-        + ["tests/cpu/test_boundary.py", "tests/cpu/test_questioning.py", "tests/cpu/test_navigating.py"]
-        + ["tests/cpu/test_attributing.py", "tests/cpu/test_run_loop.py"]
-        + ["tests/cpu/test_families.py", "tests/cpu/test_store.py", "tests/cpu/test_agent.py"]
-        + ["tests/cpu/test_gigpo.py", "tests/cpu/test_cold_start.py", "tests/cpu/test_templates.py"],
+    "build": ("orchestrator/build.py", _BUILD_TESTS),
+    # the parts the composition root connects (issue 79.1), each its package's factory, against the same tests
+    **{
+        f"parts_{pkg}": (f"{pkg}/parts.py", _BUILD_TESTS)
+        for pkg in ("agent", "train", "questioning", "navigating", "attributing")
+    },
+    # rollout engines by name (issue 79.2): the rules run and config validate ask, config show's settings, the builder
+    "engine_registry": (
+        "engine/registry.py",
+        ["tests/cpu/test_engine_registry.py", "tests/cpu/test_vllm_engine_seam.py", "tests/cpu/test_sglang_engine.py"]
+        + ["tests/cpu/test_build_wiring.py", "tests/cpu/test_config_show.py", "tests/cpu/test_engine_parity.py"],
     ),
 }
 

@@ -232,9 +232,9 @@ def test_evaluation_writes_each_episode_and_an_interrupted_one_continues(tmp_pat
 def test_a_text_action_environment_ends_each_generation_at_its_action_stop():
     """Issue 54 (long environments): ScienceWorld's action is one line, so the policy's rollouts and evaluation stop
     generating at the newline instead of running to models.policy.max_new_tokens; tool-call environments add none."""
+    from evolvekit.agent.parts import policy_sampling
     from evolvekit.config import load_config
     from evolvekit.env.registry import action_stop
-    from evolvekit.orchestrator.build import policy_sampling
 
     sw = load_config(None, ["env.name=scienceworld", "env.family=null"])
     assert action_stop(sw.env) == ("\n",)

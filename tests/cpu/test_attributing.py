@@ -201,9 +201,9 @@ def test_attributed_samples_share_the_hybrid_proxy_task_decay(tmp_path):
             t.steps[0].prompt_token_ids, t.steps[0].completion_token_ids = [1, 2], [3]
             trajs.append(t)
     ctx = IterationContext(iteration=0, seed=0, run_dir=tmp_path, store=store)
-    from evolvekit.orchestrator.build import _sample_stage
+    from evolvekit.orchestrator.build import sample_stage_for
 
-    stage = _sample_stage(cfg)  # what a run builds: the decay is questioning's collaborator of the sample stage
+    stage = sample_stage_for(cfg)  # what a run builds: the decay is questioning's collaborator of the sample stage
     assert isinstance(stage, AttributedSamples) and stage.advantage_scale is not None
     samples, metrics = stage.build(ctx, trajs)
     plain, _ = AttributedSamples.from_config(cfg, None).build(ctx, trajs)  # without the collaborator: no decay

@@ -4,6 +4,7 @@ written from the builder's mutation look). The collaborators are replaced inside
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,26 +22,25 @@ class _Policy:
 
 
 @pytest.fixture()
-def no_model(monkeypatch):
-    """build_loop without loading a model: build_trainer answers a scripted policy and a trainer over it (the
-    trainer's own wiring is build_trainer's test)."""
+def no_model():
+    """build_loop without loading a model: ``no_model.parts`` builds a scripted policy (``no_model.policy``) and a
+    trainer over it (the trainer's own wiring is build_trainer's test)."""
     from types import SimpleNamespace
 
     from evolvekit.engine.base import Engine
     from evolvekit.orchestrator import build
 
     policy = _Policy()
-    monkeypatch.setattr(
-        build, "build_trainer", lambda cfg, store, console=None, parallel=None: (
-            policy, SimpleNamespace(engine=Engine(policy), cfg=cfg)
-        ),
-    )  # fmt: skip
-    return policy
+
+    def trainer(cfg, store, console=None, parallel=None):
+        return policy, SimpleNamespace(engine=Engine(policy), cfg=cfg, reference=None)
+
+    return SimpleNamespace(policy=policy, parts=replace(build.PARTS, trainer=trainer))
 
 
 def test_the_pass_probe_runs_the_policy_with_the_runs_rendering_template_seed_and_k(monkeypatch):
     from evolvekit.agent import evaluate
-    from evolvekit.orchestrator.build import pass_probe
+    from evolvekit.agent.parts import pass_probe
 
     cfg = load_config(
         None,
@@ -86,14 +86,14 @@ class _Ctx:
 def test_the_sample_stage_gets_its_scale_attributor_settings_and_boundary(monkeypatch):
     from evolvekit.attributing.stage import AttributedSamples
     from evolvekit.llm import factory
-    from evolvekit.orchestrator.build import _sample_stage
+    from evolvekit.orchestrator.build import sample_stage_for
     from evolvekit.train.sample_stage import GRPOSamples
     from evolvekit.types import TaskSource, Trajectory
 
-    plain = _sample_stage(load_config(None, ["questioning.enabled=false", "attributing.enabled=false"]))
+    plain = sample_stage_for(load_config(None, ["questioning.enabled=false", "attributing.enabled=false"]))
     assert type(plain) is GRPOSamples and plain.advantage_scale is None
     # hybrid self-questioning (λ < 1): proxy tasks' advantages scaled by the decay (§3.3)
-    hybrid = _sample_stage(
+    hybrid = sample_stage_for(
         load_config(
             None,
             [
@@ -109,7 +109,9 @@ def test_the_sample_stage_gets_its_scale_attributor_settings_and_boundary(monkey
     scale = hybrid.advantage_scale(_Ctx([syn, real]))
     assert scale(Trajectory(task_id="s")) == 0.25 and scale(Trajectory(task_id="r")) == 1.0
     assert (
-        _sample_stage(load_config(None, ["questioning.enabled=true", "questioning.hybrid_lambda=1.0"])).advantage_scale
+        sample_stage_for(
+            load_config(None, ["questioning.enabled=true", "questioning.hybrid_lambda=1.0"])
+        ).advantage_scale
         is None
     )
     # the LLM attributor is built with the attributing section's settings, from the attributor role
@@ -121,7 +123,7 @@ def test_the_sample_stage_gets_its_scale_attributor_settings_and_boundary(monkey
     sets = ["attributing.enabled=true", "attributing.source=llm", "attributing.constrained=off"]
     sets += ["attributing.max_retries=5", "attributing.concurrency=3", "questioning.enabled=false"]
     cfg = load_config(None, sets)
-    stage = _sample_stage(cfg)
+    stage = sample_stage_for(cfg)
     assert isinstance(stage, AttributedSamples) and roles == ["attributor"]
     assert (stage.attributor.max_retries, stage.attributor.concurrency, stage.attributor.labeler) == (5, 3, None)
     assert made[-1][0] is cfg.models and stage.attributor.llm is made[-1][1]
@@ -131,32 +133,32 @@ def test_the_sample_stage_gets_its_scale_attributor_settings_and_boundary(monkey
 
     labelers: list = []
     monkeypatch.setattr(constrained_mod, "ConstrainedLabeler", lambda *args: labelers.append(args) or "labeler")
-    on = _sample_stage(load_config(None, [*sets, "attributing.constrained=on"]))
+    on = sample_stage_for(load_config(None, [*sets, "attributing.constrained=on"]))
     params = on.attributor.params
     assert on.attributor.labeler == "labeler" and labelers == [(made[-1][1], params.temperature, params.seed or 0)]
     roles.pop()
     assert stage.source == "llm" and stage.boundary.oracle is False
-    oracle = _sample_stage(load_config(None, [*sets, "run.oracle=true"]))
+    oracle = sample_stage_for(load_config(None, [*sets, "run.oracle=true"]))
     assert oracle.boundary.oracle is True
     # outcome_only has no attribution channel: no attributor is asked
-    outcome_only = _sample_stage(load_config(None, [*sets, "attributing.mode=outcome_only"]))
+    outcome_only = sample_stage_for(load_config(None, [*sets, "attributing.mode=outcome_only"]))
     assert outcome_only.attributor is None and roles == ["attributor"] * 2
     # grounded credit needs no helper model
-    grounded = _sample_stage(load_config(None, ["attributing.enabled=true", "attributing.source=grounded"]))
+    grounded = sample_stage_for(load_config(None, ["attributing.enabled=true", "attributing.source=grounded"]))
     assert grounded.attributor is None and grounded.source == "grounded" and roles == ["attributor"] * 2
 
 
 def test_the_task_supply_gets_the_runs_tasks_batch_seed_and_lambda():
-    from evolvekit.orchestrator.build import _task_supply
+    from evolvekit.orchestrator.build import task_supply
     from evolvekit.orchestrator.stages import FixedTaskSupply
     from evolvekit.questioning.supply import HybridTaskSupply
 
     tasks = [Task(task_id=f"t{i}", env_name="bfcl", query="q") for i in range(3)]
     base = ["train.tasks_per_iteration=2", "run.seed=11"]
-    fixed = _task_supply(load_config(None, [*base, "questioning.enabled=false"]), None, tasks, None, None)
+    fixed = task_supply(load_config(None, [*base, "questioning.enabled=false"]), None, tasks, None, None)
     assert type(fixed) is FixedTaskSupply and fixed.pool == tasks and (fixed.per_iteration, fixed.seed) == (2, 11)
     on = [*base, "questioning.enabled=true", "questioning.hybrid_lambda=0.5", "coevolve.enabled=false"]
-    hybrid = _task_supply(load_config(None, on), None, tasks, None, None)
+    hybrid = task_supply(load_config(None, on), None, tasks, None, None)
     assert type(hybrid) is HybridTaskSupply and hybrid.real == tasks and hybrid.synthetic == []
     assert (hybrid.per_iteration, hybrid.lam, hybrid.seed, hybrid.coevolve) == (2, 0.5, 11, None)
     # a curriculum: one supply per family (its generator's train split), each with the batch and seed
@@ -164,7 +166,7 @@ def test_the_task_supply_gets_the_runs_tasks_batch_seed_and_lambda():
 
     sets = [*base, "env.curriculum=[arith,arith_wide]", "env.curriculum_threshold=0.6", "env.curriculum_window=3"]
     sets += ["env.family_tasks=5"]
-    ladder = _task_supply(load_config(None, sets), None, tasks, None, None)
+    ladder = task_supply(load_config(None, sets), None, tasks, None, None)
     assert type(ladder) is CurriculumTaskSupply and ladder.families == ["arith", "arith_wide"]
     assert (ladder.threshold, ladder.window) == (0.6, 3) and [len(s.pool) for s in ladder.supplies] == [5, 5]
     assert {(s.per_iteration, s.seed) for s in ladder.supplies} == {(2, 11)}
@@ -181,9 +183,9 @@ def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(
     from evolvekit.agent.rollout_stage import RolloutSettings, VanillaRollouts
     from evolvekit.config import extraction_constrained, extraction_mode
     from evolvekit.llm import factory
+    from evolvekit.navigating.parts import navigation
     from evolvekit.navigating.stage import ExperienceMixedRollouts, ExperienceSummarisation
     from evolvekit.navigating.tool_env import ExperienceToolEnv
-    from evolvekit.orchestrator.build import _navigation
     from evolvekit.orchestrator.stages import NoExperience
     from evolvekit.store.sqlite import RunStore
 
@@ -201,7 +203,7 @@ def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(
         return []
 
     off = load_config(None, ["navigating.enabled=false"])
-    rollouts, experience, policy_env = _navigation(off, store, policy, env_factory, params, False, None, template)
+    rollouts, experience, policy_env = navigation(off, store, policy, env_factory, params, False, None, template)
     assert type(rollouts) is VanillaRollouts and isinstance(experience, NoExperience) and policy_env is env_factory
     assert (rollouts.llm, rollouts.params, rollouts.show_progress, rollouts.template) == (
         policy,
@@ -214,9 +216,7 @@ def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(
     sets += ["navigating.validate_experiences=false", "reward.success_threshold=0.75", "navigating.as_tool=true"]
     sets += ["navigating.search_k=2", "navigating.utility_test=true", "navigating.utility_k=3"]
     cfg = load_config(None, sets)
-    rollouts, experience, policy_env = _navigation(
-        cfg, store, policy, env_factory, params, True, training_set, template
-    )
+    rollouts, experience, policy_env = navigation(cfg, store, policy, env_factory, params, True, training_set, template)
     assert isinstance(rollouts, ExperienceMixedRollouts) and isinstance(experience, ExperienceSummarisation)
     pool = rollouts.experiences
     assert experience.pool is pool and pool.theta_sim == 0.7 and rollouts.refiner is summarizer
@@ -239,15 +239,15 @@ def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(
     assert utility.embed == factory_embedder.embed and experience.nav == rollouts.nav
     # no re-ranking or rewriting: no refiner; no utility test unless asked
     plain = load_config(None, ["navigating.enabled=true", "navigating.rerank=false", "navigating.rewrite=false"])
-    rollouts, experience, policy_env = _navigation(plain, store, policy, env_factory, params, True)
+    rollouts, experience, policy_env = navigation(plain, store, policy, env_factory, params, True)
     assert rollouts.refiner is None and experience.utility is None and policy_env is env_factory
     rewrite = load_config(None, ["navigating.enabled=true", "navigating.rerank=false", "navigating.rewrite=true"])
-    assert _navigation(rewrite, store, policy, env_factory, params, True)[0].refiner is summarizer
+    assert navigation(rewrite, store, policy, env_factory, params, True)[0].refiner is summarizer
     store.close()
 
 
 def test_policy_sampling_caps_the_action_and_takes_the_seed():
-    from evolvekit.orchestrator.build import policy_sampling
+    from evolvekit.agent.parts import policy_sampling
 
     cfg = load_config(None, ["models.policy.max_new_tokens=64", "models.policy.temperature=0.9"])
     params = policy_sampling(cfg, seed=3)
@@ -267,8 +267,8 @@ def test_policy_sampling_caps_the_action_and_takes_the_seed():
 
 
 def test_the_rollout_template_summarises_with_the_summarizer_role_only_when_it_manages_context(monkeypatch):
+    from evolvekit.agent.parts import rollout_template
     from evolvekit.llm import factory
-    from evolvekit.orchestrator.build import rollout_template
     from evolvekit.types import ChatMessage
 
     class _Summarizer:
@@ -425,7 +425,7 @@ def test_build_loop_evaluates_the_eval_split_with_the_runs_k_seed_and_policy_env
         "attributing.enabled=false",
     ]
     cfg, run_dir, store = open_run(load_config(None, sets), None)
-    loop = build_loop(cfg, run_dir, store, show_progress=False)
+    loop = build_loop(cfg, run_dir, store, show_progress=False, parts=no_model.parts)
     summary, trajs = loop.evaluator(9)
     assert summary == {"avg@3": 0.5, "split": "dev"} and trajs == []
     assert asked == [(["coin-dev-0", "coin-dev-1"], 3, 9, "json", "reasoning", False)]
@@ -437,7 +437,7 @@ def test_build_loop_evaluates_the_eval_split_with_the_runs_k_seed_and_policy_env
     store.close()
     unset = [s for s in sets if not s.startswith(("train.eval_k", "train.eval_tasks"))]
     cfg, run_dir, store = open_run(load_config(None, unset), None)
-    build_loop(cfg, run_dir, store, show_progress=False).evaluator(1)
+    build_loop(cfg, run_dir, store, show_progress=False, parts=no_model.parts).evaluator(1)
     assert asked[-1][:2] == ([f"coin-dev-{i}" for i in range(6)], 4)  # every task, k = the group size
     store.close()
 
@@ -449,18 +449,16 @@ def test_the_trainer_gets_the_boost_only_for_injected_experience_and_a_reference
     model trains (LoRA's reference is the base under the adapter)."""
     from evolvekit.llm import factory
     from evolvekit.llm.tiny import make_tiny_model
-    from evolvekit.orchestrator.build import build_trainer
-    from evolvekit.store.sqlite import RunStore
+    from evolvekit.train.parts import build_trainer
 
     tiny = make_tiny_model(tmp_path / "tiny")
-    store = RunStore(tmp_path / "run.sqlite")
     base = [f"models.policy.model={tiny}", "train.autocast=off"]
     loaded: list = []
     real_build = factory.build_llm
     monkeypatch.setattr(factory, "build_llm", lambda cfg, role: loaded.append(role) or real_build(cfg, role))
 
     def trainer(*sets):
-        return build_trainer(load_config(None, [*base, *sets]), store)
+        return build_trainer(load_config(None, [*base, *sets]))
 
     policy, nav = trainer("navigating.enabled=true", "navigating.eps_high_boost=0.45", "train.kl_beta=0.01")
     assert nav.eps_high_boost == 0.45 and nav.reference is not None and nav.engine.llm is policy
@@ -468,13 +466,12 @@ def test_the_trainer_gets_the_boost_only_for_injected_experience_and_a_reference
     off = trainer("navigating.enabled=false", "train.kl_beta=0")[1]
     assert off.eps_high_boost is None and off.reference is None
     assert loaded == ["reference"]  # loaded for the β > 0 trainer only
-    store.close()
 
 
 def test_the_coevolve_hook_gets_its_section_dedup_and_seeds(tmp_path, monkeypatch):
     from evolvekit.llm import factory
-    from evolvekit.orchestrator.build import _coevolve_hook
     from evolvekit.questioning import pipeline
+    from evolvekit.questioning.parts import coevolve_hook
     from evolvekit.store.sqlite import IterationStatus, RunStore
     from evolvekit.types import Trajectory
 
@@ -514,7 +511,7 @@ def test_the_coevolve_hook_gets_its_section_dedup_and_seeds(tmp_path, monkeypatc
     def env_factory():
         return None
 
-    hook = _coevolve_hook(cfg, store, policy, env_factory)
+    hook = coevolve_hook(cfg, store, policy, env_factory)
     tracker, regen = hook.tracker, hook.regenerator
     assert (tracker.window, tracker.theta, tracker.n_min, tracker.threshold) == (7, 2.0, 9, 0.25)
     assert sum(tracker.patterns.values()) == 2 and set(tracker.history) == {"a", "b"}  # iteration 0's training
@@ -531,11 +528,11 @@ def test_the_coevolve_hook_gets_its_section_dedup_and_seeds(tmp_path, monkeypatc
     assert [name for _, name in roles] == ["synthesizer", "synthesizer"]
     # an explorer of another model (or a served one) is its role's, not the policy
     asked.clear()
-    _coevolve_hook(load_config(None, [*sets, "models.explorer.model=other"]), store, policy, env_factory)
+    coevolve_hook(load_config(None, [*sets, "models.explorer.model=other"]), store, policy, env_factory)
     assert asked[0][3] is explorer
     asked.clear()
     served = [*sets, "models.explorer.backend=openai", "models.explorer.base_url=http://127.0.0.1:9/v1"]
-    _coevolve_hook(load_config(None, served), store, policy, env_factory)
+    coevolve_hook(load_config(None, served), store, policy, env_factory)
     assert asked[0][3] is explorer
     store.close()
 
@@ -559,12 +556,13 @@ def test_a_data_parallel_rank_takes_part_in_every_update_rank_0_announces(monkey
             return self.messages.pop(0)
 
     trainer, made = _Trainer(), []
-    monkeypatch.setattr(
-        build, "build_trainer", lambda cfg, store, parallel=None: made.append((cfg, store, parallel)) or (None, trainer)
+    parts = replace(
+        build.PARTS,
+        trainer=lambda cfg, store, console, parallel: made.append((cfg, store, parallel)) or (None, trainer),
     )
     parallel = _Parallel([["s1"], ["s2", "s3"], None, ["never"]])
     cfg = load_config(None, [])
-    assert build.serve_updates(cfg, "store", parallel) == 2  # type: ignore[arg-type]
+    assert build.serve_updates(cfg, "store", parallel, parts) == 2  # type: ignore[arg-type]
     assert trainer.updates == [["s1"], ["s2", "s3"]] and parallel.sent == [None, None, None]
     assert made == [(cfg, "store", parallel)]  # the same trainer as rank 0's: this run's config and store
 
@@ -576,9 +574,9 @@ def test_the_cold_start_warms_up_on_curated_run_made_tasks_never_held_out_ones(t
     from pathlib import Path
 
     from evolvekit.errors import ConfigError
-    from evolvekit.orchestrator.build import _cold_start
     from evolvekit.store.sqlite import RunStore
     from evolvekit.train import sft
+    from evolvekit.train.parts import cold_start
     from evolvekit.types import TaskSource
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
@@ -634,7 +632,7 @@ def test_the_cold_start_warms_up_on_curated_run_made_tasks_never_held_out_ones(t
     def env_factory():
         return None
 
-    assert _cold_start(cfg, store, trainer, reference, env_factory)() == {"cold_start/examples": 1.0}
+    assert cold_start(cfg, store, trainer, reference, env_factory)() == {"cold_start/examples": 1.0}
     ((ids, make_env, llm, rendering, template, limit, closing, search),) = paired
     assert ids == ["s1"]  # not uncurated, not a held-out request or id, not person-written
     assert (make_env, llm, rendering, limit, closing, search) == (env_factory, trainer.llm, "json", 7, "Bye.", None)
@@ -645,9 +643,9 @@ def test_the_cold_start_warms_up_on_curated_run_made_tasks_never_held_out_ones(t
     def answer(query):
         return "found"
 
-    _cold_start(load_config(None, [*sets, "cold_start.teach_search=on"]), store, trainer, None, env_factory, answer)()
+    cold_start(load_config(None, [*sets, "cold_start.teach_search=on"]), store, trainer, None, env_factory, answer)()
     assert paired[-1][-1] is answer and reference.loaded == [{"w": 1}]
-    _cold_start(cfg, store, trainer, None, env_factory, answer)()  # teach_search off: the answer is not used
+    cold_start(cfg, store, trainer, None, env_factory, answer)()  # teach_search off: the answer is not used
     assert paired[-1][-1] is None
     # a task file of person-written tasks is gold: refused unless run.oracle
     person = tmp_path / "person.jsonl"
@@ -657,28 +655,28 @@ def test_the_cold_start_warms_up_on_curated_run_made_tasks_never_held_out_ones(t
         r"let them through, or warm up on the run's own synthesized tasks\)$"
     )
     with pytest.raises(ConfigError, match=gold):
-        _cold_start(load_config(None, [*sets, f"cold_start.tasks_file={person}"]), store, trainer, None, env_factory)()
+        cold_start(load_config(None, [*sets, f"cold_start.tasks_file={person}"]), store, trainer, None, env_factory)()
     oracle = load_config(None, [*sets, f"cold_start.tasks_file={person}", "run.oracle=true"])
-    _cold_start(oracle, store, trainer, None, env_factory)()
+    cold_start(oracle, store, trainer, None, env_factory)()
     assert paired[-1][0] == ["p2"]
     # nothing verified to warm up on: one line saying so
     monkeypatch.setattr(sft, "reference_pairs", lambda *a, **k: [])
     with pytest.raises(ConfigError, match="^cold start: no verified tasks with a reference solution to warm up on$"):
-        _cold_start(cfg, store, trainer, None, env_factory)()
+        cold_start(cfg, store, trainer, None, env_factory)()
     monkeypatch.setattr(sft, "reference_pairs", pairs)
     # a file's tasks are person-written whatever they say: "source": "synthetic" in an outside file is not believed
     # (issue 76: a task's origin is where it came from); under run.oracle they are let through
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text(person.read_text() + syn("s9", "Say maybe.").model_dump_json() + "\n")
     with pytest.raises(ConfigError, match="the 2 warm-up tasks are person-written"):
-        _cold_start(load_config(None, [*sets, f"cold_start.tasks_file={mixed}"]), store, trainer, None, env_factory)()
-    _cold_start(load_config(None, [*sets, f"cold_start.tasks_file={mixed}", "run.oracle=true"]), store, trainer, None,
+        cold_start(load_config(None, [*sets, f"cold_start.tasks_file={mixed}"]), store, trainer, None, env_factory)()
+    cold_start(load_config(None, [*sets, f"cold_start.tasks_file={mixed}", "run.oracle=true"]), store, trainer, None,
                 env_factory)()  # fmt: skip
     assert paired[-1][0] == ["p2", "s9"]
     # held-out synthesized tasks (train.eval_synthetic) are held out too, beside the environment's split
     held = tmp_path / "held.jsonl"
     held.write_text(syn("h1", "Say hi.").model_dump_json() + "\n")
-    _cold_start(load_config(None, [*sets, f"train.eval_synthetic={held}"]), store, trainer, None, env_factory)()
+    cold_start(load_config(None, [*sets, f"train.eval_synthetic={held}"]), store, trainer, None, env_factory)()
     assert paired[-1][0] == []  # s1's request is a held-out one now; s3's is still the split's
     store.close()
 
@@ -712,7 +710,7 @@ def test_build_loop_scores_synthesized_tasks_with_the_configured_judge(tmp_path,
     sets += ["questioning.enabled=true", "navigating.enabled=false", "attributing.enabled=false", "train.kl_beta=0"]
     sets += ["questioning.judge_constrained=off", "questioning.judge_retries=4", "questioning.reward=judge"]
     cfg, run_dir, store = open_run(load_config(None, sets), None)
-    loop = build_loop(cfg, run_dir, store, show_progress=False)
+    loop = build_loop(cfg, run_dir, store, show_progress=False, parts=no_model.parts)
     rollouts = loop.stages.rollouts
     assert isinstance(rollouts, SyntheticRewardRollouts) and rollouts.mode == "judge"
     assert isinstance(rollouts.judge, LLMJudge) and rollouts.judge.llm is judge_llm and rollouts.judge.max_retries == 4
@@ -726,18 +724,21 @@ def test_build_loop_scores_synthesized_tasks_with_the_configured_judge(tmp_path,
     monkeypatch.setattr(judge_mod, "ConstrainedJudge", lambda llm, params: made.append((llm, params)) or "constrained")
     on = [s for s in sets if not s.startswith("questioning.judge_constrained")] + ["questioning.judge_constrained=on"]
     cfg, run_dir, store = open_run(load_config(None, on), None)
-    assert build_loop(cfg, run_dir, store, show_progress=False).stages.rollouts.judge == "constrained"
+    assert (
+        build_loop(cfg, run_dir, store, show_progress=False, parts=no_model.parts).stages.rollouts.judge
+        == "constrained"
+    )
     assert made == [(judge_llm, factory.sampling_for(cfg.models.judge))]
     store.close()
     cfg, run_dir, store = open_run(load_config(None, [*sets, "questioning.reward=state"]), None)
-    state = build_loop(cfg, run_dir, store, show_progress=False).stages.rollouts
+    state = build_loop(cfg, run_dir, store, show_progress=False, parts=no_model.parts).stages.rollouts
     assert isinstance(state, SyntheticRewardRollouts) and state.mode == "state" and state.judge is None
     store.close()
 
 
 def test_a_bad_held_out_task_file_is_named_as_not_a_task(tmp_path):
+    from evolvekit.env.task_file import load_task_file
     from evolvekit.errors import ConfigError
-    from evolvekit.orchestrator.build import load_task_file
 
     bad = tmp_path / "held.jsonl"
     bad.write_text('{"query": 3}\n')
@@ -780,7 +781,7 @@ def test_at_lambda_1_no_person_written_training_task_reaches_the_training_side(t
             "attributing.enabled=false",
         ]
         cfg, run_dir, store = open_run(load_config(None, sets), None)
-        loop = build_loop(cfg, run_dir, store, show_progress=False)
+        loop = build_loop(cfg, run_dir, store, show_progress=False, parts=no_model.parts)
         assert loop.stages.synthesis is not None
         loop.stages.synthesis.synthesize([], pipeline.Funnel(), lambda *a: None)
         assert existing[-1] == want
@@ -837,12 +838,10 @@ def test_build_trainer_wires_the_checkpoint_device_reference_boost_and_engine(mo
     from types import SimpleNamespace
 
     from evolvekit.llm import factory, local
-    from evolvekit.orchestrator import build
     from evolvekit.train import trainer as trainer_mod
+    from evolvekit.train.parts import build_trainer
 
-    checks: list = []
-    ckpt: list = [SimpleNamespace(path="/runs/x/checkpoints/iter-3")]
-    monkeypatch.setattr(build, "intact_checkpoint", lambda store, console: checks.append((store, console)) or ckpt[0])
+    ckpt = SimpleNamespace(path="/runs/x/checkpoints/iter-3")
     llms: list = []
 
     class _LLM:
@@ -869,9 +868,9 @@ def test_build_trainer_wires_the_checkpoint_device_reference_boost_and_engine(mo
     sets = ["models.policy.device=cpu", "models.policy.dtype=bfloat16", "models.policy.packed_weights=false"]
     sets += ["train.kl_beta=0.02", "navigating.enabled=true", "navigating.eps_high_boost=0.4"]
     cfg = load_config(None, sets)
-    with caplog.at_level("INFO", logger="evolvekit.orchestrator.build"):
-        policy, tr = build.build_trainer(cfg, "store", "console")
-    assert checks == [("store", "console")] and loads == [Path("/runs/x/checkpoints/iter-3")]
+    with caplog.at_level("INFO", logger="evolvekit.train.parts"):
+        policy, tr = build_trainer(cfg, ckpt)
+    assert loads == [Path("/runs/x/checkpoints/iter-3")]
     assert llms == [("/runs/x/checkpoints/iter-3", "cpu", "bfloat16", False)] and isinstance(policy, _LLM)
     assert [r.getMessage() for r in caplog.records] == ["policy from /runs/x/checkpoints/iter-3"]
     assert tr.policy is policy and tr.train is cfg.train and tr.engine.llm is policy
@@ -879,27 +878,49 @@ def test_build_trainer_wires_the_checkpoint_device_reference_boost_and_engine(mo
     assert tr.kw["parallel"] is None and references == ["reference"]
     # a checkpoint without optimizer state: a warning; no checkpoint: the configured model, nothing restored
     has_state[0] = False
-    with caplog.at_level("WARNING", logger="evolvekit.orchestrator.build"):
-        build.build_trainer(cfg, "store")
+    with caplog.at_level("WARNING", logger="evolvekit.train.parts"):
+        build_trainer(cfg, ckpt)
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warned == ["checkpoint /runs/x/checkpoints/iter-3 has no optimizer state; AdamW restarts from zero moments"]
-    assert checks[-1] == ("store", None)
-    ckpt[0] = None
     loads.clear()
     caplog.clear()
     plain = load_config(None, ["train.kl_beta=0", "navigating.enabled=true", "navigating.as_tool=true"])
-    with caplog.at_level("INFO", logger="evolvekit.orchestrator.build"):
-        _, tr = build.build_trainer(plain, "store")
+    with caplog.at_level("INFO", logger="evolvekit.train.parts"):
+        _, tr = build_trainer(plain)
     assert llms[-1][0] == plain.models.policy.model and loads == []
     assert [r.getMessage() for r in caplog.records] == [f"policy from {llms[-1][0]}"]
     assert tr.kw["reference_model"] is None and tr.kw["eps_high_boost"] is None and len(references) == 2
     lora = load_config(None, ["train.kl_beta=0.02", "train.lora=true", "navigating.enabled=false"])
-    assert build.build_trainer(lora, "store")[1].kw["reference_model"] is None and len(references) == 2
+    assert build_trainer(lora)[1].kw["reference_model"] is None and len(references) == 2
     # a data-parallel rank: its own device under `auto`, and the policy itself as its engine (no serving engine)
     rank = SimpleNamespace(state=SimpleNamespace(device="cuda:1"), rank=1)
     served = load_config(None, ["models.policy.engine=continuous_batching", "train.kl_beta=0"])
-    _, tr = build.build_trainer(served, "store", parallel=rank)  # type: ignore[arg-type]
+    _, tr = build_trainer(served, parallel=rank)  # type: ignore[arg-type]
     assert llms[-1][1] == "cuda:1" and tr.kw["parallel"] is rank and tr.engine.llm is tr.policy
+
+
+def test_the_run_trains_from_its_newest_intact_checkpoint_and_says_so_on_its_console(tmp_path, monkeypatch):
+    """trainer_from_store hands build_trainer the run's newest intact checkpoint, reporting a damaged one on the
+    run's console (then the configured model)."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from evolvekit.orchestrator import build
+    from evolvekit.store.sqlite import RunStore
+    from evolvekit.train import parts
+
+    asked: list = []
+    monkeypatch.setattr(parts, "build_trainer", lambda cfg, ckpt, parallel: asked.append((cfg, ckpt, parallel)) or "t")
+    store = RunStore(tmp_path / "run.sqlite")
+    with store.transaction() as c:
+        store.put_checkpoint(c, 0, str(tmp_path / "gone"))
+    out = io.StringIO()
+    cfg, group = load_config(None, []), SimpleNamespace()
+    assert build.trainer_from_store(cfg, store, Console(file=out, width=400), group) == "t"
+    assert asked == [(cfg, None, group)] and "is damaged" in out.getvalue()
+    store.close()
 
 
 @pytest.mark.parametrize("oracle", [False, True])
@@ -921,7 +942,7 @@ def test_the_environments_build_loop_makes_measure_person_written_distances_only
         "attributing.enabled=false",
     ]
     cfg, run_dir, store = open_run(load_config(None, sets), None)
-    loop = build_loop(cfg, run_dir, store, show_progress=False)
+    loop = build_loop(cfg, run_dir, store, show_progress=False, parts=no_model.parts)
     env = loop.stages.rollouts.make_env()
     from evolvekit.env.examples import ShownExamples, unwrapped
 
@@ -940,10 +961,9 @@ def test_build_trainer_puts_the_configured_engine_over_the_policy_with_the_runs_
     from evolvekit.engine import registry
     from evolvekit.engine.spec import EngineBackend
     from evolvekit.llm import local
-    from evolvekit.orchestrator import build
     from evolvekit.train import trainer as trainer_mod
+    from evolvekit.train.parts import build_trainer
 
-    monkeypatch.setattr(build, "intact_checkpoint", lambda store, console: None)
     monkeypatch.setattr(local, "LocalLLM", lambda source, **kw: SimpleNamespace(source=source))
 
     class _Trainer:
@@ -957,7 +977,7 @@ def test_build_trainer_puts_the_configured_engine_over_the_policy_with_the_runs_
     monkeypatch.setitem(registry.ENGINES, "recorder", recorder)
     cfg = load_config(None, ["models.policy.engine=recorder", "train.kl_beta=0", "run.seed=13"])
     for parallel in (None, SimpleNamespace(state=SimpleNamespace(device="cpu"), rank=0)):
-        policy, tr = build.build_trainer(cfg, "store", parallel=parallel)  # type: ignore[arg-type]
+        policy, tr = build_trainer(cfg, parallel=parallel)  # type: ignore[arg-type]
         r = asked[-1]
         assert tr.engine.llm is served and (r.settings, r.policy, r.seed, r.options) == (
             cfg.models.policy,
@@ -966,7 +986,7 @@ def test_build_trainer_puts_the_configured_engine_over_the_policy_with_the_runs_
             None,
         )
     other = SimpleNamespace(state=SimpleNamespace(device="cpu"), rank=1)
-    policy, tr = build.build_trainer(cfg, "store", parallel=other)  # type: ignore[arg-type]
+    policy, tr = build_trainer(cfg, parallel=other)  # type: ignore[arg-type]
     assert tr.engine.llm is policy and len(asked) == 2
 
 
@@ -986,10 +1006,12 @@ def test_any_one_kind_of_held_out_evaluation_needs_tasks_to_evaluate(tmp_path, m
     base += ["attributing.enabled=false"]
     cfg, run_dir, store = open_run(load_config(None, base + [s for s in off if not s.startswith(flag)] + [on]), None)
     with pytest.raises(EnvError, match=r"turn train\.eval_before, train\.eval_after and train\.eval_every off$"):
-        build_loop(cfg, run_dir, store, show_progress=False)
+        build_loop(cfg, run_dir, store, show_progress=False, parts=no_model.parts)
     store.close()
     cfg, run_dir, store = open_run(load_config(None, base + off), None)
-    assert build_loop(cfg, run_dir, store, show_progress=False).evaluator is None  # nothing to evaluate
+    assert (
+        build_loop(cfg, run_dir, store, show_progress=False, parts=no_model.parts).evaluator is None
+    )  # nothing to evaluate
     store.close()
 
 
@@ -1005,22 +1027,20 @@ def test_build_loop_hands_its_collaborators_the_runs_own_objects(tmp_path, monke
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
     monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
     preflights: list = []
-    monkeypatch.setattr("evolvekit.env.registry.preflight", lambda env, task: preflights.append((env, task)))
     trainers: list = []
-    scripted = build.build_trainer  # the no_model fixture's
-    monkeypatch.setattr(
-        build, "build_trainer", lambda *args: trainers.append(args) or scripted(*args)
-    )  # fmt: skip
+    scripted = no_model.parts.trainer
     supplies: list = []
-    real_supply = build._task_supply
-    monkeypatch.setattr(
-        build, "_task_supply", lambda *args: supplies.append(args) or real_supply(*args)
-    )  # fmt: skip
+    parts = replace(
+        no_model.parts,
+        environment=lambda env, task: preflights.append((env, task)),
+        trainer=lambda *args: trainers.append(args) or scripted(*args),
+        task_supply=lambda *args: supplies.append(args) or build.task_supply(*args),
+    )
     sets = [f"run.out_dir={tmp_path / 'runs'}", "env.name=coin", "env.plugins=[coin_env]", "train.kl_beta=0"]
     sets += ["questioning.enabled=false", "navigating.enabled=false", "attributing.enabled=false"]
     cfg, run_dir, store = open_run(load_config(None, sets), None)
     console, group = Console(), object()
-    loop = build.build_loop(cfg, run_dir, store, console, show_progress=False, parallel=group)  # type: ignore[arg-type]
+    loop = build.build_loop(cfg, run_dir, store, console, show_progress=False, parallel=group, parts=parts)  # type: ignore[arg-type]
     assert [(e, t.task_id) for e, t in preflights] == [(cfg.env, "coin-train-0")]
     assert trainers == [(cfg, store, console, group)] and loop.stages.updater.parallel is group
     assert loop.console is console
@@ -1040,38 +1060,38 @@ def test_build_loop_hands_synthesis_navigation_and_evolving_rl_the_runs_objects(
     written training tasks with the synthesized ones (and no other)."""
     from types import SimpleNamespace
 
-    from evolvekit.llm import factory
-    from evolvekit.navigating import evolving_stage
+    from evolvekit.agent.parts import policy_sampling, rollout_template
+    from evolvekit.navigating.parts import navigation
     from evolvekit.orchestrator import build
     from evolvekit.orchestrator.run_dir import open_run
     from evolvekit.types import TaskSource
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
     synth: list = []
-    monkeypatch.setattr(build, "synthesis_stage", lambda *args: synth.append(args) or "synthesis")
     navs: list = []
-    real_nav = build._navigation
-    monkeypatch.setattr(build, "_navigation", lambda *args: navs.append(args) or real_nav(*args))
     evolving: list = []
     embedder = SimpleNamespace(embed=lambda texts: [])
     embedders: list = []
-    monkeypatch.setattr(factory, "build_embedder", lambda cfg: embedders.append(cfg) or embedder)
-    monkeypatch.setattr(
-        evolving_stage, "evolving_rl_stages", lambda *args, **kw: evolving.append((args, kw)) or ("r", "e", "s")
-    )  # fmt: skip
+    parts = replace(
+        no_model.parts,
+        synthesis=lambda *args: synth.append(args) or "synthesis",
+        navigation=lambda *args: navs.append(args) or navigation(*args),
+        embedder=lambda cfg: embedders.append(cfg) or embedder,
+        evolving_rl=lambda *args, **kw: evolving.append((args, kw)) or ("r", "e", "s"),
+    )
     sets = [f"run.out_dir={tmp_path / 'runs'}", "env.name=coin", "env.plugins=[coin_env]", "train.kl_beta=0"]
     sets += ["questioning.enabled=true", "questioning.hybrid_lambda=0.5", "questioning.reward=state"]
     sets += ["navigating.enabled=false", "attributing.enabled=false", "evolving_rl.enabled=true"]
     cfg, run_dir, store = open_run(load_config(None, sets), None)
-    loop = build.build_loop(cfg, run_dir, store, show_progress=False)
+    loop = build.build_loop(cfg, run_dir, store, show_progress=False, parts=parts)
     assert loop.stages.synthesis == "synthesis" and loop.stages.samples == "s"
     [(c, train_tasks, policy, env_factory, receive)] = synth
     assert c is cfg and [t.task_id for t in train_tasks][:1] == ["coin-train-0"]
-    assert policy is no_model
+    assert policy is no_model.policy
     [(c, s, backend, factory_, params, progress, training_set, template, shown)] = navs
-    assert (c, s, backend, factory_, progress) == (cfg, store, no_model, env_factory, False)
+    assert (c, s, backend, factory_, progress) == (cfg, store, no_model.policy, env_factory, False)
     assert shown is loop.prepare  # the run's own examples, made once: Ray workers show the same
-    assert params == build.policy_sampling(cfg) and template == build.rollout_template(cfg)
+    assert params == policy_sampling(cfg) and template == rollout_template(cfg)
     assert training_set == loop.stages.supply.training_set
     [(args, kw)] = evolving
     assert embedders == [cfg.embedding]
@@ -1101,9 +1121,7 @@ def test_the_cold_start_teaches_search_with_the_answer_of_the_runs_own_pool(tmp_
     monkeypatch.setattr(factory, "role_llm", lambda models, role: _Policy())
     monkeypatch.setattr(factory, "build_embedder", lambda cfg: _WordEmbedder())
     cold: list = []
-    monkeypatch.setattr(build, "_cold_start", lambda *args: cold.append(args) or "warm-up")
-    scripted = build.build_trainer  # the no_model fixture's, with the KL reference the cold start is handed
-
+    scripted = no_model.parts.trainer  # with the KL reference the cold start is handed
     trainers: list = []
 
     def with_reference(*args):
@@ -1112,13 +1130,13 @@ def test_the_cold_start_teaches_search_with_the_answer_of_the_runs_own_pool(tmp_
         trainers.append(trainer)
         return policy, trainer
 
-    monkeypatch.setattr(build, "build_trainer", with_reference)
+    parts = replace(no_model.parts, trainer=with_reference, cold_start=lambda *args: cold.append(args) or "warm-up")
     sets = [f"run.out_dir={tmp_path / 'runs'}", "env.name=coin", "env.plugins=[coin_env]", "train.kl_beta=0"]
     sets += ["questioning.enabled=true", "questioning.reward=state", "attributing.enabled=false"]
     sets += ["cold_start.enabled=true"]
     tool = ["navigating.enabled=true", "navigating.as_tool=true", "navigating.search_k=1"]
     cfg, run_dir, store = open_run(load_config(None, sets + tool), None)
-    loop = build.build_loop(cfg, run_dir, store, show_progress=False)
+    loop = build.build_loop(cfg, run_dir, store, show_progress=False, parts=parts)
     assert loop.warmup == "warm-up"
     [(c, s, trainer, reference, env_factory, search)] = cold
     assert (c, s, reference) == (cfg, store, "the reference") and trainer is trainers[-1]
@@ -1134,13 +1152,13 @@ def test_the_cold_start_teaches_search_with_the_answer_of_the_runs_own_pool(tmp_
     )
     store.close()
     cfg, run_dir, store = open_run(load_config(None, sets + ["navigating.enabled=true"]), None)
-    build.build_loop(cfg, run_dir, store, show_progress=False)
+    build.build_loop(cfg, run_dir, store, show_progress=False, parts=parts)
     assert cold[-1][-1] is None  # experience injected into prompts, not searched: nothing to teach
     store.close()
     cfg, run_dir, store = open_run(
         load_config(None, sets + ["navigating.enabled=false", "navigating.as_tool=true"]), None
     )
-    build.build_loop(cfg, run_dir, store, show_progress=False)
+    build.build_loop(cfg, run_dir, store, show_progress=False, parts=parts)
     assert cold[-1][-1] is None  # no navigating, no pool to search
     store.close()
 
@@ -1173,7 +1191,7 @@ def test_an_environment_without_tasks_is_evaluated_on_the_held_out_synthesized_f
     sets += ["questioning.enabled=true", "questioning.hybrid_lambda=1.0", "questioning.reward=state"]
     sets += ["navigating.enabled=false", "attributing.enabled=false", f"train.eval_synthetic={held}"]
     cfg, run_dir, store = open_run(load_config(None, sets), None)
-    summary, trajs = build_loop(cfg, run_dir, store, show_progress=False).evaluator(1)
+    summary, trajs = build_loop(cfg, run_dir, store, show_progress=False, parts=no_model.parts).evaluator(1)
     assert seen == [["held-1"]] and trajs == ["a trajectory"]
     assert summary == {
         "split": "none (the environment has no tasks of its own)",
@@ -1195,7 +1213,7 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     from evolvekit.errors import ConfigError
     from evolvekit.llm import factory
     from evolvekit.navigating import extract
-    from evolvekit.orchestrator.build import _navigation
+    from evolvekit.navigating.parts import navigation
     from evolvekit.store.sqlite import RunStore
     from evolvekit.types import Experience
 
@@ -1219,7 +1237,7 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     store = RunStore(tmp_path / "run.sqlite")
     sets = ["navigating.enabled=true", "navigating.theta_sim=0.6"]
     cfg = load_config(None, sets)
-    _, experience, _ = _navigation(cfg, store, _Policy(), lambda: None, object(), False)
+    _, experience, _ = navigation(cfg, store, _Policy(), lambda: None, object(), False)
     pool = experience.pool
     assert (pool.embed, pool.theta_sim, pool.equivalent) == (embedder.embed, 0.6, "same?") and len(pool) == 0
     constrained = extraction_constrained(cfg)
@@ -1228,12 +1246,12 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     seeds = [Experience(when_to_use=f"case {i}", content=f"do {i}") for i in range(2)]
     seed = tmp_path / "seed.jsonl"
     seed.write_text("".join(e.model_dump_json() + "\n" for e in seeds))
-    seeded = _navigation(
+    seeded = navigation(
         load_config(None, [*sets, f"navigating.seed_file={seed}"]), store, _Policy(), lambda: None, object(), False
     )[1].pool
     assert [e.experience_id for e in seeded.items] == [e.experience_id for e in seeds]
     with pytest.raises(ConfigError, match=f"navigating.seed_file: no such file: {tmp_path / 'nope.jsonl'}"):
-        _navigation(
+        navigation(
             load_config(None, [*sets, f"navigating.seed_file={tmp_path / 'nope.jsonl'}"]),
             store,
             _Policy(),
@@ -1245,7 +1263,7 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     bad.write_text('{"when_to_use": "x"}\n')
     wanted = f"^navigating.seed_file: {bad}:1: not an experience: content: Field required$"
     with pytest.raises(ConfigError, match=wanted):
-        _navigation(
+        navigation(
             load_config(None, [*sets, f"navigating.seed_file={bad}"]), store, _Policy(), lambda: None, object(), False
         )
     # a resumed run: the committed pool and its vectors, embedded no more; the seed file is not read again
@@ -1253,7 +1271,7 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     with store.transaction() as c:
         store.put_experiences(c, seeds, 0, vectors)
     embedded.clear()
-    resumed = _navigation(
+    resumed = navigation(
         load_config(None, [*sets, f"navigating.seed_file={tmp_path / 'nope.jsonl'}"]),
         store,
         _Policy(),
@@ -1265,7 +1283,7 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     assert np.allclose(resumed._buf[:2], vectors)
     with store.transaction() as c:  # a vector missing: the committed pool embedded again
         store.put_experiences(c, seeds[:1], 0)
-    again = _navigation(cfg, store, _Policy(), lambda: None, object(), False)[1].pool
+    again = navigation(cfg, store, _Policy(), lambda: None, object(), False)[1].pool
     assert len(again) == 2 and sorted(embedded) == ["case 0", "case 1"]
     # Ray rollouts: the worker pool from the run's config, with or without navigating
     specs: list = []
@@ -1274,7 +1292,7 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     monkeypatch.setattr(ray_backend, "RayRolloutPool", lambda spec, examples: f"workers of {spec}, {examples is shown}")
     for navigating in ("true", "false"):
         ray = load_config(None, ["rollout.backend=ray", f"navigating.enabled={navigating}"])
-        rollouts = _navigation(ray, store, _Policy(), lambda: None, object(), False, shown=shown)[0]
+        rollouts = navigation(ray, store, _Policy(), lambda: None, object(), False, shown=shown)[0]
         assert rollouts.pool == "workers of spec, True" and specs[-1] is ray and rollouts.show_progress is False
     store.close()
 
@@ -1285,11 +1303,12 @@ def test_the_task_supply_regenerates_with_the_coevolve_hook_of_the_runs_objects(
     from evolvekit.questioning.supply import HybridTaskSupply
 
     hooks: list = []
-    monkeypatch.setattr(build, "_coevolve_hook", lambda *args: hooks.append(args) or "the hook")
     tasks = [Task(task_id=f"t{i}", env_name="bfcl", query="q") for i in range(3)]
     cfg = load_config(None, ["questioning.enabled=true", "questioning.hybrid_lambda=0.5", "coevolve.enabled=true"])
     store, policy, env_factory = object(), object(), object()
-    supply = build._task_supply(cfg, store, tasks, policy, env_factory)
+    supply = build.task_supply(
+        cfg, store, tasks, policy, env_factory, coevolve=lambda *a: hooks.append(a) or "the hook"
+    )
     assert type(supply) is HybridTaskSupply and supply.coevolve == "the hook"
     assert hooks == [(cfg, store, policy, env_factory)]
 
@@ -1301,8 +1320,9 @@ def test_experience_as_a_tool_reaches_evaluation_with_no_injection_and_no_boost(
     from evolvekit.agent import evaluate
     from evolvekit.navigating.stage import NavigationSettings
     from evolvekit.navigating.tool_env import ExperienceToolEnv
-    from evolvekit.orchestrator.build import build_loop, guided_boost
+    from evolvekit.orchestrator.build import build_loop
     from evolvekit.orchestrator.run_dir import open_run
+    from evolvekit.train.parts import guided_boost
 
     made: list = []
 
@@ -1323,7 +1343,9 @@ def test_experience_as_a_tool_reaches_evaluation_with_no_injection_and_no_boost(
     sets += ["navigating.eta=0.5", "navigating.eps_high_boost=0.45", "env.worked_examples=none"]
     sets += ["models.summarizer.backend=openai", "models.summarizer.base_url=http://127.0.0.1:9/v1"]  # not called
     cfg, run_dir, store = open_run(load_config(None, [*sets, "navigating.as_tool=true"]), None)
-    loop = build_loop(cfg, run_dir, store, show_progress=False)  # one build (it loads the summarizer and embedder)
+    loop = build_loop(
+        cfg, run_dir, store, show_progress=False, parts=no_model.parts
+    )  # one build (it loads the summarizer and embedder)
     loop.evaluator(1)
     assert isinstance(made[-1], ExperienceToolEnv)  # the tool at evaluation
     rollouts = loop.stages.rollouts

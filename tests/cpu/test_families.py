@@ -95,11 +95,11 @@ def test_curriculum_widens_the_family_as_success_grows():
 
 def test_curriculum_config_builds_the_widening_supply():
     from evolvekit.config import load_config
-    from evolvekit.orchestrator.build import _task_supply
+    from evolvekit.orchestrator.build import task_supply
     from evolvekit.orchestrator.curriculum import CurriculumTaskSupply
 
     cfg = load_config(None, ["env.family=arith", "env.curriculum=[arith, arith_wide]", "env.family_tasks=10"])
-    supply = _task_supply(cfg, None, [], None, None)
+    supply = task_supply(cfg, None, [], None, None)
     assert isinstance(supply, CurriculumTaskSupply) and supply.families == ["arith", "arith_wide"]
     from evolvekit.errors import ConfigError
 

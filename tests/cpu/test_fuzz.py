@@ -12,7 +12,7 @@ import os
 
 import pytest
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from evolvekit.env.bfcl.data import BACKEND_CLASSES
@@ -169,6 +169,9 @@ def test_raw_bytes_never_500(client, raw):
     lines=st.lists(
         st.one_of(tasks.map(json.dumps), st.text(max_size=80), json_values.map(json.dumps)), min_size=1, max_size=3
     )
+)
+@example(  # found by this test: an id with a character str.splitlines() breaks at, quoted in the one-line error
+    lines=['{"env_name": "bfcl", "query": "", "initial_config": {}, "task_id": "\\u0085", "reference_solution": [[]]}']
 )
 def test_task_files_exit_0_or_2_with_one_line(tmp_path_factory, lines):
     from test_hostile import _evolvekit

@@ -309,7 +309,7 @@ def test_run_synthesis_stores_each_round_and_a_killed_run_resumes_from_it(tmp_pa
     from types import SimpleNamespace
 
     import evolvekit.llm.factory as factory
-    from evolvekit.orchestrator.build import SYNTHESIS_DONE, _task_supply, synthesis_stage
+    from evolvekit.orchestrator.build import SYNTHESIS_DONE, synthesis_stage, task_supply
     from evolvekit.orchestrator.loop import run_synthesis
     from evolvekit.orchestrator.run_dir import open_run
     from evolvekit.types import TaskSource
@@ -349,7 +349,7 @@ def test_run_synthesis_stores_each_round_and_a_killed_run_resumes_from_it(tmp_pa
     make = lambda: make_env(cfg.env)  # noqa: E731
 
     def synthesized():  # what the loop does before its first iteration: the synthesis stage, with its commits
-        supply = _task_supply(cfg, store, [], policy, make)
+        supply = task_supply(cfg, store, [], policy, make)
         assert supply.synthetic == []  # building the loop synthesizes nothing
         run_synthesis(store, synthesis_stage(cfg, [], policy, make, supply.receive))
         return supply
@@ -903,11 +903,12 @@ def test_coevolve_config_reaches_the_tracker_and_regenerator():
 
 @pytest.mark.slow
 def test_the_built_coevolve_hook_carries_every_setting(tmp_path):
-    """Issue 53: dropping the threshold argument in build._coevolve_hook passed every CoEvolve test (the wiring test
-    searched the source text). The hook the run builds is now checked field by field."""
+    """Issue 53: dropping the threshold argument in the CoEvolve hook's factory (then build._coevolve_hook, now
+    questioning/parts.py: coevolve_hook) passed every CoEvolve test (the wiring test searched the source text). The
+    hook the run builds is now checked field by field."""
     from evolvekit.config import load_config
     from evolvekit.llm.tiny import make_tiny_model
-    from evolvekit.orchestrator import build
+    from evolvekit.questioning.parts import coevolve_hook
     from evolvekit.store.sqlite import RunStore
 
     tiny = make_tiny_model(tmp_path / "tiny")
@@ -929,7 +930,7 @@ def test_the_built_coevolve_hook_carries_every_setting(tmp_path):
     store = RunStore(tmp_path / "run.sqlite")
     from evolvekit.env.registry import make_env
 
-    hook = build._coevolve_hook(cfg, store, None, lambda: make_env(cfg.env))
+    hook = coevolve_hook(cfg, store, None, lambda: make_env(cfg.env))
     store.close()
     t = hook.tracker
     assert (t.threshold, t.window, t.theta, t.n_min) == (0.8, 3, 7.5, 11)
@@ -1331,7 +1332,7 @@ def test_pass_filter_keeps_only_tasks_on_which_the_policy_has_mixed_outcomes():
     """questioning.pass_filter_samples = k: the policy attempts each curated task k times (the run's own probe,
     scored by the real environment's check); a task it always solves or never solves is dropped and counted, one it
     solves in some attempts is kept with its attempts' rewards. Off (k = 0), all three are kept."""
-    from evolvekit.orchestrator.build import pass_probe
+    from evolvekit.agent.parts import pass_probe
 
     def synth(conv):
         return (

@@ -195,7 +195,7 @@ def test_config_show_and_a_started_run_agree_on_every_resolved_value(tmp_path, d
     the run's builder makes (build_trainer, the function `run` calls), on this machine; bf16 weights turn master
     weights on. A decision copied into resolve.py and changed on one side only fails here."""
     from evolvekit.llm.tiny import make_tiny_model
-    from evolvekit.orchestrator.build import build_trainer
+    from evolvekit.orchestrator.build import trainer_from_store
     from evolvekit.orchestrator.run_dir import open_run
 
     tiny = make_tiny_model(tmp_path / "tiny")
@@ -203,7 +203,7 @@ def test_config_show_and_a_started_run_agree_on_every_resolved_value(tmp_path, d
     sets = [*autos, f"models.policy.model={tiny}", f"models.policy.dtype={dtype}", f"run.out_dir={tmp_path}"]
     cfg, _run_dir, store = open_run(load_config(None, sets), None)
     try:
-        policy, trainer = build_trainer(cfg, store)
+        policy, trainer = trainer_from_store(cfg, store)
         shown = {r.field: r.value for r in auto_resolutions(cfg, Machine.probe())}
         ran = {
             "models.policy.device": policy.device.type,

@@ -434,6 +434,8 @@ def test_an_environment_without_tasks_trains_on_its_own_synthesized_tasks(tiny, 
     """Issue 54 (7): an environment nobody wrote tasks for (no task source) stopped every run with "registers no task
     source". With self-questioning at λ = 1 it trains on its synthesized tasks and is evaluated on held-out
     synthesized ones; without them, one line says what to give."""
+    from dataclasses import replace
+
     from evolvekit.errors import EnvError
     from evolvekit.orchestrator import build
     from evolvekit.types import Task, TaskSource
@@ -449,10 +451,10 @@ def test_an_environment_without_tasks_trains_on_its_own_synthesized_tasks(tiny, 
     base = ["env.name=coin_notask", "env.plugins=[notask_env]"]
     alone = [*base, "questioning.enabled=true", "questioning.hybrid_lambda=1.0"]
 
-    def loop_for(sets, **train):
-        cfg = load_config(_config(tiny, tmp_path / str(len(list(tmp_path.iterdir()))), iterations=1, **train), sets)
+    def loop_for(sets, parts=build.PARTS):
+        cfg = load_config(_config(tiny, tmp_path / str(len(list(tmp_path.iterdir()))), iterations=1), sets)
         cfg, run_dir, store = open_run(cfg, None)
-        return build_loop(cfg, run_dir, store, show_progress=False), store
+        return build_loop(cfg, run_dir, store, show_progress=False, parts=parts), store
 
     with pytest.raises(EnvError, match="has no person-written tasks .*questioning.enabled: true"):
         loop_for(base)
@@ -465,8 +467,7 @@ def test_an_environment_without_tasks_trains_on_its_own_synthesized_tasks(tiny, 
         stage.synthesize = lambda stored, funnel, on_round: (synthetic("syn", 3), funnel)
         return stage
 
-    monkeypatch.setattr(build, "synthesis_stage", scripted)
-    loop, store = loop_for([*alone, f"train.eval_synthetic={held}"])
+    loop, store = loop_for([*alone, f"train.eval_synthetic={held}"], replace(build.PARTS, synthesis=scripted))
     summary = loop.run()
     assert {t.task_id for t in store.trajectories(0)} <= {f"syn-{i}" for i in range(3)}
     assert "synthetic/avg@2" in summary["eval_before"] and "avg@2" not in summary["eval_before"]

@@ -255,18 +255,18 @@ def test_damaged_experience_vectors_are_embedded_again(caplog):
 
     import numpy as np
 
-    from evolvekit.orchestrator.build import _stored_vectors
+    from evolvekit.navigating.parts import stored_vectors
 
     exps = [Experience(when_to_use=f"when {i}", content=f"do {i}") for i in range(2)]
     good = {e.experience_id: np.ones(4, dtype=np.float32).tobytes() for e in exps}
-    assert _stored_vectors(exps, good).shape == (2, 4)
-    with caplog.at_level(logging.WARNING, logger="evolvekit.orchestrator.build"):
-        assert _stored_vectors(exps, {**good, exps[1].experience_id: b"\x00" * 6}) is None  # cut mid-float
+    assert stored_vectors(exps, good).shape == (2, 4)
+    with caplog.at_level(logging.WARNING, logger="evolvekit.navigating.parts"):
+        assert stored_vectors(exps, {**good, exps[1].experience_id: b"\x00" * 6}) is None  # cut mid-float
     assert [r.getMessage() for r in caplog.records] == [
         "run store: damaged experience vectors; embedding the 2 stored experiences again"
     ]
-    assert _stored_vectors(exps, {**good, exps[1].experience_id: b"\x00" * 8}) is None  # another length
-    assert _stored_vectors(exps, {exps[0].experience_id: good[exps[0].experience_id]}) is None  # one missing
+    assert stored_vectors(exps, {**good, exps[1].experience_id: b"\x00" * 8}) is None  # another length
+    assert stored_vectors(exps, {exps[0].experience_id: good[exps[0].experience_id]}) is None  # one missing
 
 
 def test_retrievals_are_counted_from_the_trajectories_so_a_resumed_iteration_keeps_them():

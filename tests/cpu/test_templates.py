@@ -226,8 +226,8 @@ def test_stripped_prompt_equals_the_prompt_without_experience(llm):
 
 
 def test_run_wires_the_summarizer_role_into_the_memory_templates(monkeypatch):
+    from evolvekit.agent import parts
     from evolvekit.config import load_config
-    from evolvekit.orchestrator import build
     from evolvekit.types import ChatMessage
 
     class _Summarizer:
@@ -245,12 +245,12 @@ def test_run_wires_the_summarizer_role_into_the_memory_templates(monkeypatch):
     role = _Summarizer()
     monkeypatch.setattr("evolvekit.llm.factory.role_llm", lambda models, name: role if name == "summarizer" else None)
     for template in ("sliding_window", "self_managing"):
-        settings = build.rollout_template(load_config(None, [f"rollout.template={template}"]))
+        settings = parts.rollout_template(load_config(None, [f"rollout.template={template}"]))
         assert (
             settings.summarise([ChatMessage(role="user", content="Tool results:\nls -> a.txt")])
             == "cd docs, then ls found a.txt"
         )
-    assert build.rollout_template(load_config(None, [])).summarise is None
+    assert parts.rollout_template(load_config(None, [])).summarise is None
     assert len(role.prompts) == 2
 
 

@@ -280,7 +280,7 @@ def test_sampling_error_by_hand():
 
 
 def test_a_task_file_is_person_written_whatever_its_tasks_say(tmp_path: Path):
-    from evolvekit.orchestrator.build import load_task_file
+    from evolvekit.env.task_file import load_task_file
 
     f = tmp_path / "t.jsonl"
     f.write_text(_syn("Add 2 and 3.").model_dump_json() + "\n")

@@ -70,10 +70,10 @@ def _evaluate(
     """One evaluation; ``llm`` (the policy) and ``shown`` (the run's own examples, ``examples_once``) may be shared
     between evaluations of one command (the leaderboard's categories), else made here."""
     from evolvekit.agent.evaluate import EpisodeJournal, PaceEstimate, evaluate_policy, write_results
+    from evolvekit.agent.parts import policy_sampling
     from evolvekit.engine.base import Engine
     from evolvekit.env.registry import make_env, preflight
     from evolvekit.llm.factory import role_llm, role_llm_or
-    from evolvekit.orchestrator.build import policy_sampling
     from evolvekit.questioning.self_examples import examples_once, with_run_examples
 
     preflight(cfg.env, tasks[0])  # one episode starts before the model loads: exit 2 now, not a silent score of 0

@@ -28,10 +28,10 @@ def synthesize(
     """Exploration → synthesis → curation; prints the funnel (explored, synthesized, deduplicated, infeasible, kept).
 
     Dedup is against every task seen, the environment's real training tasks included (as in a run)."""
+    from evolvekit.agent.parts import pass_probe
     from evolvekit.config import load_config
     from evolvekit.env.registry import make_env, preflight
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
-    from evolvekit.orchestrator.build import pass_probe
     from evolvekit.questioning.pipeline import SynthesisSettings, known_tasks, synthesize_tasks
     from evolvekit.questioning.self_examples import with_run_examples
 

@@ -37,6 +37,16 @@ def guided_count(group_size: int, eta: float) -> int:
     return int(math.floor(eta * group_size + 1e-9))
 
 
+class NoExperience:
+    """(C) baseline: plain GRPO keeps no experience."""
+
+    def process(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        return {}
+
+    def commit(self, c: sqlite3.Connection, store: RunStore, iteration: int) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class NavigationSettings:
     """What self-navigating's stages read of the config, gathered by the composition (``of``): its own section, and

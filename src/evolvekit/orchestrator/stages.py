@@ -2,7 +2,8 @@
 
 The protocols and ``IterationContext`` live in ``evolvekit.protocols`` (a leaf every stage depends on); the
 baselines that mechanisms extend live beside what they wrap: ``agent.rollout_stage.VanillaRollouts`` (B) and
-``train.sample_stage.GRPOSamples`` (D). They are re-exported here for the loop's builder.
+``train.sample_stage.GRPOSamples`` (D), and ``navigating.stage.NoExperience`` (C). They are re-exported here
+for the loop's builder.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from evolvekit.agent.rollout_stage import RolloutSettings, VanillaRollouts
+from evolvekit.navigating.stage import NoExperience
 from evolvekit.protocols import ExperienceStage, IterationContext, RolloutStage, SampleStage, TaskSupply, UpdateStage
 from evolvekit.store.sqlite import RunStore
 from evolvekit.train.sample_stage import GRPOSamples
@@ -68,16 +70,6 @@ class FixedTaskSupply:
 
     def commit(self, c: sqlite3.Connection, store: RunStore, iteration: int) -> None:
         pass  # a fixed supply adds nothing
-
-
-class NoExperience:
-    """(C) baseline: plain GRPO keeps no experience."""
-
-    def process(self, ctx: IterationContext, trajectories: Sequence[Trajectory]) -> dict[str, float]:
-        return {}
-
-    def commit(self, c: sqlite3.Connection, store: RunStore, iteration: int) -> None:
-        return None
 
 
 class TrainerUpdate:
