@@ -69,6 +69,38 @@ class ModelConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = F(
         "auto", "local backend weights dtype (auto: fp32 on CPU, bf16 on GPU)"
     )
+    packed_weights: bool = F(
+        True,
+        "local backend on CPU: inference through oneDNN-prepacked linear weights (llm/packed.py; training unaffected)",
+    )
+    base_url: str | None = F(
+        None, "openai backend: server base URL, e.g. http://127.0.0.1:8000/v1 (env EVOLVEKIT_OPENAI_BASE_URL)"
+    )
+    api_key_env: str = F("OPENAI_API_KEY", "openai backend: name of the environment variable holding the API key")
+    temperature: float = F(0.7, "sampling temperature", ge=0)
+    top_p: float = F(1.0, "nucleus sampling threshold", gt=0, le=1)
+    max_new_tokens: int = F(256, "generation cap per call", ge=1)
+    timeout_s: float = F(
+        60.0,
+        "openai backend and engine sglang: per-request timeout in seconds; a slow local server (CPU, a large model, long generations) may need 300 or more: a request that times out is not sent again (the server may still be working on it), the call fails naming this setting",
+        gt=0,
+    )
+    concurrency: int = F(
+        8, "openai backend: requests in flight at once for a batch of conversations", ge=1, le=MAX_CONCURRENCY
+    )
+    max_retries: int = F(
+        4,
+        "openai backend: retries with exponential back-off on 429/5xx and on requests that never reached the server (a request that timed out while the server had it is not sent again)",
+        ge=0,
+    )
+    return_token_ids: bool = F(
+        False, "openai backend: ask the server for exact prompt/completion token ids (vLLM 'return_token_ids')"
+    )
+
+
+class PolicyModelConfig(ModelConfig):
+    """How the trained policy is served: a role's settings, and its rollout engine's (only the policy has one)."""
+
     engine: str = F(
         "native",
         "local backend, policy role: the rollout engine, a name registered in engine/registry.py (or by a plugin in "
@@ -107,43 +139,22 @@ class ModelConfig(_Section):
         None,
         "engine sglang: a folder the server can read (this machine, or a shared file system) where each update's weights are written for its /update_weights_from_disk",
     )
-    packed_weights: bool = F(
-        True,
-        "local backend on CPU: inference through oneDNN-prepacked linear weights (llm/packed.py; training unaffected)",
-    )
-    base_url: str | None = F(
-        None, "openai backend: server base URL, e.g. http://127.0.0.1:8000/v1 (env EVOLVEKIT_OPENAI_BASE_URL)"
-    )
-    api_key_env: str = F("OPENAI_API_KEY", "openai backend: name of the environment variable holding the API key")
-    temperature: float = F(0.7, "sampling temperature", ge=0)
-    top_p: float = F(1.0, "nucleus sampling threshold", gt=0, le=1)
-    max_new_tokens: int = F(256, "generation cap per call", ge=1)
-    timeout_s: float = F(
-        60.0,
-        "openai backend and engine sglang: per-request timeout in seconds; a slow local server (CPU, a large model, long generations) may need 300 or more: a request that times out is not sent again (the server may still be working on it), the call fails naming this setting",
-        gt=0,
-    )
-    concurrency: int = F(
-        8, "openai backend: requests in flight at once for a batch of conversations", ge=1, le=MAX_CONCURRENCY
-    )
-    max_retries: int = F(
-        4,
-        "openai backend: retries with exponential back-off on 429/5xx and on requests that never reached the server (a request that timed out while the server had it is not sent again)",
-        ge=0,
-    )
-    return_token_ids: bool = F(
-        False, "openai backend: ask the server for exact prompt/completion token ids (vLLM 'return_token_ids')"
-    )
 
 
 def _role(temperature: float, max_new_tokens: int = 256) -> ModelConfig:
     return ModelConfig(temperature=temperature, max_new_tokens=max_new_tokens)
 
 
+def _policy_role() -> PolicyModelConfig:
+    return PolicyModelConfig(temperature=1.0)
+
+
 class ModelsConfig(_Section):
     """Each LLM role is configured separately; all default to the embedded model (AgentEvolver §6)."""
 
-    policy: ModelConfig = F(_role(1.0), "the trainable agent policy (sampling temperature 1.0 for GRPO rollouts)")
+    policy: PolicyModelConfig = F(
+        _policy_role(), "the trainable agent policy (sampling temperature 1.0 for GRPO rollouts) and its rollout engine"
+    )
     explorer: ModelConfig = F(_role(1.0), "curiosity-driven explorer, high temperature (§3.1; paper: T = 1)")
     synthesizer: ModelConfig = F(_role(0.7, 512), "task synthesizer (§3.2)")
     judge: ModelConfig = F(_role(0.0, 512), "reference-based LLM judge for synthetic tasks (§3.4)")
@@ -812,7 +823,7 @@ def extraction_mode(cfg: Config) -> str:
 
 # sections a switch turns on; off, none of their other settings is read
 SWITCHED_SECTIONS = ("cold_start", "questioning", "coevolve", "navigating", "attributing", "evolving_rl")
-_LOCAL_FIELDS = ("device", "dtype")
+_LOCAL_FIELDS = ("device", "dtype", "packed_weights")
 _SERVED_FIELDS = ("base_url", "api_key_env", "timeout_s", "concurrency", "max_retries")
 
 
@@ -851,14 +862,15 @@ def inert_settings(cfg: Config, engine_settings: Mapping[str, tuple[str, ...]]) 
             out[at] = f"nothing in this config uses the {role}"
             continue
         local = mc.backend == "local"
-        engine = mc.engine if role == "policy" and local else None
+        engine = mc.engine if isinstance(mc, PolicyModelConfig) and local else None
         own = engine_settings.get(engine, ()) if engine is not None else ()
         for f in _SERVED_FIELDS if local else _LOCAL_FIELDS:
             if f not in own:
                 out[f"{at}.{f}"] = f"{at}.backend is {mc.backend}"
+        if not isinstance(mc, PolicyModelConfig):
+            continue  # a helper role has no engine settings at all
         if engine is None:
-            for f in ("engine", "packed_weights"):
-                out[f"{at}.{f}"] = "only the policy's local model has an engine"
+            out[f"{at}.engine"] = "a served policy has no rollout engine of ours"
         for name, fields in engine_settings.items():
             for f in fields:
                 if f not in own and f not in _SERVED_FIELDS:

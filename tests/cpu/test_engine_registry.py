@@ -91,3 +91,14 @@ def test_a_second_engine_under_a_taken_name_is_refused():
     with pytest.raises(ValueError, match="engine 'vllm' is already registered"):
         register_engine(EngineBackend("vllm", "another", build=lambda r: r.policy))
     assert registry.ENGINES["vllm"].summary.startswith("an in-process vLLM")
+
+
+def test_only_the_policy_role_has_engine_settings(config_problem):
+    """Issue 79.4: model settings are typed per role; a helper's `engine` is refused by name, not ignored."""
+    from evolvekit.config import ModelConfig, PolicyModelConfig
+
+    helper = set(ModelConfig.model_fields)
+    assert {"engine", "engine_options", "kv_cache_bytes", "engine_url"} <= set(PolicyModelConfig.model_fields) - helper
+    said = config_problem({"models": {"judge": {"engine": "vllm"}}})
+    assert said is not None and "models.judge.engine" in said
+    assert config_problem({"models": {"judge": {"packed_weights": False}}}) is None  # a local helper reads it

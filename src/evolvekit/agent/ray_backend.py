@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from evolvekit.config import Config, EnvConfig, ModelConfig, RolloutConfig
+from evolvekit.config import Config, EnvConfig, PolicyModelConfig, RolloutConfig
 from evolvekit.errors import ConfigError
 from evolvekit.llm.base import SamplingParams
 from evolvekit.types import ChatMessage, Trajectory
@@ -102,7 +102,7 @@ class WorkerSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    policy: ModelConfig
+    policy: PolicyModelConfig
     env: EnvConfig
     rollout: RolloutConfig
     lora_rank: int = 16

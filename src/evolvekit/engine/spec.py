@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable
 
 from pydantic import BaseModel
 
-from evolvekit.config import ModelConfig
+from evolvekit.config import PolicyModelConfig
 
 if TYPE_CHECKING:
     from evolvekit.llm.base import RolloutEngine
@@ -20,7 +20,7 @@ class EngineRequest:
     """What a backend is built from: the policy role's settings, the trained policy it samples for, the run's seed
     and its validated options (``models.policy.engine_options``, for a backend that declares an options model)."""
 
-    settings: ModelConfig
+    settings: PolicyModelConfig
     policy: LocalLLM
     seed: int
     options: BaseModel | None = None
@@ -47,5 +47,5 @@ class EngineBackend:
     devices: tuple[str, ...] = ("cpu", "cuda")
     settings: tuple[str, ...] = ()
     holds_weights: bool = False
-    problem: Callable[[ModelConfig], str | None] = field(default=lambda settings: None)
+    problem: Callable[[PolicyModelConfig], str | None] = field(default=lambda settings: None)
     options: type[BaseModel] | None = None

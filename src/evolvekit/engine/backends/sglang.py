@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from evolvekit.config import ModelConfig
+from evolvekit.config import PolicyModelConfig
 from evolvekit.engine.spec import EngineBackend, EngineRequest
 from evolvekit.llm.base import RolloutEngine
 
 
-def problem(settings: ModelConfig) -> str | None:
+def problem(settings: PolicyModelConfig) -> str | None:
     if not settings.engine_url or not settings.engine_weights_dir:
         missing = "models.policy.engine_url" if not settings.engine_url else "models.policy.engine_weights_dir"
         return f"models.policy.engine: sglang needs {missing} (the server's URL, and a folder it can read)"
