@@ -35,6 +35,12 @@ class _Section(BaseModel):
     # no NaN or infinity anywhere: a `learning_rate: nan` is refused like any other bad value
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
+    def problem(self) -> str | None:
+        """The first rule combining this section's own fields that it breaks, as one line naming them; else None.
+        A section with such rules states them here, beside its fields (``Config`` asks every section, then the
+        rules that span sections: ``cross_field_problem``)."""
+        return None
+
     @model_validator(mode="before")
     @classmethod
     def _yaml_on_off(cls, data):
@@ -310,6 +316,11 @@ class EnvConfig(_Section):
     mcp: MCPConfig = F(MCPConfig(), "env.name mcp: the MCP server, its sandbox and its state probe")
     openenv: OpenEnvConfig = F(OpenEnvConfig(), "env.name openenv: the OpenEnv server and how its episodes are scored")
 
+    def problem(self) -> str | None:
+        if self.name == "openenv" and not self.openenv.url:
+            return "env.openenv.url: env.name openenv needs the server's URL (e.g. http://127.0.0.1:8000)"
+        return mcp_problem(self)
+
 
 class RolloutConfig(_Section):
     max_steps: int = F(
@@ -333,6 +344,14 @@ class RolloutConfig(_Section):
     ray_worker_gpus: float | None = F(
         None, "GPUs per rollout worker actor; unset = an equal share of the cluster's GPUs (at most 1), 0 without", ge=0
     )
+
+    def problem(self) -> str | None:
+        if self.backend == "ray" and self.template in ("sliding_window", "self_managing"):
+            return (
+                f"rollout.backend: ray with rollout.template: {self.template} is not supported yet (the summarizer "
+                "role lives in the driver); use rollout.backend: local"
+            )
+        return None
 
 
 class TrainConfig(_Section):
@@ -422,6 +441,16 @@ class TrainConfig(_Section):
         # YAML 1.1 reads a bare `off` as false (and `on` as true)
         return {False: "off", True: "auto"}.get(v, v) if isinstance(v, bool) else v
 
+    def problem(self) -> str | None:
+        if self.sharding == "fsdp2" and self.lora:
+            return "train.sharding: fsdp2 shards the full model; with train.lora use train.sharding: replicate"
+        if self.sharding == "fsdp2" and self.master_weights == "on":
+            return (
+                "train.master_weights: on is for replicas; train.sharding fsdp2 keeps fp32 shards (set master_weights "
+                "auto)"
+            )
+        return None
+
 
 class DifficultyConfig(_Section):
     entities: int = F(2, "entities per synthetic task (§7.1.3: two entities)", ge=0)
@@ -437,6 +466,15 @@ class DifficultyConfig(_Section):
         False,
         "one request over dependent calls (evolvekit's own, not in the paper): with turns = 1 and operations = k ≥ 2, the synthesizer takes a chain of k explored calls in which each call takes a value from the previous call's result (add(1, 10) -> 11, then multiply(11, 10)) and writes one request that states the first call's values and refers to each earlier result instead of repeating it ('Add 1 and 10, then multiply the sum by 10.'), as in a single-request chain family such as arith_chain; the agent must make every call before it answers",
     )
+
+    def problem(self) -> str | None:
+        if self.chained and (self.turns > 1 or self.operations < 2):
+            return (
+                "questioning.difficulty.chained writes one request over a chain of questioning.difficulty.operations "
+                f"dependent calls: it needs turns: 1 and operations of 2 or more (turns: {self.turns}, operations: "
+                f"{self.operations})"
+            )
+        return None
 
 
 class QuestioningConfig(_Section):
@@ -509,6 +547,14 @@ class QuestioningConfig(_Section):
         "auto",
         "a judge that always answers: the reply is forced to 'Score:' and the model picks one of the levels 0.0-0.3 / 0.7-1.0 by log-probability (never unparseable, no written analysis); 'auto' = on for an in-process judge, off (the paper's free answer + parser) for a served one",
     )
+
+    def problem(self) -> str | None:
+        if self.pass_filter_samples == 1:
+            return (
+                "questioning.pass_filter_samples: 1 attempt cannot show mixed outcomes; use 0 (off) or 2 or more "
+                "(a group's size, rollout.group_size, is the natural choice)"
+            )
+        return self.difficulty.problem()
 
 
 class CoEvolveConfig(_Section):
@@ -615,6 +661,25 @@ class AttributingConfig(_Section):
         "auto",
         "forced-choice labels: the answer structure is forced and the model only picks GOOD/BAD per step by log-probability (never unparseable, no written analysis); 'auto' = on for an in-process attributor, 'off' = the paper's free answer + parser",
     )
+
+    def problem(self) -> str | None:
+        if self.source == "gigpo":
+            changed = [n for n in ("mode", "alpha", "alpha_schedule", "normalization") if self._changed(n)]
+            if changed:
+                ignored = ", ".join(f"attributing.{n}" for n in changed)
+                return (
+                    f"attributing.source: gigpo computes its own two-level advantages (A^E + ω·A^S), not Eq. 18-21; "
+                    f"{ignored} would be ignored: leave them at their defaults (or use source grounded/llm)"
+                )
+        if self.similar_success_min > 0 and self.mode == "outcome_only":
+            return (
+                "attributing.similar_success_min feeds the attribution channel; attributing.mode outcome_only has none"
+            )
+        return None
+
+    def _changed(self, name: str) -> bool:
+        """Whether field ``name`` differs from its default."""
+        return getattr(self, name) != type(self).model_fields[name].get_default(call_default_factory=True)
 
 
 class EvolvingRLConfig(_Section):
@@ -948,26 +1013,28 @@ DERIVED_DEFAULTS: tuple[tuple[Callable[[Config], bool], str, str, Any, str], ...
 
 
 def cross_field_problem(cfg: Config) -> str | None:
-    """The first rule combining several fields that ``cfg`` breaks, as one line naming them, else None: the rules of
-    engines and scale-out, of the helpers, of step credit and of the rest, in that order, then the MCP section's."""
+    """The first rule combining several fields that ``cfg`` breaks, as one line naming them, else None: each
+    section's own rules (``problem`` beside its fields), then the rules that span sections: of scale-out, of the
+    helpers, of step credit and of the rest, in that order. (The rollout engine's rules are the engine registry's:
+    engine/registry.py, asked by `run` and `config validate` alike.)"""
+    for name in type(cfg).model_fields:
+        section = getattr(cfg, name)
+        problem = section.problem() if isinstance(section, _Section) else None
+        if problem is not None:
+            return problem
     for rules in (_scale_problem, _helper_problem, _credit_problem, _run_problem):
         problem = rules(cfg)
         if problem is not None:
             return problem
-    return mcp_problem(cfg.env)
+    return None
 
 
 def _scale_problem(cfg: Config) -> str | None:
-    """Engines, Ray rollouts and Evolving-RL's stages: which combine."""
+    """Ray rollouts and Evolving-RL's stages: which combine with what."""
     if cfg.evolving_rl.enabled and (cfg.navigating.enabled or cfg.attributing.enabled):
         return (
             "evolving_rl.enabled replaces the rollout, experience and sample stages; "
             "turn navigating.enabled and attributing.enabled off"
-        )
-    if cfg.rollout.backend == "ray" and cfg.rollout.template in ("sliding_window", "self_managing"):
-        return (
-            f"rollout.backend: ray with rollout.template: {cfg.rollout.template} is not supported yet (the summarizer "
-            "role lives in the driver); use rollout.backend: local"
         )
     if cfg.rollout.backend == "ray" and cfg.evolving_rl.enabled:
         return "rollout.backend: ray is not supported by evolving_rl yet (its source, candidate and solver rollouts run in-process); use rollout.backend: local"
@@ -984,7 +1051,7 @@ def _scale_problem(cfg: Config) -> str | None:
 
 
 def _helper_problem(cfg: Config) -> str | None:
-    """The helpers' forced choice and the synthesizer's constraints."""
+    """The helpers' forced choice and the synthesizer's constraint: each needs its role in process."""
     for option, value, role in (
         ("attributing.constrained", cfg.attributing.constrained, "attributor"),
         ("questioning.judge_constrained", cfg.questioning.judge_constrained, "judge"),
@@ -995,18 +1062,6 @@ def _helper_problem(cfg: Config) -> str | None:
                 f"{option}: {value} needs an in-process {role} (forced choice reads its log-probabilities); "
                 f"models.{role}.backend is openai"
             )
-    d = cfg.questioning.difficulty
-    if d.chained and (d.turns > 1 or d.operations < 2):
-        return (
-            "questioning.difficulty.chained writes one request over a chain of questioning.difficulty.operations "
-            f"dependent calls: it needs turns: 1 and operations of 2 or more (turns: {d.turns}, operations: "
-            f"{d.operations})"
-        )
-    if cfg.questioning.pass_filter_samples == 1:
-        return (
-            "questioning.pass_filter_samples: 1 attempt cannot show mixed outcomes; use 0 (off) or 2 or more "
-            "(a group's size, rollout.group_size, is the natural choice)"
-        )
     if cfg.questioning.numbers_constrained == "on" and not _in_process(cfg.models.synthesizer):
         return (
             "questioning.numbers_constrained: on needs an in-process synthesizer (it masks the model's next-token "
@@ -1026,17 +1081,6 @@ def _credit_problem(cfg: Config) -> str | None:
             f"{attribution_source(cfg)} would compute them for nothing: use dual_channel (or auto), or turn "
             "attributing off"
         )
-    if a.source == "gigpo":
-        ignored = [
-            f"attributing.{name}"
-            for name in ("mode", "alpha", "alpha_schedule", "normalization")
-            if getattr(a, name) != AttributingConfig.model_fields[name].get_default(call_default_factory=True)
-        ]
-        if ignored:
-            return (
-                f"attributing.source: gigpo computes its own two-level advantages (A^E + ω·A^S), not Eq. 18-21; "
-                f"{', '.join(ignored)} would be ignored: leave them at their defaults (or use source grounded/llm)"
-            )
     unused = [
         f"attributing.{name}"
         for name in ("alpha", "alpha_schedule")
@@ -1053,27 +1097,17 @@ def _credit_problem(cfg: Config) -> str | None:
             "attributing.similar_success_min borrows references for grounded step credit; it needs "
             "attributing.enabled with source grounded (or auto with an in-process attributor)"
         )
-    if a.similar_success_min > 0 and a.mode == "outcome_only":
-        return "attributing.similar_success_min feeds the attribution channel; attributing.mode outcome_only has none"
     return None
 
 
 def _run_problem(cfg: Config) -> str | None:
-    """Cold start, curriculum, CoEvolve, sharding and the OpenEnv server."""
+    """Cold start, curriculum and CoEvolve: what each needs of the other sections."""
     if cfg.cold_start.enabled and not cfg.cold_start.tasks_file and not cfg.questioning.enabled:
         return "cold_start.enabled needs verified tasks: set cold_start.tasks_file or questioning.enabled"
     if cfg.env.curriculum and cfg.questioning.enabled:
         return "env.curriculum widens real task families; with questioning.enabled it is not supported yet"
     if cfg.coevolve.enabled and not cfg.questioning.enabled:
         return "coevolve.enabled needs questioning.enabled (its new tasks come from the synthesis pipeline)"
-    if cfg.train.sharding == "fsdp2" and cfg.train.lora:
-        return "train.sharding: fsdp2 shards the full model; with train.lora use train.sharding: replicate"
-    if cfg.train.sharding == "fsdp2" and cfg.train.master_weights == "on":
-        return (
-            "train.master_weights: on is for replicas; train.sharding fsdp2 keeps fp32 shards (set master_weights auto)"
-        )
-    if cfg.env.name == "openenv" and not cfg.env.openenv.url:
-        return "env.openenv.url: env.name openenv needs the server's URL (e.g. http://127.0.0.1:8000)"
     return None
 
 

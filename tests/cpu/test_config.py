@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -414,3 +415,26 @@ def test_the_departures_table_says_what_the_papers_say():
     from evolvekit.config import PAPER_VALUES
 
     assert {k: v for k, (v, _source) in PAPER_VALUES.items()} == _FROM_THE_PAPERS
+
+
+@pytest.mark.parametrize(
+    "section, values, says",
+    [
+        ("train", {"sharding": "fsdp2", "lora": True}, "train.sharding: fsdp2 shards the full model"),
+        ("rollout", {"backend": "ray", "template": "self_managing"}, "rollout.backend: ray with rollout.template"),
+        ("questioning", {"pass_filter_samples": 1}, "questioning.pass_filter_samples: 1 attempt"),
+        ("questioning", {"difficulty": {"chained": True, "turns": 2}}, "questioning.difficulty.chained writes"),
+        ("attributing", {"source": "gigpo", "alpha": 0.3}, "attributing.source: gigpo computes its own"),
+        ("env", {"name": "openenv"}, "env.openenv.url: env.name openenv needs"),
+    ],
+)
+def test_a_rule_over_one_sections_fields_lives_beside_them_and_config_validation_asks_it(section, values, says):
+    """Issue 79.4: the rules that combine one section's fields are that section's ``problem()``; the whole config's
+    validation (what `run` and `config validate` load) reports the same line."""
+    from evolvekit.config import Config, config_from_dict
+    from evolvekit.errors import ConfigError
+
+    part = type(getattr(Config(), section)).model_validate(values)
+    assert (part.problem() or "").startswith(says)
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        config_from_dict({section: values})
