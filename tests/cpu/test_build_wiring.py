@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from evolvekit.config import load_config
+from evolvekit.engine.base import Engine
 from evolvekit.llm.base import Completion
 from evolvekit.types import Task
 
@@ -195,6 +196,7 @@ def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(
     monkeypatch.setattr(factory, "build_embedder", lambda cfg: factory_embedder)
     store = RunStore(tmp_path / "run.sqlite")
     policy, params, template = _Policy(), object(), object()
+    engine = Engine(policy)
 
     def env_factory():
         return "the environment"
@@ -203,7 +205,7 @@ def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(
         return []
 
     off = load_config(None, ["navigating.enabled=false"])
-    rollouts, experience, policy_env = navigation(off, store, policy, env_factory, params, False, None, template)
+    rollouts, experience, policy_env = navigation(off, store, engine, env_factory, params, False, None, template)
     assert type(rollouts) is VanillaRollouts and isinstance(experience, NoExperience) and policy_env is env_factory
     assert (rollouts.llm, rollouts.params, rollouts.show_progress, rollouts.template) == (
         policy,
@@ -216,7 +218,7 @@ def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(
     sets += ["navigating.validate_experiences=false", "reward.success_threshold=0.75", "navigating.as_tool=true"]
     sets += ["navigating.search_k=2", "navigating.utility_test=true", "navigating.utility_k=3"]
     cfg = load_config(None, sets)
-    rollouts, experience, policy_env = navigation(cfg, store, policy, env_factory, params, True, training_set, template)
+    rollouts, experience, policy_env = navigation(cfg, store, engine, env_factory, params, True, training_set, template)
     assert isinstance(rollouts, ExperienceMixedRollouts) and isinstance(experience, ExperienceSummarisation)
     pool = rollouts.experiences
     assert experience.pool is pool and pool.theta_sim == 0.7 and rollouts.refiner is summarizer
@@ -239,10 +241,10 @@ def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(
     assert utility.embed == factory_embedder.embed and experience.nav == rollouts.nav
     # no re-ranking or rewriting: no refiner; no utility test unless asked
     plain = load_config(None, ["navigating.enabled=true", "navigating.rerank=false", "navigating.rewrite=false"])
-    rollouts, experience, policy_env = navigation(plain, store, policy, env_factory, params, True)
+    rollouts, experience, policy_env = navigation(plain, store, engine, env_factory, params, True)
     assert rollouts.refiner is None and experience.utility is None and policy_env is env_factory
     rewrite = load_config(None, ["navigating.enabled=true", "navigating.rerank=false", "navigating.rewrite=true"])
-    assert navigation(rewrite, store, policy, env_factory, params, True)[0].refiner is summarizer
+    assert navigation(rewrite, store, engine, env_factory, params, True)[0].refiner is summarizer
     store.close()
 
 
@@ -1089,7 +1091,7 @@ def test_build_loop_hands_synthesis_navigation_and_evolving_rl_the_runs_objects(
     assert c is cfg and [t.task_id for t in train_tasks][:1] == ["coin-train-0"]
     assert policy is no_model.policy
     [(c, s, backend, factory_, params, progress, training_set, template, shown)] = navs
-    assert (c, s, backend, factory_, progress) == (cfg, store, no_model.policy, env_factory, False)
+    assert (c, s, backend.llm, factory_, progress) == (cfg, store, no_model.policy, env_factory, False)
     assert shown is loop.prepare  # the run's own examples, made once: Ray workers show the same
     assert params == policy_sampling(cfg) and template == rollout_template(cfg)
     assert training_set == loop.stages.supply.training_set
@@ -1237,7 +1239,8 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     store = RunStore(tmp_path / "run.sqlite")
     sets = ["navigating.enabled=true", "navigating.theta_sim=0.6"]
     cfg = load_config(None, sets)
-    _, experience, _ = navigation(cfg, store, _Policy(), lambda: None, object(), False)
+    policy = Engine(_Policy())
+    _, experience, _ = navigation(cfg, store, policy, lambda: None, object(), False)
     pool = experience.pool
     assert (pool.embed, pool.theta_sim, pool.equivalent) == (embedder.embed, 0.6, "same?") and len(pool) == 0
     constrained = extraction_constrained(cfg)
@@ -1247,14 +1250,19 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     seed = tmp_path / "seed.jsonl"
     seed.write_text("".join(e.model_dump_json() + "\n" for e in seeds))
     seeded = navigation(
-        load_config(None, [*sets, f"navigating.seed_file={seed}"]), store, _Policy(), lambda: None, object(), False
+        load_config(None, [*sets, f"navigating.seed_file={seed}"]),
+        store,
+        Engine(_Policy()),
+        lambda: None,
+        object(),
+        False,
     )[1].pool
     assert [e.experience_id for e in seeded.items] == [e.experience_id for e in seeds]
     with pytest.raises(ConfigError, match=f"navigating.seed_file: no such file: {tmp_path / 'nope.jsonl'}"):
         navigation(
             load_config(None, [*sets, f"navigating.seed_file={tmp_path / 'nope.jsonl'}"]),
             store,
-            _Policy(),
+            Engine(_Policy()),
             lambda: None,
             object(),
             False,
@@ -1264,7 +1272,12 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     wanted = f"^navigating.seed_file: {bad}:1: not an experience: content: Field required$"
     with pytest.raises(ConfigError, match=wanted):
         navigation(
-            load_config(None, [*sets, f"navigating.seed_file={bad}"]), store, _Policy(), lambda: None, object(), False
+            load_config(None, [*sets, f"navigating.seed_file={bad}"]),
+            store,
+            Engine(_Policy()),
+            lambda: None,
+            object(),
+            False,
         )
     # a resumed run: the committed pool and its vectors, embedded no more; the seed file is not read again
     vectors = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
@@ -1274,7 +1287,7 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     resumed = navigation(
         load_config(None, [*sets, f"navigating.seed_file={tmp_path / 'nope.jsonl'}"]),
         store,
-        _Policy(),
+        Engine(_Policy()),
         lambda: None,
         object(),
         False,
@@ -1283,7 +1296,7 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     assert np.allclose(resumed._buf[:2], vectors)
     with store.transaction() as c:  # a vector missing: the committed pool embedded again
         store.put_experiences(c, seeds[:1], 0)
-    again = navigation(cfg, store, _Policy(), lambda: None, object(), False)[1].pool
+    again = navigation(cfg, store, Engine(_Policy()), lambda: None, object(), False)[1].pool
     assert len(again) == 2 and sorted(embedded) == ["case 0", "case 1"]
     # Ray rollouts: the worker pool from the run's config, with or without navigating
     specs: list = []
@@ -1292,7 +1305,7 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     monkeypatch.setattr(ray_backend, "RayRolloutPool", lambda spec, examples: f"workers of {spec}, {examples is shown}")
     for navigating in ("true", "false"):
         ray = load_config(None, ["rollout.backend=ray", f"navigating.enabled={navigating}"])
-        rollouts = navigation(ray, store, _Policy(), lambda: None, object(), False, shown=shown)[0]
+        rollouts = navigation(ray, store, Engine(_Policy()), lambda: None, object(), False, shown=shown)[0]
         assert rollouts.pool == "workers of spec, True" and specs[-1] is ray and rollouts.show_progress is False
     store.close()
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from evolvekit.agent.rollout_stage import RolloutSettings
+from evolvekit.engine.base import Engine
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.navigating.extract import ExperienceExtractor, parse_experiences, parse_yes_no, refine
 from evolvekit.navigating.pool import ExperiencePool, should_prune
@@ -154,8 +155,8 @@ def test_reranked_retrieval_credits_the_injected_experience():
     cfg = Config()
     cfg.navigating.rewrite = False
     stage = ExperienceMixedRollouts(
-        llm, None, RolloutSettings.of(cfg), NavigationSettings.of(cfg), SamplingParams(), pool, llm, SamplingParams(),
-        show_progress=False,
+        Engine(llm), None, RolloutSettings.of(cfg), NavigationSettings.of(cfg), SamplingParams(), pool, llm,
+        SamplingParams(), show_progress=False,
     )  # fmt: skip
     text, ids = stage._experience_for(Task(env_name="bfcl", query="first task"))
     assert ids == (second.experience_id,) and "second content" in text
@@ -342,7 +343,7 @@ def test_utility_test_keeps_only_helpful_experiences():
     real = utility_mod.run_rollouts
     utility_mod.run_rollouts = fake_rollouts  # rollouts are a test double here; the selection logic is real
     try:
-        tester = UtilityTester(None, None, None, None, "compact", embed, k=3)
+        tester = UtilityTester(Engine(None), None, None, None, "compact", embed, k=3)
         vanilla = [Trajectory(task_id="t0", outcome_reward=0.5), Trajectory(task_id="t1", outcome_reward=0.0)]
         out = tester.test([helpful, useless, orphan], {t.task_id: t for t in tasks}, tasks, vanilla)
     finally:
@@ -486,7 +487,7 @@ def _mixed(cfg, training_set=()):
     pool = ExperiencePool(lambda texts: np.ones((len(texts), 2), dtype=np.float32) / np.sqrt(2), theta_sim=2.0)
     pool.add(_exp("always", "call add"))
     return ExperienceMixedRollouts(
-        None, None, RolloutSettings.of(cfg), NavigationSettings.of(cfg), SamplingParams(), pool, None,
+        Engine(None), None, RolloutSettings.of(cfg), NavigationSettings.of(cfg), SamplingParams(), pool, None,
         SamplingParams(), show_progress=False, training_set=lambda: training_set,
     )  # fmt: skip
 

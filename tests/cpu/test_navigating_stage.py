@@ -11,6 +11,7 @@ from conftest import TaskIndexStore
 
 from evolvekit.agent.rollout_stage import RolloutSettings
 from evolvekit.config import Config
+from evolvekit.engine.base import Engine
 from evolvekit.llm.base import SamplingParams
 from evolvekit.navigating.extract import ExtractionReport
 from evolvekit.navigating.stage import (
@@ -84,7 +85,7 @@ def _cfg(**nav) -> Config:
 
 def _mixed(cfg, pool, extractor=None, training_set=None, refiner=None):
     stage = ExperienceMixedRollouts(
-        None, None, RolloutSettings.of(cfg), NavigationSettings.of(cfg), SamplingParams(temperature=0.9), pool,
+        Engine(None), None, RolloutSettings.of(cfg), NavigationSettings.of(cfg), SamplingParams(temperature=0.9), pool,
         refiner, SamplingParams(), show_progress=False, training_set=training_set, cold_extractor=extractor,
     )  # fmt: skip
     ran: list = []

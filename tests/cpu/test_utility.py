@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import evolvekit.navigating.utility as utility_mod
+from evolvekit.engine.base import Engine
 from evolvekit.navigating.utility import UtilityTester, experience_text, related_tasks
 from evolvekit.types import Experience, ExperienceProvenance, Task, Trajectory
 
@@ -71,7 +72,7 @@ def rollouts(monkeypatch):
 def test_the_jobs_carry_the_experience_and_the_rollouts_get_the_testers_collaborators(rollouts):
     rec = rollouts(lambda j: 1.0)
     llm, make_env, template = _LLM(), object(), object()
-    tester = UtilityTester(llm, make_env, "cfg", "params", "compact", embed, template=template)
+    tester = UtilityTester(Engine(llm), make_env, "cfg", "params", "compact", embed, template=template)
     assert tester.engine.llm is llm and tester.k == 4  # the paper's K = 4 related tasks by default
     exp = _exp("good")
     tester.test([exp], {"s": SOURCE}, [SOURCE] + OTHERS, [])
@@ -86,7 +87,7 @@ def test_the_jobs_carry_the_experience_and_the_rollouts_get_the_testers_collabor
 
 def test_no_experience_with_a_known_source_runs_no_rollout(rollouts):
     rec = rollouts(lambda j: 1.0)
-    tester = UtilityTester(_LLM(), None, None, None, "compact", embed, k=2)
+    tester = UtilityTester(Engine(_LLM()), None, None, None, "compact", embed, k=2)
     out = tester.test([_exp("x", ()), _exp("y", ("gone",))], {"s": SOURCE}, [SOURCE], [])
     assert rec.calls == [] and [(u, keep) for _, u, keep in out] == [(0.0, False), (0.0, False)]
 
@@ -99,7 +100,7 @@ def test_utility_beats_the_vanilla_mean_of_the_related_tasks_unguided_and_unfail
         return 0.5 if "good" in job.experience else 0.1
 
     rollouts(reward)
-    tester = UtilityTester(_LLM(), None, None, None, "compact", embed, k=2)
+    tester = UtilityTester(Engine(_LLM()), None, None, None, "compact", embed, k=2)
     vanilla = [
         Trajectory(task_id="s", outcome_reward=0.2),
         Trajectory(task_id="s", outcome_reward=0.4),  # s's mean: 0.3
@@ -125,7 +126,7 @@ def test_utility_beats_the_vanilla_mean_of_the_related_tasks_unguided_and_unfail
 
 def test_with_no_vanilla_rollout_of_a_related_task_the_baseline_is_zero(rollouts):
     rollouts(lambda j: 0.0)
-    tester = UtilityTester(_LLM(), None, None, None, "compact", embed, k=2)
+    tester = UtilityTester(Engine(_LLM()), None, None, None, "compact", embed, k=2)
     out = tester.test([_exp("x")], {"s": SOURCE}, [SOURCE] + OTHERS, [Trajectory(task_id="o3", outcome_reward=1.0)])
     assert out[0][1:] == (0.0, False)  # utility 0 against baseline 0: not kept
     rollouts(lambda j: 0.1)

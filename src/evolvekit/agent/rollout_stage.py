@@ -10,7 +10,7 @@ from evolvekit.agent.templates import TemplateSettings
 from evolvekit.config import Config, RolloutConfig
 from evolvekit.engine.base import Engine
 from evolvekit.env.base import Environment
-from evolvekit.llm.base import LLM, SamplingParams
+from evolvekit.llm.base import SamplingParams
 from evolvekit.protocols import IterationContext
 from evolvekit.types import Task, Trajectory
 
@@ -36,7 +36,7 @@ class VanillaRollouts:
 
     def __init__(
         self,
-        llm: LLM,
+        engine: Engine,
         make_env: Callable[[], Environment],
         settings: RolloutSettings,
         params: SamplingParams,
@@ -44,8 +44,8 @@ class VanillaRollouts:
         template: TemplateSettings | None = None,
         pool: RayRolloutPool | None = None,
     ) -> None:
-        self.llm, self.make_env, self.settings, self.params = llm, make_env, settings, params
-        self.engine = Engine(llm)  # capabilities found once
+        self.engine = engine  # the trained policy's engine, built once by the composition (its capabilities found)
+        self.llm, self.make_env, self.settings, self.params = engine.llm, make_env, settings, params
         self.show_progress = show_progress
         self.template = template  # the context template with its summariser (None: the rollout section's)
         self.pool = pool  # Ray workers (rollout.backend: ray), built by the composition; None: here

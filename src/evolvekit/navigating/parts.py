@@ -14,6 +14,7 @@ from evolvekit.agent import ray_backend  # looked up when called (the wiring tes
 from evolvekit.agent.rollout_stage import RolloutSettings, VanillaRollouts
 from evolvekit.boundary import InformationBoundary
 from evolvekit.config import Config, extraction_constrained, extraction_mode
+from evolvekit.engine.base import Engine
 from evolvekit.errors import ConfigError
 from evolvekit.llm import factory  # its functions looked up when called (the wiring tests record them)
 from evolvekit.navigating import extract  # llm_equivalence looked up when called (the wiring test records it)
@@ -59,7 +60,7 @@ def stored_vectors(stored: list, blobs: dict[str, bytes]):
 def navigation(
     cfg: Config,
     store: RunStore,
-    policy,
+    engine: Engine,
     env_factory,
     params,
     show_progress: bool,
@@ -67,7 +68,8 @@ def navigation(
     template=None,
     shown=None,
 ):
-    """Vanilla rollouts and no experience, or the self-navigating pair (§4) when ``navigating.enabled``; and the
+    """Vanilla rollouts and no experience, or the self-navigating pair (§4) when ``navigating.enabled``, sampling
+    through the trained policy's ``engine`` (built once, with the trainer); and the
     environment factory the policy acts in (with ``navigating.as_tool``, wrapped with EvolveR's search_experience:
     held-out evaluation uses it too, as EvolveR's agent searches at test time)."""
     workers = None
@@ -77,7 +79,7 @@ def navigation(
         )  # workers show the driver's examples
     rollout = RolloutSettings.of(cfg)
     if not cfg.navigating.enabled:
-        vanilla = VanillaRollouts(policy, env_factory, rollout, params, show_progress, template, workers)
+        vanilla = VanillaRollouts(engine, env_factory, rollout, params, show_progress, template, workers)
         return vanilla, NoExperience(), env_factory
 
     summarizer = factory.role_llm(cfg.models, "summarizer")
@@ -119,7 +121,7 @@ def navigation(
     )
     nav = NavigationSettings.of(cfg)
     rollouts = ExperienceMixedRollouts(
-        policy,
+        engine,
         env_factory,
         rollout,
         nav,
@@ -136,7 +138,7 @@ def navigation(
     utility = None
     if cfg.navigating.utility_test:
         utility = UtilityTester(
-            policy,
+            engine,
             env_factory,
             cfg.rollout,
             params,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from evolvekit.agent.rollout import RolloutJob
 from evolvekit.agent.rollout_stage import RolloutSettings, VanillaRollouts
 from evolvekit.config import Config, NavigatingConfig
+from evolvekit.engine.base import Engine
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.navigating.extract import ExperienceExtractor, refine
 from evolvekit.navigating.pool import ExperiencePool
@@ -73,7 +74,7 @@ class NavigationSettings:
 class ExperienceMixedRollouts(VanillaRollouts):
     def __init__(
         self,
-        llm: LLM,
+        engine: Engine,
         make_env,
         rollout: RolloutSettings,
         nav: NavigationSettings,
@@ -87,7 +88,7 @@ class ExperienceMixedRollouts(VanillaRollouts):
         cold_extractor: ExperienceExtractor | None = None,
         workers: RayRolloutPool | None = None,
     ) -> None:
-        super().__init__(llm, make_env, rollout, params, show_progress, template, workers)
+        super().__init__(engine, make_env, rollout, params, show_progress, template, workers)
         self.nav = nav
         self.experiences, self.refiner, self.refine_params = pool, refiner, refine_params
         # p_train, which the cold-start pool samples (Eq. 13): read once, when first needed, after the loop's

@@ -34,10 +34,12 @@ def experience_text(e: Experience) -> str:
 
 
 class UtilityTester:
-    def __init__(self, llm, make_env, rollout_cfg, params, rendering: str, embed, k: int = 4, template=None) -> None:
+    def __init__(
+        self, engine: Engine, make_env, rollout_cfg, params, rendering: str, embed, k: int = 4, template=None
+    ) -> None:
         self.template = template
-        self.llm, self.make_env, self.rollout_cfg, self.params = llm, make_env, rollout_cfg, params
-        self.engine = Engine(llm)  # capabilities found once
+        self.engine = engine  # the trained policy's engine, built once by the composition
+        self.llm, self.make_env, self.rollout_cfg, self.params = engine.llm, make_env, rollout_cfg, params
         self.rendering, self.embed, self.k = rendering, embed, k
 
     def test(

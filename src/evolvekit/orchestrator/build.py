@@ -164,7 +164,7 @@ def build_loop(
         else None
     )  # the loop runs it before anything else: the stages below read the training set only once it exists
     rollouts, experience, policy_env = parts.navigation(
-        cfg, store, engine.llm, env_factory, params, show_progress, supply.training_set, template, shown
+        cfg, store, engine, env_factory, params, show_progress, supply.training_set, template, shown
     )  # policy_env: what the policy acts in, in training and held-out evaluation (with as_tool: search_experience)
     samples = sample_stage_for(cfg)
     if cfg.evolving_rl.enabled:  # Evolving-RL replaces stages B, C and D(samples) with its own structure
