@@ -16,12 +16,10 @@ from rich.console import Console
 from evolvekit.agent.parts import evaluator, policy_sampling, rollout_template
 from evolvekit.attributing.parts import sample_stage
 from evolvekit.config import Config
-from evolvekit.env.base import ReferenceDistances
 from evolvekit.env.bfcl.families import get_family
 from evolvekit.env.examples import ShownExamples
-from evolvekit.env.registry import env_tasks, has_task_source, make_env, preflight
-from evolvekit.env.task_file import load_task_file
-from evolvekit.errors import EnvError
+from evolvekit.env.parts import RunTasks, bare_env_factory, run_tasks
+from evolvekit.env.registry import preflight
 from evolvekit.llm.factory import build_embedder
 from evolvekit.navigating.evolving_stage import evolving_rl_stages
 from evolvekit.navigating.parts import experience_search, navigation
@@ -85,6 +83,7 @@ class Parts:
     """The factories ``build_loop`` connects; each builds one part from the run's config and objects (loading
     models, reading the store). A test hands its own (``dataclasses.replace(PARTS, trainer=...)``)."""
 
+    tasks: Callable[..., RunTasks] = run_tasks  # (cfg): the run's tasks, read once
     environment: Callable[..., None] = preflight  # (cfg.env, a task): starts the environment, or one line why not
     trainer: Callable[..., tuple[Any, Any]] = trainer_from_store  # (cfg, store, console, parallel)
     task_supply: Callable[..., Any] = task_supply  # (cfg, store, train_tasks, policy, env_factory)
@@ -121,32 +120,13 @@ def build_loop(
     parts: Parts = PARTS,
 ) -> MasterLoop:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # 1. the tasks: an environment nobody wrote tasks for trains on its own synthesized tasks alone (λ = 1);
-    # otherwise its person-written tasks are needed, and their absence is one line naming what to do (env_tasks)
-    own_tasks = has_task_source(cfg.env)
-    alone = cfg.questioning.enabled and cfg.questioning.hybrid_lambda == 1.0
-    person = env_tasks(cfg.env, cfg.env.train_split) if own_tasks or not alone else []
-    # λ = 1: no person-written training task reaches the training side, not even its request (issue 51)
-    train_tasks = [] if alone else person
-    heldout_synthetic = load_task_file(cfg.train.eval_synthetic) if cfg.train.eval_synthetic else []
-    panels = [(Path(p).stem, load_task_file(p)) for p in cfg.train.eval_panels]  # held out, scored by the check only
-    evaluating = cfg.train.eval_before or cfg.train.eval_after or cfg.train.eval_every
-    if evaluating and not own_tasks and not heldout_synthetic and not panels:
-        raise EnvError(
-            f"held-out evaluation: environment '{cfg.env.name}' has no tasks of its own; give held-out synthesized "
-            "tasks (train.eval_synthetic: a file from `evolvekit tasks synthesize` with another seed) or turn "
-            "train.eval_before, train.eval_after and train.eval_every off"
-        )
+    tasks = parts.tasks(cfg)  # 1. the run's tasks, read once (the training side's, the held-out ones)
+    store.set_meta("train_tasks", json.dumps([t.task_id for t in tasks.train]))  # what the training side may see
     # 2. the environment starts before any model loads (exit 2 if it cannot); then the policy and its trainer
-    parts.environment(cfg.env, person[0] if person else None)  # starts the environment only (some need a task)
+    parts.environment(cfg.env, tasks.first)  # starts the environment only (some need a task)
     policy, trainer = parts.trainer(cfg, store, console, parallel)
     engine = trainer.engine  # what rollouts and evaluation generate with: the trained model, through its engine
-
-    def bare_env():
-        env = make_env(cfg.env)
-        if isinstance(env, ReferenceDistances):  # told once, as it is built: no person-written gold distances
-            env.person_reference_distances = cfg.run.oracle  # unless run.oracle (src/evolvekit/boundary.py)
-        return env
+    bare_env = bare_env_factory(cfg)
 
     # 3. what the policy acts in: the environment with the worked examples every prompt shows
     shown = shown_examples(cfg, store, policy, bare_env)
@@ -157,9 +137,9 @@ def build_loop(
 
     # 4. the stages: (A) the task supply and its synthesis, (B, C) rollouts and experience, (D) samples and update
     params, template = policy_sampling(cfg), rollout_template(cfg)
-    supply = parts.task_supply(cfg, store, train_tasks, policy, env_factory)
+    supply = parts.task_supply(cfg, store, tasks.train, policy, env_factory)
     synthesis = (
-        parts.synthesis(cfg, train_tasks, policy, env_factory, supply.receive)
+        parts.synthesis(cfg, tasks.train, policy, env_factory, supply.receive)
         if isinstance(supply, HybridTaskSupply)
         else None
     )  # the loop runs it before anything else: the stages below read the training set only once it exists
@@ -170,7 +150,7 @@ def build_loop(
     if cfg.evolving_rl.enabled:  # Evolving-RL replaces stages B, C and D(samples) with its own structure
 
         def candidates() -> list:  # Evolving-RL's related-task pool, once the synthesis stage has run
-            return list(train_tasks) + [t for t in supply.training_set() if t.source == TaskSource.SYNTHETIC]
+            return list(tasks.train) + [t for t in supply.training_set() if t.source == TaskSource.SYNTHETIC]
 
         embed = parts.embedder(cfg.embedding).embed
         rollouts, experience, samples = parts.evolving_rl(
@@ -182,12 +162,11 @@ def build_loop(
     stages = Stages(supply, rollouts, experience, samples, updater, synthesis=synthesis)
 
     # 5. held-out evaluation, scored by the environment's own check only
-    held = ([("synthetic", heldout_synthetic)] if heldout_synthetic else []) + panels
-    eval_tasks = env_tasks(cfg.env, cfg.env.eval_split) if evaluating and own_tasks else []
-    evaluate = evaluator(cfg, eval_tasks, held, policy_env, engine, template, show_progress) if evaluating else None
+    evaluate = None
+    if tasks.evaluating:
+        evaluate = evaluator(cfg, tasks.eval_split, tasks.held, policy_env, engine, template, show_progress)
 
     # 6. the cold start's warm-up (EvolveR), teaching the search action when experience is an action
-    store.set_meta("train_tasks", json.dumps([t.task_id for t in train_tasks]))
     search = experience_search(cfg, experience) if cfg.navigating.enabled and cfg.navigating.as_tool else None
     warmup = (
         parts.cold_start(cfg, store, trainer, trainer.reference, env_factory, search)
