@@ -25,8 +25,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # the tests of the composition root and the parts it connects
 _BUILD_TESTS = (
-    ["tests/cpu/test_build_wiring.py", "tests/cpu/test_coevolve.py", "tests/cpu/test_advantages.py"]
-    + ["tests/cpu/test_boundary.py", "tests/cpu/test_questioning.py", "tests/cpu/test_navigating.py"]
+    ["tests/cpu/test_build_wiring.py", "tests/cpu/test_parts.py", "tests/cpu/test_coevolve.py"]
+    + [
+        "tests/cpu/test_advantages.py",
+        "tests/cpu/test_boundary.py",
+        "tests/cpu/test_questioning.py",
+        "tests/cpu/test_navigating.py",
+    ]
     + ["tests/cpu/test_attributing.py", "tests/cpu/test_run_loop.py"]
     + ["tests/cpu/test_families.py", "tests/cpu/test_store.py", "tests/cpu/test_agent.py"]
     + ["tests/cpu/test_gigpo.py", "tests/cpu/test_cold_start.py", "tests/cpu/test_templates.py"]
@@ -145,7 +150,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "engine_registry": (
         "engine/registry.py",
         ["tests/cpu/test_engine_registry.py", "tests/cpu/test_vllm_engine_seam.py", "tests/cpu/test_sglang_engine.py"]
-        + ["tests/cpu/test_build_wiring.py", "tests/cpu/test_config_show.py", "tests/cpu/test_engine_parity.py"],
+        + ["tests/cpu/test_parts.py", "tests/cpu/test_config_show.py", "tests/cpu/test_engine_parity.py"],
     ),
 }
 
