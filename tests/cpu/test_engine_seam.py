@@ -105,6 +105,27 @@ def test_capabilities_are_found_once_per_backend(local):
         Engine(ChatOnly(local)).update_weights({})
 
 
+def test_token_ids_generation_goes_through_the_seam_only_where_the_backend_has_it(local):
+    """Evolving-RL's extractor samples through the engine (issue 79.2): the exact ids of a token-ids backend pass
+    through; a chat-only backend is refused by name instead of failing inside."""
+    from evolvekit.types import ChatMessage
+
+    messages = [ChatMessage(role="user", content="hi")]
+    engine = Engine(TokenOnly(local))
+    prompt = engine.apply_chat_template(messages)
+    assert prompt == local.apply_chat_template(messages)
+    [[comp]] = engine.generate_ids([prompt], SamplingParams(temperature=0.0, max_new_tokens=2))
+    assert (
+        comp.token_ids
+        == local.generate_ids([prompt], SamplingParams(temperature=0.0, max_new_tokens=2))[0][0].token_ids
+    )
+    chat = Engine(ChatOnly(local))
+    with pytest.raises(TypeError, match="takes no token ids"):
+        chat.apply_chat_template(messages)
+    with pytest.raises(TypeError, match="takes no token ids"):
+        chat.generate_ids([prompt], SamplingParams())
+
+
 def test_sessions_are_the_continuous_batch_or_lock_step_rounds(local):
     params = SamplingParams(temperature=0.0, max_new_tokens=3)
     assert type(Engine(local).sessions(params)).__name__ == "DecodeBatch"

@@ -115,6 +115,21 @@ class Engine:
         """The in-process model (the trained policy), or None for an engine that holds none."""
         return self.llm.model if self.caps.in_process else None
 
+    def apply_chat_template(self, messages: Sequence[ChatMessage]) -> list[int]:
+        """The prompt's token ids (a token-ids engine only: it samples from exactly these ids)."""
+        if not self.caps.token_ids:
+            raise TypeError(f"{self!r} takes no token ids")
+        ids: list[int] = self.llm.apply_chat_template(messages)
+        return ids
+
+    def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
+        """``params.n`` completions of each prompt, with their exact token ids and log-probs (a token-ids engine
+        only: a policy trained on what it sampled needs them)."""
+        if not self.caps.token_ids:
+            raise TypeError(f"{self!r} takes no token ids")
+        out: list[list[Completion]] = self.llm.generate_ids(prompts, params)
+        return out
+
     def sessions(self, params: SamplingParams) -> Sessions:
         """Sessions that decode together: the native engine's continuous batch (each session keeps its KV between
         turns), or, for every other backend, lock-step rounds in which every waiting prompt goes into one call."""

@@ -126,8 +126,8 @@ class EvolvingRLRollouts:
         for i, (task, src) in enumerate(zip(tasks, sources)):
             src.evolving = EvolvingRole(role="source", source=i)
             out.append(src)
-            prompt = self.llm.apply_chat_template(extractor_messages(task, src))
-            comps = self.llm.generate_ids(
+            prompt = self.engine.apply_chat_template(extractor_messages(task, src))
+            comps = self.engine.generate_ids(
                 [prompt],
                 SamplingParams(
                     n=e.n_candidates, temperature=1.0, max_new_tokens=e.skill_max_tokens, seed=ctx.seed + 1000 + i
