@@ -731,58 +731,34 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
     assert (pool.embed, pool.theta_sim, pool.equivalent) == (embedder.embed, 0.6, "same?") and len(pool) == 0
     constrained = extraction_constrained(cfg)
     assert checks == [(summarizer, factory.sampling_for(cfg.models.summarizer), constrained)] and constrained
+
+    def navigate(config):
+        return navigation(config, store, Engine(_Policy()), lambda: None, object(), False)
+
     # a seed file fills an empty pool (as given); a missing one is named
     seeds = [Experience(when_to_use=f"case {i}", content=f"do {i}") for i in range(2)]
     seed = tmp_path / "seed.jsonl"
     seed.write_text("".join(e.model_dump_json() + "\n" for e in seeds))
-    seeded = navigation(
-        load_config(None, [*sets, f"navigating.seed_file={seed}"]),
-        store,
-        Engine(_Policy()),
-        lambda: None,
-        object(),
-        False,
-    )[1].pool
+    seeded = navigate(load_config(None, [*sets, f"navigating.seed_file={seed}"]))[1].pool
     assert [e.experience_id for e in seeded.items] == [e.experience_id for e in seeds]
     with pytest.raises(ConfigError, match=f"navigating.seed_file: no such file: {tmp_path / 'nope.jsonl'}"):
-        navigation(
-            load_config(None, [*sets, f"navigating.seed_file={tmp_path / 'nope.jsonl'}"]),
-            store,
-            Engine(_Policy()),
-            lambda: None,
-            object(),
-            False,
-        )
+        navigate(load_config(None, [*sets, f"navigating.seed_file={tmp_path / 'nope.jsonl'}"]))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"when_to_use": "x"}\n')
     wanted = f"^navigating.seed_file: {bad}:1: not an experience: content: Field required$"
     with pytest.raises(ConfigError, match=wanted):
-        navigation(
-            load_config(None, [*sets, f"navigating.seed_file={bad}"]),
-            store,
-            Engine(_Policy()),
-            lambda: None,
-            object(),
-            False,
-        )
+        navigate(load_config(None, [*sets, f"navigating.seed_file={bad}"]))
     # a resumed run: the committed pool and its vectors, embedded no more; the seed file is not read again
     vectors = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
     with store.transaction() as c:
         store.put_experiences(c, seeds, 0, vectors)
     embedded.clear()
-    resumed = navigation(
-        load_config(None, [*sets, f"navigating.seed_file={tmp_path / 'nope.jsonl'}"]),
-        store,
-        Engine(_Policy()),
-        lambda: None,
-        object(),
-        False,
-    )[1].pool
+    resumed = navigate(load_config(None, [*sets, f"navigating.seed_file={tmp_path / 'nope.jsonl'}"]))[1].pool
     assert [e.experience_id for e in resumed.items] == [e.experience_id for e in seeds] and embedded == []
     assert np.allclose(resumed._buf[:2], vectors)
     with store.transaction() as c:  # a vector missing: the committed pool embedded again
         store.put_experiences(c, seeds[:1], 0)
-    again = navigation(cfg, store, Engine(_Policy()), lambda: None, object(), False)[1].pool
+    again = navigate(cfg)[1].pool
     assert len(again) == 2 and sorted(embedded) == ["case 0", "case 1"]
     # Ray rollouts: the worker pool from the run's config, with or without navigating
     specs: list = []
