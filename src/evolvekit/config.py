@@ -1081,11 +1081,7 @@ def _credit_problem(cfg: Config) -> str | None:
             f"{attribution_source(cfg)} would compute them for nothing: use dual_channel (or auto), or turn "
             "attributing off"
         )
-    unused = [
-        f"attributing.{name}"
-        for name in ("alpha", "alpha_schedule")
-        if getattr(a, name) != AttributingConfig.model_fields[name].get_default(call_default_factory=True)
-    ]
+    unused = [f"attributing.{name}" for name in ("alpha", "alpha_schedule") if a._changed(name)]
     if unused and (a.mode == "outcome_only" or est in ("grpo", "gigpo")) and a.source != "gigpo":
         why = "attributing.mode outcome_only" if a.mode == "outcome_only" else f"train.advantage_estimator: {est}"
         return (
