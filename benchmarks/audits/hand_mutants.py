@@ -46,7 +46,7 @@ MUTANTS = (
            ("tests/cpu/test_attributor.py", "tests/cpu/test_attributing.py")),
     # an experience import's bounds (hostile input)
     Mutant("experience import cap", "navigating/pool.py", "MAX_IMPORT_EXPERIENCES = 10_000",
-           "MAX_IMPORT_EXPERIENCES = 10_000_000", ("tests/cpu/test_pool.py", "tests/cpu/test_hostile.py")),
+           "MAX_IMPORT_EXPERIENCES = 10_000_000", ("tests/cpu/test_pool.py", "tests/cpu/test_hostile_cli.py")),
     # curation's number pattern: a negative or decimal value stated in a request
     Mutant("curation number pattern", "questioning/curate.py", r'NUMBER = re.compile(r"-?\d+(?:\.\d+)?")',
            r'NUMBER = re.compile(r"\d+")', ("tests/cpu/test_curate.py",)),

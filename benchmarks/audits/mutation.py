@@ -63,7 +63,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         + ["tests/cpu/test_build_wiring.py"],
     ),
     # task curation (AgentEvolver §3.3): dedup, the feasibility replay, and evolvekit's grounding checks
-    "curate": ("questioning/curate.py", ["tests/cpu/test_curate.py", "tests/cpu/test_questioning.py"]),
+    "curate": (
+        "questioning/curate.py",
+        ["tests/cpu/test_curate.py", "tests/cpu/test_questioning.py", "tests/cpu/test_synthesis_turns.py"],
+    ),
     # experience extraction (Ω_process, §4.1 / EvolveR): the split into jobs, grounded writing, validation, refine
     "extract": (
         "navigating/extract.py",
@@ -114,12 +117,18 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "policy": ("train/policy.py", ["tests/cpu/test_master_weights.py", "tests/cpu/test_trainer.py"]),
     # the master loop and the synthesis pipeline's rounds
     "loop": ("orchestrator/loop.py", ["tests/cpu/test_run_loop.py", "tests/cpu/test_questioning.py"]),
-    "pipeline": ("questioning/pipeline.py", ["tests/cpu/test_questioning.py", "tests/cpu/test_curate.py"]),
+    "pipeline": (
+        "questioning/pipeline.py",
+        ["tests/cpu/test_questioning.py", "tests/cpu/test_synthesis_turns.py", "tests/cpu/test_curate.py"],
+    ),
     # curiosity-driven exploration (§3.1-3.2): environment profiles, the explorer's prompts and traces
     # the row is against test_explore.py alone (stop 70); test_questioning.py reaches more, at ~8 s a mutant
     "explore": ("questioning/explore.py", ["tests/cpu/test_explore.py", "tests/cpu/test_questioning.py"]),
     # task synthesis with reference solutions (§3.2-3.3)
-    "synthesize": ("questioning/synthesize.py", ["tests/cpu/test_synthesize.py", "tests/cpu/test_questioning.py"]),
+    "synthesize": (
+        "questioning/synthesize.py",
+        ["tests/cpu/test_synthesize.py", "tests/cpu/test_questioning.py", "tests/cpu/test_synthesis_turns.py"],
+    ),
     # the context manager's snapshot recorder (§6.2): merged sequences, loss mask, step spans, prompt spans
     "context": (
         "agent/context.py",
@@ -135,8 +144,14 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "evidence": ("report/evidence.py", ["tests/cpu/test_evidence.py"]),
     # the two leaf modules outside input passes through (hostile input): linear JSON checks and the task-file reader,
     # and every outbound client's deadline, size cap and shallow-JSON reply
-    "safejson": ("safejson.py", ["tests/cpu/test_safe_io.py", "tests/cpu/test_hostile.py"]),
-    "bounded_http": ("bounded_http.py", ["tests/cpu/test_safe_io.py", "tests/cpu/test_hostile.py"]),
+    "safejson": (
+        "safejson.py",
+        ["tests/cpu/test_safe_io.py", "tests/cpu/test_hostile.py", "tests/cpu/test_hostile_cli.py"],
+    ),
+    "bounded_http": (
+        "bounded_http.py",
+        ["tests/cpu/test_safe_io.py", "tests/cpu/test_hostile.py", "tests/cpu/test_hostile_cli.py"],
+    ),
     # every `auto` of a config resolved in one place, with its reason (issue 55.5): what `config show` prints
     "resolve": ("resolve.py", ["tests/cpu/test_resolve.py"]),
     # the stage wiring of the orchestrator's builder (the run folder is orchestrator/run_dir.py since 47200ad)

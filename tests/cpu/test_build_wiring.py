@@ -414,10 +414,11 @@ def test_build_loop_hands_synthesis_navigation_and_evolving_rl_the_runs_objects(
     cfg, run_dir, store = open_run(load_config(None, sets), None)
     loop = build.build_loop(cfg, run_dir, store, show_progress=False, parts=parts)
     assert loop.stages.synthesis == "synthesis" and loop.stages.samples == "s"
-    [(c, train_tasks, policy, env_factory, receive)] = synth
+    [(c, train_tasks, policy, engine, env_factory, receive)] = synth
     assert c is cfg and [t.task_id for t in train_tasks][:1] == ["coin-train-0"]
     assert policy is no_model.policy
     [(c, s, backend, factory_, params, progress, training_set, template, shown)] = navs
+    assert engine is backend  # the pass probe samples through the engine the rollouts use
     assert (c, s, backend.llm, factory_, progress) == (cfg, store, no_model.policy, env_factory, False)
     assert shown is loop.prepare  # the run's own examples, made once: Ray workers show the same
     assert params == policy_sampling(cfg) and template == rollout_template(cfg)

@@ -102,3 +102,30 @@ def test_only_the_policy_role_has_engine_settings(config_problem):
     said = config_problem({"models": {"judge": {"engine": "vllm"}}})
     assert said is not None and "models.judge.engine" in said
     assert config_problem({"models": {"judge": {"packed_weights": False}}}) is None  # a local helper reads it
+
+
+def test_evaluation_samples_through_the_configured_engine_under_the_rules_that_apply_to_it(pinned, monkeypatch):
+    """`eval` and `tasks synthesize`'s pass probe build the configured engine over the policy (``policy_engine``),
+    as a run does; `eval` and `config validate --for eval` ask the engine's own rules, not training's stages', and
+    a served policy samples through its server."""
+    from evolvekit.engine.registry import engine_problem, policy_engine
+    from evolvekit.orchestrator.run_dir import registry_problem
+
+    cfg = load_config(None, ["env.plugins=[pinned_engine]", "models.policy.engine=pinned", "run.seed=3"])
+    policy = object()
+    engine = policy_engine(cfg, policy)  # type: ignore[arg-type]
+    assert engine.llm is policy and pinned.BUILT[-1].seed == 3  # built by the registered backend
+    served = load_config(None, ["models.policy.backend=openai", "models.policy.base_url=http://127.0.0.1:1/v1"])
+    before = len(pinned.BUILT)
+    assert policy_engine(served, policy).llm is policy and len(pinned.BUILT) == before  # type: ignore[arg-type]
+    # training's stage rules do not bind evaluation; the engine's own do
+    copy = EngineBackend("copying", "a copy of the weights", build=lambda r: r.policy, holds_weights=True)
+    monkeypatch.setitem(ENGINES, "copying", copy)
+    ray = load_config(None, ["models.policy.engine=copying", "rollout.backend=ray", "train.lora=true"])
+    assert engine_problem(ray) is not None and engine_problem(ray, training=False) is None
+    unknown = load_config(None, ["models.policy.engine=warp"])
+    assert (registry_problem(unknown, training=False) or "").startswith("models.policy.engine: unknown engine 'warp'")
+    served_unknown = served.model_copy(
+        update={"models": served.models.model_copy(update={"policy": served.models.policy.model_copy(
+            update={"engine": "warp"})})})  # fmt: skip
+    assert registry_problem(served_unknown, training=False) is None  # its server samples: no engine is built

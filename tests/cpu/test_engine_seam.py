@@ -126,6 +126,51 @@ def test_token_ids_generation_goes_through_the_seam_only_where_the_backend_has_i
         chat.generate_ids([prompt], SamplingParams())
 
 
+def test_constrained_decoding_goes_through_the_seam_and_follows_each_rows_constraint(local):
+    """The explorer's scaffold and the synthesizer's number constraint decode through ``Engine.constrained``
+    (issue 79.2): each row's first tokens follow its own trie; seeded params give the same samples again; a backend
+    that cannot constrain is refused by name."""
+    from evolvekit.llm.constrain import TokenTrie
+    from evolvekit.types import ChatMessage
+
+    engine = Engine(local)
+    assert engine.caps.constrained
+    tokenizer, eos = engine.vocabulary
+    assert tokenizer is local.tokenizer and list(eos) == list(local.eos_ids)
+    words = {"a": [" alpha", " beta"], "b": [" gamma"]}
+    prompt = engine.apply_chat_template([ChatMessage(role="user", content="say")])
+    params = SamplingParams(temperature=1.0, max_new_tokens=4, seed=5)
+
+    def decode() -> dict:
+        batch = engine.constrained(params)
+        tries = [TokenTrie.build([engine.encode(w) for w in words[k]]) for k in words]
+        batch.add([(k, prompt) for k in words], constraints=tries)
+        return {k: c.text for k, c in batch.run().items()}
+
+    first = decode()
+    assert first["b"].startswith(" gamma") and any(first["a"].startswith(w) for w in words["a"])
+    assert decode() == first  # seeded: the same stream again
+    for other in (ChatOnly(local), TokenOnly(local)):
+        with pytest.raises(TypeError, match="cannot constrain its decoding"):
+            Engine(other).constrained(params)
+        with pytest.raises(TypeError, match="cannot constrain"):
+            _ = Engine(other).vocabulary
+    with pytest.raises(TypeError, match="takes no token ids"):
+        Engine(ChatOnly(local)).encode("x")
+
+
+def test_helpers_decode_under_constraints_only_through_the_seam():
+    """The explorer, the synthesizer and the experience extractor reach a backend's decode batch, tokenizer and
+    encoder only through ``Engine`` (issue 79.2): none calls ``decode_batch`` or casts to an in-process model."""
+    found = []
+    for pkg in ("questioning", "navigating", "attributing"):
+        for path in sorted((SRC / pkg).glob("*.py")):
+            text = path.read_text()
+            bad = [b for b in (".decode_batch(", "cast(InProcessLLM", ".local.") if b in text]
+            found += [f"{path.name}: {b}" for b in bad]
+    assert found == []
+
+
 def test_sessions_are_the_continuous_batch_or_lock_step_rounds(local):
     params = SamplingParams(temperature=0.0, max_new_tokens=3)
     assert type(Engine(local).sessions(params)).__name__ == "DecodeBatch"

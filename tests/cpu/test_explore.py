@@ -5,11 +5,17 @@ a call, an environment that raises, episodes that end) with a stand-in LLM and e
 
 from __future__ import annotations
 
-import pytest
+from functools import partial
 
+import pytest
+from test_questioning import PERSON, _explorer_answer, _Scripted
+
+from evolvekit.config import EnvConfig, load_config
+from evolvekit.engine.base import ConstrainedDecode
 from evolvekit.env.action_text import CLOSE, format_call
 from evolvekit.env.base import CallResult, EntityProfile, EnvProfile, ResetResult, StepResult, ToolSchema
 from evolvekit.env.prompts import system_prompt
+from evolvekit.env.registry import make_env
 from evolvekit.errors import EnvError
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.questioning.explore import (
@@ -29,7 +35,8 @@ from evolvekit.questioning.explore import (
     step_hint,
     untried_tools,
 )
-from evolvekit.types import ChatMessage, ToolCall
+from evolvekit.questioning.pipeline import SynthesisSettings
+from evolvekit.types import ChatMessage, Task, ToolCall
 
 TOOLS = [ToolSchema(name=n) for n in ("ls", "cd", "cat", "rm")]
 
@@ -265,7 +272,7 @@ class _Local:
 def _scaffolded(answer, **kw):
     local = _Local(answer)
     explorer = Explorer(local, SamplingParams(seed=2), scaffold=True, **kw)  # type: ignore[arg-type]
-    assert explorer.scaffold and explorer.local is local
+    assert explorer.scaffold and explorer.engine.llm is local
     return explorer, local
 
 
@@ -302,9 +309,10 @@ def test_the_scaffold_constraint_is_the_tool_choice_in_depth_and_the_named_tools
     unseeded = Explorer(_Local(lambda p: ""), SamplingParams(seed=None), scaffold=True)  # type: ignore[arg-type]
     batch = _Batch(lambda p: "")
     monkeypatch.setattr(unseeded, "_constraint", lambda prefix, tools: None)
-    assert unseeded._generate([[]], [OPEN_NAME], 0, [7], batch, [TOOLS]) == [OPEN_NAME]
+    decode = ConstrainedDecode(batch, unseeded.params)  # what Engine.constrained opens over the backend's batch
+    assert unseeded._generate([[]], [OPEN_NAME], 0, [7], decode, [TOOLS]) == [OPEN_NAME]
     assert batch.generator is None and batch.params.seed is None  # an unseeded explorer stays unseeded
-    assert unseeded._generate([[]], ["x"], 0, [7], batch) == ["x"]  # no tools given: one None per key
+    assert unseeded._generate([[]], ["x"], 0, [7], decode) == ["x"]  # no tools given: one None per key
 
 
 def test_a_run_that_raises_leaves_the_later_runs_of_its_step_and_a_step_may_hold_several_calls():
@@ -383,3 +391,240 @@ def test_the_scaffold_accepts_exactly_the_arguments_the_tools_schema_allows(smol
         if text != accepted:
             assert _feed(smollm2, explorer._arguments(tool), text)[0] == "refused", text
     assert dict(tool.parameters or {}) == before  # the tool's own schema is not rewritten
+
+
+# -- the scaffold, the explorer's sandboxes and targeted synthesis's parsing (moved from test_questioning.py) --
+def test_breadth_hint_names_an_untried_tool():
+    from evolvekit.env.base import ToolSchema
+
+    tools = [ToolSchema(name="add"), ToolSchema(name="divide")]
+    done = [ExplorationStep(0, "x", [ToolCall(name="add", arguments={})], "ok", True)]
+    assert "Try `divide`" in explorer_messages(tools, [], done, 1, 3, 4)[-1].content
+    assert "Try `" not in explorer_messages(tools, [], done * 5, 5, 3, 4)[-1].content  # depth phase: no nudge
+
+
+def test_scaffold_call_prefix_names_an_untried_tool_then_lets_the_model_choose():
+    from evolvekit.questioning.explore import ExplorationStep, call_prefix
+    from evolvekit.types import ToolCall
+
+    class T:
+        def __init__(self, name):
+            self.name = name
+
+    tools = [T("add"), T("subtract")]
+    done = [ExplorationStep(0, "", [ToolCall(name="add", arguments={})], "ok", True)]
+    # the name, up to the arguments object (decoded under the tool's schema)
+    assert call_prefix(tools, done, 1, n_breadth=3) == '<tool_call>{"name": "subtract", "arguments":'
+    from evolvekit.env.base import ToolSchema
+
+    assert call_prefix(tools, done, 3, n_breadth=3) == '<tool_call>{"name": "'  # depth phase
+    # parallel runs start n_breadth apart in the untried tools, so together they cover different tools
+    many = [ToolSchema(name=f"t{i}") for i in range(8)]
+    firsts = [call_prefix(many, [], 0, n_breadth=3, run=r) for r in range(3)]
+    assert firsts == ['<tool_call>{"name": "' + n + '", "arguments":' for n in ("t0", "t3", "t6")]
+    assert "Try `t3`" in explorer_messages(many, [], [], 0, 3, 4, run=1)[-1].content  # the hint names the same tool
+
+
+def test_targeted_synthesis_parsing_windows_and_shots():
+    from evolvekit.questioning.synthesize import parse_request, shots_from_examples, windows
+    from evolvekit.types import ChatMessage
+
+    assert parse_request('Task: "What is 2 plus 3?"\nSolution: 0') == "What is 2 plus 3?"
+    assert parse_request("**Add 5 to 8.**") == "Add 5 to 8."
+    assert parse_request("   \n") is None and parse_request("ok") is None
+    assert parse_request('<tool_call>{"name": "add"}') is None
+    assert parse_request("Result of [1] is 1.0.") is None  # points into the listing
+    assert parse_request("The user asked for call [0]. Write the user's next request, which call [1] solves") is None
+    # echoes of the instruction's words, seen in an fs_chain evidence run, are no request; real requests pass
+    assert parse_request("Only 1 sentence, self-contained, with every value it needs.") is None
+    assert parse_request("Write the user's request that lists the files.") is None
+    assert parse_request("Now multiply the result by 4.") == "Now multiply the result by 4."
+    assert parse_request("Create a folder named fiction and move notes.txt into it.") is not None
+    assert windows(5, 1, 3) == [[0], [2], [4]]
+    assert windows(5, 2, 2) == [[0, 1], [3, 4]]
+    assert windows(2, 3, 3) == [[0, 1]]  # fewer calls than the difficulty asks for
+    ex = [
+        ChatMessage(role="user", content="What is 1 plus 2?"),
+        ChatMessage(role="assistant", content='<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'),
+        ChatMessage(role="user", content='Tool results:\n[add] {"result": 3}'),
+        ChatMessage(role="assistant", content="3."),
+    ]
+    shots = shots_from_examples(ex)
+    assert len(shots) == 1 and shots[0][1] == "What is 1 plus 2?" and '"add"' in shots[0][0] and "3" in shots[0][0]
+
+
+def test_a_family_is_explored_in_a_state_its_own_generator_draws():
+    """fs_chain's explorer starts in a file tree the family's generator draws (not a person-written task's), so
+    reading, entering and moving its files can succeed (in an empty file system only ls and creations could: an
+    fs_chain evidence run synthesized mostly ls(a=True) tasks); a family without state (arith_turns) keeps an empty
+    one."""
+    from evolvekit.env.base import Action
+    from evolvekit.env.bfcl.families import get_family
+    from evolvekit.env.registry import env_tasks
+    from evolvekit.questioning import pipeline
+    from evolvekit.questioning.pipeline import sandbox_for
+
+    cfg = load_config(None, ["env.family=fs_chain"])
+    sandbox = sandbox_for(cfg.env)
+    assert sandbox["initial_config"] == get_family("fs_chain").sandbox_state() and sandbox["tools"][0] == "ls"
+    # drawn from the family's generator at its own seed, never read off a person-written task (issue 51)
+    train = env_tasks(cfg.env, cfg.env.train_split)
+    assert sandbox["initial_config"] and sandbox["initial_config"] != train[0].initial_config
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("evolvekit.env.registry.env_tasks", lambda *a, **k: pytest.fail("read a person-written task"))
+        assert pipeline.sandbox_for(cfg.env) == sandbox
+    files = sandbox["initial_config"]["GorillaFileSystem"]["root"]["workspace"]["contents"]
+    name = next(n for n, f in files.items() if f["type"] == "file")
+    env = make_env(cfg.env)
+    try:
+        env.reset(None, sandbox)
+        res = env.step(Action(tool_calls=[ToolCall(name="cat", arguments={"file_name": name})]))
+        assert res.call_results[0].ok and files[name]["content"] in res.call_results[0].output
+    finally:
+        env.close()
+    assert sandbox_for(load_config(None, [*PERSON, "env.family=arith_turns"]).env)["initial_config"] == {}
+
+
+def test_plain_bfcl_explores_in_states_the_environment_makes_never_a_person_written_tasks():
+    """Issue 51: plain BFCL (no family) took its exploration sandbox from a person-written training task's initial
+    state. It now starts in the backends' own default states, with the file tree the file-system families' generator
+    draws; no person-written task is read."""
+    from evolvekit.env.base import Action
+    from evolvekit.env.bfcl.families import get_family
+    from evolvekit.questioning import pipeline
+
+    tree = get_family("fs_chain").sandbox_state()["GorillaFileSystem"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("evolvekit.env.registry.env_tasks", lambda *a, **k: pytest.fail("read a person-written task"))
+        both = pipeline.sandbox_for(load_config(None, ["env.backends=[GorillaFileSystem, MessageAPI]"]).env)
+        math = pipeline.sandbox_for(load_config(None, ["env.backends=[MathAPI]"]).env)
+        every = pipeline.sandbox_for(load_config(None, []).env)
+    assert both == {"classes": ["GorillaFileSystem", "MessageAPI"], "initial_config": {"GorillaFileSystem": tree}}
+    assert math == {"classes": ["MathAPI"], "initial_config": {}} and every["initial_config"] == both["initial_config"]
+    env = make_env(load_config(None, ["env.backends=[GorillaFileSystem, MessageAPI]"]).env)
+    try:
+        env.reset(None, both)
+        name = next(n for n, f in tree["root"]["workspace"]["contents"].items() if f["type"] == "file")
+        res = env.step(Action(tool_calls=[ToolCall(name="cat", arguments={"file_name": name})]))
+        assert res.call_results[0].ok
+        res = env.step(Action(tool_calls=[ToolCall(name="list_users", arguments={})]))
+        assert res.call_results[0].ok and "Alice" in res.call_results[0].output  # MessageAPI's own default users
+    finally:
+        env.close()
+
+
+def test_the_explorer_is_shown_what_its_sandbox_holds():
+    """The sandbox's first observation names the files and folders of its initial state and the explorer's first
+    message shows it, so its cd/cat/mv calls can name things that exist (shown nothing, the 135M explorer guessed:
+    0 of 9 cd calls and 3 of 15 cat calls succeeded in an fs_chain probe)."""
+    from evolvekit.env.bfcl.env import describe_state
+    from evolvekit.questioning.pipeline import sandbox_for
+
+    sandbox = sandbox_for(load_config(None, ["env.family=fs_chain"]).env)
+    files = sandbox["initial_config"]["GorillaFileSystem"]["root"]["workspace"]["contents"]
+    text = describe_state(sandbox["initial_config"])
+    assert text.startswith("Current directory: workspace. It holds: ")
+    for name, node in files.items():
+        assert (f"{name}/ (nothing)" if node["type"] == "directory" else name) in text
+    assert describe_state({}) == "" and describe_state({"MathAPI": {}}) == ""
+    nested = {"GorillaFileSystem": {"root": {"w": {"type": "directory", "contents": {
+        "a": {"type": "directory", "contents": {"b.txt": {"type": "file", "content": "x"},
+                                                "c": {"type": "directory", "contents": {}}}}}}}}}  # fmt: skip
+    assert describe_state(nested) == "Current directory: w. It holds: a/ (b.txt, c/)."  # one level into folders
+    assert describe_state({"TwitterAPI": {"username": "x" * 400}}).endswith("...")  # another backend: shortened
+
+    seen = []
+
+    def answer(conv):
+        seen.append(conv)
+        return _explorer_answer(conv)
+
+    explorer = Explorer(_Scripted(answer), SamplingParams(temperature=1.0), n_breadth=2, n_depth=10)
+    explorer.explore(lambda: make_env(EnvConfig(name="bfcl")), sandbox, runs=1, max_steps=2)
+    firsts = [next(m.content for m in c if m.content.startswith("You are exploring")) for c in seen]
+    assert len(firsts) == 2 and all(text in f for f in firsts)  # every step's context starts with it
+    seen.clear()  # questioning.explore_state=false: not shown
+    Explorer(_Scripted(answer), SamplingParams(temperature=1.0), 2, 10, show_start=False).explore(
+        lambda: make_env(EnvConfig(name="bfcl")), sandbox, runs=1, max_steps=1
+    )
+    assert seen and not any("Current directory" in m.content for c in seen for m in c)
+    from evolvekit.questioning.pipeline import explorer_and_synthesizer
+
+    for on in (True, False):  # the config switch reaches the explorer a run builds
+        cfg = load_config(None, ["env.family=fs_chain", f"questioning.explore_state={str(on).lower()}"])
+        explorer, _ = explorer_and_synthesizer(
+            SynthesisSettings.of(cfg), _Scripted(answer), SamplingParams(), _Scripted(answer), SamplingParams(),
+            partial(make_env, cfg.env), sandbox_for(cfg.env),
+        )  # fmt: skip
+        assert explorer.show_start is on
+
+
+def test_shots_skip_follow_up_turns_of_multi_turn_examples():
+    """arith_turns' worked examples have a second turn ("Multiply that by 3.") that does not state the first
+    result; as a synthesis shot it taught the synthesizer to write requests that leave values out."""
+    from evolvekit.questioning.curate import grounding
+    from evolvekit.questioning.pipeline import sandbox_for
+    from evolvekit.questioning.synthesize import shots_from_examples
+
+    cfg = load_config(None, [*PERSON, "env.family=arith_turns"])
+    env = make_env(cfg.env)
+    examples = env.reset(None, sandbox_for(cfg.env)).examples
+    env.close()
+    user_turns = [m.content for m in examples if m.role == "user" and not m.content.startswith("Tool results")]
+    assert any("that" in u.lower() or "the result" in u.lower() for u in user_turns)  # follow-ups are there
+    shots = shots_from_examples(examples)
+    assert [r for _, r in shots] == ["Add 5 and 7.", "What is 20 plus 4?", "Compute the sum of 9 and 6."]
+    assert all(
+        grounding(Task(env_name="bfcl", query=r, reference_solution=[[ToolCall(name="add", arguments=a)]])) == 1.0
+        for r, a in zip([r for _, r in shots], [{"a": 5, "b": 7}, {"a": 20, "b": 4}, {"a": 9, "b": 6}])
+    )
+
+
+def test_targeted_synthesizer_uses_the_chosen_window_as_reference():
+    from evolvekit.config import DifficultyConfig
+    from evolvekit.questioning.explore import ExplorationStep, ExplorationTrace
+    from evolvekit.questioning.synthesize import TaskSynthesizer
+    from evolvekit.types import ToolCall
+
+    calls = [ToolCall(name="add", arguments={"a": i, "b": 1}) for i in range(3)]
+    trace = ExplorationTrace("e1", {}, [ExplorationStep(i, "", [c], f"{i + 1}", True) for i, c in enumerate(calls)])
+    llm = _Scripted(lambda conv: "What is 0 plus 1?" if '"a": 0' in conv[-1].content else "sure")
+    rep = TaskSynthesizer(
+        llm, SamplingParams(), DifficultyConfig(operations=1), tasks_per_trace=2, targeted=True
+    ).synthesize([trace], "bfcl")
+    assert [t.reference_solution[0][0].arguments["a"] for t in rep.tasks] == [0]  # windows [0] and [2] asked
+    assert rep.tasks[0].query == "What is 0 plus 1?" and rep.unparseable == 1  # "sure" is not a request
+
+
+@pytest.mark.slow
+def test_scaffold_constrains_the_depth_step_tool_name_to_real_tools(tmp_path):
+    """Where the explorer chooses the tool (depth steps), the scaffold restricts the name to the sandbox's tools,
+    and the arguments to what the chosen tool's schema accepts."""
+    import json
+
+    from evolvekit.env.action_text import CLOSE, parse_action
+    from evolvekit.llm.local import LocalLLM
+    from evolvekit.llm.tiny import make_tiny_model
+    from evolvekit.questioning.explore import OPEN_NAME, Explorer
+    from evolvekit.types import ChatMessage
+
+    llm = LocalLLM(str(make_tiny_model(tmp_path / "m")), device="cpu")
+    num = {"type": "integer"}
+    tools = [
+        type("T", (), {"name": n, "parameters": p})()
+        for n, p in (
+            ("add", {"type": "dict", "properties": {"a": num, "b": num}, "required": ["a", "b"]}),
+            ("multiply", {"properties": {"a": num}, "required": ["a"]}),
+            ("ls", {}),
+        )
+    ]
+    explorer = Explorer(llm, SamplingParams(temperature=1.0, max_new_tokens=48, seed=1), scaffold=True)
+    batch = llm.decode_batch(explorer.params, keep_rows=True)
+    convs = [[ChatMessage(role="user", content=f"explore {i}")] for i in range(4)]
+    outs = explorer._generate(convs, [OPEN_NAME] * 4, 5, list(range(4)), batch, [tools] * 4)
+    required = {"add": {"a", "b"}, "multiply": {"a"}, "ls": set()}
+    for text in outs:  # a random tiny model, yet each reply is a call of a real tool with arguments it accepts
+        call = json.loads(text[len("<tool_call>") :])
+        assert call["name"] in required and required[call["name"]] <= set(call["arguments"]), text
+        assert all(isinstance(v, int) for v in call["arguments"].values()), text
+        assert parse_action(text + CLOSE).tool_calls[0].name == call["name"]

@@ -174,7 +174,7 @@ def test_raw_bytes_never_500(client, raw):
     lines=['{"env_name": "bfcl", "query": "", "initial_config": {}, "task_id": "\\u0085", "reference_solution": [[]]}']
 )
 def test_task_files_exit_0_or_2_with_one_line(tmp_path_factory, lines):
-    from test_hostile import _evolvekit
+    from test_hostile_cli import _evolvekit
 
     folder = tmp_path_factory.mktemp("fuzz")
     path = folder / "tasks.jsonl"

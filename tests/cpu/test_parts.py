@@ -34,20 +34,21 @@ def test_the_pass_probe_runs_the_policy_with_the_runs_rendering_template_seed_an
     class _Report:
         per_task = [{"scores": [1.0, 0.0, 1.0]}]
 
-    def record(tasks, make_env, engine, rollout, params, k, rendering="compact", show_progress=True, **kw):
-        asked.append((list(tasks), rollout, params, k, rendering, show_progress, kw))
+    def record(tasks, make_env, used, rollout, params, k, rendering="compact", show_progress=True, **kw):
+        asked.append((list(tasks), rollout, params, k, rendering, show_progress, {**kw, "engine": used}))
         return _Report(), []
 
     monkeypatch.setattr(evaluate, "evaluate_policy", record)
-    probe = pass_probe(cfg, _Policy(), lambda: None)
+    engine = Engine(_Policy())  # the run's rollout engine
+    probe = pass_probe(cfg, engine, lambda: None)
     task = Task(env_name="bfcl", query="What is 2 plus 5?")
     assert probe([task]) == [[1.0, 0.0, 1.0]]
     ((tasks, rollout, params, k, rendering, show_progress, kw),) = asked
     assert tasks == [task] and k == 3 and rendering == "json" and show_progress is False
     assert rollout is cfg.rollout and params.seed == 7
-    assert kw["template"].template == "reasoning"
+    assert kw["template"].template == "reasoning" and kw["engine"] is engine  # the run's engine, not a new one
     off = load_config(None, ["questioning.pass_filter_samples=0"])
-    assert pass_probe(off, _Policy(), lambda: None) is None
+    assert pass_probe(off, engine, lambda: None) is None
 
 
 class _Ctx:
@@ -258,6 +259,7 @@ def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(mon
     from evolvekit.questioning import pipeline
 
     synthesizer, policy = _Policy(), _Policy()
+    engine = Engine(policy)  # the trainer's rollout engine
     roles: list = []
 
     explorer_role = _Policy()
@@ -284,7 +286,7 @@ def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(mon
     def env_factory():
         return None
 
-    stage = synthesis_stage(cfg, train, policy, env_factory, received.extend)
+    stage = synthesis_stage(cfg, train, policy, engine, env_factory, received.extend)
     stored, funnel, sink = [Task(task_id="s0", env_name="bfcl", query="q")], object(), object()
     assert stage.synthesize(stored, funnel, sink) == (["kept"], "funnel")
     ((settings, n, explorer, eparams, synth, sparams, make_env, kw),) = asked
@@ -302,7 +304,7 @@ def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(mon
     # an explorer of another model is its own role's
     other = load_config(None, [*sets, "models.explorer.model=another"])
     asked.clear()
-    synthesis_stage(other, train, policy, env_factory, received.extend).synthesize([], funnel, sink)
+    synthesis_stage(other, train, policy, engine, env_factory, received.extend).synthesize([], funnel, sink)
     assert asked[0][2] is explorer_role and all(models is other.models for models, _ in roles[-2:])
     assert [name for _, name in roles[-2:]] == ["explorer", "synthesizer"]
     # the pass filter's probe, when asked for (questioning.pass_filter_samples): the policy attempts, in the run's
@@ -314,22 +316,22 @@ def test_the_synthesis_stage_explores_with_the_policy_and_seeds_from_the_run(mon
     class _Report:
         per_task: list = []
 
-    def evaluated(tasks, make_env, engine, *args, **kw):
-        ran.append((make_env, engine.llm))
+    def evaluated(tasks, make_env, used, *args, **kw):
+        ran.append((make_env, used))
         return _Report(), []
 
     monkeypatch.setattr(evaluate, "evaluate_policy", evaluated)
     asked.clear()
     probed = load_config(None, [*sets, "questioning.pass_filter_samples=2"])
-    synthesis_stage(probed, train, policy, env_factory, received.extend).synthesize([], funnel, sink)
+    synthesis_stage(probed, train, policy, engine, env_factory, received.extend).synthesize([], funnel, sink)
     asked[0][7]["probe"]([])
-    assert ran == [(env_factory, policy)]  # the policy attempts, in the run's environment
+    assert ran == [(env_factory, engine)]  # the policy attempts through the run's engine, in the run's environment
     # the synthetic held-out file (train.eval_synthetic) is deduplicated against too: no synthesized task copies one
     held = tmp_path / "held.jsonl"
     held.write_text(Task(task_id="held_1", env_name="bfcl", query="Add 4 and 5.").model_dump_json() + "\n")
     asked.clear()
     with_held = load_config(None, [*sets, f"train.eval_synthetic={held}"])
-    synthesis_stage(with_held, train, policy, env_factory, received.extend).synthesize([], funnel, sink)
+    synthesis_stage(with_held, train, policy, engine, env_factory, received.extend).synthesize([], funnel, sink)
     assert [t.task_id for t in asked[0][7]["existing"]] == ["p1", "held_1"]
 
 

@@ -456,7 +456,8 @@ class _Batch:
     def __init__(self):
         self.generator, self.added = None, []
 
-    def add(self, rows, constraints):
+    def add(self, rows, text_prefixes, constraints):
+        assert text_prefixes is None  # a request's reply starts empty
         self.added.append((list(rows), list(constraints)))
 
     def run(self):

@@ -86,14 +86,13 @@ def evaluator(
     return evaluator
 
 
-def pass_probe(cfg: Config, policy, env_factory):
+def pass_probe(cfg: Config, engine: Engine, env_factory):
     """The pass filter's probe (``questioning.pass_filter_samples`` = k > 0, else None): the policy attempts each
-    task k times with the run's rollout settings and the environment's own check scores every attempt."""
+    task k times through the run's rollout engine, with the run's rollout settings, and the environment's own check
+    scores every attempt."""
     k = cfg.questioning.pass_filter_samples
     if not k:
         return None
-
-    engine = Engine(policy)  # its capabilities, found once
 
     def probe(tasks):
         report, _ = evaluate.evaluate_policy(

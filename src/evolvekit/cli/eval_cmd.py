@@ -66,12 +66,14 @@ def _evaluate(
     estimate: bool = True,
     llm=None,
     shown=None,
+    engine=None,
 ):
-    """One evaluation; ``llm`` (the policy) and ``shown`` (the run's own examples, ``examples_once``) may be shared
-    between evaluations of one command (the leaderboard's categories), else made here."""
+    """One evaluation; ``llm`` (the policy), ``engine`` (what it samples through) and ``shown`` (the run's own
+    examples, ``examples_once``) may be shared between evaluations of one command (the leaderboard's categories),
+    else made here."""
     from evolvekit.agent.evaluate import EpisodeJournal, PaceEstimate, evaluate_policy, write_results
     from evolvekit.agent.parts import policy_sampling
-    from evolvekit.engine.base import Engine
+    from evolvekit.engine.registry import policy_engine
     from evolvekit.env.registry import make_env, preflight
     from evolvekit.llm.factory import role_llm, role_llm_or
     from evolvekit.questioning.self_examples import examples_once, with_run_examples
@@ -92,7 +94,7 @@ def _evaluate(
         episodes * cfg.rollout.max_steps * params.max_new_tokens,
     )  # fmt: skip
     lookup = _experience_lookup(cfg, experiences) if experiences else None
-    engine = Engine(llm)
+    engine = engine if engine is not None else policy_engine(cfg, llm)  # the configured engine, as in a run
     # the worked examples a run with this config and seed shows (env.worked_examples: self: made by the explorer on
     # the first reset; the explorer is the policy itself when it is the same local model)
     explorer = lambda: role_llm_or(cfg.models, "explorer", llm)  # noqa: E731
@@ -137,17 +139,19 @@ def _leaderboard(
 ) -> dict:
     """BFCL's multi-turn leaderboard score: per category the share of tasks solved in one attempt (BFCL's checker
     on every turn), and their unweighted mean (``unweighted_overall``)."""
+    from evolvekit.engine.registry import policy_engine
     from evolvekit.env.registry import make_env
     from evolvekit.llm.factory import role_llm, role_llm_or
     from evolvekit.questioning.self_examples import examples_once
 
     per: dict[str, dict] = {}
     llm = role_llm(cfg.models, "policy")  # one policy and one set of the run's own examples for every category
+    engine = policy_engine(cfg, llm)  # one engine over it, as in a run
     shown = examples_once(cfg, lambda: role_llm_or(cfg.models, "explorer", llm), lambda: make_env(cfg.env))
     for category in LEADERBOARD_CATEGORIES:
         tasks = _tasks(cfg, category, subset, limit)
         where = out.with_name(f"{out.stem}.{category}{out.suffix}")
-        report = _evaluate(cfg, tasks, 1, where, experiences, estimate, llm=llm, shown=shown)
+        report = _evaluate(cfg, tasks, 1, where, experiences, estimate, llm=llm, shown=shown, engine=engine)
         correct = round(report.avg_at_k * report.tasks)
         per[category] = {"accuracy": report.avg_at_k, "total_count": report.tasks, "correct_count": correct}
     overall = unweighted_overall({c: v["accuracy"] for c, v in per.items()})
@@ -253,6 +257,7 @@ def eval_command(
     from evolvekit.agent.panel import make_panel, panel_json, reproduced
     from evolvekit.config import load_config
     from evolvekit.errors import ConfigError
+    from evolvekit.orchestrator.run_dir import registry_problem
     from evolvekit.provenance import code_commit
 
     panel = None
@@ -269,6 +274,9 @@ def eval_command(
         )
         cfg = load_config(config, sets)
     setup_logging(cfg.run.log_level)
+    problem = registry_problem(cfg, training=False)  # what `config validate --for eval` says, before any model
+    if problem is not None:
+        raise ConfigError(problem)
     out = out or Path(cfg.run.out_dir) / f"eval-{datetime.now():%Y%m%d-%H%M%S}" / "results.jsonl"
     t0 = time.perf_counter()
     if leaderboard:

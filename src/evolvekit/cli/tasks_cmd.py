@@ -30,6 +30,7 @@ def synthesize(
     Dedup is against every task seen, the environment's real training tasks included (as in a run)."""
     from evolvekit.agent.parts import pass_probe
     from evolvekit.config import load_config
+    from evolvekit.engine.registry import policy_engine
     from evolvekit.env.registry import make_env, preflight
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
     from evolvekit.questioning.pipeline import SynthesisSettings, known_tasks, synthesize_tasks
@@ -71,7 +72,9 @@ def synthesize(
             existing=known_tasks(settings.env, settings.eval_synthetic),
             max_rounds=max_rounds,
             on_round=on_round,
-            probe=pass_probe(cfg, role_llm(cfg.models, "policy"), made_env),
+            probe=pass_probe(cfg, policy_engine(cfg, role_llm(cfg.models, "policy")), made_env)
+            if cfg.questioning.pass_filter_samples
+            else None,  # the policy is loaded only when it probes
         )
     summary = {**funnel.as_dict(), "out": str(out), "explorations": str(explorations)}
     emit_json(summary) if as_json else sys.stdout.write(" ".join(f"{k}={v}" for k, v in summary.items()) + "\n")

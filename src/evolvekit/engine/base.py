@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Hashable, Protocol, Sequence, runtime_checkable
 
+import torch
+
 from evolvekit.engine.sessions import LockStepSessions
 from evolvekit.llm.base import LLM, Completion, SamplingParams
 from evolvekit.types import ChatMessage
@@ -55,6 +57,8 @@ class _InProcess(Protocol):
 
 @runtime_checkable
 class _Constrained(Protocol):
+    def apply_chat_template(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]: ...
+
     def decode_batch(self, params: SamplingParams, keep_rows: bool = False) -> Any: ...
 
 
@@ -99,6 +103,37 @@ class Sessions(Protocol):
     def __len__(self) -> int: ...
 
 
+class ConstrainedDecode:
+    """Rows decoded under per-row constraints (``llm/constrain.py``: a ``TokenTrie`` or a schema/number constraint
+    their first tokens must follow) in one continuous batch of an in-process engine (``Engine.constrained``).
+
+    ``add`` takes ``(key, prompt ids)`` rows, each with its text prefix (the start of the reply its prompt already
+    holds) and its constraint; ``run`` decodes until every row finished. With ``keep_rows`` a key that comes back
+    with a longer prompt reuses its KV (an exploration's next step). ``use(params)`` sets the sampling of the next
+    rows: seeded params give one random stream for all of them, from that seed."""
+
+    def __init__(self, batch: Any, params: SamplingParams) -> None:
+        self._batch = batch
+        self.use(params)
+
+    def use(self, params: SamplingParams) -> None:
+        self._batch.params = params
+        if params.seed is not None:
+            self._batch.generator = torch.Generator(device="cpu").manual_seed(params.seed)
+
+    def add(
+        self,
+        items: Sequence[tuple[Hashable, Sequence[int]]],
+        text_prefixes: Sequence[str] | None = None,
+        constraints: Sequence[Any] | None = None,
+    ) -> None:
+        self._batch.add(items, text_prefixes=text_prefixes, constraints=constraints)
+
+    def run(self) -> dict[Hashable, Completion]:
+        done: dict[Hashable, Completion] = self._batch.run()
+        return done
+
+
 class Engine:
     """One backend behind the seam. ``caps`` is fixed at construction; every method answers from it."""
 
@@ -115,9 +150,38 @@ class Engine:
         """The in-process model (the trained policy), or None for an engine that holds none."""
         return self.llm.model if self.caps.in_process else None
 
+    def chat(self, convs: Sequence[Sequence[ChatMessage]], params: SamplingParams) -> list[list[Completion]]:
+        """``params.n`` completions of each conversation, as text (every backend)."""
+        out: list[list[Completion]] = self.llm.chat(convs, params)
+        return out
+
+    def _require_constrained(self) -> None:
+        if not self.caps.constrained:
+            raise TypeError(f"{self!r} cannot constrain its decoding (an in-process engine can)")
+
+    def encode(self, text: str) -> list[int]:
+        """``text``'s token ids, with no special tokens (a token-ids or constrained engine: a reply's start appended
+        to a prompt, the strings a constraint's tries are built from)."""
+        if not (self.caps.token_ids or self.caps.constrained):
+            raise TypeError(f"{self!r} takes no token ids")
+        ids: list[int] = self.llm.encode(text)
+        return ids
+
+    @property
+    def vocabulary(self) -> tuple[Any, Sequence[int]]:
+        """The tokenizer and the end-of-sequence ids that constraints are built over (a constrained engine)."""
+        self._require_constrained()
+        return self.llm.tokenizer, self.llm.eos_ids
+
+    def constrained(self, params: SamplingParams, keep_rows: bool = False) -> ConstrainedDecode:
+        """A continuous batch whose rows decode under their own constraints (forced structure, constrained choice);
+        a constrained engine only."""
+        self._require_constrained()
+        return ConstrainedDecode(self.llm.decode_batch(params, keep_rows=keep_rows), params)
+
     def apply_chat_template(self, messages: Sequence[ChatMessage]) -> list[int]:
-        """The prompt's token ids (a token-ids engine only: it samples from exactly these ids)."""
-        if not self.caps.token_ids:
+        """The prompt's token ids (a token-ids or constrained engine: it samples from exactly these ids)."""
+        if not (self.caps.token_ids or self.caps.constrained):
             raise TypeError(f"{self!r} takes no token ids")
         ids: list[int] = self.llm.apply_chat_template(messages)
         return ids

@@ -5,7 +5,7 @@ place an engine over the trained policy is made) all read this table."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -15,6 +15,7 @@ from evolvekit.engine.base import Engine
 from evolvekit.engine.spec import EngineBackend, EngineRequest
 
 if TYPE_CHECKING:
+    from evolvekit.llm.base import LLM
     from evolvekit.llm.local import LocalLLM
 
 ENGINES: dict[str, EngineBackend] = {}
@@ -38,17 +39,20 @@ def engine_settings() -> dict[str, tuple[str, ...]]:
     return {name: b.settings + (("engine_options",) if b.options else ()) for name, b in ENGINES.items()}
 
 
-def engine_problem(cfg: Config) -> str | None:
+def engine_problem(cfg: Config, training: bool = True) -> str | None:
     """The first rule ``cfg``'s rollout engine breaks, as one line naming the fields, else None: an unknown engine;
     one other than native where Ray workers or Evolving-RL's stages sample (they run the native engine); an engine
     that holds its own copy of the weights beside a served policy or a LoRA adapter; an explicit device the engine
-    does not run on; the engine's own rules; its options."""
+    does not run on; the engine's own rules; its options. For evaluation alone (``training`` false) the rules of
+    training's stages do not apply, and a served policy samples through its server (its engine is not built)."""
     pol = cfg.models.policy
+    if not training and pol.backend != "local":
+        return None
     backend = ENGINES.get(pol.engine)
     if backend is None:
         known = ", ".join(sorted(ENGINES))
         return f"models.policy.engine: unknown engine '{pol.engine}' (registered: {known}; env.plugins)"
-    if pol.engine != "native" and (cfg.rollout.backend == "ray" or cfg.evolving_rl.enabled):
+    if training and pol.engine != "native" and (cfg.rollout.backend == "ray" or cfg.evolving_rl.enabled):
         return (
             f"models.policy.engine: {pol.engine} serves the rollouts of rollout.backend: local without "
             "evolving_rl (Ray workers and Evolving-RL's stages run the native engine); use engine: native"
@@ -61,7 +65,7 @@ def engine_problem(cfg: Config) -> str | None:
     kind = pol.device.split(":")[0]
     if pol.device != "auto" and kind not in backend.devices:
         return f"models.policy.engine: {pol.engine} runs on {', '.join(backend.devices)} (not {kind})"
-    if backend.holds_weights and cfg.train.lora:
+    if training and backend.holds_weights and cfg.train.lora:
         return (
             f"models.policy.engine: {pol.engine} with train.lora is not supported yet (the adapter would have to be "
             "merged before each weight push); use engine: native or train.lora: false"
@@ -97,3 +101,12 @@ def rollout_engine(cfg: Config, policy: LocalLLM) -> Engine:
     backend = ENGINES[pol.engine]  # engine_problem named an unknown one before anything was built
     options = _options(backend, pol.engine_options)
     return Engine(backend.build(EngineRequest(pol, policy, cfg.run.seed, options)))
+
+
+def policy_engine(cfg: Config, policy: LLM) -> Engine:
+    """The engine the policy samples through where no trainer built one (`eval`, `tasks synthesize`'s pass probe):
+    the configured rollout engine over an in-process policy, or a served policy itself (its server is its
+    engine)."""
+    if cfg.models.policy.backend != "local":
+        return Engine(policy)
+    return rollout_engine(cfg, cast("LocalLLM", policy))

@@ -18,11 +18,12 @@ import logging
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence, cast
+from typing import Any, Literal, Sequence
 
 from evolvekit.agent.calls import call_key
 from evolvekit.boundary import InformationBoundary
-from evolvekit.llm.base import LLM, Completion, InProcessLLM, SamplingParams
+from evolvekit.engine.base import Engine
+from evolvekit.llm.base import LLM, Completion, SamplingParams
 from evolvekit.llm.choice import ChoiceScorer, calibrated
 from evolvekit.progress import StageProgress
 from evolvekit.types import (
@@ -285,7 +286,7 @@ class ExperienceExtractor:
         self.success_threshold, self.batch = success_threshold, batch
         self.constrained, self.grounded, self.field_tokens = constrained, grounded, field_tokens
         self.scorer = ChoiceScorer(llm) if constrained else None
-        self.local = cast(InProcessLLM, llm)  # used only when constrained (an in-process model)
+        self.engine = Engine(llm)  # its capabilities, found once
         self.rng = random.Random(params.seed or 0)
 
     def _score(self, traj: Trajectory) -> float:
@@ -318,7 +319,7 @@ class ExperienceExtractor:
         """(2) one summarizer answer per job, parsed into (when_to_use, content) pairs."""
         convs = [extraction_prompt(k, tasks.get(ts[0].task_id), ts) for k, ts in chunk]
         if not self.constrained:
-            outs = self.llm.chat(convs, self.params)
+            outs = self.engine.chat(convs, self.params)
             self._count([out[0] for out in outs])
             return [parse_experiences(out[0].text) for out in outs]
         # forced structure: the reply is "When to use: <line>\nContent: <line>"; the model writes the two lines
@@ -329,13 +330,13 @@ class ExperienceExtractor:
             stop=("\n",),
             seed=self.params.seed,
         )
-        bases = [self.local.apply_chat_template(c) for c in convs]
-        firsts = [b + self.local.encode("When to use:") for b in bases]
-        outs = self.local.generate_ids(firsts, line)
+        bases = [self.engine.apply_chat_template(c) for c in convs]
+        firsts = [b + self.engine.encode("When to use:") for b in bases]
+        outs = self.engine.generate_ids(firsts, line)
         self._count([o[0] for o in outs], firsts)
         whens = [o[0].text.split("\n")[0].strip() for o in outs]
-        seconds = [b + self.local.encode(f"When to use: {w}\nContent:") for b, w in zip(bases, whens)]
-        outs = self.local.generate_ids(seconds, line)
+        seconds = [b + self.engine.encode(f"When to use: {w}\nContent:") for b, w in zip(bases, whens)]
+        outs = self.engine.generate_ids(seconds, line)
         self._count([o[0] for o in outs], seconds)
         contents = [o[0].text.split("\n")[0].strip() for o in outs]
         return [parse_experiences(f"When to use: {w}\nContent: {c}", 1) for w, c in zip(whens, contents)]
@@ -354,10 +355,10 @@ class ExperienceExtractor:
             for e in chunk
         ]
         if self.scorer is None:
-            outs = self.llm.chat(convs, self.params)
+            outs = self.engine.chat(convs, self.params)
             self._count([out[0] for out in outs])
             return [bool(parse_yes_no(out[0].text)) for out in outs]
-        self.prompt_tokens += sum(len(self.local.apply_chat_template(c)) for c in convs)  # scored, not generated
+        self.prompt_tokens += sum(len(self.engine.apply_chat_template(c)) for c in convs)  # scored, not generated
         return [forced_yes(self.scorer, self.llm, c, self.params.temperature, self.rng) for c in convs]
 
     def _count(self, outs: Sequence[Completion], prompts: Sequence[Sequence[int]] | None = None) -> None:

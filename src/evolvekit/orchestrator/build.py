@@ -66,9 +66,10 @@ def task_supply(cfg: Config, store: RunStore, train_tasks, policy, env_factory, 
     return HybridTaskSupply(None, train_tasks, t.tasks_per_iteration, cfg.questioning.hybrid_lambda, cfg.run.seed, hook)
 
 
-def synthesis_stage(cfg: Config, train_tasks, policy, env_factory, receive) -> SynthesisStage:
-    """Self-questioning's synthesis as a stage of the loop; its tasks go to the supply's ``receive``."""
-    return SynthesisStage(synthesize=synthesis_work(cfg, train_tasks, policy, env_factory), receive=receive)
+def synthesis_stage(cfg: Config, train_tasks, policy, engine, env_factory, receive) -> SynthesisStage:
+    """Self-questioning's synthesis as a stage of the loop (the policy explores; its pass probe samples through the
+    rollout ``engine``); its tasks go to the supply's ``receive``."""
+    return SynthesisStage(synthesize=synthesis_work(cfg, train_tasks, policy, engine, env_factory), receive=receive)
 
 
 def sample_stage_for(cfg: Config):
@@ -87,7 +88,7 @@ class Parts:
     environment: Callable[..., None] = preflight  # (cfg.env, a task): starts the environment, or one line why not
     trainer: Callable[..., tuple[Any, Any]] = trainer_from_store  # (cfg, store, console, parallel)
     task_supply: Callable[..., Any] = task_supply  # (cfg, store, train_tasks, policy, env_factory)
-    synthesis: Callable[..., Any] = synthesis_stage  # (cfg, train_tasks, policy, env_factory, receive)
+    synthesis: Callable[..., Any] = synthesis_stage  # (cfg, train_tasks, policy, engine, env_factory, receive)
     navigation: Callable[..., tuple[Any, Any, Any]] = navigation  # (rollouts, experience, the policy's environment)
     evolving_rl: Callable[..., tuple[Any, Any, Any]] = evolving_rl_stages  # (rollouts, experience, samples)
     embedder: Callable[..., Any] = build_embedder  # (cfg.embedding), loaded once per process
@@ -139,7 +140,7 @@ def build_loop(
     params, template = policy_sampling(cfg), rollout_template(cfg)
     supply = parts.task_supply(cfg, store, tasks.train, policy, env_factory)
     synthesis = (
-        parts.synthesis(cfg, tasks.train, policy, env_factory, supply.receive)
+        parts.synthesis(cfg, tasks.train, policy, engine, env_factory, supply.receive)
         if isinstance(supply, HybridTaskSupply)
         else None
     )  # the loop runs it before anything else: the stages below read the training set only once it exists

@@ -201,8 +201,9 @@ def intact_checkpoint(store: RunStore, console: Console | None = None):
 def registry_problem(cfg: Config, training: bool = True) -> str | None:
     """What the registries say of ``cfg``, once ``env.plugins`` are imported (they may register environments,
     advantage estimators and step-credit sources): an unknown ``env.name`` (unless a service provides it) or, for
-    training, an unknown ``train.advantage_estimator`` or ``attributing.source``, or a rule of the rollout engine
-    (``engine/registry.py: engine_problem``), as one line; else None. `run` and `config validate` both ask it."""
+    training, an unknown ``train.advantage_estimator`` or ``attributing.source``; or a rule of the rollout engine
+    (``engine/registry.py: engine_problem``: for evaluation, those of the engine `eval` builds), as one line; else
+    None. `run`, `eval` and `config validate` all ask it."""
     import evolvekit.attributing.estimators  # noqa: F401 - registers dual_channel and gigpo
     from evolvekit.attributing.sources import STEP_CREDIT
     from evolvekit.engine.registry import engine_problem
@@ -221,4 +222,4 @@ def registry_problem(cfg: Config, training: bool = True) -> str | None:
     if training and cfg.attributing.enabled and source != "gigpo" and source not in STEP_CREDIT:
         known = ", ".join(sorted([*STEP_CREDIT, "gigpo"]))
         return f"attributing.source: unknown step-credit source '{source}' (registered: {known}; env.plugins)"
-    return engine_problem(cfg) if training else None
+    return engine_problem(cfg, training)

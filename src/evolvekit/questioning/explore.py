@@ -13,16 +13,14 @@ import json
 import logging
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Sequence
 
-import torch
-
-from evolvekit.engine.base import Capabilities
+from evolvekit.engine.base import ConstrainedDecode, Engine
 from evolvekit.env.action_text import CLOSE, format_call, parse_action
 from evolvekit.env.base import Environment, EnvProfile
 from evolvekit.env.prompts import system_prompt
 from evolvekit.errors import EnvError
-from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams, offset_seed
+from evolvekit.llm.base import LLM, SamplingParams, offset_seed
 from evolvekit.llm.constrain import SchemaConstraint, SchemaVocabulary, TokenTrie
 from evolvekit.progress import StageProgress
 from evolvekit.types import ChatMessage, ToolCall, new_id
@@ -208,9 +206,9 @@ class Explorer:
     ) -> None:
         self.llm, self.n_breadth, self.n_depth, self.rendering = llm, n_breadth, n_depth, rendering
         self.show_start = show_start  # the sandbox's first observation (its initial state) in the first message
+        self.engine = Engine(llm)  # its capabilities, found once
         # the call-prefix scaffold needs a backend that continues a given reply start (the local one)
-        self.scaffold = scaffold and Capabilities.of(llm).constrained
-        self.local = cast(InProcessLLM, llm)  # used only when scaffolding (an in-process model)
+        self.scaffold = scaffold and self.engine.caps.constrained
         self._tries: dict[tuple[str, ...], TokenTrie] = {}  # per tool set: its opened calls as a trie
         self._vocab: SchemaVocabulary | None = None  # built on first use (about a second for a 49k vocabulary)
         self._close: TokenTrie | None = None
@@ -234,8 +232,8 @@ class Explorer:
         """Scaffold: the tool's arguments object decoded under its parameter schema (argument names, required
         ones, value types), then the call's closing brace. None (free decoding) if the schema cannot be used."""
         if self._vocab is None:
-            self._vocab = SchemaVocabulary(self.local.tokenizer, self.local.eos_ids)
-            self._close = TokenTrie.build([self.local.encode("}")])  # the call's own closing brace
+            self._vocab = SchemaVocabulary(*self.engine.vocabulary)
+            self._close = TokenTrie.build([self.engine.encode("}")])  # the call's own closing brace
         close = self._close
         params = dict(getattr(tool, "parameters", None) or {})
         params.setdefault("type", "object")  # a tool's parameters are always an object, with only its arguments
@@ -256,7 +254,7 @@ class Explorer:
         if key not in self._tries:
             ordered = sorted(tools, key=lambda t: t.name)
             thens: list[Callable[[], Any] | None] = [partial(self._arguments, t) for t in ordered]
-            self._tries[key] = TokenTrie.build([self.local.encode(opened_call(t)) for t in ordered], thens=thens)
+            self._tries[key] = TokenTrie.build([self.engine.encode(opened_call(t)) for t in ordered], thens=thens)
         return self._tries[key]
 
     def _constraint(self, prefix: str, tools):
@@ -271,18 +269,24 @@ class Explorer:
         return self._arguments(tool) if tool is not None else None
 
     def _generate(
-        self, convs: list[list[ChatMessage]], prefixes: list[str], step: int, keys: list[int], batch=None, tools=None
+        self,
+        convs: list[list[ChatMessage]],
+        prefixes: list[str],
+        step: int,
+        keys: list[int],
+        batch: ConstrainedDecode | None = None,
+        tools=None,
     ) -> list[str]:
         params = replace(self.params, seed=offset_seed(self.params.seed, step))
         if not self.scaffold:
-            return [o[0].text for o in self.llm.chat(convs, params)]
+            return [o[0].text for o in self.engine.chat(convs, params)]
         # one decode batch per exploration (keep_rows): a run's next step prefills only what is new in its context
-        batch.params = params
-        if params.seed is not None:
-            batch.generator = torch.Generator(device="cpu").manual_seed(params.seed)
+        assert batch is not None  # explore() opens it when scaffolding
+        batch.use(params)
         constraints = [self._constraint(x, ts) for x, ts in zip(prefixes, tools or [None] * len(keys))]
+        eng = self.engine
         batch.add(
-            [(k, self.local.apply_chat_template(c) + self.local.encode(x)) for k, c, x in zip(keys, convs, prefixes)],
+            [(k, eng.apply_chat_template(c) + eng.encode(x)) for k, c, x in zip(keys, convs, prefixes)],
             text_prefixes=prefixes,
             constraints=constraints,
         )
@@ -327,7 +331,7 @@ class Explorer:
         classes = set(sandbox.get("classes") or [])
         profiles = [p for p in profiles if not classes or p.name in classes]
         live = [i for i, e in enumerate(envs) if e is not None]
-        batch = self.local.decode_batch(self.params, keep_rows=True) if self.scaffold else None
+        batch = self.engine.constrained(self.params, keep_rows=True) if self.scaffold else None
         with StageProgress(f"exploration ({len(live)} runs)", max_steps, logger=log) as progress:
             for step in range(max_steps):
                 if not live:

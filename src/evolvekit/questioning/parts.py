@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from evolvekit.agent.parts import pass_probe
 from evolvekit.config import Config, judge_mode, synthetic_reward
+from evolvekit.engine.base import Engine
 from evolvekit.env.examples import Once
 from evolvekit.llm import factory  # its functions looked up when called (the wiring tests record them)
 from evolvekit.questioning import judge as judges
@@ -118,7 +119,7 @@ def coevolve_hook(cfg: Config, store: RunStore, policy, env_factory):
     return CoEvolveHook(tracker, regen, co.every_iterations, know=dedup.seed)
 
 
-def synthesis_work(cfg: Config, train_tasks, policy, env_factory) -> Callable:
+def synthesis_work(cfg: Config, train_tasks, policy, engine: Engine, env_factory) -> Callable:
     """Self-questioning's synthesis, as the work of the loop's synthesis stage (orchestrator/loop.py:
     ``run_synthesis`` commits each round and resumes from them): rounds until ``questioning.synthetic_tasks`` are
     kept (or ``max_rounds`` more rounds ran). Its helper models are loaded when it runs, not when a finished run is
@@ -143,7 +144,7 @@ def synthesis_work(cfg: Config, train_tasks, policy, env_factory) -> Callable:
             on_round=on_round,
             resume=stored,
             funnel=funnel,
-            probe=pass_probe(cfg, policy, env_factory),
+            probe=pass_probe(cfg, engine, env_factory),  # the policy attempts through its rollout engine
         )
         return tasks, funnel
 

@@ -25,14 +25,12 @@ import functools
 import json
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence, cast
-
-import torch
+from typing import Any, Sequence
 
 from evolvekit.config import DifficultyConfig
-from evolvekit.engine.base import Capabilities
+from evolvekit.engine.base import Engine
 from evolvekit.env.action_text import format_call
-from evolvekit.llm.base import LLM, InProcessLLM, SamplingParams, offset_seed
+from evolvekit.llm.base import LLM, SamplingParams, offset_seed
 from evolvekit.llm.constrain import NumberConstraint, NumberVocabulary, number_strings
 from evolvekit.questioning.curate import NUMBER, ToolAgreement, argument_values, same_value, stated_count
 from evolvekit.questioning.explore import ExplorationTrace
@@ -381,13 +379,14 @@ class TaskSynthesizer:
         numbers_constrained: bool = False,
     ) -> None:
         self.llm, self.params, self.difficulty = llm, params, difficulty
+        self.engine = Engine(llm)  # its capabilities, found once
         self.rubrics, self.tasks_per_trace = list(rubrics), tasks_per_trace
         self.targeted, self.shots, self.follow_shots = targeted, list(shots), list(follow_shots)
         self.chain_shots = list(chain_shots)
         self.candidates = candidates  # sampled requests per ask; the one that states most of its values is kept
         self.agreement = agreement  # with several candidates: prefer one that asks for its calls' tools
         # a request's numbers decoded under NumberConstraint (an in-process synthesizer): only its calls' own values
-        self.numbers_constrained = numbers_constrained and Capabilities.of(llm).constrained
+        self.numbers_constrained = numbers_constrained and self.engine.caps.constrained
         self._numbers: NumberVocabulary | None = None
         self._seed = params.seed
 
@@ -403,16 +402,13 @@ class TaskSynthesizer:
         if not prompts:
             return []
         if not self.numbers_constrained:
-            return [[o.text for o in out] for out in self.llm.chat(list(prompts), params)]
-        local = cast(InProcessLLM, self.llm)
+            return [[o.text for o in out] for out in self.engine.chat(list(prompts), params)]
         if self._numbers is None:
-            self._numbers = NumberVocabulary(local.tokenizer, local.eos_ids)
+            self._numbers = NumberVocabulary(*self.engine.vocabulary)
         vocab = self._numbers
-        batch = local.decode_batch(replace(params, n=1))
-        if params.seed is not None:
-            batch.generator = torch.Generator(device="cpu").manual_seed(params.seed)
+        batch = self.engine.constrained(replace(params, n=1))
         keys = [(i, c) for i in range(len(prompts)) for c in range(self.candidates)]
-        ids = [local.apply_chat_template(list(p)) for p in prompts]
+        ids = [self.engine.apply_chat_template(list(p)) for p in prompts]
         constraints: list[Any] = [
             NumberConstraint(vocab, {f for v in values[i] for f in number_strings(v)}) for i, _ in keys
         ]
@@ -423,7 +419,7 @@ class TaskSynthesizer:
     def _items(self, usable) -> tuple[list[list[tuple[str, list[int]]]], int]:
         """Per usable trace, its (request, call indices) items; and how many answers gave none."""
         if not self.targeted:
-            outs = self.llm.chat(
+            outs = self.engine.chat(
                 [synthesis_prompt(calls, self.difficulty, self.rubrics, self.tasks_per_trace) for _, calls in usable],
                 self.params,
             )
