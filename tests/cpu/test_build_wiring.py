@@ -114,11 +114,12 @@ def test_build_loop_evaluates_the_eval_split_with_the_runs_k_seed_and_policy_env
     summary, trajs = loop.evaluator(9)
     assert summary == {"avg@3": 0.5, "split": "dev"} and trajs == []
     assert asked == [(["coin-dev-0", "coin-dev-1"], 3, 9, "json", "reasoning", False)]
-    assert (
-        store.get_meta("train_tasks") == '["coin-train-0", "coin-train-1", "coin-train-2", "coin-train-3", '
-        '"coin-train-4", "coin-train-5"]'
-    )
+    assert loop.train_task_ids == [f"coin-train-{i}" for i in range(6)]  # the loop records them when it runs
+    assert store.get_meta("train_tasks") is None  # building the loop writes nothing
     assert loop.warmup is None and loop.stages.synthesis is None
+    loop.cfg = load_config(None, [*sets, "train.iterations=0", "train.eval_before=false", "train.eval_after=false"])
+    loop.run()
+    assert store.get_meta("train_tasks") == json.dumps(loop.train_task_ids)  # recorded by the loop, not the root
     store.close()
     unset = [s for s in sets if not s.startswith(("train.eval_k", "train.eval_tasks"))]
     cfg, run_dir, store = open_run(load_config(None, unset), None)
@@ -261,7 +262,7 @@ def test_at_lambda_1_no_person_written_training_task_reaches_the_training_side(t
         assert loop.stages.synthesis is not None
         loop.stages.synthesis.synthesize([], pipeline.Funnel(), lambda *a: None)
         assert existing[-1] == want
-        assert store.get_meta("train_tasks") == json.dumps(want)
+        assert loop.train_task_ids == want
         store.close()
 
 

@@ -46,6 +46,16 @@ class TokenOnly:
         return self.inner.decode(token_ids)
 
 
+class _Patched:
+    """A backend with some methods replaced (the rest are the wrapped one's)."""
+
+    def __init__(self, inner, **methods):
+        self.inner, self.methods = inner, methods
+
+    def __getattr__(self, name):
+        return self.methods[name] if name in self.methods else getattr(self.inner, name)
+
+
 class ChatOnly:
     """The native backend seen through chat messages only (what an OpenAI-compatible server offers)."""
 
@@ -169,6 +179,76 @@ def test_helpers_decode_under_constraints_only_through_the_seam():
             bad = [b for b in (".decode_batch(", "cast(InProcessLLM", ".local.") if b in text]
             found += [f"{path.name}: {b}" for b in bad]
     assert found == []
+
+
+def test_async_generation_is_awaited_concurrently_without_blocking_the_event_loop(local):
+    """The seam's coroutines (issue 79.2, SkyRL's interface): ``agenerate`` gives what ``generate_ids`` gives (token
+    ids) or what ``chat`` gives (chat-only), two awaited together overlap, and the event loop keeps running while
+    the backend works; weight updates are refused by name where the backend takes none."""
+    import asyncio
+    import threading
+    import time
+
+    from evolvekit.types import ChatMessage
+
+    messages = [ChatMessage(role="user", content="hi")]
+    params = SamplingParams(temperature=0.0, max_new_tokens=3)
+    prompt = local.apply_chat_template(messages)
+    answer = local.generate_ids([prompt], params)
+
+    class Overlap:
+        """Wraps a backend call: how many ran at once, at most."""
+
+        def __init__(self, fn):
+            self.fn, self.running, self.most, self.lock = fn, 0, 0, threading.Lock()
+
+        def __call__(self, *args):
+            with self.lock:
+                self.running += 1
+                self.most = max(self.most, self.running)
+            time.sleep(0.3)
+            try:
+                return self.fn(*args)
+            finally:
+                with self.lock:
+                    self.running -= 1
+
+    served = TokenOnly(local)  # a backend without the model in process: its calls may overlap
+    served.generate_ids = Overlap(lambda prompts, params: answer)  # type: ignore[method-assign]
+    engine = Engine(served)
+
+    async def main():
+        ticks, done = 0, False
+
+        async def ticker():
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        tick = asyncio.create_task(ticker())
+        both = await asyncio.gather(engine.agenerate([prompt], params), engine.agenerate([prompt], params))
+        done = True
+        await tick
+        chat = await Engine(ChatOnly(local)).agenerate([messages], params)
+        return both, chat, ticks
+
+    (first, second), chat, ticks = asyncio.run(main())
+    assert first == second == answer
+    assert served.generate_ids.most == 2 and ticks >= 10  # the two calls overlapped; the loop ran on meanwhile
+    assert chat[0][0].text == local.chat([messages], params)[0][0].text
+    # the model in process: one call at a time, and the same ids as the blocking call
+    inproc = Engine(local)
+    guard = Overlap(local.generate_ids)
+    inproc.llm = _Patched(local, generate_ids=guard)
+
+    async def together():
+        return await asyncio.gather(*(inproc.agenerate([prompt], params) for _ in range(2)))
+
+    a, b = asyncio.run(together())
+    assert guard.most == 1 and a[0][0].token_ids == b[0][0].token_ids == answer[0][0].token_ids
+    with pytest.raises(TypeError, match="accepts no weight updates"):
+        asyncio.run(Engine(ChatOnly(local)).aupdate_weights({}))
 
 
 def test_sessions_are_the_continuous_batch_or_lock_step_rounds(local):

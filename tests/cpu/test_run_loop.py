@@ -462,8 +462,8 @@ def test_an_environment_without_tasks_trains_on_its_own_synthesized_tasks(tiny, 
         loop_for(alone)
     real_stage = build.synthesis_stage
 
-    def scripted(cfg, train_tasks, policy, env_factory, receive):  # synthesis as if the explorer had found 3 tasks
-        stage = real_stage(cfg, train_tasks, policy, env_factory, receive)
+    def scripted(cfg, train_tasks, policy, engine, env_factory, receive):  # as if the explorer had found 3 tasks
+        stage = real_stage(cfg, train_tasks, policy, engine, env_factory, receive)
         stage.synthesize = lambda stored, funnel, on_round: (synthetic("syn", 3), funnel)
         return stage
 

@@ -14,8 +14,10 @@ protocols below (the same questions the callers used to ask with ``hasattr`` on 
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from dataclasses import asdict, dataclass
-from typing import Any, Hashable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Hashable, Protocol, Sequence, TypeVar, cast, runtime_checkable
 
 import torch
 
@@ -24,6 +26,7 @@ from evolvekit.llm.base import LLM, Completion, SamplingParams
 from evolvekit.types import ChatMessage
 
 Prompt = Sequence[int] | Sequence[ChatMessage]
+_T = TypeVar("_T")
 
 
 @runtime_checkable
@@ -140,6 +143,7 @@ class Engine:
     def __init__(self, llm: Any) -> None:
         self.llm = llm
         self.caps = Capabilities.of(llm)
+        self._in_process = threading.Lock()  # an in-process model's async calls run one at a time
         self.name = llm.name if isinstance(llm, LLM) else type(llm).__name__
 
     def __repr__(self) -> str:
@@ -201,6 +205,35 @@ class Engine:
             batch: Sessions = self.llm.decode_batch(params, keep_rows=True)
             return batch
         return LockStepSessions(self.llm, params, token_ids=self.caps.token_ids)
+
+    # -- async (SkyRL's engine interface: generation, weight updates and the prefix-cache reset as coroutines) ------
+    async def agenerate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        """``params.n`` completions of each prompt, awaited: token ids on a token-ids engine (exact ids and log-probs
+        back), chat messages on any other. The backend's blocking call runs on a worker thread, so the event loop
+        that awaits it (a server, an actor) keeps serving. Calls awaited together run concurrently on a served
+        backend; an in-process model runs one at a time (its forward switches the model's attention, which two
+        threads at once would leave switched)."""
+        if self.caps.token_ids:
+            return await self._off_loop(self.generate_ids, cast(Sequence[Sequence[int]], prompts), params)
+        return await self._off_loop(self.chat, cast(Sequence[Sequence[ChatMessage]], prompts), params)
+
+    async def aupdate_weights(self, state_dict: dict[str, Any]) -> None:
+        """``update_weights`` (new weights by parameter name), awaited."""
+        await self._off_loop(self.update_weights, state_dict)
+
+    async def areset_prefix_cache(self) -> None:
+        """``reset_prefix_cache``, awaited."""
+        await self._off_loop(self.reset_prefix_cache)
+
+    async def _off_loop(self, fn: Callable[..., _T], *args: Any) -> _T:
+        if not self.caps.in_process:
+            return await asyncio.to_thread(fn, *args)
+
+        def one_at_a_time() -> _T:
+            with self._in_process:
+                return fn(*args)
+
+        return await asyncio.to_thread(one_at_a_time)
 
     def reset_prefix_cache(self) -> None:
         """After new weights: drop cached prefix KV (a no-op for an engine without a prefix cache)."""

@@ -5,7 +5,6 @@ package (``agent/parts.py``, ``train/parts.py``, ``questioning/parts.py``, ``nav
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,7 +121,6 @@ def build_loop(
 ) -> MasterLoop:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     tasks = parts.tasks(cfg)  # 1. the run's tasks, read once (the training side's, the held-out ones)
-    store.set_meta("train_tasks", json.dumps([t.task_id for t in tasks.train]))  # what the training side may see
     # 2. the environment starts before any model loads (exit 2 if it cannot); then the policy and its trainer
     parts.environment(cfg.env, tasks.first)  # starts the environment only (some need a task)
     policy, trainer = parts.trainer(cfg, store, console, parallel)
@@ -174,4 +172,7 @@ def build_loop(
         if cfg.cold_start.enabled
         else None
     )
-    return MasterLoop(cfg, run_dir, store, stages, evaluate, console, warmup=warmup, prepare=shown)
+    train_ids = [t.task_id for t in tasks.train]  # what the training side may see (the loop records them)
+    return MasterLoop(
+        cfg, run_dir, store, stages, evaluate, console, warmup=warmup, prepare=shown, train_task_ids=train_ids
+    )

@@ -114,8 +114,11 @@ class MasterLoop:
         warmup: Callable[[], dict] | None = None,
         boundary: InformationBoundary | None = None,
         prepare: Callable[[], object] | None = None,
+        train_task_ids: Sequence[str] = (),
     ) -> None:
         self.cfg, self.run_dir, self.store, self.stages = cfg, Path(run_dir), store, stages
+        # the person-written tasks the training side may see, recorded in the store when the run starts
+        self.train_task_ids = list(train_task_ids)
         # what the loop's reward shaping may read of a task (src/evolvekit/boundary.py)
         self.boundary = boundary if boundary is not None else InformationBoundary(cfg.run.oracle)
         self.evaluator = evaluator
@@ -156,6 +159,7 @@ class MasterLoop:
             report_to=tuple(cfg.train.report_to),
             config=cfg.model_dump(mode="json"),
         )
+        store.set_meta("train_tasks", json.dumps(self.train_task_ids))  # what the training side may see
         try:
             if self.prepare is not None:
                 self.prepare()
