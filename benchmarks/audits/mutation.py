@@ -116,7 +116,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "trainer": ("train/trainer.py", ["tests/cpu/test_trainer.py", "tests/cpu/test_master_weights.py"]),
     "policy": ("train/policy.py", ["tests/cpu/test_master_weights.py", "tests/cpu/test_trainer.py"]),
     # the master loop and the synthesis pipeline's rounds
-    "loop": ("orchestrator/loop.py", ["tests/cpu/test_run_loop.py", "tests/cpu/test_questioning.py"]),
+    "loop": (
+        "orchestrator/loop.py",
+        ["tests/cpu/test_loop_stages.py", "tests/cpu/test_run_loop.py", "tests/cpu/test_questioning.py"],
+    ),
     "pipeline": (
         "questioning/pipeline.py",
         ["tests/cpu/test_questioning.py", "tests/cpu/test_synthesis_turns.py", "tests/cpu/test_curate.py"],
@@ -255,7 +258,7 @@ def mutate(
             # the fast tier only (since 2026-11-27; earlier rows ran slow tests too): a mutant only a slow test
             # catches counts as a survivor
             'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q", "-o", "addopts=", "-m", "not slow"]\n'
-            'also_copy = ["configs/", "examples/"]\n'  # files tests read by path (a family's worked examples)
+            'also_copy = ["configs/", "examples/", "docs/"]\n'  # what tests read by path (examples, docs' counts)
             f"timeout_multiplier = {timeout_multiplier}\n"
             f"timeout_constant = {timeout_constant}\n"
             # workers forked from a server that has imported the tests but run no torch: a fork after torch has run

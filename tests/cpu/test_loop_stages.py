@@ -1,0 +1,208 @@
+"""The master loop (orchestrator/loop.py) with recorded stand-in stages and no model: what it calls, in which order,
+with which seeds, what it commits and when, how a resumed run goes on, when it evaluates and which checkpoints it
+keeps. The fast twins of test_run_loop.py's runs (issue 77.2): a mutation look of loop.py runs these."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evolvekit.config import load_config
+from evolvekit.orchestrator.loop import MasterLoop, Stages, iteration_seed
+from evolvekit.orchestrator.run_dir import open_run
+from evolvekit.store.sqlite import IterationStatus
+from evolvekit.types import Step, StepLabel, Task, ToolCall, Trajectory
+
+
+class _Calls(list):
+    def add(self, *what):
+        self.append(what)
+
+
+class _Supply:
+    def __init__(self, calls: _Calls) -> None:
+        self.calls = calls
+        gold = [[ToolCall(name="add", arguments={"a": 1, "b": 2})]]  # a person-written reference solution
+        self.pool = [Task(task_id=f"t{i}", env_name="bfcl", query=f"q{i}", reference_solution=gold) for i in range(3)]
+
+    def training_set(self):
+        return list(self.pool)
+
+    def tasks(self, ctx):
+        self.calls.add("tasks", ctx.iteration, ctx.seed)
+        return [self.pool[ctx.iteration % 3], self.pool[(ctx.iteration + 1) % 3]]
+
+    def observe(self, ctx, trajectories):
+        self.calls.add("observe", ctx.iteration, len(trajectories))
+        return {"coevolve/signals": float(len(trajectories))}  # what CoEvolve's hook reports
+
+    def commit(self, c, store, iteration):
+        self.calls.add("supply.commit", iteration)
+        store.put_tasks(c, [Task(task_id=f"new{iteration}", env_name="bfcl", query="made")], iteration)
+
+
+class _Rollouts:
+    last_metrics = {"judge/calls": 2.0}
+
+    def __init__(self, calls: _Calls) -> None:
+        self.calls = calls
+
+    def rollout(self, ctx, tasks):
+        self.calls.add("rollout", ctx.iteration, [t.task_id for t in tasks])
+        step = Step(index=0, action_text="x", tool_calls=[ToolCall(name="add")])
+        return [
+            Trajectory(task_id=t.task_id, group_id=f"g{ctx.iteration}", outcome_reward=float(i % 2), steps=[step])
+            for i, t in enumerate(tasks)
+        ]
+
+
+class _Experience:
+    def __init__(self, calls: _Calls) -> None:
+        self.calls = calls
+
+    def process(self, ctx, trajectories):
+        self.calls.add("experience", ctx.iteration)
+        return {"experience/added": 1.0}
+
+    def commit(self, c, store, iteration):
+        self.calls.add("experience.commit", iteration)
+
+
+class _Samples:
+    def __init__(self, calls: _Calls) -> None:
+        self.calls = calls
+
+    def build(self, ctx, trajectories):
+        self.calls.add("samples", ctx.iteration, len(trajectories))
+        for t in trajectories:
+            t.step_attributions = [StepLabel.GOOD] * len(t.steps)  # step credit, stored with the iteration
+        return ["s"] * len(trajectories), {"samples/count": float(len(trajectories))}
+
+
+class _Updater:
+    def __init__(self, calls: _Calls, fail_at: int | None = None) -> None:
+        self.calls, self.fail_at = calls, fail_at
+
+    def update(self, ctx, samples):
+        self.calls.add("update", ctx.iteration, len(samples))
+        if ctx.iteration == self.fail_at:
+            raise RuntimeError("killed")
+        return {"train/loss": 0.25}
+
+    def save(self, path: Path) -> Path:
+        self.calls.add("save", path.name)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "optimizer.pt").write_text("state")
+        return path
+
+
+def _loop(tmp_path, *sets: str, calls: _Calls, fail_at: int | None = None, resume: Path | None = None, **kw):
+    base = [f"run.out_dir={tmp_path / 'runs'}", "run.seed=5", "train.iterations=2", "train.eval_before=false"]
+    base += ["train.eval_after=false", "train.eval_every=0"]
+    cfg, run_dir, store = open_run(None if resume else load_config(None, [*base, *sets]), resume)
+    stages = Stages(_Supply(calls), _Rollouts(calls), _Experience(calls), _Samples(calls), _Updater(calls, fail_at))
+    return MasterLoop(cfg, run_dir, store, stages, train_task_ids=["t0", "t1", "t2"], **kw), store
+
+
+def test_an_iteration_runs_the_stages_in_order_with_its_seed_and_commits_what_they_add(tmp_path):
+    calls = _Calls()
+    loop, store = _loop(tmp_path, calls=calls)
+    summary = loop.run()
+    it0 = [c for c in calls if c[1:2] in ((0,), ("iter-0000",))]
+    assert [c[0] for c in it0] == [
+        "tasks", "rollout", "observe", "experience", "samples", "update", "save", "experience.commit", "supply.commit"
+    ]  # fmt: skip
+    assert ("tasks", 0, iteration_seed(5, 0)) in calls and ("tasks", 1, iteration_seed(5, 1)) in calls
+    assert ("update", 1, 2) in calls and ("samples", 1, 2) in calls
+    assert store.completed_iterations() == [0, 1] and summary["iterations"] == 2
+    metrics = store.metrics()
+    assert metrics[1]["train/loss"] == 0.25 and metrics[1]["experience/added"] == 1.0
+    assert metrics[1]["coevolve/signals"] == 2.0 and metrics[1]["judge/calls"] == 2.0  # every stage's report kept
+    assert metrics[0]["rollout/reward_mean"] == 0.5 and metrics[0]["samples/count"] == 2.0
+    assert {"time/rollout_s", "time/update_s", "time/iteration_s"} <= set(metrics[0])
+    stored = store.trajectories(1, "train")
+    assert len(stored) == 2 and all(t.step_attributions == [StepLabel.GOOD] for t in stored)  # stage D's labels
+    kept = {t.task_id: t for t in store.tasks()}
+    assert {"new0", "new1"} <= set(kept)  # the supply's additions, committed with the iteration
+    assert kept["t0"].reference_solution is None  # the training side's view: no person-written reference stored
+    assert json.loads(store.get_meta("train_tasks") or "[]") == ["t0", "t1", "t2"]
+    assert summary["checkpoint"].endswith("iter-0001") and (Path(summary["checkpoint"]) / "optimizer.pt").exists()
+    assert json.loads((Path(summary["run_dir"]) / "summary.json").read_text())["iterations"] == 2
+    store.close()
+
+
+def test_a_run_killed_after_its_rollouts_reuses_them_and_goes_on(tmp_path):
+    calls = _Calls()
+    loop, store = _loop(tmp_path, calls=calls, fail_at=0)
+    with pytest.raises(RuntimeError, match="killed"):
+        loop.run()
+    assert store.iteration_status(0) == IterationStatus.ROLLED_OUT and store.completed_iterations() == []
+    run_dir = loop.run_dir
+    store.close()
+    again = _Calls()
+    loop, store = _loop(tmp_path, calls=again, resume=run_dir)
+    loop.run()
+    assert [c for c in again if c[0] in ("tasks", "rollout")] == [
+        ("tasks", 1, iteration_seed(5, 1)),
+        ("rollout", 1, ["t1", "t2"]),
+    ]  # iteration 0's committed rollouts are reused, not rolled out again
+    assert ("update", 0, 2) in again and store.completed_iterations() == [0, 1]
+    store.close()
+
+
+@pytest.mark.parametrize("after, periodic", [(True, [1]), (False, [1, 3])])
+def test_periodic_evaluation_every_k_iterations_and_never_twice_at_the_end(tmp_path, after, periodic):
+    calls, seeds = _Calls(), []
+
+    def evaluator(seed):
+        seeds.append(seed)
+        return {"avg@2": 0.5, "best@2": 1.0}, []
+
+    sets = ["train.iterations=4", "train.eval_every=2", f"train.eval_after={str(after).lower()}"]
+    sets += ["train.eval_before=true"]
+    loop, store = _loop(tmp_path, *sets, calls=calls, evaluator=evaluator)
+    summary = loop.run()
+    want = [iteration_seed(5, 10_000 - 1)] + [iteration_seed(5, 10_000 + it) for it in periodic]
+    want += [iteration_seed(5, 10_000 + 4)] if after else []
+    assert seeds == want  # before, each periodic point, after: each with its own seed
+    metrics = store.metrics()
+    assert [it for it in range(4) if "eval/avg@2" in metrics[it]] == periodic
+    assert summary["eval_before"]["avg@2"] == 0.5 and (summary["eval_after"] is not None) == after
+    store.close()
+
+
+def test_only_the_newest_checkpoints_are_kept_and_only_the_newest_keeps_its_optimizer(tmp_path):
+    calls = _Calls()
+    loop, store = _loop(tmp_path, "train.iterations=3", "train.keep_checkpoints=2", calls=calls)
+    loop.run()
+    folders = loop.run_dir / "checkpoints"
+    assert sorted(p.name for p in folders.iterdir()) == ["iter-0001", "iter-0002"]
+    assert not (folders / "iter-0001" / "optimizer.pt").exists() and (folders / "iter-0002" / "optimizer.pt").exists()
+    store.close()
+
+
+def test_the_cold_start_runs_once_checkpoints_as_iteration_minus_one_and_is_evaluated(tmp_path):
+    calls, seeds = _Calls(), []
+
+    def warmup():
+        calls.add("warmup")
+        return {"sft/loss": 1.5}
+
+    def evaluator(seed):
+        seeds.append(seed)
+        return {"avg@2": 0.25}, []
+
+    loop, store = _loop(tmp_path, "train.eval_after=true", calls=calls, warmup=warmup, evaluator=evaluator)
+    summary = loop.run()
+    assert calls[0] == ("warmup",) and calls[1] == ("save", "cold-start")  # before the first iteration's tasks
+    assert store.checkpoints()[0].iteration == -1 and summary["cold_start"] == {"sft/loss": 1.5}
+    assert store.evaluation("cold_start") is not None and seeds[0] == iteration_seed(5, 10_000 - 1)
+    run_dir = loop.run_dir
+    store.close()
+    again = _Calls()
+    loop, store = _loop(tmp_path, calls=again, resume=run_dir, warmup=warmup)
+    loop.run()
+    assert ("warmup",) not in again  # a resumed run keeps its warm-up
+    store.close()
