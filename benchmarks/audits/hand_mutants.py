@@ -30,6 +30,14 @@ class Mutant:
     tests: tuple[str, ...]
 
 
+_ESTIMATOR_TESTS = (
+    "tests/cpu/test_estimators.py",
+    "tests/cpu/test_advantages.py",
+    "tests/cpu/test_gigpo.py",
+    "tests/cpu/test_attributing.py",
+    "tests/cpu/test_attributing_stage.py",
+)
+
 MUTANTS = (
     # CoEvolve §3.1: a task is failing below the success threshold 0.5
     Mutant("coevolve threshold", "questioning/coevolve.py", "THRESHOLD = 0.5", "THRESHOLD = 0.6",
@@ -60,6 +68,28 @@ MUTANTS = (
     # the table config show flags departures against: the paper's η
     Mutant("paper table eta", "config.py", '"navigating.eta": (0.5, "§7.1.3")', '"navigating.eta": (0.4, "§7.1.3")',
            ("tests/cpu/test_config.py",)),
+    # the registered estimators' and step-credit sources' bodies (decorated: outside mutmut's reach)
+    Mutant("dual channel alpha schedule", "attributing/estimators.py", "alpha = alpha_for(acfg, batch.iteration)",
+           "alpha = acfg.alpha", _ESTIMATOR_TESTS),
+    Mutant("dual channel mixed groups", "attributing/estimators.py",
+           "if len({live[i].checked_outcome for i in idx}) > 1:",
+           "if len({live[i].checked_outcome for i in idx}) >= 1:", _ESTIMATOR_TESTS),
+    Mutant("dual channel mode", "attributing/estimators.py", "            acfg.mode,\n            acfg.eps,",
+           '            "outcome_only",\n            acfg.eps,', _ESTIMATOR_TESTS),
+    Mutant("gigpo gamma and weight", "attributing/estimators.py", "acfg.gigpo_gamma,\n            acfg.gigpo_weight,",
+           "acfg.gigpo_weight,\n            acfg.gigpo_gamma,", _ESTIMATOR_TESTS),
+    Mutant("grpo eps", "train/advantages.py", "return grpo_step_advantages(batch.trajectories, batch.eps_norm), {}",
+           "return grpo_step_advantages(batch.trajectories, 1.0), {}", _ESTIMATOR_TESTS),
+    Mutant("grounded source neutral ratio", "attributing/sources.py",
+           '"attribution/neutral_ratio": sum(lab == StepLabel.NEUTRAL',
+           '"attribution/neutral_ratio": sum(lab == StepLabel.BAD', _ESTIMATOR_TESTS),
+    Mutant("llm source registration", "attributing/sources.py", '@register_step_credit("llm")',
+           '@register_step_credit("llm_judge")', _ESTIMATOR_TESTS),
+    Mutant("gigpo registration", "attributing/estimators.py", '@register_advantage("gigpo")',
+           '@register_advantage("gigpo2")', _ESTIMATOR_TESTS),
+    # the engine registry's built-in backends, registered at import
+    Mutant("built-in engines", "engine/registry.py", "for _module in (native, continuous, vllm, sglang):",
+           "for _module in (native, continuous, vllm):", ("tests/cpu/test_engine_registry.py",)),
 )  # fmt: skip
 
 
