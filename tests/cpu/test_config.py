@@ -151,6 +151,27 @@ def test_the_main_job_runs_on_the_environment_alone():
     assert fmt.questioning.enabled and not (fmt.navigating.enabled or fmt.attributing.enabled)
 
 
+def test_the_mcp_spec_trains_on_the_server_alone_and_is_judged_on_the_committed_panel():
+    """configs/evidence/evidence_mcp_fs.yaml (issue 76.5): npm's filesystem server with no person-written training task
+    (no tasks file, λ = 1), the run's own worked examples, no oracle, 10 seeds; held out on the committed panel only;
+    its format_only control sees nothing of whether a call was the right one."""
+    from evolvekit.report.ablate import load_spec
+
+    spec_path = Path("configs/evidence/evidence_mcp_fs.yaml")
+    spec = load_spec(spec_path)
+    rows = {row.name: load_config(spec_path.parent / spec.base, [*spec.budget, *row.overrides]) for row in spec.rows}
+    assert set(rows) == {"self_examples", "format_only"} and len(spec.seeds) >= 10
+    for cfg in rows.values():
+        assert cfg.env.name == "mcp" and cfg.env.mcp.tasks_file is None and cfg.env.worked_examples == "self"
+        assert cfg.questioning.enabled and cfg.questioning.hybrid_lambda == 1.0 and not cfg.run.oracle
+        assert cfg.train.eval_panels == ["configs/panels/mcp_fs_panel_v1.jsonl"] and cfg.train.eval_k == 4
+    main = rows["self_examples"]
+    assert main.navigating.enabled and main.attributing.enabled
+    fmt = rows["format_only"]
+    assert (fmt.reward.w_outcome, fmt.reward.w_format) == (0.0, 1.0)
+    assert not (fmt.navigating.enabled or fmt.attributing.enabled)
+
+
 def test_evidence_quickstart_replication_repeats_the_spec_on_new_seeds():
     """The replication runs exactly the original rows and budget into the same run folder, on seeds not run before;
     the pooled file reports both sets of seeds."""
