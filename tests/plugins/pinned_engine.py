@@ -18,6 +18,7 @@ class PinnedOptions(BaseModel):
 
     temperature: float = Field(0.0, ge=0)
     label: str = "pinned"
+    limits: dict[str, int] = Field(default_factory=dict)  # a nested option: an error names its whole path
 
 
 def build(request: EngineRequest) -> RolloutEngine:
