@@ -237,13 +237,14 @@ def test_async_generation_is_awaited_concurrently_without_blocking_the_event_loo
     assert first == second == answer
     assert served.generate_ids.most == 2 and ticks >= 10  # the two calls overlapped; the loop ran on meanwhile
     assert chat[0][0].text == local.chat([messages], params)[0][0].text
-    # the model in process: one call at a time, and the same ids as the blocking call
-    inproc = Engine(local)
+    # the model in process: one call at a time, even from two engines over it, and the same ids as the blocking call
     guard = Overlap(local.generate_ids)
-    inproc.llm = _Patched(local, generate_ids=guard)
+    engines = [Engine(local), Engine(local)]
+    for e in engines:
+        e.llm = _Patched(local, generate_ids=guard)
 
     async def together():
-        return await asyncio.gather(*(inproc.agenerate([prompt], params) for _ in range(2)))
+        return await asyncio.gather(*(e.agenerate([prompt], params) for e in engines))
 
     a, b = asyncio.run(together())
     assert guard.most == 1 and a[0][0].token_ids == b[0][0].token_ids == answer[0][0].token_ids

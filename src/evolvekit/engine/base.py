@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Hashable, Protocol, Sequence, TypeVar, cast, runtime_checkable
 
@@ -137,13 +138,24 @@ class ConstrainedDecode:
         return done
 
 
+_MODEL_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_MODEL_LOCKS_GUARD = threading.Lock()
+
+
+def _model_lock(llm: Any) -> threading.Lock:
+    """The one lock of an in-process backend, shared by every ``Engine`` over it."""
+    with _MODEL_LOCKS_GUARD:
+        return _MODEL_LOCKS.setdefault(llm, threading.Lock())
+
+
 class Engine:
     """One backend behind the seam. ``caps`` is fixed at construction; every method answers from it."""
 
     def __init__(self, llm: Any) -> None:
         self.llm = llm
         self.caps = Capabilities.of(llm)
-        self._in_process = threading.Lock()  # an in-process model's async calls run one at a time
+        # an in-process model's async calls run one at a time, whichever Engine over it makes them
+        self._in_process = _model_lock(llm) if self.caps.in_process else None
         self.name = llm.name if isinstance(llm, LLM) else type(llm).__name__
 
     def __repr__(self) -> str:
@@ -226,11 +238,12 @@ class Engine:
         await self._off_loop(self.reset_prefix_cache)
 
     async def _off_loop(self, fn: Callable[..., _T], *args: Any) -> _T:
-        if not self.caps.in_process:
+        lock = self._in_process
+        if lock is None:
             return await asyncio.to_thread(fn, *args)
 
         def one_at_a_time() -> _T:
-            with self._in_process:
+            with lock:
                 return fn(*args)
 
         return await asyncio.to_thread(one_at_a_time)
