@@ -619,7 +619,7 @@ def test_scaffold_constrains_the_depth_step_tool_name_to_real_tools(tmp_path):
         )
     ]
     explorer = Explorer(llm, SamplingParams(temperature=1.0, max_new_tokens=48, seed=1), scaffold=True)
-    batch = llm.decode_batch(explorer.params, keep_rows=True)
+    batch = explorer.engine.constrained(explorer.params, keep_rows=True)  # what explore() opens
     convs = [[ChatMessage(role="user", content=f"explore {i}")] for i in range(4)]
     outs = explorer._generate(convs, [OPEN_NAME] * 4, 5, list(range(4)), batch, [tools] * 4)
     required = {"add": {"a", "b"}, "multiply": {"a"}, "ls": set()}
