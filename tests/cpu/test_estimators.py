@@ -107,12 +107,12 @@ def test_gigpo_estimator_hand_computed_with_its_gamma_weight_norm_and_summed_gro
 
 def test_the_grounded_source_passes_its_labels_on_with_exact_shares():
     trajs = [_traj("g", 1.0, 3), _traj("g", 0.0, 2)]
-    grounded = [[G, N, B], [G, G]]
+    grounded = [[G, N, B], [N, G]]  # GOOD, NEUTRAL and BAD in shares that differ: each counts its own label
     res = grounded_source(CreditInputs(trajectories=trajs, tasks={}, grounded=grounded))
     assert res.labels == grounded and res.labels is not grounded
     assert res.metrics == {
-        "attribution/good_ratio": pytest.approx(0.6),
-        "attribution/neutral_ratio": pytest.approx(0.2),
+        "attribution/good_ratio": pytest.approx(0.4),
+        "attribution/neutral_ratio": pytest.approx(0.4),
     }
     empty = grounded_source(CreditInputs(trajectories=[], tasks={}, grounded=[]))
     assert empty.labels == [] and empty.metrics == {"attribution/good_ratio": 0.0, "attribution/neutral_ratio": 0.0}
