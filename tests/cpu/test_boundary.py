@@ -356,7 +356,8 @@ def test_a_cold_start_on_person_written_tasks_needs_the_oracle_switch(tiny, tmp_
     path.write_text(yaml.safe_dump(data))
     cfg, run_dir, store = open_run(load_config(path), None)
     with pytest.raises(ConfigError, match="person-written.*run.oracle"):
-        build_loop(cfg, run_dir, store, show_progress=False).run()
+        build_loop(cfg, run_dir, store, show_progress=False)  # refused when the run is built, before any work
+    assert store.evaluation("before") is None and store.completed_iterations() == []
     store.close()
 
 

@@ -20,7 +20,7 @@ from evolvekit.llm.base import InProcessLLM
 from evolvekit.store.sqlite import RunStore
 from evolvekit.train import sft  # looked up when called (the wiring tests record the warm-up)
 from evolvekit.train import trainer as trainers
-from evolvekit.types import TaskSource
+from evolvekit.types import Task, TaskSource
 
 if TYPE_CHECKING:
     from evolvekit.llm.local import LocalLLM
@@ -69,26 +69,18 @@ def build_trainer(
 
 def cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory, search_answer=None):
     """The cold-start warm-up (EvolveR): verified (task -> reference) pairs, never held-out tasks; with
-    ``search_answer`` (the search tool's answer from the run's pool) each pair first calls search_experience."""
+    ``search_answer`` (the search tool's answer from the run's pool) each pair first calls search_experience. A
+    ``cold_start.tasks_file`` is read and checked here, when the run is built: one that holds only person-written
+    tasks is refused before anything runs (their references are gold)."""
+    gate = InformationBoundary(cfg.run.oracle)
+    given = _warmup_tasks(load_task_file(cfg.cold_start.tasks_file), cfg, gate) if cfg.cold_start.tasks_file else None
 
     def warmup() -> dict:
-        if cfg.cold_start.tasks_file:
-            tasks = load_task_file(cfg.cold_start.tasks_file)
-        else:
-            tasks = [t for t in store.tasks() if t.source == TaskSource.SYNTHETIC and t.metadata.get("curation")]
-        held = env_tasks(cfg.env, cfg.env.eval_split)
-        if cfg.train.eval_synthetic:
-            held += load_task_file(cfg.train.eval_synthetic)
-        held_ids, held_queries = {t.task_id for t in held}, {str(t.query) for t in held}
-        tasks = [t for t in tasks if t.task_id not in held_ids and str(t.query) not in held_queries]
-        gate = InformationBoundary(cfg.run.oracle)
-        closed = [t for t in tasks if not gate.gold_allowed(t)]
-        if closed and len(closed) == len(tasks):
-            raise ConfigError(
-                f"cold_start: the {len(closed)} warm-up tasks are person-written; their references are gold "
-                "(set run.oracle: true to let them through, or warm up on the run's own synthesized tasks)"
-            )
-        tasks = [t for t in tasks if gate.gold_allowed(t)]
+        if given is not None:
+            tasks = given
+        else:  # the run's own synthesized tasks, known once the synthesis stage has run
+            own = [t for t in store.tasks() if t.source == TaskSource.SYNTHETIC and t.metadata.get("curation")]
+            tasks = _warmup_tasks(own, cfg, gate)
         template = TemplateSettings(template=cfg.rollout.template, token_limit=cfg.rollout.context_token_limit)
         teach = teach_search_on(cfg)
         pairs = sft.reference_pairs(
@@ -109,3 +101,20 @@ def cold_start(cfg: Config, store: RunStore, trainer, reference, env_factory, se
         return stats.as_metrics()
 
     return warmup
+
+
+def _warmup_tasks(tasks: list[Task], cfg: Config, gate: InformationBoundary) -> list[Task]:
+    """The warm-up's tasks: none held out (the eval split's or train.eval_synthetic's, by id or request), and only
+    those whose gold the boundary lets through; all of them closed is a ConfigError."""
+    held = env_tasks(cfg.env, cfg.env.eval_split)
+    if cfg.train.eval_synthetic:
+        held += load_task_file(cfg.train.eval_synthetic)
+    held_ids, held_queries = {t.task_id for t in held}, {str(t.query) for t in held}
+    tasks = [t for t in tasks if t.task_id not in held_ids and str(t.query) not in held_queries]
+    closed = [t for t in tasks if not gate.gold_allowed(t)]
+    if closed and len(closed) == len(tasks):
+        raise ConfigError(
+            f"cold_start: the {len(closed)} warm-up tasks are person-written; their references are gold "
+            "(set run.oracle: true to let them through, or warm up on the run's own synthesized tasks)"
+        )
+    return [t for t in tasks if gate.gold_allowed(t)]
