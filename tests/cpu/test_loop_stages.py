@@ -4,16 +4,26 @@ keeps. The fast twins of test_run_loop.py's runs (issue 77.2): a mutation look o
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from evolvekit.config import load_config
-from evolvekit.orchestrator.loop import MasterLoop, Stages, iteration_seed
+from evolvekit.orchestrator.loop import (
+    SYNTHESIS_DONE,
+    MasterLoop,
+    Stages,
+    SynthesisStage,
+    iteration_seed,
+    run_synthesis,
+)
 from evolvekit.orchestrator.run_dir import open_run
+from evolvekit.questioning.pipeline import Funnel
 from evolvekit.store.sqlite import IterationStatus
-from evolvekit.types import Step, StepLabel, Task, ToolCall, Trajectory
+from evolvekit.types import Step, StepLabel, Task, TaskSource, ToolCall, Trajectory
 
 
 class _Calls(list):
@@ -93,6 +103,7 @@ class _Updater:
 
     def save(self, path: Path) -> Path:
         self.calls.add("save", path.name)
+        self.saved = getattr(self, "saved", []) + [path]
         path.mkdir(parents=True, exist_ok=True)
         (path / "optimizer.pt").write_text("state")
         return path
@@ -194,10 +205,17 @@ def test_the_cold_start_runs_once_checkpoints_as_iteration_minus_one_and_is_eval
         seeds.append(seed)
         return {"avg@2": 0.25}, []
 
-    loop, store = _loop(tmp_path, "train.eval_after=true", calls=calls, warmup=warmup, evaluator=evaluator)
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    loop, store = _loop(tmp_path, "train.eval_after=true", calls=calls, warmup=warmup, evaluator=evaluator,
+                        console=console)  # fmt: skip
     summary = loop.run()
     assert calls[0] == ("warmup",) and calls[1] == ("save", "cold-start")  # before the first iteration's tasks
-    assert store.checkpoints()[0].iteration == -1 and summary["cold_start"] == {"sft/loss": 1.5}
+    warmed = loop.run_dir / "checkpoints" / "cold-start"
+    assert loop.stages.updater.saved[0] == warmed
+    first = store.checkpoints()[0]
+    assert (first.iteration, first.path) == (-1, str(warmed)) and summary["cold_start"] == {"sft/loss": 1.5}
+    assert "cold start: sft/loss=1.5" in out.getvalue()
     assert store.evaluation("cold_start") is not None and seeds[0] == iteration_seed(5, 10_000 - 1)
     run_dir = loop.run_dir
     store.close()
@@ -205,4 +223,46 @@ def test_the_cold_start_runs_once_checkpoints_as_iteration_minus_one_and_is_eval
     loop, store = _loop(tmp_path, calls=again, resume=run_dir, warmup=warmup)
     loop.run()
     assert ("warmup",) not in again  # a resumed run keeps its warm-up
+    store.close()
+
+
+def test_synthesis_goes_on_from_its_own_committed_rounds_and_runs_once(tmp_path, caplog):
+    """run_synthesis: only tasks this run synthesized and curated count as stored rounds (a person-written task
+    labelled with a curation record does not, nor a synthetic one without it); a finished synthesis is not run again,
+    its tasks go to the supply."""
+    import logging
+
+    cfg, run_dir, store = open_run(load_config(None, [f"run.out_dir={tmp_path / 'runs'}"]), None)
+    mine = Task(
+        task_id="s1", env_name="bfcl", query="q", source=TaskSource.SYNTHETIC, metadata={"curation": {"grounded": 1.0}}
+    )
+    with store.transaction() as c:
+        store.put_tasks(c, [mine], -1)
+        store.put_tasks(
+            c, [Task(task_id="p1", env_name="bfcl", query="q", metadata={"curation": {"grounded": 1.0}})], -1
+        )
+        store.put_tasks(c, [Task(task_id="s2", env_name="bfcl", query="q", source=TaskSource.SYNTHETIC)], -1)
+    seen, received = [], []
+
+    def synthesize(stored, funnel, on_round):
+        seen.append([t.task_id for t in stored])
+        made = Task(
+            task_id="s3",
+            env_name="bfcl",
+            query="q3",
+            source=TaskSource.SYNTHETIC,
+            metadata={"curation": {"grounded": 1.0}},
+        )
+        on_round(Funnel(kept=2), [], [made])
+        return [*stored, made], Funnel(kept=2)
+
+    stage = SynthesisStage(synthesize=synthesize, receive=received.extend)
+    with caplog.at_level(logging.INFO, logger="evolvekit.orchestrator.loop"):
+        first = run_synthesis(store, stage)
+    assert seen == [["s1"]] and [t.task_id for t in first] == ["s1", "s3"]
+    assert "resuming self-questioning with 1 stored synthetic tasks" in caplog.text
+    assert json.loads(store.get_meta(SYNTHESIS_DONE) or "{}")["kept"] == 2
+    again = run_synthesis(store, stage)  # finished: its tasks are reused, nothing is synthesized again
+    assert seen == [["s1"]] and sorted(t.task_id for t in again) == ["s1", "s3"]
+    assert [t.task_id for t in received] == ["s1", "s3", *[t.task_id for t in again]]
     store.close()
