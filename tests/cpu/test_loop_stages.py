@@ -199,7 +199,7 @@ def test_the_cold_start_runs_once_checkpoints_as_iteration_minus_one_and_is_eval
 
     def warmup():
         calls.add("warmup")
-        return {"sft/loss": 1.5}
+        return {"sft/loss": 1.5, "sft/pairs": 4.0}
 
     def evaluator(seed):
         seeds.append(seed)
@@ -214,8 +214,8 @@ def test_the_cold_start_runs_once_checkpoints_as_iteration_minus_one_and_is_eval
     warmed = loop.run_dir / "checkpoints" / "cold-start"
     assert loop.stages.updater.saved[0] == warmed
     first = store.checkpoints()[0]
-    assert (first.iteration, first.path) == (-1, str(warmed)) and summary["cold_start"] == {"sft/loss": 1.5}
-    assert "cold start: sft/loss=1.5" in out.getvalue()
+    assert (first.iteration, first.path) == (-1, str(warmed)) and summary["cold_start"] == {"sft/loss": 1.5, "sft/pairs": 4.0}
+    assert "cold start: sft/loss=1.5 sft/pairs=4" in out.getvalue()
     assert store.evaluation("cold_start") is not None and seeds[0] == iteration_seed(5, 10_000 - 1)
     run_dir = loop.run_dir
     store.close()
