@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from evolvekit.orchestrator.loop import (
     run_synthesis,
 )
 from evolvekit.orchestrator.run_dir import open_run
+from evolvekit.questioning.explore import ExplorationTrace
 from evolvekit.questioning.pipeline import Funnel
 from evolvekit.store.sqlite import IterationStatus
 from evolvekit.types import Step, StepLabel, Task, TaskSource, ToolCall, Trajectory
@@ -214,7 +216,10 @@ def test_the_cold_start_runs_once_checkpoints_as_iteration_minus_one_and_is_eval
     warmed = loop.run_dir / "checkpoints" / "cold-start"
     assert loop.stages.updater.saved[0] == warmed
     first = store.checkpoints()[0]
-    assert (first.iteration, first.path) == (-1, str(warmed)) and summary["cold_start"] == {"sft/loss": 1.5, "sft/pairs": 4.0}
+    assert (first.iteration, first.path) == (-1, str(warmed)) and summary["cold_start"] == {
+        "sft/loss": 1.5,
+        "sft/pairs": 4.0,
+    }
     assert "cold start: sft/loss=1.5 sft/pairs=4" in out.getvalue()
     assert store.evaluation("cold_start") is not None and seeds[0] == iteration_seed(5, 10_000 - 1)
     run_dir = loop.run_dir
@@ -253,15 +258,20 @@ def test_synthesis_goes_on_from_its_own_committed_rounds_and_runs_once(tmp_path,
             source=TaskSource.SYNTHETIC,
             metadata={"curation": {"grounded": 1.0}},
         )
-        on_round(Funnel(kept=2), [], [made])
+        on_round(Funnel(kept=2), [ExplorationTrace(exploration_id="e1", sandbox={})], [made])
         return [*stored, made], Funnel(kept=2)
 
     stage = SynthesisStage(synthesize=synthesize, receive=received.extend)
     with caplog.at_level(logging.INFO, logger="evolvekit.orchestrator.loop"):
         first = run_synthesis(store, stage)
     assert seen == [["s1"]] and [t.task_id for t in first] == ["s1", "s3"]
-    assert "resuming self-questioning with 1 stored synthetic tasks" in caplog.text
+    resumed = [r.getMessage() for r in caplog.records if "resuming" in r.getMessage()]
+    assert resumed[0].startswith("resuming self-questioning with 1 stored synthetic tasks (funnel so far: {")
     assert json.loads(store.get_meta(SYNTHESIS_DONE) or "{}")["kept"] == 2
+    # a round's explorations and kept tasks are stored as self-questioning's (iteration -1), not an iteration's
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("SELECT first_iteration FROM tasks WHERE task_id = 's3'").fetchall() == [(-1,)]
+        assert db.execute("SELECT iteration FROM explorations WHERE exploration_id = 'e1'").fetchall() == [(-1,)]
     again = run_synthesis(store, stage)  # finished: its tasks are reused, nothing is synthesized again
     assert seen == [["s1"]] and sorted(t.task_id for t in again) == ["s1", "s3"]
     assert [t.task_id for t in received] == ["s1", "s3", *[t.task_id for t in again]]
