@@ -183,6 +183,9 @@ def test_periodic_evaluation_every_k_iterations_and_never_twice_at_the_end(tmp_p
     metrics = store.metrics()
     assert [it for it in range(4) if "eval/avg@2" in metrics[it]] == periodic
     assert summary["eval_before"]["avg@2"] == 0.5 and (summary["eval_after"] is not None) == after
+    before = store.evaluation("before") or {}
+    assert before["iteration"] == -1 and isinstance(before["seconds"], float)  # timed, to a tenth of a second
+    assert before["seconds"] == round(before["seconds"], 1)
     store.close()
 
 
@@ -265,6 +268,8 @@ def test_synthesis_goes_on_from_its_own_committed_rounds_and_runs_once(tmp_path,
     with caplog.at_level(logging.INFO, logger="evolvekit.orchestrator.loop"):
         first = run_synthesis(store, stage)
     assert seen == [["s1"]] and [t.task_id for t in first] == ["s1", "s3"]
+    said = [r.getMessage() for r in caplog.records]
+    assert said[-1].startswith("self-questioning funnel: {") and "'kept': 2" in said[-1]  # the final funnel, logged
     resumed = [r.getMessage() for r in caplog.records if "resuming" in r.getMessage()]
     assert resumed[0].startswith("resuming self-questioning with 1 stored synthetic tasks (funnel so far: {")
     assert json.loads(store.get_meta(SYNTHESIS_DONE) or "{}")["kept"] == 2
