@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -171,12 +172,16 @@ def test_periodic_evaluation_every_k_iterations_and_never_twice_at_the_end(tmp_p
 
     def evaluator(seed):
         seeds.append(seed)
-        return {"avg@2": 0.5, "best@2": 1.0}, []
+        time.sleep(0.06)  # a timing with a second decimal: stored to a tenth of a second
+        held = [Trajectory(task_id="h", outcome_reward=1.0), Trajectory(task_id="h", outcome_reward=0.0)]
+        return {"avg@2": 0.5, "best@2": 1.0}, held
 
     sets = ["train.iterations=4", "train.eval_every=2", f"train.eval_after={str(after).lower()}"]
     sets += ["train.eval_before=true"]
-    loop, store = _loop(tmp_path, *sets, calls=calls, evaluator=evaluator)
+    out = io.StringIO()
+    loop, store = _loop(tmp_path, *sets, calls=calls, evaluator=evaluator, console=Console(file=out, width=200))
     summary = loop.run()
+    assert "held-out evaluation (before): avg@2=0.5 best@2=1.0" in out.getvalue()
     want = [iteration_seed(5, 10_000 - 1)] + [iteration_seed(5, 10_000 + it) for it in periodic]
     want += [iteration_seed(5, 10_000 + 4)] if after else []
     assert seeds == want  # before, each periodic point, after: each with its own seed
@@ -186,6 +191,9 @@ def test_periodic_evaluation_every_k_iterations_and_never_twice_at_the_end(tmp_p
     before = store.evaluation("before") or {}
     assert before["iteration"] == -1 and isinstance(before["seconds"], float)  # timed, to a tenth of a second
     assert before["seconds"] == round(before["seconds"], 1)
+    assert len(store.trajectories(1, "eval_periodic")) == 2
+    loop._evaluate("periodic", 1)  # evaluated again (a resumed run): its trajectories replace the earlier ones
+    assert len(store.trajectories(1, "eval_periodic")) == 2 and len(store.trajectories(-1, "eval_before")) == 2
     store.close()
 
 
