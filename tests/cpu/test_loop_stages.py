@@ -148,21 +148,20 @@ def test_an_iteration_runs_the_stages_in_order_with_its_seed_and_commits_what_th
 
 
 def test_a_run_killed_after_its_rollouts_reuses_them_and_goes_on(tmp_path):
-    calls = _Calls()
-    loop, store = _loop(tmp_path, calls=calls, fail_at=0)
+    calls, first_out = _Calls(), io.StringIO()
+    loop, store = _loop(tmp_path, calls=calls, fail_at=1, console=Console(file=first_out, width=200))
     with pytest.raises(RuntimeError, match="killed"):
         loop.run()
-    assert store.iteration_status(0) == IterationStatus.ROLLED_OUT and store.completed_iterations() == []
+    assert store.iteration_status(1) == IterationStatus.ROLLED_OUT and store.completed_iterations() == [0]
+    assert "resuming" not in first_out.getvalue()  # a fresh run says nothing of resuming
     run_dir = loop.run_dir
     store.close()
-    again = _Calls()
-    loop, store = _loop(tmp_path, calls=again, resume=run_dir)
+    again, out = _Calls(), io.StringIO()
+    loop, store = _loop(tmp_path, calls=again, resume=run_dir, console=Console(file=out, width=200))
     loop.run()
-    assert [c for c in again if c[0] in ("tasks", "rollout")] == [
-        ("tasks", 1, iteration_seed(5, 1)),
-        ("rollout", 1, ["t1", "t2"]),
-    ]  # iteration 0's committed rollouts are reused, not rolled out again
-    assert ("update", 0, 2) in again and store.completed_iterations() == [0, 1]
+    assert [c for c in again if c[0] in ("tasks", "rollout")] == []  # iteration 1's committed rollouts are reused
+    assert again[0] == ("observe", 1, 2) and ("update", 1, 2) in again and store.completed_iterations() == [0, 1]
+    assert "resuming at iteration 1 (1 done)" in out.getvalue()
     store.close()
 
 
