@@ -120,6 +120,12 @@ def _loop(tmp_path, *sets: str, calls: _Calls, fail_at: int | None = None, resum
     return MasterLoop(cfg, run_dir, store, stages, train_task_ids=["t0", "t1", "t2"], **kw), store
 
 
+def test_an_iterations_seed_by_hand():
+    """seed × 1,000,003 + iteration: distinct per run seed and iteration (evaluations use 10,000 + iteration)."""
+    assert iteration_seed(5, 0) == 5_000_015 and iteration_seed(5, 3) == 5_000_018
+    assert iteration_seed(5, -1) == 5_000_014 and iteration_seed(0, 7) == 7
+
+
 def test_an_iteration_runs_the_stages_in_order_with_its_seed_and_commits_what_they_add(tmp_path):
     calls = _Calls()
     loop, store = _loop(tmp_path, calls=calls)
