@@ -209,6 +209,7 @@ def test_master_loop_with_experience_mixed_rollouts(tmp_path, monkeypatch):
     loop = build_loop(cfg, run_dir, store, show_progress=False)
     fake = _Scripted(_summariser)  # the summariser role is a test double; policy, env, embedder, trainer are real
     loop.stages.experience.extractor.llm = fake
+    loop.stages.experience.extractor.engine = Engine(fake)  # the extractor decodes through its seam
     loop.stages.rollouts.refiner = fake
     loop.stages.experience.pool.equivalent = lambda new, old: True
     loop.run()
