@@ -24,6 +24,7 @@ from evolvekit.attributing.grounded import self_reference
 from evolvekit.attributing.stage import grounded_for
 from evolvekit.boundary import InformationBoundary
 from evolvekit.config import helper_sources, load_config
+from evolvekit.engine.base import Engine
 from evolvekit.errors import ConfigError
 from evolvekit.llm.tiny import make_tiny_model
 from evolvekit.navigating.extract import ExperienceExtractor
@@ -138,7 +139,7 @@ def test_extraction_writes_no_experience_from_person_written_gold():
     fail = _traj("t-real", [_step(0, [ToolCall(name="add", arguments={"a": 1, "b": 1})]), _step(1, [])], False)
 
     def extract(boundary: InformationBoundary):
-        ex = ExperienceExtractor(None, SamplingParams(), grounded=True, boundary=boundary)  # type: ignore[arg-type]
+        ex = ExperienceExtractor(Engine(None), SamplingParams(), grounded=True, boundary=boundary)  # type: ignore[arg-type]
         return ex.extract([fail], {real.task_id: real})
 
     closed = extract(InformationBoundary())

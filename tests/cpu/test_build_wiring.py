@@ -386,8 +386,8 @@ def test_build_loop_hands_synthesis_navigation_and_evolving_rl_the_runs_objects(
     """The stages build_loop composes get its own objects: self-questioning's synthesis the run's person-written
     tasks, policy, environment factory and the supply's receiver; the navigating pair the policy's engine, the
     environment factory, the run's sampling, progress setting, training set and template; Evolving-RL's stages the
-    config, policy, environment, sampling, the embedder's function, the template, and as related tasks the person-
-    written training tasks with the synthesized ones (and no other)."""
+    config, the rollouts' engine (the trainer's), environment, sampling, the embedder's function, the template, and
+    as related tasks the person-written training tasks with the synthesized ones (and no other)."""
     from types import SimpleNamespace
 
     from evolvekit.agent.parts import policy_sampling, rollout_template
@@ -426,7 +426,9 @@ def test_build_loop_hands_synthesis_navigation_and_evolving_rl_the_runs_objects(
     assert training_set == loop.stages.supply.training_set
     [(args, kw)] = evolving
     assert embedders == [cfg.embedding]
-    assert args[:4] == (cfg, policy, env_factory, params) and args[5] is embedder.embed and kw == {"template": template}
+    assert (
+        args[:4] == (cfg, backend, env_factory, params) and args[5] is embedder.embed
+    )  # the rollouts' engine and kw == {"template": template}
     syn = Task(task_id="syn", env_name="coin", query="q", source=TaskSource.SYNTHETIC)
     receive([syn])
     assert [t.task_id for t in args[4]()] == [t.task_id for t in train_tasks] + ["syn"]

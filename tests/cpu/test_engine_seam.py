@@ -181,6 +181,34 @@ def test_helpers_decode_under_constraints_only_through_the_seam():
     assert found == []
 
 
+def test_every_engine_is_made_in_the_registry_and_helpers_are_given_theirs():
+    """One place constructs engines (issue 79.2): outside ``engine/registry.py`` no module of evolvekit calls
+    ``Engine(...)`` (an AST walk, so a docstring does not count), and the helpers that generate (explorer,
+    synthesizer, experience extractor, Evolving-RL's rollouts) take their engine through the constructor and hold
+    no second backend attribute that could drift from it (the CI failure at a8edcbd: a test swapped ``.llm`` while
+    the helper decoded through ``.engine``)."""
+    import inspect
+
+    from evolvekit.navigating.evolving_stage import EvolvingRLRollouts
+    from evolvekit.navigating.extract import ExperienceExtractor
+    from evolvekit.questioning.explore import Explorer
+    from evolvekit.questioning.synthesize import TaskSynthesizer
+
+    made = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path == SRC / "engine" / "registry.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Engine":
+                made.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert made == []
+    assert "Engine(backend)" in (SRC / "engine" / "registry.py").read_text()  # the walk sees what it looks for
+    for cls in (Explorer, TaskSynthesizer, ExperienceExtractor, EvolvingRLRollouts):
+        params = inspect.signature(cls.__init__).parameters
+        assert "engine" in params and "llm" not in params, cls.__name__
+        assert "self.llm" not in inspect.getsource(cls), cls.__name__
+
+
 def test_async_generation_is_awaited_concurrently_without_blocking_the_event_loop(local):
     """The seam's coroutines (issue 79.2, SkyRL's interface): ``agenerate`` gives what ``generate_ids`` gives (token
     ids) or what ``chat`` gives (chat-only), two awaited together overlap, and the event loop keeps running while

@@ -10,6 +10,7 @@ import pytest
 import evolvekit.navigating.evolving_stage as stage_mod
 from evolvekit.agent.rollout_stage import RolloutSettings
 from evolvekit.config import EvolvingRLConfig, load_config
+from evolvekit.engine.base import Engine
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.navigating.evolving_rl import extractor_advantages, group_reliability, solver_advantages
 from evolvekit.navigating.evolving_stage import (
@@ -89,7 +90,7 @@ def test_stage_b_rolls_out_sources_skills_and_their_solvers_with_distinct_groups
     params = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=33, stop=("</s>",), seed=99)
     evolving = EvolvingRLConfig(n_candidates=3, k_tasks=2, skill_max_tokens=16)
     settings = RolloutSettings(rendering="json")
-    stage = EvolvingRLRollouts(evolving, settings, llm, make_env, params, candidates, embed, template)
+    stage = EvolvingRLRollouts(evolving, settings, Engine(llm), make_env, params, candidates, embed, template)
     assert stage.last_metrics == {}
     out = stage.rollout(_ctx(), TASKS[:2])
     assert reads == [1]  # the related-task pool is read once
@@ -144,7 +145,7 @@ def test_stage_b_rolls_out_sources_skills_and_their_solvers_with_distinct_groups
         # Eq. 2: a skill's reward is its mean downstream reward; the malformed one's is 0 (its solvers scored 1)
         assert [e.rewards.skill_utility for e in exts] == [1.0, 0.0, 0.0]
     one = EvolvingRLRollouts(
-        EvolvingRLConfig(n_candidates=1, k_tasks=1), settings, llm, make_env, params, candidates, embed
+        EvolvingRLConfig(n_candidates=1, k_tasks=1), settings, Engine(llm), make_env, params, candidates, embed
     )
     assert one.rollout(_ctx(), TASKS[:1])[1].rewards.skill_utility == 1.0  # K = 1: the one downstream reward
 
@@ -293,10 +294,10 @@ def test_stage_d_follows_table_3s_ablations_and_the_length_cap():
 
 def test_the_three_stages_are_built_from_one_config():
     cfg = load_config(None, ["evolving_rl.n_candidates=5", "evolving_rl.lambda_e=0.4", "train.eps_norm=0.01"])
-    llm = _LLM()
     params = SamplingParams(seed=4)
-    b, c, d = evolving_rl_stages(cfg, llm, "env", params, lambda: TASKS, embed, "tmpl")
-    assert b.evolving == cfg.evolving_rl and b.settings == RolloutSettings.of(cfg) and b.llm is llm
+    engine = Engine(_LLM())
+    b, c, d = evolving_rl_stages(cfg, engine, "env", params, lambda: TASKS, embed, "tmpl")
+    assert b.evolving == cfg.evolving_rl and b.settings == RolloutSettings.of(cfg) and b.engine is engine
     assert b.params is params
     assert (b.make_env, b.embed, b.template, b.candidates()) == ("env", embed, "tmpl", TASKS)
     assert isinstance(c, EvolvingRLSkills) and d.evolving == cfg.evolving_rl and d.settings == SampleSettings.of(cfg)

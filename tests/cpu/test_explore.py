@@ -11,7 +11,7 @@ import pytest
 from test_questioning import PERSON, _explorer_answer, _Scripted
 
 from evolvekit.config import EnvConfig, load_config
-from evolvekit.engine.base import ConstrainedDecode
+from evolvekit.engine.base import ConstrainedDecode, Engine
 from evolvekit.env.action_text import CLOSE, format_call
 from evolvekit.env.base import CallResult, EntityProfile, EnvProfile, ResetResult, StepResult, ToolSchema
 from evolvekit.env.prompts import system_prompt
@@ -124,7 +124,9 @@ def test_the_explorer_messages_are_rendered_as_first_shown_so_each_is_a_prefix_o
 
 
 def test_the_explorer_samples_one_reply_per_run_that_stops_at_the_call_and_offsets_its_seeds():
-    explorer = Explorer(_LLM([]), SamplingParams(temperature=1.3, top_p=0.8, max_new_tokens=40, stop=("x",), seed=7))
+    explorer = Explorer(
+        Engine(_LLM([])), SamplingParams(temperature=1.3, top_p=0.8, max_new_tokens=40, stop=("x",), seed=7)
+    )
     p = explorer.params
     assert (p.n, p.temperature, p.top_p, p.max_new_tokens, p.stop, p.seed, p.stop_on_balanced_json) == (
         1, 1.3, 0.8, 40, ("x", CLOSE), 7, True,
@@ -136,10 +138,12 @@ def test_the_explorer_samples_one_reply_per_run_that_stops_at_the_call_and_offse
     assert explorer.params.seed == 12
     explorer.start_round(6)
     assert explorer.params.seed == 13  # from the role's seed, not the last round's
-    unseeded = Explorer(_LLM([]), SamplingParams(seed=None))
+    unseeded = Explorer(Engine(_LLM([])), SamplingParams(seed=None))
     unseeded.start_round(5)
     assert unseeded.params.seed is None
-    assert not Explorer(_LLM([]), SamplingParams(), scaffold=True).scaffold  # a chat-only backend cannot continue
+    assert not Explorer(
+        Engine(_LLM([])), SamplingParams(), scaffold=True
+    ).scaffold  # a chat-only backend cannot continue
 
 
 class _LLM:
@@ -189,7 +193,7 @@ def test_the_exploration_loop_keeps_every_step_and_ends_each_run_on_its_own():
     # step 0: runs 0, 2, 3 (run 1 never started); step 1: runs 0 and 2 (3 ended); step 2: run 0 (2 raised)
     replies = [_call("ls"), "just text", _call("cat"), _call("rm")[: -len(CLOSE)], _call("cd"), _call("ls")]
     llm = _LLM(replies)
-    explorer = Explorer(llm, SamplingParams(seed=3), n_breadth=1, n_depth=1, rendering="json")
+    explorer = Explorer(Engine(llm), SamplingParams(seed=3), n_breadth=1, n_depth=1, rendering="json")
     traces = explorer.explore(lambda: next(made), {"classes": ["files"]}, runs=4, max_steps=3, goal="g")
     assert [len(c[0]) for c in llm.calls] == [3, 2, 1]
     assert [c[1].seed for c in llm.calls] == [3, 4, 5]  # each step its own seed
@@ -219,11 +223,11 @@ def test_an_exploration_that_cannot_start_anywhere_is_one_clear_error():
     made = iter([_Env(fail_reset="no sandbox 1"), _Env(fail_reset="no sandbox 2")])
     first_error = r"^exploration: none of the 2 episodes started; the first error: reset: no sandbox 1$"
     with pytest.raises(EnvError, match=first_error):
-        Explorer(_LLM([]), SamplingParams()).explore(lambda: next(made), {}, runs=2, max_steps=3)
-    hidden = Explorer(_LLM([_call("ls")]), SamplingParams(), show_start=False)
+        Explorer(Engine(_LLM([])), SamplingParams()).explore(lambda: next(made), {}, runs=2, max_steps=3)
+    hidden = Explorer(Engine(_LLM([_call("ls")])), SamplingParams(), show_start=False)
     hidden.explore(lambda: _Env(), {}, runs=1, max_steps=1)
     intro = "You are exploring this environment to learn what it can do. "
-    assert hidden.llm.calls[0][0][0][2].content == intro + step_hint(TOOLS, [], 0, 3)  # no start line
+    assert hidden.engine.llm.calls[0][0][0][2].content == intro + step_hint(TOOLS, [], 0, 3)  # no start line
     assert ExplorationTrace("e", {}).successful_calls() == []
 
 
@@ -231,7 +235,7 @@ def test_a_first_run_that_cannot_start_leaves_the_others_and_every_run_may_end_e
     envs = [_Env(fail_reset=True), _Env(done_after=1)]
     made = iter(envs)
     llm = _LLM([_call("ls")])
-    traces = Explorer(llm, SamplingParams()).explore(lambda: next(made), {}, runs=2, max_steps=5)
+    traces = Explorer(Engine(llm), SamplingParams()).explore(lambda: next(made), {}, runs=2, max_steps=5)
     assert traces is not None and [len(t.steps) for t in traces] == [0, 1]  # the loop stops when no run is left
     assert len(llm.calls) == 1 and envs[1].closed
 
@@ -271,7 +275,7 @@ class _Local:
 
 def _scaffolded(answer, **kw):
     local = _Local(answer)
-    explorer = Explorer(local, SamplingParams(seed=2), scaffold=True, **kw)  # type: ignore[arg-type]
+    explorer = Explorer(Engine(local), SamplingParams(seed=2), scaffold=True, **kw)  # type: ignore[arg-type]
     assert explorer.scaffold and explorer.engine.llm is local
     return explorer, local
 
@@ -306,7 +310,7 @@ def test_the_scaffold_constraint_is_the_tool_choice_in_depth_and_the_named_tools
     assert explorer._constraint(OPEN_NAME + opened_call(TOOLS[2]), TOOLS) == ("args", "cat")
     assert explorer._constraint(OPEN_NAME + opened_call(ToolSchema(name="gone")), TOOLS) is None
     assert explorer._constraint(OPEN_NAME, []) is None and explorer._constraint(OPEN_NAME, None) is None
-    unseeded = Explorer(_Local(lambda p: ""), SamplingParams(seed=None), scaffold=True)  # type: ignore[arg-type]
+    unseeded = Explorer(Engine(_Local(lambda p: "")), SamplingParams(seed=None), scaffold=True)  # type: ignore[arg-type]
     batch = _Batch(lambda p: "")
     monkeypatch.setattr(unseeded, "_constraint", lambda prefix, tools: None)
     decode = ConstrainedDecode(batch, unseeded.params)  # what Engine.constrained opens over the backend's batch
@@ -320,13 +324,13 @@ def test_a_run_that_raises_leaves_the_later_runs_of_its_step_and_a_step_may_hold
     made = iter(envs)
     two = _call("ls") + _call("cd")
     llm = _LLM([_call("ls"), two, "no call"])
-    traces = Explorer(llm, SamplingParams()).explore(lambda: next(made), {}, runs=2, max_steps=2)
+    traces = Explorer(Engine(llm), SamplingParams()).explore(lambda: next(made), {}, runs=2, max_steps=2)
     assert traces[0].error == "step: backend died"
     assert [(s.index, s.action_text, [c.name for c in s.tool_calls]) for s in traces[1].steps] == [
         (0, two, ["ls", "cd"]),  # both calls, written back to back
         (1, "no call", []),  # a step without a call keeps its index
     ]
-    assert not Explorer(_Local(lambda p: ""), SamplingParams()).scaffold  # the scaffold is off unless asked for
+    assert not Explorer(Engine(_Local(lambda p: "")), SamplingParams()).scaffold  # the scaffold is off unless asked for
 
 
 def _walk(trie, ids):
@@ -341,9 +345,9 @@ def test_the_scaffold_builds_its_constraints_from_the_real_tokenizer_once(smollm
 
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     tools = [ToolSchema(name="ls", parameters=schema), ToolSchema(name="cd")]
-    explorer = Explorer(smollm2, SamplingParams(seed=1), scaffold=True)
+    explorer = Explorer(Engine(smollm2), SamplingParams(seed=1), scaffold=True)
     assert explorer.scaffold and explorer._tries == {} and explorer._vocab is None and explorer._close is None
-    named = Explorer(smollm2, SamplingParams(seed=1), scaffold=True)
+    named = Explorer(Engine(smollm2), SamplingParams(seed=1), scaffold=True)
     monkeypatch.setattr(named, "_arguments", lambda tool: f"args of {tool.name}")
     trie = named._call_trie(tools)
     assert named._call_trie(list(reversed(tools))) is trie  # one trie per set of tool names
@@ -384,7 +388,7 @@ def _feed(llm, constraint, text: str):
 def test_the_scaffold_accepts_exactly_the_arguments_the_tools_schema_allows(smollm2, parameters, accepted):
     tool = ToolSchema(name="ls", parameters=parameters) if parameters else ToolSchema(name="cd")
     before = dict(tool.parameters or {})
-    explorer = Explorer(smollm2, SamplingParams(seed=1), scaffold=True)
+    explorer = Explorer(Engine(smollm2), SamplingParams(seed=1), scaffold=True)
     outcome, then = _feed(smollm2, explorer._arguments(tool), accepted)
     assert outcome == "done" and then is explorer._close  # the arguments, then the call's closing brace
     for text in (' {"a": 5}', " {}", ' {"b": 5}', ' {"a": "x"}', " []", " 5"):  # not an object, or other arguments
@@ -539,12 +543,12 @@ def test_the_explorer_is_shown_what_its_sandbox_holds():
         seen.append(conv)
         return _explorer_answer(conv)
 
-    explorer = Explorer(_Scripted(answer), SamplingParams(temperature=1.0), n_breadth=2, n_depth=10)
+    explorer = Explorer(Engine(_Scripted(answer)), SamplingParams(temperature=1.0), n_breadth=2, n_depth=10)
     explorer.explore(lambda: make_env(EnvConfig(name="bfcl")), sandbox, runs=1, max_steps=2)
     firsts = [next(m.content for m in c if m.content.startswith("You are exploring")) for c in seen]
     assert len(firsts) == 2 and all(text in f for f in firsts)  # every step's context starts with it
     seen.clear()  # questioning.explore_state=false: not shown
-    Explorer(_Scripted(answer), SamplingParams(temperature=1.0), 2, 10, show_start=False).explore(
+    Explorer(Engine(_Scripted(answer)), SamplingParams(temperature=1.0), 2, 10, show_start=False).explore(
         lambda: make_env(EnvConfig(name="bfcl")), sandbox, runs=1, max_steps=1
     )
     assert seen and not any("Current directory" in m.content for c in seen for m in c)
@@ -590,7 +594,7 @@ def test_targeted_synthesizer_uses_the_chosen_window_as_reference():
     trace = ExplorationTrace("e1", {}, [ExplorationStep(i, "", [c], f"{i + 1}", True) for i, c in enumerate(calls)])
     llm = _Scripted(lambda conv: "What is 0 plus 1?" if '"a": 0' in conv[-1].content else "sure")
     rep = TaskSynthesizer(
-        llm, SamplingParams(), DifficultyConfig(operations=1), tasks_per_trace=2, targeted=True
+        Engine(llm), SamplingParams(), DifficultyConfig(operations=1), tasks_per_trace=2, targeted=True
     ).synthesize([trace], "bfcl")
     assert [t.reference_solution[0][0].arguments["a"] for t in rep.tasks] == [0]  # windows [0] and [2] asked
     assert rep.tasks[0].query == "What is 0 plus 1?" and rep.unparseable == 1  # "sure" is not a request
@@ -618,7 +622,7 @@ def test_scaffold_constrains_the_depth_step_tool_name_to_real_tools(tmp_path):
             ("ls", {}),
         )
     ]
-    explorer = Explorer(llm, SamplingParams(temperature=1.0, max_new_tokens=48, seed=1), scaffold=True)
+    explorer = Explorer(Engine(llm), SamplingParams(temperature=1.0, max_new_tokens=48, seed=1), scaffold=True)
     batch = explorer.engine.constrained(explorer.params, keep_rows=True)  # what explore() opens
     convs = [[ChatMessage(role="user", content=f"explore {i}")] for i in range(4)]
     outs = explorer._generate(convs, [OPEN_NAME] * 4, 5, list(range(4)), batch, [tools] * 4)

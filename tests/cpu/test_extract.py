@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+from evolvekit.engine.base import Engine
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.navigating.extract import (
     EXTRACT_FORMAT,
@@ -191,7 +192,7 @@ def test_llm_extraction_writes_validates_and_counts_each_job_in_batches():
 
     llm = _Recorder(answer, prompt_tokens=10, completion_tokens=5)
     params = SamplingParams(temperature=0.7, seed=3)
-    ex = ExperienceExtractor(llm, params, validate=True, batch=2)  # type: ignore[arg-type]
+    ex = ExperienceExtractor(Engine(llm), params, validate=True, batch=2)  # type: ignore[arg-type]
     tasks = {"t1": Task(task_id="t1", env_name="bfcl", query="Add 12 and 30.")}
     report = ex.extract(_extraction_run(), tasks, iteration=4)
     writes = [c for c in llm.convs if c[0].content == EXTRACT_SYSTEM]
@@ -218,7 +219,7 @@ def test_without_validation_every_parsed_experience_is_kept_and_no_check_is_aske
     from evolvekit.navigating.extract import ExperienceExtractor
 
     llm = _Recorder(lambda conv: GOOD + "\nWhen to use: when a second lesson applies\nContent: write it down too.")
-    report = ExperienceExtractor(llm, SamplingParams(), validate=False).extract(_extraction_run(), {})  # type: ignore[arg-type]
+    report = ExperienceExtractor(Engine(llm), SamplingParams(), validate=False).extract(_extraction_run(), {})  # type: ignore[arg-type]
     assert len(report.experiences) == 6 and report.calls == 3 and report.validated_jobs == 3 and report.rejected == 0
     assert (report.prompt_tokens, report.completion_tokens) == (0, 0)  # a server that reported no counts: none
 
@@ -228,10 +229,10 @@ def test_the_split_reads_the_outcome_or_in_grounded_mode_the_environments_check(
     from evolvekit.types import RewardParts
 
     judged = _traj("j", [_step(0, text="x")], 1.0).model_copy(update={"rewards": RewardParts(outcome=1.0, env=0.0)})
-    assert ExperienceExtractor(None, SamplingParams()).jobs([judged]) == [("success", [judged])]  # type: ignore[arg-type]
-    grounded = ExperienceExtractor(None, SamplingParams(), grounded=True)  # type: ignore[arg-type]
+    assert ExperienceExtractor(Engine(None), SamplingParams()).jobs([judged]) == [("success", [judged])]  # type: ignore[arg-type]
+    grounded = ExperienceExtractor(Engine(None), SamplingParams(), grounded=True)  # type: ignore[arg-type]
     assert grounded.jobs([judged]) == [("failure", [judged])]
-    strict = ExperienceExtractor(None, SamplingParams(), success_threshold=0.9)  # type: ignore[arg-type]
+    strict = ExperienceExtractor(Engine(None), SamplingParams(), success_threshold=0.9)  # type: ignore[arg-type]
     assert [k for k, _ in strict.jobs(_extraction_run())] == [
         "comparison",
         "failure",
@@ -268,7 +269,7 @@ def test_constrained_writing_lets_the_model_write_only_the_two_lines():
 
     local = _Local(["when adding two numbers\nmore", "call add with both numbers.\nmore"])
     params = SamplingParams(temperature=0.6, top_p=0.9, seed=5)
-    ex = ExperienceExtractor(local, params, validate=False, constrained=True, field_tokens=32)  # type: ignore[arg-type]
+    ex = ExperienceExtractor(Engine(local), params, validate=False, constrained=True, field_tokens=32)  # type: ignore[arg-type]
     report = ex.extract(_extraction_run()[:2], {})
     first, second = local.prompts
     assert first == [[7, 7] + _ids("When to use:")]
@@ -292,7 +293,7 @@ def test_constrained_validation_is_a_forced_choice_per_candidate(monkeypatch):
 
     monkeypatch.setattr(extract_mod, "forced_yes", forced_yes)
     local = _Local(["when adding two numbers", "when a tool fails", "call add with both numbers.", "read the error."])
-    ex = extract_mod.ExperienceExtractor(local, SamplingParams(temperature=0.4), constrained=True)  # type: ignore[arg-type]
+    ex = extract_mod.ExperienceExtractor(Engine(local), SamplingParams(temperature=0.4), constrained=True)  # type: ignore[arg-type]
     run = _extraction_run()
     report = ex.extract(run[:3], {})
     assert [a[2] for a in asked] == ["When to use: when adding two numbers", "When to use: when a tool fails"]
@@ -470,7 +471,7 @@ def test_grounded_extraction_writes_from_execution_and_closes_person_written_fai
     person = synthetic.model_copy(update={"task_id": "t2", "source": TaskSource.REAL})
     runs = _extraction_run()[:4]  # t1 comparison, t2 success, t3 failure
     runs[2] = _traj("w2", [_step(0, MUL, obs="84"), _step(1, text="84")], 1.0, task_id="t2")
-    ex = ExperienceExtractor(None, SamplingParams(), grounded=True, batch=1)  # type: ignore[arg-type]
+    ex = ExperienceExtractor(Engine(None), SamplingParams(), grounded=True, batch=1)  # type: ignore[arg-type]
     report = ex.extract(runs, {"t2": person, "t3": synthetic}, iteration=1)
     kinds = [e.provenance.kind for e in report.experiences]
     assert kinds == ["comparison", "success", "failure"] and report.grounded == 3 and report.calls == 0
@@ -481,7 +482,9 @@ def test_grounded_extraction_writes_from_execution_and_closes_person_written_fai
     no_call = [_traj("n", [_step(0, text="42")], 1.0)]  # a success without a call writes nothing
     empty = ex.extract(no_call, {})
     assert (empty.jobs, empty.grounded, empty.unparseable, empty.experiences) == (1, 0, 1, [])
-    oracle = ExperienceExtractor(None, SamplingParams(), grounded=True, boundary=InformationBoundary(oracle=True))  # type: ignore[arg-type]
+    oracle = ExperienceExtractor(
+        Engine(None), SamplingParams(), grounded=True, boundary=InformationBoundary(oracle=True)
+    )  # type: ignore[arg-type]
     assert oracle.extract(runs[3:], {"t3": synthetic.model_copy(update={"source": TaskSource.REAL})}).grounded == 1
 
 
@@ -520,7 +523,7 @@ def test_grounded_extraction_counts_every_skip_and_rejection_and_writes_comparis
     no_call = [_traj(f"n{i}", [_step(0, text="42")], 1.0, task_id=f"n{i}") for i in range(2)]
     win = _traj("w", [_step(0, ADD, obs="42"), _step(1, text="42")], 1.0)
     lose = _traj("l", [_step(0, text="40")], 0.0)
-    ex = extract_mod.ExperienceExtractor(None, SamplingParams(), grounded=True)  # type: ignore[arg-type]
+    ex = extract_mod.ExperienceExtractor(Engine(None), SamplingParams(), grounded=True)  # type: ignore[arg-type]
     report = ex.extract([*closed, *no_call, win, lose], {**person, "t1": task})
     assert (report.closed_failures, report.unparseable, report.jobs) == (2, 2, 5)
     (exp,) = report.experiences
@@ -534,7 +537,7 @@ def test_grounded_extraction_counts_every_skip_and_rejection_and_writes_comparis
 def test_a_score_at_the_threshold_is_a_success_only():
     from evolvekit.navigating.extract import ExperienceExtractor
 
-    assert [k for k, _ in ExperienceExtractor(None, SamplingParams()).jobs(_extraction_run())] == [  # type: ignore[arg-type]
+    assert [k for k, _ in ExperienceExtractor(Engine(None), SamplingParams()).jobs(_extraction_run())] == [  # type: ignore[arg-type]
         "comparison",
         "success",
         "failure",
@@ -560,7 +563,7 @@ def test_the_forced_choices_draw_from_the_seed_or_0_and_the_token_counters_start
     import evolvekit.navigating.extract as extract_mod
 
     for seed, expect in ((None, 0), (5, 5)):
-        ex = extract_mod.ExperienceExtractor(None, SamplingParams(seed=seed))  # type: ignore[arg-type]
+        ex = extract_mod.ExperienceExtractor(Engine(None), SamplingParams(seed=seed))  # type: ignore[arg-type]
         assert ex.rng.random() == random.Random(expect).random() and (ex.prompt_tokens, ex.completion_tokens) == (0, 0)
         drawn: list[float] = []
         monkeypatch.setattr(extract_mod, "ChoiceScorer", lambda model: "scorer")
@@ -575,8 +578,8 @@ def test_the_default_batch_is_8_jobs_and_a_constrained_line_64_tokens():
 
     runs = [_traj(f"w{i}", [_step(0, text=str(i))], 1.0, task_id=f"t{i}") for i in range(9)]
     llm = _Recorder(lambda conv: GOOD)
-    ExperienceExtractor(llm, SamplingParams(), validate=False).extract(runs, {})  # type: ignore[arg-type]
+    ExperienceExtractor(Engine(llm), SamplingParams(), validate=False).extract(runs, {})  # type: ignore[arg-type]
     assert len(llm.params) == 2 and len(llm.convs) == 9  # 8 + 1 written
     local = _Local(["when adding two numbers", "call add with both numbers."])
-    ExperienceExtractor(local, SamplingParams(), validate=False, constrained=True).extract(runs[:1], {})  # type: ignore[arg-type]
+    ExperienceExtractor(Engine(local), SamplingParams(), validate=False, constrained=True).extract(runs[:1], {})  # type: ignore[arg-type]
     assert [p.max_new_tokens for p in local.params] == [64, 64]

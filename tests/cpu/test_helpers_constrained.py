@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from evolvekit.config import config_from_dict, helper_sources
+from evolvekit.engine.base import Engine
 from evolvekit.errors import ConfigError
 from evolvekit.llm.base import SamplingParams
 from evolvekit.navigating.extract import ExperienceExtractor, grounded_experience, parse_experiences
@@ -94,7 +95,7 @@ def test_grounded_and_constrained_extraction_always_yield_structured_experiences
     lone = _traj([(ToolCall(name="multiply", arguments={"a": 6, "b": 7}), True, "42")], "42", 1.0, "s")
     lone = lone.model_copy(update={"task_id": "t2"})
     ex = ExperienceExtractor(
-        tiny,
+        Engine(tiny),
         SamplingParams(temperature=0.0, max_new_tokens=32),
         validate=False,
         constrained=True,
@@ -115,13 +116,17 @@ def test_grounded_and_constrained_extraction_always_yield_structured_experiences
     assert [k for k, _ in ex.jobs([WIN, judged])] == ["comparison"]
     # grounded mode validates against the job's execution, without a model call
     checked = ExperienceExtractor(
-        tiny, SamplingParams(temperature=0.0), validate=True, constrained=True, grounded=True
+        Engine(tiny), SamplingParams(temperature=0.0), validate=True, constrained=True, grounded=True
     ).extract([WIN, LOSE], {"t1": TASK})
     assert len(checked.experiences) == 1 and checked.rejected == 0 and checked.calls == 0
     assert checked.validated_share == 1.0
     # constrained validation alone is a calibrated forced yes/no: kept or rejected, never unparseable
     forced = ExperienceExtractor(
-        tiny, SamplingParams(temperature=0.0, max_new_tokens=16), validate=True, constrained=True, field_tokens=12
+        Engine(tiny),
+        SamplingParams(temperature=0.0, max_new_tokens=16),
+        validate=True,
+        constrained=True,
+        field_tokens=12,
     ).extract([lone], {"t2": other})
     assert forced.jobs == 1 and forced.calls == 1 + len(forced.experiences) + forced.rejected
     assert forced.prompt_tokens > 0 and forced.completion_tokens > 0  # the summarizer's token counts (issue 54)
@@ -193,7 +198,7 @@ def test_a_failure_only_job_is_written_from_the_tasks_reference():
     assert "add(a=<from the request>, b=<from the request>)" in content and "multiply" in content
     assert grounded_valid(when, content, [LOSE], TASK)  # names the reference's tool
     assert not grounded_valid("A request with numbers.", "Call plus with them, then answer.", [LOSE], TASK)
-    ex = ExperienceExtractor(None, SamplingParams(temperature=0.0), validate=True, grounded=True)
+    ex = ExperienceExtractor(Engine(None), SamplingParams(temperature=0.0), validate=True, grounded=True)
     report = ex.extract([LOSE], {"t1": TASK})
     assert report.jobs == 1 and report.grounded == 1 and report.validated_share == 1.0 and report.calls == 0
     assert report.experiences[0].provenance.kind == "failure"
@@ -204,6 +209,10 @@ def test_a_failure_only_job_is_written_from_the_tasks_reference():
     from evolvekit.boundary import InformationBoundary
 
     oracle = ExperienceExtractor(
-        None, SamplingParams(temperature=0.0), validate=True, grounded=True, boundary=InformationBoundary(oracle=True)
+        Engine(None),
+        SamplingParams(temperature=0.0),
+        validate=True,
+        grounded=True,
+        boundary=InformationBoundary(oracle=True),
     ).extract([LOSE], {"t1": person})
     assert oracle.grounded == 1 and oracle.experiences[0].provenance.kind == "failure"

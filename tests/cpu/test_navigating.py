@@ -208,8 +208,7 @@ def test_master_loop_with_experience_mixed_rollouts(tmp_path, monkeypatch):
     cfg, run_dir, store = open_run(cfg, None)
     loop = build_loop(cfg, run_dir, store, show_progress=False)
     fake = _Scripted(_summariser)  # the summariser role is a test double; policy, env, embedder, trainer are real
-    loop.stages.experience.extractor.llm = fake
-    loop.stages.experience.extractor.engine = Engine(fake)  # the extractor decodes through its seam
+    loop.stages.experience.extractor.engine = Engine(fake)
     loop.stages.rollouts.refiner = fake
     loop.stages.experience.pool.equivalent = lambda new, old: True
     loop.run()
@@ -466,7 +465,7 @@ def test_one_success_definition_for_metrics_experience_counts_and_extraction():
     costly.completion_tokens = 20
     m = rollout_metrics([costly])
     assert (m["rollout/prompt_tokens_per_step"], m["rollout/completion_tokens_per_step"]) == (150.0, 10.0)
-    ex = ExperienceExtractor(None, SamplingParams(), success_threshold=0.5)
+    ex = ExperienceExtractor(Engine(None), SamplingParams(), success_threshold=0.5)
     assert ex._score(judged) == 0.7 and ex._score(shaped) == 0.0  # the free split: the same unshaped outcome
     # the old name still reads, in a config file and in a stored run's config
     assert config_from_dict({"navigating": {"success_threshold": 0.9}}).reward.success_threshold == 0.9
@@ -571,7 +570,7 @@ def test_experience_use_counts_follow_reward_success_threshold(threshold, counte
     exp_id = pool.add(_exp("always", "call add")).experience_id
     used = Trajectory(task_id="t", outcome_reward=0.7, rewards=RewardParts(outcome=0.7), experience_used=[exp_id])
     stage = ExperienceSummarisation(
-        NavigationSettings.of(cfg), pool, ExperienceExtractor(None, SamplingParams(), validate=False)
+        NavigationSettings.of(cfg), pool, ExperienceExtractor(Engine(None), SamplingParams(), validate=False)
     )
     stage.process(IterationContext(iteration=0, seed=0, run_dir=None, store=_Store()), [used])
     got = pool.get(exp_id)

@@ -171,7 +171,7 @@ def test_the_navigation_stages_get_the_pool_extractor_tool_and_utility_settings(
     assert experience.pool is pool and pool.theta_sim == 0.7 and rollouts.refiner is summarizer
     assert rollouts.training_set is training_set and rollouts.template is template and rollouts.params is params
     extractor = experience.extractor
-    assert rollouts.cold_extractor is extractor and extractor.llm is summarizer
+    assert rollouts.cold_extractor is extractor and extractor.engine.llm is summarizer
     assert (extractor.validate, extractor.success_threshold, extractor.boundary.oracle) == (False, 0.75, True)
     assert extractor.params == factory.sampling_for(cfg.models.summarizer) == rollouts.refine_params
     grounded, constrained = extraction_mode(cfg) == "grounded", extraction_constrained(cfg)

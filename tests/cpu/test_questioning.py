@@ -132,7 +132,7 @@ def _explorer_answer(conv):
 
 
 def test_explorer_runs_in_the_family_sandbox():
-    explorer = Explorer(_Scripted(_explorer_answer), SamplingParams(temperature=1.0), n_breadth=2, n_depth=10)
+    explorer = Explorer(Engine(_Scripted(_explorer_answer)), SamplingParams(temperature=1.0), n_breadth=2, n_depth=10)
     sandbox = {"classes": ["MathAPI"], "tools": ["add", "subtract", "multiply", "divide"]}
     traces = explorer.explore(lambda: make_env(EnvConfig(name="bfcl")), sandbox, runs=2, max_steps=4)
     assert len(traces) == 2 and all(len(t.steps) == 4 for t in traces)
@@ -888,15 +888,15 @@ def test_each_round_of_exploration_and_synthesis_draws_from_its_own_seed():
     from evolvekit.questioning.pipeline import _reseed
     from evolvekit.questioning.synthesize import TaskSynthesizer
 
-    explorer = Explorer(object(), SamplingParams(temperature=0.7, seed=7))  # type: ignore[arg-type]
-    synth = TaskSynthesizer(object(), SamplingParams(seed=11), DifficultyConfig())  # type: ignore[arg-type]
+    explorer = Explorer(Engine(object()), SamplingParams(temperature=0.7, seed=7))  # type: ignore[arg-type]
+    synth = TaskSynthesizer(Engine(object()), SamplingParams(seed=11), DifficultyConfig())  # type: ignore[arg-type]
     _reseed(explorer, synth, 4)
     assert (explorer.params.seed, synth.params.seed) == (4007, 4011)
     assert explorer.params.temperature == 0.7 and explorer.params.stop_on_balanced_json  # only the seed moves
     _reseed(explorer, synth, 0)
     assert (explorer.params.seed, synth.params.seed) == (7, 11)  # not cumulative: always from the role's seed
-    free = Explorer(object(), SamplingParams())  # type: ignore[arg-type]
-    free_synth = TaskSynthesizer(object(), SamplingParams(), DifficultyConfig())  # type: ignore[arg-type]
+    free = Explorer(Engine(object()), SamplingParams())  # type: ignore[arg-type]
+    free_synth = TaskSynthesizer(Engine(object()), SamplingParams(), DifficultyConfig())  # type: ignore[arg-type]
     _reseed(free, free_synth, 3)
     assert free.params.seed is None and free_synth.params.seed is None
 

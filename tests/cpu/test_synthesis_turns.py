@@ -8,6 +8,7 @@ import pytest
 from test_questioning import _ONE_EXPLORATION, PERSON, _synthesize_once
 
 from evolvekit.config import load_config
+from evolvekit.engine.base import Engine
 from evolvekit.env.base import Action
 from evolvekit.env.registry import make_env
 from evolvekit.llm.base import Completion, SamplingParams
@@ -237,7 +238,12 @@ def test_request_candidates_keep_the_one_that_states_its_values():
     llm = _Candidates(["Add 3 and 9.", "sure", "Add 4 and 9.", "Add 4 and 9 now."])
     for n, expected in ((1, "Add 3 and 9."), (4, "Add 4 and 9.")):
         rep = TaskSynthesizer(
-            llm, SamplingParams(), DifficultyConfig(operations=1), tasks_per_trace=1, targeted=True, candidates=n
+            Engine(llm),
+            SamplingParams(),
+            DifficultyConfig(operations=1),
+            tasks_per_trace=1,
+            targeted=True,
+            candidates=n,
         ).synthesize([trace], "bfcl")
         assert [t.query for t in rep.tasks] == [expected]
 
@@ -276,7 +282,7 @@ def test_numbers_constrained_synthesizer_states_only_its_calls_values(smollm2):
 
     def numbers(constrained):
         synth = TaskSynthesizer(
-            smollm2,
+            Engine(smollm2),
             SamplingParams(temperature=1.0, max_new_tokens=24, seed=0),
             DifficultyConfig(),
             candidates=8,

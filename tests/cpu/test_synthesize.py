@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from evolvekit.config import DifficultyConfig
+from evolvekit.engine.base import Engine
 from evolvekit.env.action_text import format_call
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.questioning.explore import ExplorationStep, ExplorationTrace
@@ -306,7 +307,7 @@ def test_open_synthesis_makes_tasks_from_each_usable_traces_answer_with_its_sand
     llm = _Chat(lambda conv, c: next(v for k, v in answers.items() if f'"name": "{k}"' in conv[-1].content))
     difficulty = DifficultyConfig(entities=1, attributes=2, operations=2)
     params = SamplingParams(seed=4, stop=("</x>",))
-    synth = TaskSynthesizer(llm, params, difficulty, rubrics=["short"], tasks_per_trace=5)  # type: ignore[arg-type]
+    synth = TaskSynthesizer(Engine(llm), params, difficulty, rubrics=["short"], tasks_per_trace=5)  # type: ignore[arg-type]
     metadata = {"round": 1}
     report = synth.synthesize([t1, t2, t3, t4], "arith", metadata)
     ((prompts, used),) = llm.calls
@@ -333,7 +334,7 @@ def _scripted(difficulty, answers, **kw):
     (synthesizer, the recorded (prompts, values) calls, the agreement)."""
     agreement = _Agreement()
     synth = TaskSynthesizer(
-        _Chat(lambda conv, c: ""),  # type: ignore[arg-type]
+        Engine(_Chat(lambda conv, c: "")),  # type: ignore[arg-type]
         SamplingParams(seed=1),
         difficulty,
         agreement=agreement,  # type: ignore[arg-type]
@@ -423,10 +424,10 @@ def test_chained_synthesis_asks_one_request_over_each_chain_of_dependent_calls()
 def test_the_synthesizers_plain_requests_are_its_candidates_per_prompt_each_one_line():
     llm = _Chat(lambda conv, c: f"{conv[-1].content}:{c}")
     synth = TaskSynthesizer(
-        llm, SamplingParams(seed=7, stop=("</x>",)), DifficultyConfig(), candidates=3, numbers_constrained=True
+        Engine(llm), SamplingParams(seed=7, stop=("</x>",)), DifficultyConfig(), candidates=3, numbers_constrained=True
     )  # type: ignore[arg-type]
     assert synth.numbers_constrained is False  # asked for, but a chat-only model cannot be constrained
-    plain = TaskSynthesizer(llm, SamplingParams(), DifficultyConfig())  # type: ignore[arg-type]
+    plain = TaskSynthesizer(Engine(llm), SamplingParams(), DifficultyConfig())  # type: ignore[arg-type]
     assert (plain.tasks_per_trace, plain.candidates, plain.targeted) == (3, 1, False)  # the defaults
     prompts = [[_user("p")], [_user("q")]]
     assert synth._requests(prompts, [[1], [2]]) == [["p:0", "p:1", "p:2"], ["q:0", "q:1", "q:2"]]
@@ -487,7 +488,7 @@ def test_numbers_constrained_requests_decode_every_candidate_under_its_own_promp
 
     local = _Local()
     params = SamplingParams(seed=7, stop=("</x>",))
-    synth = TaskSynthesizer(local, params, DifficultyConfig(), candidates=2, numbers_constrained=True)  # type: ignore[arg-type]
+    synth = TaskSynthesizer(Engine(local), params, DifficultyConfig(), candidates=2, numbers_constrained=True)  # type: ignore[arg-type]
     assert synth.numbers_constrained
     prompts = [[_user("p")], [_user("qq"), _user("r")]]
     out = synth._requests(prompts, [[14, 8.0], ["s", 7]])
@@ -504,10 +505,10 @@ def test_numbers_constrained_requests_decode_every_candidate_under_its_own_promp
     assert vocab.after_stop.tolist() == [0, 13]  # the end, and the token that starts with a space
     synth._requests(prompts[:1], [[3]])
     assert synth._numbers is vocab and len(local.batches) == 2  # the vocabulary is sorted once
-    unseeded = TaskSynthesizer(_Local(), SamplingParams(), DifficultyConfig(), numbers_constrained=True)  # type: ignore[arg-type]
+    unseeded = TaskSynthesizer(Engine(_Local()), SamplingParams(), DifficultyConfig(), numbers_constrained=True)  # type: ignore[arg-type]
     unseeded._requests(prompts[:1], [[3]])
-    assert unseeded.llm.batches[0][2].generator is None  # type: ignore[attr-defined]
-    assert TaskSynthesizer(_Local(), params, DifficultyConfig()).numbers_constrained is False  # type: ignore[arg-type]
+    assert unseeded.engine.llm.batches[0][2].generator is None  # type: ignore[attr-defined]
+    assert TaskSynthesizer(Engine(_Local()), params, DifficultyConfig()).numbers_constrained is False  # type: ignore[arg-type]
 
 
 def test_distill_keeps_the_executed_calls_in_order_with_results_cut_at_300_characters():

@@ -13,6 +13,7 @@ import pytest
 
 from evolvekit.agent.evaluate import SAMPLE_CLASSES, classify_sample, sampling_error
 from evolvekit.config import EnvConfig, examples_source, helper_sources, load_config
+from evolvekit.engine.base import Engine
 from evolvekit.env.base import ResetResult, ToolSchema
 from evolvekit.env.bfcl.families import get_family
 from evolvekit.env.examples import ShownExamples
@@ -376,7 +377,7 @@ def test_a_flat_parameter_description_is_refused_with_one_line_naming_the_tool()
         def chat(self, conversations, params):
             raise AssertionError("no step may run")
 
-    explorer = Explorer(_NoModel(), SamplingParams())  # type: ignore[arg-type]
+    explorer = Explorer(Engine(_NoModel()), SamplingParams())  # type: ignore[arg-type]
     with pytest.raises(EnvError, match=r"^exploration: tool 'deposit': its parameters .* no JSON schema object"):
         explorer.explore(lambda: _Flat(False), {}, runs=1, max_steps=1)
 

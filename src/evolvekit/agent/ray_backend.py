@@ -122,10 +122,10 @@ class _WorkerImpl:
         from evolvekit.llm.factory import build_llm
 
         self.spec = WorkerSpec.model_validate_json(spec_json)
-        from evolvekit.engine.base import Engine
+        from evolvekit.engine.registry import seam
 
         self.llm = build_llm(self.spec.policy, "policy")
-        self.engine = Engine(self.llm)  # capabilities found once
+        self.engine = seam(self.llm)  # capabilities found once
         self.env_actors = env_actors
 
     def load_weights(self, kind: str, state: dict) -> bool:

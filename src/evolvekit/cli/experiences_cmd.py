@@ -39,6 +39,7 @@ def _save(store, pool, iteration: int | None = None) -> None:
 @experiences_app.command("build")
 def build(run: Path = RunOpt, as_json: bool = JsonOpt) -> None:
     """Extract experiences from every stored training trajectory of a run (the summarizer role) into its pool."""
+    from evolvekit.engine.registry import seam
     from evolvekit.llm.factory import role_llm, sampling_for
     from evolvekit.navigating.extract import ExperienceExtractor, llm_equivalence
 
@@ -46,7 +47,9 @@ def build(run: Path = RunOpt, as_json: bool = JsonOpt) -> None:
     llm = role_llm(cfg.models, "summarizer")
     params = sampling_for(cfg.models.summarizer)
     pool.equivalent = llm_equivalence(llm, params)
-    extractor = ExperienceExtractor(llm, params, cfg.navigating.validate_experiences, cfg.reward.success_threshold)
+    extractor = ExperienceExtractor(
+        seam(llm), params, cfg.navigating.validate_experiences, cfg.reward.success_threshold
+    )
     report = extractor.extract(store.trajectories(None, "train"), store.task_index())
     actions = [pool.add(e).action for e in report.experiences]
     _save(store, pool)

@@ -95,6 +95,14 @@ def _options(backend: EngineBackend, given: dict) -> BaseModel | None:
         raise ValueError(f"models.policy.engine_options.{where}: {first['msg']}") from None
 
 
+def seam(backend: LLM) -> Engine:
+    """The seam over a backend built already: a helper role's model (explorer, synthesizer, summariser), a Ray
+    worker's copy of the policy, the policy itself where a trainer or a command is given no rollout engine. Its
+    capabilities are found once, here. Every ``Engine`` in evolvekit is made in this module (a test reads the source):
+    here, by ``rollout_engine`` (the configured backend over the trained policy) or by ``policy_engine``."""
+    return Engine(backend)
+
+
 def rollout_engine(cfg: Config, policy: LocalLLM) -> Engine:
     """The configured rollout engine over the trained ``policy``, wrapped once (its capabilities found here)."""
     pol = cfg.models.policy
@@ -108,5 +116,5 @@ def policy_engine(cfg: Config, policy: LLM) -> Engine:
     the configured rollout engine over an in-process policy, or a served policy itself (its server is its
     engine)."""
     if cfg.models.policy.backend != "local":
-        return Engine(policy)
+        return seam(policy)
     return rollout_engine(cfg, cast("LocalLLM", policy))

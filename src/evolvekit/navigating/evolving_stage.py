@@ -77,7 +77,7 @@ class EvolvingRLRollouts:
         self,
         evolving: EvolvingRLConfig,
         rollout: RolloutSettings,
-        llm,
+        engine: Engine,
         make_env: Callable,
         params: SamplingParams,
         candidates: Callable[[], Sequence[Task]],
@@ -85,8 +85,7 @@ class EvolvingRLRollouts:
         template=None,
     ) -> None:
         self.evolving, self.settings = evolving, rollout
-        self.llm, self.make_env, self.params = llm, make_env, params
-        self.engine = Engine(llm)  # capabilities found once
+        self.engine, self.make_env, self.params = engine, make_env, params  # the policy's rollout engine
         self.template = template  # the context template with its summariser
         # the related-task pool, read once when first needed (after the loop's synthesis stage)
         self.candidate_source, self.embed = candidates, embed
@@ -284,7 +283,7 @@ class EvolvingRLSamples:
 
 def evolving_rl_stages(
     cfg: Config,
-    llm,
+    engine: Engine,
     make_env: Callable,
     params: SamplingParams,
     candidates: Callable[[], Sequence[Task]],
@@ -294,7 +293,7 @@ def evolving_rl_stages(
     """Evolving-RL's stages B, C and D(samples), which replace the loop's rollouts, experience and sample stages."""
     rollout = RolloutSettings.of(cfg)
     return (
-        EvolvingRLRollouts(cfg.evolving_rl, rollout, llm, make_env, params, candidates, embed, template),
+        EvolvingRLRollouts(cfg.evolving_rl, rollout, engine, make_env, params, candidates, embed, template),
         EvolvingRLSkills(),
         EvolvingRLSamples(cfg.evolving_rl, SampleSettings.of(cfg)),
     )

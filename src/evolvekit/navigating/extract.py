@@ -269,7 +269,7 @@ class ExperienceExtractor:
 
     def __init__(
         self,
-        llm: LLM,
+        engine: Engine,
         params: SamplingParams,
         validate: bool = True,
         success_threshold: float = 0.5,
@@ -279,14 +279,13 @@ class ExperienceExtractor:
         field_tokens: int = 64,
         boundary: InformationBoundary | None = None,
     ) -> None:
-        self.llm, self.params, self.validate = llm, params, validate
+        self.engine, self.params, self.validate = engine, params, validate
         # what the extractor may read of a task: a person-written task's reference only under run.oracle
         self.boundary = boundary if boundary is not None else InformationBoundary()
         self.prompt_tokens = self.completion_tokens = 0  # the summarizer's, over the extractor's life
         self.success_threshold, self.batch = success_threshold, batch
         self.constrained, self.grounded, self.field_tokens = constrained, grounded, field_tokens
-        self.scorer = ChoiceScorer(llm) if constrained else None
-        self.engine = Engine(llm)  # its capabilities, found once
+        self.scorer = ChoiceScorer(engine.llm) if constrained else None
         self.rng = random.Random(params.seed or 0)
 
     def _score(self, traj: Trajectory) -> float:
@@ -359,7 +358,7 @@ class ExperienceExtractor:
             self._count([out[0] for out in outs])
             return [bool(parse_yes_no(out[0].text)) for out in outs]
         self.prompt_tokens += sum(len(self.engine.apply_chat_template(c)) for c in convs)  # scored, not generated
-        return [forced_yes(self.scorer, self.llm, c, self.params.temperature, self.rng) for c in convs]
+        return [forced_yes(self.scorer, self.engine.llm, c, self.params.temperature, self.rng) for c in convs]
 
     def _count(self, outs: Sequence[Completion], prompts: Sequence[Sequence[int]] | None = None) -> None:
         """Add the summarizer's token counts (issue 54: the judge and summarizer reported none)."""

@@ -15,6 +15,7 @@ from evolvekit.agent.rollout_stage import RolloutSettings, VanillaRollouts
 from evolvekit.boundary import InformationBoundary
 from evolvekit.config import Config, extraction_constrained, extraction_mode
 from evolvekit.engine.base import Engine
+from evolvekit.engine.registry import seam
 from evolvekit.errors import ConfigError
 from evolvekit.llm import factory  # its functions looked up when called (the wiring tests record them)
 from evolvekit.navigating import extract  # llm_equivalence looked up when called (the wiring test records it)
@@ -111,7 +112,7 @@ def navigation(
             return ExperienceToolEnv(inner_factory(), pool, cfg.navigating.search_k)
 
     extractor = ExperienceExtractor(
-        summarizer,
+        seam(summarizer),
         sparams,
         cfg.navigating.validate_experiences,
         cfg.reward.success_threshold,

@@ -153,7 +153,7 @@ def build_loop(
 
         embed = parts.embedder(cfg.embedding).embed
         rollouts, experience, samples = parts.evolving_rl(
-            cfg, policy, env_factory, params, candidates, embed, template=template
+            cfg, engine, env_factory, params, candidates, embed, template=template
         )
     if cfg.questioning.enabled:
         rollouts = synthetic_rewards(cfg, rollouts)

@@ -20,7 +20,7 @@ from evolvekit.env.action_text import CLOSE, format_call, parse_action
 from evolvekit.env.base import Environment, EnvProfile
 from evolvekit.env.prompts import system_prompt
 from evolvekit.errors import EnvError
-from evolvekit.llm.base import LLM, SamplingParams, offset_seed
+from evolvekit.llm.base import SamplingParams, offset_seed
 from evolvekit.llm.constrain import SchemaConstraint, SchemaVocabulary, TokenTrie
 from evolvekit.progress import StageProgress
 from evolvekit.types import ChatMessage, ToolCall, new_id
@@ -196,7 +196,7 @@ def opened_call(tool) -> str:
 class Explorer:
     def __init__(
         self,
-        llm: LLM,
+        engine: Engine,
         params: SamplingParams,
         n_breadth: int = 3,
         n_depth: int = 27,
@@ -204,9 +204,8 @@ class Explorer:
         scaffold: bool = False,
         show_start: bool = True,
     ) -> None:
-        self.llm, self.n_breadth, self.n_depth, self.rendering = llm, n_breadth, n_depth, rendering
+        self.engine, self.n_breadth, self.n_depth, self.rendering = engine, n_breadth, n_depth, rendering
         self.show_start = show_start  # the sandbox's first observation (its initial state) in the first message
-        self.engine = Engine(llm)  # its capabilities, found once
         # the call-prefix scaffold needs a backend that continues a given reply start (the local one)
         self.scaffold = scaffold and self.engine.caps.constrained
         self._tries: dict[tuple[str, ...], TokenTrie] = {}  # per tool set: its opened calls as a trie

@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 
 from evolvekit.config import Config, EnvConfig, QuestioningConfig, forced_choice
 from evolvekit.engine.base import Capabilities
+from evolvekit.engine.registry import seam
 from evolvekit.env.base import Environment
 from evolvekit.llm.base import LLM, SamplingParams
 from evolvekit.questioning.curate import (
@@ -194,7 +195,7 @@ def explorer_and_synthesizer(
 ) -> tuple[Explorer, TaskSynthesizer]:
     q = settings.questioning
     explorer = Explorer(
-        explorer_llm,
+        seam(explorer_llm),
         explorer_params,
         q.n_breadth,
         q.n_depth,
@@ -217,7 +218,7 @@ def explorer_and_synthesizer(
             env.close()
         shots, follow, chained = shots_from_examples(examples), follow_up_shots(examples), chain_shots(examples)
     return explorer, TaskSynthesizer(
-        synth_llm,
+        seam(synth_llm),
         synth_params,
         q.difficulty,
         q.style_rubrics,

@@ -22,6 +22,7 @@ import logging
 import re
 from typing import Callable, Sequence, cast
 
+from evolvekit.engine.registry import seam
 from evolvekit.env.action_text import format_call
 from evolvekit.env.base import Action, Environment, ToolSchema
 from evolvekit.env.bfcl.families import Demonstration
@@ -154,7 +155,7 @@ def run_examples(cfg, explorer_llm, make_env: Callable[[], Environment]) -> list
 
     q = cfg.questioning
     explorer = Explorer(
-        explorer_llm,
+        seam(explorer_llm),
         sampling_for(cfg.models.explorer, seed=cfg.run.seed + EXAMPLES_SEED),
         q.n_breadth,
         q.n_depth,

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from evolvekit.config import DifficultyConfig
 from evolvekit.engine.base import Engine
 from evolvekit.env.action_text import format_call
-from evolvekit.llm.base import LLM, SamplingParams, offset_seed
+from evolvekit.llm.base import SamplingParams, offset_seed
 from evolvekit.llm.constrain import NumberConstraint, NumberVocabulary, number_strings
 from evolvekit.questioning.curate import NUMBER, ToolAgreement, argument_values, same_value, stated_count
 from evolvekit.questioning.explore import ExplorationTrace
@@ -365,7 +365,7 @@ class SynthesisReport:
 class TaskSynthesizer:
     def __init__(
         self,
-        llm: LLM,
+        engine: Engine,
         params: SamplingParams,
         difficulty: DifficultyConfig,
         rubrics: Sequence[str] = (),
@@ -378,8 +378,7 @@ class TaskSynthesizer:
         agreement: ToolAgreement | None = None,
         numbers_constrained: bool = False,
     ) -> None:
-        self.llm, self.params, self.difficulty = llm, params, difficulty
-        self.engine = Engine(llm)  # its capabilities, found once
+        self.engine, self.params, self.difficulty = engine, params, difficulty
         self.rubrics, self.tasks_per_trace = list(rubrics), tasks_per_trace
         self.targeted, self.shots, self.follow_shots = targeted, list(shots), list(follow_shots)
         self.chain_shots = list(chain_shots)

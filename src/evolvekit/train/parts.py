@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 from evolvekit.agent.templates import TemplateSettings
 from evolvekit.boundary import InformationBoundary
 from evolvekit.config import Config, teach_search_on
-from evolvekit.engine.base import Engine
-from evolvekit.engine.registry import rollout_engine
+from evolvekit.engine.registry import rollout_engine, seam
 from evolvekit.env.registry import env_tasks
 from evolvekit.env.task_file import load_task_file
 from evolvekit.errors import ConfigError
@@ -60,7 +59,7 @@ def build_trainer(
         eps_high_boost=guided_boost(cfg),
         reference_model=reference,
         parallel=parallel,
-        engine=rollout_engine(cfg, policy) if parallel is None or parallel.rank == 0 else Engine(policy),
+        engine=rollout_engine(cfg, policy) if parallel is None or parallel.rank == 0 else seam(policy),
     )
     if ckpt and not trainer.load_optimizer(Path(ckpt.path)):
         log.warning("checkpoint %s has no optimizer state; AdamW restarts from zero moments", ckpt.path)

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from evolvekit.config import TrainConfig
 from evolvekit.engine.base import Engine
+from evolvekit.engine.registry import seam
 from evolvekit.resolve import Machine, autocast_for
 from evolvekit.train.distributed import DataParallel, ShardedPolicy
 from evolvekit.train.losses import policy_loss, ratio_diagnostics
@@ -184,7 +185,7 @@ class GRPOTrainer:
     ) -> None:
         self.llm = llm
         # what rollouts generate with (default: the policy itself), given the new weights after each update
-        self.engine = engine if engine is not None else Engine(llm)
+        self.engine = engine if engine is not None else seam(llm)
         self.parallel = parallel  # data-parallel ranks (train/distributed.py); None: this process does all
         self.cfg = cfg
         self.eps_high_boost = eps_high_boost
