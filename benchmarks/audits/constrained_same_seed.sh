@@ -6,7 +6,7 @@
 #   bash benchmarks/audits/constrained_same_seed.sh /tmp/before "$PWD" runs/constrained_same_seed
 set -euo pipefail
 before=$(realpath "$1"); after=$(realpath "$2"); out=$(realpath -m "$3"); mkdir -p "$out"
-py=$(realpath "$after/.venv/bin/python")
+py="$after/.venv/bin/python"  # not realpath: that resolves the venv's link to the base interpreter
 for seed in 0 1 2 3 4; do
   for side in before after; do
     if [ "$side" = before ]; then dir=$before; else dir=$after; fi
