@@ -55,6 +55,7 @@ def _is_number(v) -> bool:
 
 def main() -> None:
     from evolvekit.config import load_config
+    from evolvekit.engine.registry import seam
     from evolvekit.env.registry import make_env
     from evolvekit.llm.base import SamplingParams
     from evolvekit.llm.local import LocalLLM
@@ -65,7 +66,7 @@ def main() -> None:
     llm = LocalLLM(cfg.models.explorer.model, device="cpu")
     q = cfg.questioning
     explorer = Explorer(
-        llm,
+        seam(llm),
         SamplingParams(temperature=1.0, max_new_tokens=96, seed=0),
         q.n_breadth,
         q.n_depth,
