@@ -15,7 +15,7 @@ from evolvekit.engine.base import Engine
 from evolvekit.llm.local import LocalLLM
 from evolvekit.llm.tiny import make_tiny_model
 from evolvekit.train.samples import strip_spans
-from evolvekit.types import SpanKind
+from evolvekit.types import ChatMessage, SpanKind
 
 
 @pytest.fixture(scope="module")
@@ -328,3 +328,77 @@ def test_the_policys_context_management_decisions_are_trained_steps(llm):
         assert {a for a, m in zip(s.token_advantages, s.loss_mask) if m} == {adv[d.before_step]}
     plain, _ = build_samples([traj.model_copy(update={"context_decisions": []})], [adv])
     assert len(samples) == len(plain) + 2
+
+
+class _Scripted:
+    """A chat-only helper whose replies are scripted; records every conversation it is asked."""
+
+    def __init__(self, reply):
+        self.reply, self.asked = reply, []
+
+    def chat(self, conversations, params):
+        from evolvekit.llm.base import Completion
+
+        self.asked.append((conversations, params))
+        return [[Completion(text=self.reply)] for _ in conversations]
+
+
+def test_the_memory_summariser_asks_for_every_message_and_falls_back_to_truncation():
+    """§6.2.1's summariser role: one call with the whole history as ``ROLE: content`` lines under the compression
+    instruction; an empty reply gives the deterministic truncation summary instead."""
+    from evolvekit.agent.templates import llm_summariser, truncation_summary
+    from evolvekit.llm.base import SamplingParams
+
+    history = [ChatMessage(role="assistant", content="ls /data"), ChatMessage(role="user", content="a.txt b.txt")]
+    params = SamplingParams(temperature=0.3, max_new_tokens=40)
+    helper = _Scripted("  listed a.txt and b.txt  ")
+    assert llm_summariser(helper, params)(history) == "listed a.txt and b.txt"
+    [(conversations, used)] = helper.asked
+    assert used is params
+    [[system, user]] = conversations
+    assert (system.role, system.content) == ("system", "You compress an agent's interaction history.")
+    assert user.role == "user" and user.content == (
+        "Summarise this interaction in a few short lines. Keep every tool result, value and file name that may "
+        "matter later.\n\nASSISTANT: ls /data\nUSER: a.txt b.txt"
+    )
+    assert llm_summariser(_Scripted("   "), params)(history) == truncation_summary(history)
+    # the truncation summary: one line per message, its role and first characters, an ellipsis where cut
+    long = ChatMessage(role="user", content=" " + "x" * 170)
+    assert truncation_summary([history[0], long]) == "- assistant: ls /data\n- user: " + "x" * 159 + "…"
+    assert truncation_summary([history[1]], chars=5) == "- user: a.txt…"
+
+
+def test_self_managing_lists_the_interaction_and_survives_a_failing_summariser(caplog):
+    """The management prompt numbers every message after the protected ones with its first 200 characters; a
+    summariser that raises compresses by truncation and says so; the defaults are the paper's limit and a greedy
+    128-token decision."""
+    import logging
+
+    from evolvekit.agent.templates import COMPRESS_CHARS, truncation_summary
+
+    def broken(messages):
+        raise RuntimeError("no summariser")
+
+    ctx = SelfManagingContext("S", "U", summarise=broken)
+    assert ctx.token_limit == 4096 and (ctx.params.temperature, ctx.params.max_new_tokens) == (0.0, 128)
+    assert ctx.summarise is broken and SelfManagingContext("S", "U").summarise is truncation_summary
+    ctx.add_assistant("y" * 300)
+    ctx.add_user("second")
+    ctx.add_observation("latest")
+    system, listing = ctx.management_prompt()
+    assert system.role == "system" and system.content == (
+        "Your context is too long. Decide for each numbered message: keep, remove, or compress. Answer one line "
+        "per message like `3: remove`."
+    )
+    assert listing.role == "user" and listing.content == (
+        f"[0] assistant: {'y' * COMPRESS_CHARS}\n[1] user: second\n[2] user: Tool results:\nlatest"
+    )
+    with caplog.at_level(logging.WARNING, logger="evolvekit.agent.templates"):
+        decisions = ctx.apply_decisions("0: compress\n1: keep\n2: remove")
+    assert decisions == {0: "compress", 1: "keep", 2: "remove"}
+    body = [m.content for m in ctx.messages[ctx.protected :]]
+    expected = "[compressed] " + truncation_summary([ChatMessage(role="assistant", content="y" * 300)])
+    assert body == [expected, "second", "Tool results:\nlatest"]  # the newest is kept whatever it was told
+    assert [r.getMessage() for r in caplog.records] == ["summariser failed (no summariser); using truncation"]
+    untouched = ctx.apply_decisions("")  # no answer: every message is kept as it is
+    assert untouched == {} and [m.content for m in ctx.messages[ctx.protected :]] == body
