@@ -366,6 +366,7 @@ def test_the_memory_summariser_asks_for_every_message_and_falls_back_to_truncati
     long = ChatMessage(role="user", content=" " + "x" * 170)
     assert truncation_summary([history[0], long]) == "- assistant: ls /data\n- user: " + "x" * 159 + "…"
     assert truncation_summary([history[1]], chars=5) == "- user: a.txt…"
+    assert truncation_summary([ChatMessage(role="user", content="abcde")], chars=5) == "- user: abcde"  # not cut
 
 
 def test_self_managing_lists_the_interaction_and_survives_a_failing_summariser(caplog):
