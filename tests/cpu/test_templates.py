@@ -403,3 +403,13 @@ def test_self_managing_lists_the_interaction_and_survives_a_failing_summariser(c
     assert [r.getMessage() for r in caplog.records] == ["summariser failed (no summariser); using truncation"]
     untouched = ctx.apply_decisions("")  # no answer: every message is kept as it is
     assert untouched == {} and [m.content for m in ctx.messages[ctx.protected :]] == body
+
+
+@pytest.mark.parametrize("cls", [BasicContext, ReasoningContext, SlidingWindowContext, SelfManagingContext])
+def test_every_template_shows_the_worked_examples_and_protects_them(cls):
+    """The run's worked examples sit between the system prompt and the first request in every template, and are
+    never summarised, compressed or removed (they count among the protected messages)."""
+    shown = [ChatMessage(role="user", content="Add 1 and 2."), ChatMessage(role="assistant", content="<call>")]
+    ctx = cls("S", "U", examples=shown)
+    assert [m.content for m in ctx.messages[1:4]] == ["Add 1 and 2.", "<call>", "U"]
+    assert ctx.protected == 4
