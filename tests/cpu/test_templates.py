@@ -413,3 +413,85 @@ def test_every_template_shows_the_worked_examples_and_protects_them(cls):
     ctx = cls("S", "U", examples=shown)
     assert [m.content for m in ctx.messages[1:4]] == ["Add 1 and 2.", "<call>", "U"]
     assert ctx.protected == 4
+
+
+class _Sized:
+    """A policy double for the self-managing template: its chat template is ``size`` tokens long, its management
+    answer scripted (or the call fails), its completion carries the given token ids."""
+
+    def __init__(self, size, answer="", fail=False, prompt_ids=(), ids=()):
+        self.size, self.answer, self.fail, self.asked = size, answer, fail, 0
+        self.prompt_ids, self.ids = list(prompt_ids), list(ids)
+
+    def apply_chat_template(self, messages):
+        return [0] * self.size
+
+    def chat(self, conversations, params):
+        from evolvekit.llm.base import Completion
+
+        self.asked += 1
+        if self.fail:
+            raise RuntimeError("server gone")
+        return [[Completion(text=self.answer, token_ids=self.ids, prompt_token_ids=self.prompt_ids)]]
+
+
+def _managed(limit=10):
+    ctx = SelfManagingContext("S", "U", token_limit=limit)
+    ctx.add_assistant("first")
+    ctx.add_observation("second")
+    return ctx
+
+
+def test_self_managing_decides_only_past_its_limit_and_keeps_everything_when_the_call_fails(caplog):
+    """§6.2.1 (iv): the policy is asked only when the context is longer than the limit (not at it); a failed call
+    keeps every message, says so once, and logs a "manage" event of "none"; the decision is kept as a trainable step
+    only when the engine gave both its prompt and its completion tokens; the event lists the decisions in order."""
+    import logging
+
+    at_limit = _Sized(10, "0: remove")
+    ctx = _managed()
+    ctx.prepare(at_limit)
+    assert at_limit.asked == 0 and ctx.events == []
+    failing, ctx = _Sized(11, fail=True), _managed()
+    with caplog.at_level(logging.WARNING, logger="evolvekit.agent.templates"):
+        ctx.prepare(failing)
+    assert failing.asked == 1 and [m.content for m in ctx.messages[2:]] == ["first", "Tool results:\nsecond"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "context management call failed (server gone); keeping everything"
+    ]
+    assert [(e.kind, e.detail) for e in ctx.events] == [("manage", "none")] and ctx.decisions == []
+    for prompt_ids, ids, kept in (([1, 2], [3], True), ([], [3], False), ([1, 2], [], False)):
+        ctx = _managed()
+        ctx.prepare(_Sized(11, "1: keep\n0: remove", prompt_ids=prompt_ids, ids=ids))
+        assert [(e.kind, e.detail) for e in ctx.events] == [("manage", "0:remove, 1:keep")]
+        assert [m.content for m in ctx.messages[2:]] == ["Tool results:\nsecond"]
+        assert len(ctx.decisions) == int(kept)
+
+
+def test_make_context_builds_each_template_with_its_settings():
+    from evolvekit.agent.templates import TemplateSettings, make_context
+    from evolvekit.llm.base import SamplingParams
+
+    shown = [ChatMessage(role="user", content="example")]
+
+    def summarise(messages):
+        return "s"
+
+    manage = SamplingParams(temperature=0.5)
+    settings = TemplateSettings(token_limit=77, summarise=summarise, manage_params=manage)
+    kinds = {
+        "basic": BasicContext,
+        "reasoning": ReasoningContext,
+        "sliding_window": SlidingWindowContext,
+        "self_managing": SelfManagingContext,
+    }
+    for name, cls in kinds.items():
+        settings.template = name
+        ctx = make_context(settings, "S", "U", shown)
+        assert type(ctx) is cls and ctx.messages[1].content == "example" and ctx.messages[2].content == "U"
+        if name in ("sliding_window", "self_managing"):
+            assert ctx.token_limit == 77 and ctx.summarise is summarise
+    assert ctx.params is manage
+    settings.template = "nope"
+    with pytest.raises(ValueError, match="^unknown context template 'nope'$"):
+        make_context(settings, "S", "U")
