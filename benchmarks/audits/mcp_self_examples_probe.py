@@ -13,25 +13,13 @@ import sys
 
 def main() -> None:
     from evolvekit.config import load_config
-    from evolvekit.engine.registry import seam
     from evolvekit.env.registry import make_env
-    from evolvekit.llm.factory import role_llm, role_llm_or, sampling_for
-    from evolvekit.questioning.explore import Explorer
-    from evolvekit.questioning.pipeline import sandbox_for, scaffold_on
-    from evolvekit.questioning.self_examples import EXAMPLE_RUNS, EXAMPLE_STEPS, EXAMPLES_SEED
+    from evolvekit.llm.factory import role_llm, role_llm_or
+    from evolvekit.questioning.pipeline import sandbox_for
+    from evolvekit.questioning.self_examples import EXAMPLE_RUNS, EXAMPLE_STEPS, examples_explorer
 
     cfg = load_config("configs/mcp_filesystem.yaml", ["env.worked_examples=self", *sys.argv[1:]])
-    q = cfg.questioning
-    llm = role_llm_or(cfg.models, "explorer", role_llm(cfg.models, "policy"))
-    explorer = Explorer(
-        seam(llm),
-        sampling_for(cfg.models.explorer, seed=cfg.run.seed + EXAMPLES_SEED),
-        q.n_breadth,
-        q.n_depth,
-        cfg.env.tool_rendering,
-        scaffold=scaffold_on(q.scaffold, llm),
-        show_start=q.explore_state,
-    )
+    explorer = examples_explorer(cfg, role_llm_or(cfg.models, "explorer", role_llm(cfg.models, "policy")))
     print("scaffold", explorer.scaffold)
     bare = cfg.env.model_copy(update={"worked_examples": "none"})
     traces = explorer.explore(lambda: make_env(bare), sandbox_for(cfg.env), EXAMPLE_RUNS, EXAMPLE_STEPS)

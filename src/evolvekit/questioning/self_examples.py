@@ -147,14 +147,14 @@ def demos_from_json(text: str) -> list[Demonstration]:
     ]
 
 
-def run_examples(cfg, explorer_llm, make_env: Callable[[], Environment]) -> list[Demonstration]:
-    """The run's own worked examples for ``cfg`` (``env.worked_examples: self``): the explorer (``models.explorer``'s
-    sampling, seeded by ``run.seed``) explores the sandbox the synthesis uses; ``make_env`` shows no example."""
+def examples_explorer(cfg, explorer_llm) -> Explorer:
+    """The explorer the run's own worked examples come from: ``models.explorer``'s sampling seeded by ``run.seed``,
+    the questioning section's breadth, depth, scaffold and start state."""
     from evolvekit.llm.factory import sampling_for
-    from evolvekit.questioning.pipeline import sandbox_for, scaffold_on
+    from evolvekit.questioning.pipeline import scaffold_on
 
     q = cfg.questioning
-    explorer = Explorer(
+    return Explorer(
         seam(explorer_llm),
         sampling_for(cfg.models.explorer, seed=cfg.run.seed + EXAMPLES_SEED),
         q.n_breadth,
@@ -163,6 +163,14 @@ def run_examples(cfg, explorer_llm, make_env: Callable[[], Environment]) -> list
         scaffold=scaffold_on(q.scaffold, explorer_llm),
         show_start=q.explore_state,
     )
+
+
+def run_examples(cfg, explorer_llm, make_env: Callable[[], Environment]) -> list[Demonstration]:
+    """The run's own worked examples for ``cfg`` (``env.worked_examples: self``): the explorer (``examples_explorer``)
+    explores the sandbox the synthesis uses; ``make_env`` shows no example."""
+    from evolvekit.questioning.pipeline import sandbox_for
+
+    explorer = examples_explorer(cfg, explorer_llm)
     return make_self_examples(explorer, make_env, sandbox_for(cfg.env), cfg.env.self_examples)
 
 
