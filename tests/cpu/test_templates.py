@@ -495,3 +495,73 @@ def test_make_context_builds_each_template_with_its_settings():
     settings.template = "nope"
     with pytest.raises(ValueError, match="^unknown context template 'nope'$"):
         make_context(settings, "S", "U")
+
+
+class _CharTokenizer:
+    """One id per character, with offsets; like Llama's, it adds a BOS id unless told not to (HF's chat template
+    tokenizes with ``add_special_tokens=False``). Renders a conversation as each content followed by ``|``, so the
+    first message's content starts the text."""
+
+    BOS = 1
+
+    def __init__(self, render=lambda content: content) -> None:
+        self.render = render
+
+    def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=True):
+        assert all(None not in m.values() for m in messages)  # exclude_none: a template may test `is defined`
+        text = "".join(self.render(m["content"]) + "|" for m in messages)
+        return self(text, add_special_tokens=False)["input_ids"] if tokenize else text
+
+    def __call__(self, text, add_special_tokens=True, return_offsets_mapping=False):
+        ids, offsets = [ord(c) for c in text], [(i, i + 1) for i in range(len(text))]
+        if add_special_tokens:
+            ids, offsets = [self.BOS, *ids], [(0, 0), *offsets]
+        return {"input_ids": ids, "offset_mapping": offsets}
+
+
+class _CharLLM:
+    def __init__(self, tokenizer: _CharTokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def apply_chat_template(self, messages):
+        return self.tokenizer.apply_chat_template([m.model_dump(exclude_none=True) for m in messages])
+
+
+def test_segments_are_located_in_their_own_message_even_when_contents_repeat():
+    # the same content twice: each message's content is found after the previous one's, the first at offset 0
+    from evolvekit.agent.templates import Segment, tokenize_with_segments
+
+    msgs = [ChatMessage(role="system", content="same text"), ChatMessage(role="user", content="same text")]
+    llm = _CharLLM(_CharTokenizer())
+    ids, spans = tokenize_with_segments(llm, msgs, [Segment(message=1, start=5, end=9), Segment(0, 0, 4)])
+    assert ids == [ord(c) for c in "same text|same text|"]  # no BOS: the chat template's own ids
+    assert [(s.start, s.end) for s in spans] == [(15, 19), (0, 4)]
+    assert "".join(chr(i) for i in ids[15:19]) == "text"
+    assert tokenize_with_segments(llm, msgs, []) == (ids, [])
+
+
+def test_segments_refuse_a_tokenizer_or_template_they_cannot_follow():
+    from evolvekit.agent.templates import Segment, tokenize_with_segments
+
+    msgs = [ChatMessage(role="user", content="hello")]
+
+    class Disagrees(_CharLLM):
+        def apply_chat_template(self, messages):
+            return [*super().apply_chat_template(messages), 0]
+
+    with pytest.raises(ValueError, match=r"^the tokenizer does not reproduce the chat template's ids; cannot locate"):
+        tokenize_with_segments(Disagrees(_CharTokenizer()), msgs, [Segment(0, 0, 1)])
+    with pytest.raises(ValueError, match=r"^a message's content is not verbatim in the rendered chat template$"):
+        tokenize_with_segments(_CharLLM(_CharTokenizer(render=str.upper)), msgs, [Segment(0, 0, 1)])
+
+
+def test_self_managing_keeps_only_the_segments_of_the_messages_it_never_rewrites():
+    # a decision may remove, compress or renumber any message past the protected ones, so their segments go; the
+    # experience in the system prompt (protected) stays marked for stripping
+    ctx = SelfManagingContext("You are an agent.", "Do the task.", token_limit=10)
+    kept = ctx.insert_experience("a principle")
+    ctx.add_assistant("first")
+    ctx.add_observation("second")
+    ctx.insert_experience("another", message=ctx.protected)
+    ctx.apply_decisions("")
+    assert ctx.segments == [kept]
