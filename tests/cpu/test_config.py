@@ -172,6 +172,25 @@ def test_the_mcp_spec_trains_on_the_server_alone_and_is_judged_on_the_committed_
     assert not (fmt.navigating.enabled or fmt.attributing.enabled)
 
 
+def test_the_fs_one_spec_is_the_main_job_on_a_second_environment():
+    """configs/evidence/evidence_fs_one.yaml (issue 76.5): every row is the main job (configs/quickstart.yaml) on
+    BFCL's GorillaFileSystem family fs_one with only its held-out split (48 tasks x 4) evaluated, and the rows and
+    controls of evidence_self_examples, over 10 seeds."""
+    from evolvekit.report.ablate import load_spec
+
+    spec_path = Path("configs/evidence/evidence_fs_one.yaml")
+    spec = load_spec(spec_path)
+    main = load_spec(Path("configs/evidence/evidence_self_examples.yaml"))
+    assert {r.name: r.overrides for r in spec.rows} == {r.name: r.overrides for r in main.rows}
+    assert len(spec.seeds) >= 10 and spec.lift_reference == "grpo_person"
+    quickstart = load_config("configs/quickstart.yaml")
+    cfg = load_config(spec_path.parent / spec.base, spec.budget)
+    assert (cfg.env.family, cfg.train.eval_tasks, cfg.train.eval_k, cfg.train.eval_panels) == ("fs_one", 48, 4, [])
+    cfg.env.family, cfg.train.eval_tasks, cfg.train.eval_k = "arith", quickstart.train.eval_tasks, 8
+    cfg.train.eval_panels, cfg.train.compare_with = quickstart.train.eval_panels, quickstart.train.compare_with
+    assert cfg == quickstart  # nothing else differs from the main job
+
+
 def test_evidence_quickstart_replication_repeats_the_spec_on_new_seeds():
     """The replication runs exactly the original rows and budget into the same run folder, on seeds not run before;
     the pooled file reports both sets of seeds."""

@@ -48,7 +48,7 @@ def test_env_tasks_uses_the_family_or_bfcl_splits():
     assert real and all(t.metadata["involved_classes"] == ["GorillaFileSystem"] for t in real)
 
 
-@pytest.mark.parametrize("name", ["arith", "arith_wide"])
+@pytest.mark.parametrize("name", ["arith", "arith_wide", "fs_one"])
 def test_every_family_task_replays_its_reference_with_the_official_checker(name):
     fam = get_family(name)
     tasks = fam.tasks("test", 30)
@@ -196,3 +196,25 @@ def test_file_system_turns_need_the_first_turns_cd():
         assert outcomes == [True, False, False], task.turns
     msgs = fam.demonstrations[0].messages(lambda c: c.name)
     assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant"] * 2
+
+
+def test_fs_one_scores_the_end_state_of_its_one_call():
+    """issue 76.5's second environment: each of the four kinds of call is needed (the reference scores 1), and the
+    same tool with another argument, or no call, leaves another end state and scores 0."""
+    fam = get_family("fs_one")
+    tasks = fam.tasks("test", 48)
+    kinds = {
+        (t.reference_solution[0][0].name, "." in str(t.reference_solution[0][0].arguments.get("destination", ".")))
+        for t in tasks
+    }
+    assert kinds == {("touch", True), ("mkdir", True), ("mv", True), ("mv", False)}
+    for task in tasks[:8]:
+        call = task.reference_solution[0][0]
+        wrong = call.model_copy(update={"arguments": {k: "other_" + str(v) for k, v in call.arguments.items()}})
+        for calls, score in (([call], 1.0), ([wrong], 0.0), ([], 0.0)):
+            env = BfclEnv()
+            env.reset(task)
+            for c in calls:
+                env.step(parse_action(format_call(c)))
+            env.step(parse_action("Done."))
+            assert env.evaluate().score == score, (task.query, calls)

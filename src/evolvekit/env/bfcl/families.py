@@ -396,6 +396,51 @@ def _fs_chain(rng: random.Random) -> Draw:
     return query, calls, config
 
 
+_FS_ONE_PHRASES = (
+    ("touch", ("Create an empty file named {n}.", "Make a new file called {n} in this folder.")),
+    ("mkdir", ("Create a folder named {d}.", "Make a new directory called {d} here.")),
+    ("move", ("Move {f} into the {s} folder.", "Put the file {f} inside {s}.")),
+    ("rename", ("Rename {f} to {n}.", "Change the name of the file {f} to {n}.")),
+)
+
+
+def _fs_one(rng: random.Random) -> Draw:
+    """One GorillaFileSystem call whose end state is checked, in a workspace of three files and an empty folder: a
+    new file, a new folder, a file moved into the folder, or a file renamed (the second environment of issue 76.5;
+    its requests are written for its held-out split alone: no prompt shows them)."""
+    files, sub, new, name, config = _workspace(rng)
+    kind, phrases = rng.choice(_FS_ONE_PHRASES)
+    f = rng.choice(files)
+    query = rng.choice(phrases).format(n=name, d=new, f=f, s=sub)
+    calls = {
+        "touch": [_call("touch", file_name=name)],
+        "mkdir": [_call("mkdir", dir_name=new)],
+        "move": [_call("mv", source=f, destination=sub)],
+        "rename": [_call("mv", source=f, destination=name)],
+    }[kind]
+    return query, calls, config
+
+
+# person-written worked examples of fs_one, shown only behind env.worked_examples: person (names no split draws)
+_FS_ONE_DEMOS = (
+    Demonstration(
+        "Please add a blank file called scores.txt.",
+        _call("touch", file_name="scores.txt"),
+        "None",
+        "Created scores.txt.",
+    ),
+    Demonstration(
+        "I need a directory named fiction.", _call("mkdir", dir_name="fiction"), "None", "Created the folder fiction."
+    ),
+    Demonstration(
+        "essay.txt belongs in papers; move it there.",
+        _call("mv", source="essay.txt", destination="papers"),
+        "{\"result\": \"'essay.txt' moved to 'papers/essay.txt'\"}",
+        "Moved essay.txt into papers.",
+    ),
+)
+
+
 _FS_TURN_PHRASES = (
     ("Go into the {s} folder.", "Now create a file named {n} there."),
     ("Change into the {s} directory.", "Make an empty file called {n} in it."),
@@ -555,6 +600,17 @@ FAMILIES: dict[str, TaskFamily] = {
         demonstrations=_FS_CHAIN_DEMOS,
         generator=_fs_chain,
         split_seeds={"train": 21, "dev": 22, "test": 23},
+    ),
+    # the second environment of issue 76.5: one GorillaFileSystem call, end state checked
+    "fs_one": TaskFamily(
+        name="fs_one",
+        classes=("GorillaFileSystem",),
+        tools=_FS_TOOLS,
+        description="one GorillaFileSystem call whose end state is checked (touch a new file, mkdir a new folder, mv "
+        "a file into a folder, or mv to rename it); three worked examples behind env.worked_examples: person",
+        demonstrations=_FS_ONE_DEMOS,
+        generator=_fs_one,
+        split_seeds={"train": 81, "dev": 82, "test": 83},
     ),
     "fs_turns": TaskFamily(
         name="fs_turns",
