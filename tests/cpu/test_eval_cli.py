@@ -31,6 +31,7 @@ def test_eval_json_reports_avg_and_best(tmp_path):
     assert 0.0 <= summary["avg@2"] <= summary["best@2"] <= 1.0
     assert summary["tasks"] == 1 and summary["failed_rollouts"] == 0 and summary["completion_tokens"] > 0
     assert summary["category"] == "multi_turn_base" and "family" not in summary
+    assert summary["worked_examples"] == "self" and "label" not in summary  # where the prompts' examples came from
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 1 and len(rows[0]["scores"]) == 2
     trajs = (tmp_path / "res.trajectories.jsonl").read_text().splitlines()

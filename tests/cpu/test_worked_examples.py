@@ -500,3 +500,13 @@ def test_scored_by_replay_compares_end_states_on_a_fresh_instance():
     assert not env.evaluate().passed
     env.reset(_syn("No reference."))
     assert env.evaluate().details == {"reason": "no task with a reference to compare with"}
+
+
+def test_every_output_says_where_the_worked_examples_came_from():
+    """`evolvekit eval --json` and `run` carry the examples' source; a person's examples carry the label too."""
+    from evolvekit.cli.common import PERSON_EXAMPLES_LABEL, examples_provenance
+
+    assert examples_provenance("self") == {"worked_examples": "self"}
+    assert examples_provenance("none") == {"worked_examples": "none"}
+    assert examples_provenance("person") == {"worked_examples": "person", "label": PERSON_EXAMPLES_LABEL}
+    assert PERSON_EXAMPLES_LABEL.startswith("PERSON-WRITTEN EXAMPLES")

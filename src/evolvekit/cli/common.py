@@ -19,6 +19,17 @@ ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config (default: the
 SetOpt = typer.Option(None, "--set", help="override a config value: section.key=value (repeatable)")
 
 
+PERSON_EXAMPLES_LABEL = "PERSON-WRITTEN EXAMPLES (env.worked_examples: person)"
+
+
+def examples_provenance(worked_examples: str) -> dict[str, str]:
+    """What every output of a run or an evaluation says of its prompts' worked examples: where they came from, and
+    the label of a person's (the information boundary: person-written material only behind the switch, and said)."""
+    return {"worked_examples": worked_examples} | (
+        {"label": PERSON_EXAMPLES_LABEL} if worked_examples == "person" else {}
+    )
+
+
 def emit_json(obj: Any) -> None:
     """Print one JSON object as the last line of stdout."""
     sys.stdout.write(json.dumps(obj, default=str) + "\n")

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from evolvekit.cli.common import ConfigOpt, JsonOpt, SetOpt, emit_json, setup_logging
+from evolvekit.cli.common import ConfigOpt, JsonOpt, SetOpt, emit_json, examples_provenance, setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -305,7 +305,13 @@ def eval_command(
         if cfg.env.name != "bfcl"
         else {"category": split, "split": subset or cfg.env.eval_split}
     )
-    summary = {**report.summary(), **what, "results": str(out), "seconds": round(time.perf_counter() - t0, 1)}
+    summary = {
+        **report.summary(),
+        **what,
+        **examples_provenance(cfg.env.worked_examples),
+        "results": str(out),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
     if panel is not None:
         summary["panel"] = str(panel_in)
         if not policy:  # the same policy: were the panel's figures reproduced?

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from evolvekit.cli.common import JsonOpt, SetOpt, console, emit_json, setup_logging
+from evolvekit.cli.common import PERSON_EXAMPLES_LABEL, JsonOpt, SetOpt, console, emit_json, setup_logging
 
 
 def run_command(
@@ -77,11 +77,7 @@ def run_command(
             " ".join(
                 [f"run_dir={run_dir}"]
                 + (["ORACLE (run.oracle: person-written gold reached training)"] if cfg.run.oracle else [])
-                + (
-                    ["PERSON-WRITTEN EXAMPLES (env.worked_examples: person)"]
-                    if cfg.env.worked_examples == "person"
-                    else []
-                )
+                + ([PERSON_EXAMPLES_LABEL] if cfg.env.worked_examples == "person" else [])
                 + [f"{k}: {before.get(k)} -> {after.get(k)}" for k in keys]
             )
             + "\n"
