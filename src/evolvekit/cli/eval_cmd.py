@@ -305,13 +305,8 @@ def eval_command(
         if cfg.env.name != "bfcl"
         else {"category": split, "split": subset or cfg.env.eval_split}
     )
-    summary = {
-        **report.summary(),
-        **what,
-        **examples_provenance(cfg.env.worked_examples),
-        "results": str(out),
-        "seconds": round(time.perf_counter() - t0, 1),
-    }
+    summary = {**report.summary(), **what, **examples_provenance(cfg.env.worked_examples), "results": str(out)}
+    summary["seconds"] = round(time.perf_counter() - t0, 1)
     if panel is not None:
         summary["panel"] = str(panel_in)
         if not policy:  # the same policy: were the panel's figures reproduced?
