@@ -34,7 +34,12 @@ _BUILD_TESTS = (
     ]
     + ["tests/cpu/test_attributing.py", "tests/cpu/test_run_loop.py"]
     + ["tests/cpu/test_families.py", "tests/cpu/test_store.py", "tests/cpu/test_agent.py"]
-    + ["tests/cpu/test_gigpo.py", "tests/cpu/test_cold_start.py", "tests/cpu/test_templates.py"]
+    + [
+        "tests/cpu/test_gigpo.py",
+        "tests/cpu/test_cold_start.py",
+        "tests/cpu/test_templates.py",
+        "tests/cpu/test_templates_pure.py",
+    ]
 )
 
 # module (under src/evolvekit) -> the fast tests that exercise it
@@ -110,7 +115,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "agent/rollout.py",
         ["tests/cpu/test_agent.py", "tests/cpu/test_templates.py", "tests/cpu/test_gigpo.py"],
     ),
-    "templates": ("agent/templates.py", ["tests/cpu/test_templates.py"]),
+    "templates": ("agent/templates.py", ["tests/cpu/test_templates_pure.py", "tests/cpu/test_templates.py"]),
     "evaluate": ("agent/evaluate.py", ["tests/cpu/test_agent.py", "tests/cpu/test_worked_examples.py"]),
     # the update (Eq. 17's loss over micro-batches, the KL reference, master weights) and the policy it steps
     "trainer": ("train/trainer.py", ["tests/cpu/test_trainer.py", "tests/cpu/test_master_weights.py"]),
