@@ -195,3 +195,29 @@ def test_the_health_table_names_the_closed_tasks_their_own_share_and_the_borrowe
     assert _closed(RunHealth(seed=0, closed_tasks=24.0, self_referenced_share=0.75)) == "24 (0.750)"
     borrowed = RunHealth(seed=0, closed_tasks=24.0, self_referenced_share=0.75, similar_referenced=3.0)
     assert _closed(borrowed) == "24 (0.750; borrowed 3)"
+
+
+def test_synthesized_overlap_counts_a_task_worded_like_a_held_out_one(tmp_path):
+    """benchmarks/audits/synthesized_overlap.py (issue 76.3): a kept run's synthesized task in a held-out task's
+    wording (other numbers) is counted against that panel, with word overlap 1.0; an unrelated one is not; a
+    person-written task of the run is not a synthesized one."""
+    from synthesized_overlap import overlap_rows
+
+    from evolvekit.env.bfcl.families import get_family
+
+    held = get_family("arith").tasks("test", 1)[0].query
+    import re
+
+    twin = re.sub(r"\d+", "7", held)
+    tasks = [["a", "synthetic", 0, json.dumps({"query": twin})], ["b", "synthetic", 0, json.dumps({"query": "Zap."})]]
+    tasks.append(["c", "real", 0, json.dumps({"query": held})])
+    seed = tmp_path / "self_examples" / "seed3.json"
+    seed.parent.mkdir()
+    seed.write_text(
+        json.dumps({"tables": {"tasks": {"columns": ["task_id", "source", "first_iteration", "json"], "rows": tasks}}})
+    )
+    rows = overlap_rows(Path("configs/evidence/evidence_self_examples.yaml"), tmp_path)
+    assert [(r["row"], r["seed"], r["tasks"]) for r in rows] == [("self_examples", 3, 2)]
+    split, panel2 = rows[0]["panels"].values()
+    assert (split["worded_like"], split["max_overlap"], split["near"]) == (1, 1.0, 1)
+    assert panel2["worded_like"] == 0 and panel2["max_overlap"] < 1.0
