@@ -177,6 +177,14 @@ def test_a_run_prints_the_committed_baseline_only_for_the_same_family_and_budget
     assert "grpo 0.100 -> 0.400 ± 0.100" in line and "quickstart (this config) 0.100 -> 0.700 ± 0.100" in line
     assert "Δ +0.300 (95% CI +0.300..+0.300)" in line and "this run" not in line
     assert "this config" not in comparison_line(path, cfg, {})  # a run named like the baseline: the baseline only
+    # before the baseline row has finished, the run's own row is printed alone, the baseline said to be missing
+    ev.rows = row_results([ours], "grpo")
+    path.write_text(ev.model_dump_json())
+    named = cfg.model_copy(update={"run": cfg.run.model_copy(update={"name": "quickstart"})})
+    line = comparison_line(path, named, {"avg@4": 0.5})
+    assert "grpo not finished yet, quickstart (this config) 0.100 -> 0.700 ± 0.100" in line and "Δ" not in line
+    assert "quickstart over the base model +0.600" in line and "this run -> 0.5" in line
+    assert "no finished 'grpo' row yet" in comparison_line(path, cfg, {})  # neither row: nothing to print
     assert "no committed baseline" in comparison_line(tmp_path / "missing.json", cfg, {})
     (tmp_path / "bad.json").write_text("{}")
     assert "not a results file" in comparison_line(tmp_path / "bad.json", cfg, {})

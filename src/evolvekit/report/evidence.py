@@ -228,7 +228,8 @@ def _figure(name: str, row: RowResult, key: str) -> str:
 def comparison_line(path: Path | str, cfg: Config, after: dict | None) -> str:
     """The line a run prints at its end: the baseline row's committed figures for the same family and budget, and
     those of the row named like the run (``run.name``: this configuration over seeds, so one run's seed is seen
-    against its own spread), with the seed-paired difference between the two."""
+    against its own spread), with the seed-paired difference between the two; while the baseline row has not
+    finished, the run's own row alone (its lift over the base model), the baseline said to be missing."""
     path = Path(path)
     if not path.is_file():
         return f"no committed baseline figures at {path} (train.compare_with)"
@@ -236,18 +237,22 @@ def comparison_line(path: Path | str, cfg: Config, after: dict | None) -> str:
         ev = load_evidence(path)
     except ValueError as err:
         return f"{path}: not a results file ({str(err).splitlines()[0]})"
-    row = ev.rows.get(ev.baseline)
+    found = ev.rows.get(ev.baseline)
+    row = found if found is not None and found.after else None
     ours = budget_of(cfg)
     diff = [k for k in BUDGET_FIELDS if ev.budget.get(k) != ours[k]]
-    if row is None or not row.after:
+    name = cfg.train.compare_row or cfg.run.name
+    mine = ev.rows.get(name) if name != ev.baseline else None
+    own = mine if mine is not None and mine.after else None
+    if row is None and own is None:
         return f"{path}: no finished '{ev.baseline}' row yet"
     if diff:
         return f"{path}: not comparable (its budget differs in {', '.join(diff)})"
-    name = cfg.train.compare_row or cfg.run.name
-    own = ev.rows.get(name) if name != ev.baseline else None
     parts = []
-    for key in row.after:
-        figures = [_figure(ev.baseline, row, key)]
+    shown = row if row is not None else own
+    assert shown is not None  # returned above when neither is there
+    for key in shown.after:
+        figures = [_figure(ev.baseline, row, key) if row is not None else f"{ev.baseline} not finished yet"]
         if own is not None and key in own.after:
             figures.append(_figure(f"{name} (this config)", own, key))
             if (d := own.vs_baseline.get(key)) is not None:
@@ -261,7 +266,7 @@ def comparison_line(path: Path | str, cfg: Config, after: dict | None) -> str:
         if (ours_after := (after or {}).get(key)) is not None:
             figures.append(f"this run -> {ours_after}")
         parts.append(f"{key}: " + ", ".join(figures))
-    commits = row.commit or ev.commit
+    commits = (row.commit if row is not None else None) or ev.commit
     if own is not None and own.commit and own.commit != commits:
         commits += f" ({name}: {own.commit})"
     return f"same family and budget, committed at {commits}: " + "; ".join(parts)
