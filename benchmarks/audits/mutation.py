@@ -116,7 +116,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ["tests/cpu/test_agent.py", "tests/cpu/test_templates.py", "tests/cpu/test_gigpo.py"],
     ),
     "templates": ("agent/templates.py", ["tests/cpu/test_templates_pure.py", "tests/cpu/test_templates.py"]),
-    "evaluate": ("agent/evaluate.py", ["tests/cpu/test_agent.py", "tests/cpu/test_worked_examples.py"]),
+    "evaluate": (
+        "agent/evaluate.py",
+        ["tests/cpu/test_evaluate_pure.py", "tests/cpu/test_agent.py", "tests/cpu/test_worked_examples.py"],
+    ),
     # the update (Eq. 17's loss over micro-batches, the KL reference, master weights) and the policy it steps
     "trainer": ("train/trainer.py", ["tests/cpu/test_trainer.py", "tests/cpu/test_master_weights.py"]),
     "policy": ("train/policy.py", ["tests/cpu/test_master_weights.py", "tests/cpu/test_trainer.py"]),
