@@ -127,6 +127,29 @@ def test_a_failed_episode_scores_0_counts_as_failed_and_keeps_its_error():
     assert report.mean_score == 0.5 and report.avg_at_k == 0.5
     assert report.per_task[0]["errors"] == [] and "backend died" in report.per_task[1]["errors"][0]
     assert report.classes["no_call"] == 1  # a failed episode made no call
+    assert report.sampling_se == pytest.approx(0.5**0.5 / 2)  # one sample a task: each adds 1/4
+
+
+def test_no_tasks_give_a_report_of_zeros():
+    report, trajs, _ = _run([], {})
+    assert trajs == [] and report.mean_score == 0.0 and report.avg_at_k == 0.0 and report.tasks == 0
+
+
+def test_an_evaluation_shows_its_progress_unless_told_not_to(monkeypatch):
+    import evolvekit.agent.rollout as rollout
+
+    shown = []
+
+    class _Progress(rollout.StageProgress):
+        def __init__(self, name, total, show_bar=True, logger=None):
+            shown.append(show_bar)
+            super().__init__(name, total, show_bar=False, logger=logger)
+
+    monkeypatch.setattr(rollout, "StageProgress", _Progress)
+    cfg, engine = RolloutConfig(max_steps=1), Engine(_Policy({"please add": [ADD]}))
+    evaluate_policy([_task("t-add", "add")], _Env, engine, cfg, SamplingParams(), 1)
+    evaluate_policy([_task("t-add", "add")], _Env, engine, cfg, SamplingParams(), 1, show_progress=False)
+    assert shown == [True, False]
 
 
 def test_an_evaluation_where_no_episode_ran_is_refused_by_name():
@@ -211,12 +234,18 @@ def test_the_journal_continues_past_a_cut_line_and_says_what_it_reuses(tmp_path,
     assert len(journal.finished()) == 3 and all(v is not None for v in journal.finished().values())
     with pytest.raises(EnvError, match=r"holds episodes of another evaluation .*; use another --out or remove it$"):
         EpisodeJournal(path, "other")
+    for head in ("not json", "[1, 2]", '{"other": "key"}'):  # a first line that names no evaluation fits no key
+        path.write_text(head + "\n")
+        for key in ("key", ""):
+            with pytest.raises(EnvError, match="another evaluation"):
+                EpisodeJournal(path, key)
 
 
 def test_results_are_written_per_task_and_per_episode(tmp_path):
     report, trajs, _ = _run([_task("t-add", "add"), _task("t-mul", "mul")], {"please add": [ADD], "please mul": [ADD]})
-    out = tmp_path / "new" / "res.jsonl"
+    out = tmp_path / "new" / "er" / "res.jsonl"
     write_results(out, report, trajs)
+    write_results(out, report, trajs)  # again, over the first: the same files
     assert [json.loads(x) for x in out.read_text().splitlines()] == report.per_task
-    episodes = (tmp_path / "new" / "res.trajectories.jsonl").read_text().splitlines()
+    episodes = (tmp_path / "new" / "er" / "res.trajectories.jsonl").read_text().splitlines()
     assert [json.loads(x)["task_id"] for x in episodes] == ["t-add", "t-add", "t-mul", "t-mul"]

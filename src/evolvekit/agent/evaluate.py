@@ -127,12 +127,12 @@ class EvalReport:
     sampling_se: float = 0.0  # ``sampling_error`` of avg@k
 
     def summary(self) -> dict:
-        n = sum(self.classes.values()) or 1
+        n = sum(self.classes.values())
         return {
             f"avg@{self.k}": round(self.avg_at_k, 4),
             f"best@{self.k}": round(self.best_at_k, 4),
             # the share of samples in each class, as figures of their own (before and after, paired like avg@k)
-            **{f"class/{c}@{self.k}": round(self.classes.get(c, 0) / n, 4) for c in SAMPLE_CLASSES},
+            **{f"class/{c}@{self.k}": round(self.classes.get(c, 0) / n, 4) if n else 0.0 for c in SAMPLE_CLASSES},
             "sampling_se": round(self.sampling_se, 4),
             "tasks": self.tasks,
             "k": self.k,
@@ -169,9 +169,9 @@ def evaluate_policy(
         ]
     done = journal.finished() if journal is not None else {}
     todo = [i for i in range(len(jobs)) if i not in done]
-    if done:
+    if journal is not None and done:
         log.info("evaluation: %d of %d episodes already in %s; running the other %d", len(done), len(jobs),
-                 journal.path if journal else "", len(todo))  # fmt: skip
+                 journal.path, len(todo))  # fmt: skip
 
     def on_done(j: int, traj: Trajectory) -> None:
         if journal is not None:
@@ -232,11 +232,7 @@ class EpisodeJournal:
         self._done: dict[int, Trajectory] = {}
         lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
         if lines:
-            try:
-                head = json.loads(lines[0])
-            except ValueError:
-                head = None
-            if not isinstance(head, dict) or head.get("evaluation") != key:
+            if _journal_key(lines[0]) != key:
                 raise EnvError(
                     f"{path}: holds episodes of another evaluation (other tasks, k, policy or settings); "
                     "use another --out or remove it"
@@ -256,8 +252,17 @@ class EpisodeJournal:
 
     def write(self, job: int, traj: Trajectory) -> None:
         with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"job": job, "trajectory": traj.model_dump(mode="json")}) + "\n")
+            fh.write(f'{{"job": {int(job)}, "trajectory": {traj.model_dump_json()}}}\n')
         self._done[job] = traj
+
+
+def _journal_key(line: str) -> object:
+    """The evaluation a journal's first line names (None: the line names none)."""
+    try:
+        head = json.loads(line)
+    except ValueError:
+        return None
+    return head.get("evaluation") if isinstance(head, dict) else None
 
 
 def write_results(path: Path, report: EvalReport, trajectories: Sequence[Trajectory]) -> None:
