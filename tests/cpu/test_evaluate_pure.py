@@ -221,7 +221,9 @@ def test_the_estimate_logs_nothing_before_it_is_started(caplog):
 def test_the_journal_continues_past_a_cut_line_and_says_what_it_reuses(tmp_path, caplog):
     path = tmp_path / "deep" / "er" / "res.episodes.jsonl"  # folders that do not exist yet
     tasks = [_task("t-add", "add")]
-    first, trajs, _ = _run(tasks, {"please add": [ADD]}, k=3, journal=EpisodeJournal(path, "key"))
+    with caplog.at_level(logging.INFO, logger="evolvekit.agent.evaluate"):
+        first, trajs, _ = _run(tasks, {"please add": [ADD]}, k=3, journal=EpisodeJournal(path, "key"))
+    assert not [m for m in caplog.messages if "already in" in m]  # a new journal reuses nothing, and says nothing
     lines = path.read_text().splitlines()
     # the middle episode's line was cut, a later one is whole
     path.write_text("\n".join([lines[0], lines[1], lines[2][:20], lines[3]]) + "\n")
