@@ -113,7 +113,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # the episode loop (the anchor key, tool-use credit), the context templates, held-out evaluation
     "rollout": (
         "agent/rollout.py",
-        ["tests/cpu/test_agent.py", "tests/cpu/test_templates.py", "tests/cpu/test_gigpo.py"],
+        ["tests/cpu/test_rollout_pure.py", "tests/cpu/test_agent.py", "tests/cpu/test_templates.py"]
+        + ["tests/cpu/test_gigpo.py"],
     ),
     "templates": ("agent/templates.py", ["tests/cpu/test_templates_pure.py", "tests/cpu/test_templates.py"]),
     "evaluate": (

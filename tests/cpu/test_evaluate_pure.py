@@ -8,6 +8,7 @@ import json
 import logging
 
 import pytest
+from episode_doubles import TOOLS, ScriptedChat, TinyEnv, tiny_task
 
 from evolvekit.agent.evaluate import (
     SAMPLE_CLASSES,
@@ -23,85 +24,23 @@ from evolvekit.agent.templates import REASONING_INSTRUCTION, TemplateSettings
 from evolvekit.config import RolloutConfig
 from evolvekit.engine.base import Engine
 from evolvekit.env.action_text import format_call
-from evolvekit.env.base import CallResult, EvalResult, ResetResult, StepResult, ToolSchema
 from evolvekit.env.prompts import system_prompt
 from evolvekit.errors import EnvError
-from evolvekit.llm.base import Completion, SamplingParams
+from evolvekit.llm.base import SamplingParams
 from evolvekit.types import Task, ToolCall
-
-TOOLS = [
-    ToolSchema(name="add", description="Add a and b.", parameters={"type": "object", "properties": {}}),
-    ToolSchema(name="mul", description="Multiply a and b.", parameters={"type": "object", "properties": {}}),
-]
-
-
-def _task(tid: str, tool: str) -> Task:
-    return Task(task_id=tid, env_name="tiny", query=f"please {tool}", reference_solution=[[ToolCall(name=tool)]])
-
-
-class _Env:
-    """One call ends the episode; text asks again; the check passes when the reference tool was called. A request
-    containing "crash" raises in step (a failed episode)."""
-
-    name = "tiny"
-
-    def __init__(self) -> None:
-        self.task: Task | None = None
-        self.called: list[str] = []
-
-    def reset(self, task=None, sandbox_config=None):
-        self.task = task
-        return ResetResult(observation=str(task.query), tools=TOOLS)
-
-    def step(self, action):
-        if "crash" in str(self.task.query):
-            raise RuntimeError("backend died")
-        names = [c.name for c in action.tool_calls]
-        self.called += names
-        results = [CallResult(name=n, ok=True, output="4") for n in names]
-        return StepResult(observation="4" if names else "call a tool", done=bool(names), call_results=results)
-
-    def evaluate(self, trajectory=None):
-        want = self.task.reference_solution[0][0].name
-        return EvalResult(score=1.0 if want in self.called else 0.0, passed=want in self.called)
-
-    def close(self) -> None:
-        pass
-
-
-class _Policy:
-    """Chat-only: replies from a per-request script, one reply per call of that request (cycled)."""
-
-    name = "scripted-chat"
-
-    def __init__(self, script: dict[str, list[str]]) -> None:
-        self.script, self.seen = script, {k: 0 for k in script}
-        self.systems: list[str] = []
-
-    def chat(self, convs, params):
-        out = []
-        for conv in convs:
-            self.systems.append(conv[0].content)
-            request = next(m.content for m in conv if m.role == "user")
-            replies = self.script[request]
-            text = replies[self.seen[request] % len(replies)]
-            self.seen[request] += 1
-            out.append([Completion(text=text, usage_prompt_tokens=10, usage_completion_tokens=3)])
-        return out
-
 
 ADD, MUL = format_call(ToolCall(name="add")), format_call(ToolCall(name="mul"))
 
 
 def _run(tasks, script, k=2, **kw):
-    policy = _Policy(script)
+    policy = ScriptedChat(script)
     cfg = RolloutConfig(max_steps=2, concurrency=1)
-    report, trajs = evaluate_policy(tasks, _Env, Engine(policy), cfg, SamplingParams(), k, show_progress=False, **kw)
+    report, trajs = evaluate_policy(tasks, TinyEnv, Engine(policy), cfg, SamplingParams(), k, show_progress=False, **kw)
     return report, trajs, policy
 
 
 def test_the_report_counts_each_task_and_class_and_the_per_task_record():
-    tasks = [_task("t-add", "add"), _task("t-mul", "mul")]
+    tasks = [tiny_task("t-add", "add"), tiny_task("t-mul", "mul")]
     # t-add: right, right; t-mul: the wrong tool, then text twice (no call; the step limit ends it)
     script = {"please add": [ADD], "please mul": [ADD, "no idea", "still no idea"]}
     report, trajs, _ = _run(tasks, script)
@@ -121,7 +60,7 @@ def test_the_report_counts_each_task_and_class_and_the_per_task_record():
 
 
 def test_a_failed_episode_scores_0_counts_as_failed_and_keeps_its_error():
-    tasks = [_task("t-add", "add"), Task(task_id="t-x", env_name="tiny", query="crash", reference_solution=None)]
+    tasks = [tiny_task("t-add", "add"), Task(task_id="t-x", env_name="tiny", query="crash", reference_solution=None)]
     report, trajs, _ = _run(tasks, {"please add": [ADD], "crash": [MUL]}, k=1)
     assert report.failed_rollouts == 1 and report.per_task[1]["scores"] == [0.0]
     assert report.mean_score == 0.5 and report.avg_at_k == 0.5
@@ -146,9 +85,9 @@ def test_an_evaluation_shows_its_progress_unless_told_not_to(monkeypatch):
             super().__init__(name, total, show_bar=False, logger=logger)
 
     monkeypatch.setattr(rollout, "StageProgress", _Progress)
-    cfg, engine = RolloutConfig(max_steps=1), Engine(_Policy({"please add": [ADD]}))
-    evaluate_policy([_task("t-add", "add")], _Env, engine, cfg, SamplingParams(), 1)
-    evaluate_policy([_task("t-add", "add")], _Env, engine, cfg, SamplingParams(), 1, show_progress=False)
+    cfg, engine = RolloutConfig(max_steps=1), Engine(ScriptedChat({"please add": [ADD]}))
+    evaluate_policy([tiny_task("t-add", "add")], TinyEnv, engine, cfg, SamplingParams(), 1)
+    evaluate_policy([tiny_task("t-add", "add")], TinyEnv, engine, cfg, SamplingParams(), 1, show_progress=False)
     assert shown == [True, False]
 
 
@@ -158,7 +97,7 @@ def test_an_evaluation_where_no_episode_ran_is_refused_by_name():
 
 
 def test_no_episodes_score_0():
-    report, trajs, _ = _run([_task("t-add", "add")], {"please add": [ADD]}, k=0)
+    report, trajs, _ = _run([tiny_task("t-add", "add")], {"please add": [ADD]}, k=0)
     assert trajs == [] and report.per_task[0]["scores"] == [0.0] and report.avg_at_k == 0.0
 
 
@@ -169,7 +108,7 @@ def test_experience_is_asked_per_task_and_reaches_each_episode():
         asked.append(task.task_id)
         return f"exp of {task.task_id}", [f"id-{task.task_id}"]
 
-    tasks = [_task("t-add", "add"), _task("t-mul", "mul")]
+    tasks = [tiny_task("t-add", "add"), tiny_task("t-mul", "mul")]
     _, trajs, policy = _run(tasks, {"please add": [ADD], "please mul": [MUL]}, experience_for=experience_for)
     assert asked == ["t-add", "t-mul"]
     assert [t.experience_used for t in trajs] == [["id-t-add"]] * 2 + [["id-t-mul"]] * 2
@@ -178,10 +117,10 @@ def test_experience_is_asked_per_task_and_reaches_each_episode():
 
 
 def test_the_tools_are_rendered_compact_by_default_and_the_template_is_passed_on():
-    _, _, policy = _run([_task("t-add", "add")], {"please add": [ADD]}, k=1)
+    _, _, policy = _run([tiny_task("t-add", "add")], {"please add": [ADD]}, k=1)
     assert policy.systems == [system_prompt(TOOLS, "compact")]
     _, trajs, policy = _run(
-        [_task("t-add", "add")], {"please add": [ADD]}, k=1, template=TemplateSettings(template="reasoning")
+        [tiny_task("t-add", "add")], {"please add": [ADD]}, k=1, template=TemplateSettings(template="reasoning")
     )
     assert policy.systems[0].endswith(REASONING_INSTRUCTION) and trajs[0].steps[0].format_ok is False
 
@@ -220,7 +159,7 @@ def test_the_estimate_logs_nothing_before_it_is_started(caplog):
 
 def test_the_journal_continues_past_a_cut_line_and_says_what_it_reuses(tmp_path, caplog):
     path = tmp_path / "deep" / "er" / "res.episodes.jsonl"  # folders that do not exist yet
-    tasks = [_task("t-add", "add")]
+    tasks = [tiny_task("t-add", "add")]
     with caplog.at_level(logging.INFO, logger="evolvekit.agent.evaluate"):
         first, trajs, _ = _run(tasks, {"please add": [ADD]}, k=3, journal=EpisodeJournal(path, "key"))
     assert not [m for m in caplog.messages if "already in" in m]  # a new journal reuses nothing, and says nothing
@@ -244,7 +183,9 @@ def test_the_journal_continues_past_a_cut_line_and_says_what_it_reuses(tmp_path,
 
 
 def test_results_are_written_per_task_and_per_episode(tmp_path):
-    report, trajs, _ = _run([_task("t-add", "add"), _task("t-mul", "mul")], {"please add": [ADD], "please mul": [ADD]})
+    report, trajs, _ = _run(
+        [tiny_task("t-add", "add"), tiny_task("t-mul", "mul")], {"please add": [ADD], "please mul": [ADD]}
+    )
     out = tmp_path / "new" / "er" / "res.jsonl"
     write_results(out, report, trajs)
     write_results(out, report, trajs)  # again, over the first: the same files
