@@ -354,3 +354,90 @@ def test_a_step_that_raises_ends_the_episode_with_its_error_and_a_start_that_rai
     with pytest.raises(StopIteration) as end:
         next(gen)
     assert end.value.value.error == "reset: RuntimeError: no sandbox" and end.value.value.group_id == "g-7"
+
+
+class _Seen(TinyEnv):
+    """Keeps the trajectory it was asked to score."""
+
+    scored: list = []
+
+    def evaluate(self, trajectory=None):
+        _Seen.scored.append(trajectory)
+        return super().evaluate(trajectory)
+
+
+def test_the_score_is_of_the_episodes_own_trajectory():
+    _Seen.scored = []
+    ep = rollout._start(_job(), _Seen, "compact", BASIC)
+    _step(ep, ADD)
+    traj = rollout._finish(ep)
+    assert _Seen.scored == [traj] and len(traj.steps) == 1
+
+
+def _deep(n):
+    if n == 0:
+        raise RuntimeError("deep")
+    _deep(n - 1)
+
+
+class _Deep(TinyEnv):
+    def step(self, action):
+        _deep(6)
+
+
+def test_a_failed_steps_error_keeps_three_frames_of_its_traceback():
+    ep = rollout._start(_job(), _Deep, "compact", BASIC)
+    rollout._advance_safely(ep, [1], Completion(text=ADD), 5, "compact")
+    assert ep.trajectory.error.startswith("RuntimeError: deep\nTraceback")
+    assert ep.trajectory.error.count('  File "') == 3
+
+
+class _Prompted(ScriptedChat):
+    """A chat-only server that reports the prompt's token ids with each completion."""
+
+    def chat(self, convs, params):
+        out = super().chat(convs, params)
+        for [c] in out:
+            c.prompt_token_ids = [9, 9, 9]
+        return out
+
+
+def test_rollouts_render_tools_compact_unless_told_and_keep_the_servers_prompt_ids(monkeypatch):
+    policy = _Prompted({"please add": [ADD, format_call(ToolCall(name="mul"))]})
+    engine = Engine(policy)
+    forgotten = []
+    sessions_of = engine.sessions
+
+    def sessions(params):
+        inner = sessions_of(params)
+        real_forget = inner.forget
+        inner.forget = lambda key: (forgotten.append(key), real_forget(key))[1]
+        return inner
+
+    monkeypatch.setattr(engine, "sessions", sessions)
+    [traj] = rollout.run_rollouts([_job()], _TwoTurns, engine, RolloutConfig(), SamplingParams(), show_progress=False)
+    assert policy.systems == [system_prompt(TOOLS, "compact"), system_prompt(TOOLS[1:], "compact")]
+    assert [s.prompt_token_ids for s in traj.steps] == [[9, 9, 9], [9, 9, 9]]
+    assert forgotten == [0]  # the finished episode's session is dropped by its job's index
+
+
+def test_rollouts_take_the_template_from_the_config_and_show_their_progress(monkeypatch):
+    made, shown = [], []
+    real_make = rollout.make_context
+
+    def make_context(settings, *args):
+        made.append(settings)
+        return real_make(settings, *args)
+
+    class _Progress(rollout.StageProgress):
+        def __init__(self, what, total, show_bar=True, logger=None):
+            shown.append((what, total, show_bar, logger))
+            super().__init__(what, total, show_bar=False, logger=logger)
+
+    monkeypatch.setattr(rollout, "make_context", make_context)
+    monkeypatch.setattr(rollout, "StageProgress", _Progress)
+    engine = Engine(ScriptedChat({"please add": ["<think>go</think>" + ADD]}))
+    cfg = RolloutConfig(template="reasoning", context_token_limit=1234)
+    rollout.run_rollouts([_job(), _job()], TinyEnv, engine, cfg, SamplingParams())
+    assert [(m.template, m.token_limit) for m in made] == [("reasoning", 1234)] * 2
+    assert shown == [("rollouts", 2, True, rollout.log)]

@@ -215,7 +215,7 @@ def require_a_valid_episode(trajs: Sequence[Trajectory], what: str) -> None:
     Training or scoring on it would report a score of 0 and exit 0; this is one EnvError line naming the first cause."""
     if not trajs or not all(t.flags.failed for t in trajs):
         return
-    first = next((t.error for t in trajs if t.error), "") or "no error recorded"
+    first = next((t.error for t in trajs if t.error), "no error recorded")
     raise EnvError(f"{what}: none of the {len(trajs)} episodes ran; the first error: {first.splitlines()[0][:300]}")
 
 
@@ -256,7 +256,7 @@ def run_episode(
         try:
             prompt = _prompt(engine, ep)
         except Exception as err:
-            ep.trajectory.flags.failed, ep.done = True, True
+            ep.trajectory.flags.failed = True
             ep.trajectory.error = f"context: {type(err).__name__}: {err}"
             return _finish(ep)
         try:
@@ -334,8 +334,7 @@ def run_rollouts(
     """Run every job to completion (``cfg.concurrency`` at a time); results are in job order. ``on_done(i, traj)``
     is called as job ``i`` finishes (evaluation writes each episode then)."""
     template = template or TemplateSettings(template=cfg.template, token_limit=cfg.context_token_limit)
-    params = SamplingParams(
-        n=1,
+    params = SamplingParams(  # one completion a prompt (n's default)
         temperature=params.temperature,
         top_p=params.top_p,
         max_new_tokens=params.max_new_tokens,
