@@ -13,7 +13,7 @@ from episode_doubles import TOOLS, ScriptedChat, TinyEnv, tiny_task
 
 from evolvekit.agent import rollout
 from evolvekit.agent.rollout import RolloutJob, initial_context, require_a_valid_episode
-from evolvekit.agent.templates import TemplateSettings
+from evolvekit.agent.templates import ContextEvent, TemplateSettings
 from evolvekit.config import RolloutConfig
 from evolvekit.engine.base import Engine
 from evolvekit.env.action_text import CLOSE, OPEN, format_call
@@ -21,7 +21,7 @@ from evolvekit.env.base import CallResult, ResetResult, StepResult
 from evolvekit.env.prompts import system_prompt
 from evolvekit.errors import EnvError
 from evolvekit.llm.base import Completion, SamplingParams
-from evolvekit.types import ChatMessage, SpanKind, StepGrounding, TokenSpan, ToolCall, Trajectory
+from evolvekit.types import ChatMessage, SpanKind, Step, StepGrounding, TokenSpan, ToolCall, Trajectory
 
 BASIC = TemplateSettings()
 ADD = format_call(ToolCall(name="add"))
@@ -144,6 +144,7 @@ def test_a_step_is_recorded_with_its_tokens_and_logged_with_its_timing(caplog):
         (span,),
     )
     assert step.prompt_token_ids == [1, 2, 3] and step.completion_token_ids == [4, 5] and step.spans == [span]
+    assert step.completion_logprobs == [-0.5, -0.25]
     assert ep.prompt_tokens == 3 and ep.completion_tokens == 2
     [line] = [m for m in caplog.messages if " step 0:" in m]
     m = re.fullmatch(r"t1 step 0: 3 prompt tokens, 2 generated \(stop\), environment (\d+\.\d\d)s", line)
@@ -155,7 +156,23 @@ def test_each_steps_anchor_is_the_backend_state_and_the_observations_so_far():
     first = _step(ep, "hm")  # text: the environment asks again, nothing called
     second = _step(ep, ADD)
     assert first.state_key == hashlib.sha1(b"called:").hexdigest()
-    assert second.state_key == rollout.anchor_key("called:", [first]) != rollout.anchor_key(None, [first])
+    assert second.state_key == hashlib.sha1(b"called:\x00call a tool").hexdigest()
+
+
+def test_the_anchor_by_hand_and_on_text_that_is_not_valid_unicode():
+    assert rollout.anchor_key(None, []) == hashlib.sha1(b"").hexdigest()
+    steps = [Step(index=0, action_text="", observation="a"), Step(index=1, action_text="", observation="b")]
+    assert rollout.anchor_key("s", steps) == hashlib.sha1(b"s\x00a\x00b").hexdigest()
+    lone = "\ud800"  # a lone surrogate (a backend's bytes decoded with surrogateescape, say): hashed, not refused
+    odd = [Step(index=0, action_text="", observation="x" + lone)]  # a step's own text has it replaced
+    assert rollout.anchor_key("s" + lone, odd) == hashlib.sha1("s?\x00x\ufffd".encode()).hexdigest()
+
+
+def test_the_contexts_events_are_recorded_on_the_step_and_cleared():
+    ep = rollout._start(_job(), TinyEnv, "compact", BASIC)
+    ep.context.events.append(ContextEvent("summarise", "3 messages -> memory"))
+    step = _step(ep, "hm")
+    assert step.context_events == ["summarise: 3 messages -> memory"] and ep.context.events == []
 
 
 def test_the_prepared_contexts_decisions_become_trained_steps_with_their_tokens():
@@ -440,4 +457,5 @@ def test_rollouts_take_the_template_from_the_config_and_show_their_progress(monk
     cfg = RolloutConfig(template="reasoning", context_token_limit=1234)
     rollout.run_rollouts([_job(), _job()], TinyEnv, engine, cfg, SamplingParams())
     assert [(m.template, m.token_limit) for m in made] == [("reasoning", 1234)] * 2
-    assert shown == [("rollouts", 2, True, rollout.log)]
+    rollout.run_rollouts([_job()], TinyEnv, engine, cfg, SamplingParams(), show_progress=False)
+    assert shown == [("rollouts", 2, True, rollout.log), ("rollouts", 1, False, rollout.log)]

@@ -44,7 +44,7 @@ def anchor_key(backend_state: str | None, earlier: Sequence[Step]) -> str:
     (BFCL's MathAPI) the backend state alone never changes, and every turn became one step group."""
     h = hashlib.sha1((backend_state or "").encode("utf-8", "replace"))
     for step in earlier:
-        h.update(b"\x00" + step.observation.encode("utf-8", "replace"))
+        h.update(b"\x00" + step.observation.encode())  # a Step's text is valid Unicode (types.py replaces surrogates)
     return h.hexdigest()
 
 
