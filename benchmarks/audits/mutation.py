@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -315,6 +316,11 @@ def mutate(
     }
 
 
+# the address space one direct recheck may take (measured: a mutant that never ends an episode grew to 17 GiB on a
+# 24 GiB machine in 3 minutes, beside an evidence run); past it the test fails, which counts as a kill like a hang
+RECHECK_MEMORY_BYTES = 12 * 2**30
+
+
 def recheck_timeouts(copy: Path, tests: list[str], names: list[str], limit_s: float) -> dict[str, str]:
     """Each mutant mutmut timed out, run again directly: the module's tests in one pytest process with the mutant
     switched on (``MUTANT_UNDER_TEST``), no fork. mutmut runs tests in processes forked from one that has run torch,
@@ -328,6 +334,10 @@ def recheck_timeouts(copy: Path, tests: list[str], names: list[str], limit_s: fl
     stats = copy / "mutants" / "mutmut-stats.json"  # the tests mutmut found covering each function, when it has them
     covering = json.loads(stats.read_text()).get("tests_by_mangled_function_name", {}) if stats.is_file() else {}
     verdicts = {}
+
+    def capped() -> None:  # a mutant that loops forever can also grow without bound: it fails at the cap instead
+        resource.setrlimit(resource.RLIMIT_AS, (RECHECK_MEMORY_BYTES, RECHECK_MEMORY_BYTES))
+
     for name in names:
         selected = sorted(covering.get(name.rsplit("__mutmut_", 1)[0], [])) or tests
         try:
@@ -337,6 +347,7 @@ def recheck_timeouts(copy: Path, tests: list[str], names: list[str], limit_s: fl
                 env={**env, "MUTANT_UNDER_TEST": name},
                 capture_output=True,
                 timeout=limit_s,
+                preexec_fn=capped,
             )
             verdicts[name] = "survived" if done.returncode == 0 else "killed"
         except subprocess.TimeoutExpired:
