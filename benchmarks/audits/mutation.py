@@ -124,7 +124,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     # the update (Eq. 17's loss over micro-batches, the KL reference, master weights) and the policy it steps
     "trainer": ("train/trainer.py", ["tests/cpu/test_trainer.py", "tests/cpu/test_master_weights.py"]),
-    "policy": ("train/policy.py", ["tests/cpu/test_master_weights.py", "tests/cpu/test_trainer.py"]),
+    "policy": (
+        "train/policy.py",
+        ["tests/cpu/test_policy.py", "tests/cpu/test_master_weights.py", "tests/cpu/test_trainer.py"],
+    ),
     # the master loop and the synthesis pipeline's rounds
     "loop": (
         "orchestrator/loop.py",

@@ -1,0 +1,96 @@
+"""train/policy.py's checkpoints on a tiny random model: what ``save`` writes, what ``load_optimizer`` reads back,
+and what it refuses (issue 77.2: the policy row's survivors)."""
+
+import pickle
+
+import pytest
+import torch
+
+from evolvekit.config import TrainConfig
+from evolvekit.llm.local import LocalLLM
+from evolvekit.llm.tiny import make_tiny_model
+from evolvekit.train.policy import Policy
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def _stepped(policy: Policy) -> Policy:
+    """One optimizer step, so the optimizer holds state (AdamW's moments)."""
+    loss = sum(p.float().pow(2).sum() for p in policy.model.parameters() if p.requires_grad)
+    loss.backward()
+    assert policy.step() is not None
+    return policy
+
+
+def _moments(policy: Policy) -> list[torch.Tensor]:
+    return [s["exp_avg"] for s in policy.optimizer.state_dict()["state"].values()]
+
+
+def test_save_writes_the_optimizer_unless_told_not_to_and_load_reads_it_back(tiny_path, tmp_path):
+    policy = _stepped(Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(learning_rate=1e-3)))
+    full = policy.save(tmp_path / "full")
+    assert (full / "optimizer.pt").is_file() and not (full / "master.pt").exists()  # fp32: no master copy
+    bare = policy.save(tmp_path / "bare", with_optimizer=False)
+    assert not (bare / "optimizer.pt").exists()
+    again = Policy(LocalLLM(str(full), device="cpu"), TrainConfig(learning_rate=1e-3))
+    assert again.load_optimizer(bare) is False and _moments(again) == []  # nothing there to read
+    assert again.load_optimizer(full) is True
+    assert len(_moments(again)) == len(_moments(policy)) > 0
+    assert all(torch.equal(a, b) for a, b in zip(_moments(again), _moments(policy)))
+
+
+def test_a_policy_without_master_weights_ignores_a_checkpoints_master_copy(tiny_path, tmp_path):
+    bf16 = _stepped(Policy(LocalLLM(str(tiny_path), device="cpu", dtype="bfloat16"), TrainConfig(learning_rate=1e-3)))
+    path = bf16.save(tmp_path / "ckpt")
+    assert (path / "master.pt").is_file()
+    fp32 = Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(learning_rate=1e-3))
+    assert fp32.master is None and fp32.load_optimizer(path) is True
+
+
+ran: list[str] = []
+
+
+def _record(what: str) -> dict:
+    ran.append(what)
+    return {"state": {}, "param_groups": []}
+
+
+class _Payload:
+    """A pickle that calls a function when it is loaded: what a hostile checkpoint would hold."""
+
+    def __reduce__(self):
+        return (_record, ("loaded",))
+
+
+def test_a_checkpoint_whose_files_hold_code_is_refused_unrun(tiny_path, tmp_path):
+    ran.clear()
+    policy = Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig())
+    (tmp_path / "a").mkdir()
+    torch.save(_Payload(), tmp_path / "a" / "optimizer.pt")
+    with pytest.raises(pickle.UnpicklingError):
+        policy.load_optimizer(tmp_path / "a")
+    bf16 = _stepped(Policy(LocalLLM(str(tiny_path), device="cpu", dtype="bfloat16"), TrainConfig(learning_rate=1e-3)))
+    path = bf16.save(tmp_path / "b")
+    torch.save(_Payload(), path / "master.pt")
+    with pytest.raises(pickle.UnpicklingError):
+        bf16.load_optimizer(path)
+    assert ran == []
+
+
+def test_a_sharded_policy_hands_the_whole_state_to_its_shards(tiny_path, tmp_path):
+    class _Shards:
+        got: tuple | None = None
+
+        def load_optimizer_state(self, optimizer, state):
+            self.got = (optimizer, state)
+
+    policy = _stepped(Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(learning_rate=1e-3)))
+    path = policy.save(tmp_path / "ckpt")
+    policy.sharded = shards = _Shards()
+    assert policy.load_optimizer(path)
+    optimizer, state = shards.got
+    assert optimizer is policy.optimizer and set(state) == {"state", "param_groups"} and len(state["state"]) > 0
+    assert policy._optimizer_state is state  # kept for the next checkpoint (FSDP2 gathers it at publish)
