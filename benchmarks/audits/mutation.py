@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -319,9 +318,44 @@ def mutate(
     }
 
 
-# the address space one direct recheck may take (measured: a mutant that never ends an episode grew to 17 GiB on a
-# 24 GiB machine in 3 minutes, beside an evidence run); past it the test fails, which counts as a kill like a hang
-RECHECK_MEMORY_BYTES = 12 * 2**30
+# the resident memory one direct recheck may take (measured: a mutant that never ends an episode grew to 17 GiB on a
+# 24 GiB machine in 3 minutes, beside an evidence run; the suite's own tests stay under 2 GiB); past it, killed
+RECHECK_MEMORY_BYTES = 4 * 2**30
+
+
+def _resident_bytes(pid: int) -> int:
+    """The process's resident memory (0 once it has gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+    return int(found.group(1)) * 1024 if found else 0
+
+
+def _run_capped(args: list[str], cwd: Path, env: dict, limit_s: float) -> str:
+    """One direct run of a mutant's tests: ``survived`` (they passed), ``killed`` (one failed, or the run grew past
+    RECHECK_MEMORY_BYTES resident: a mutant that never ends a loop can grow without bound, and is stopped there as it
+    would be by a hang), or ``timeout`` (past ``limit_s``)."""
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    while proc.poll() is None:
+        if _resident_bytes(proc.pid) > RECHECK_MEMORY_BYTES:
+            proc.kill()
+            proc.wait()
+            return "killed"
+        if time.monotonic() - t0 > limit_s:
+            proc.kill()
+            proc.wait()
+            return "timeout"
+        time.sleep(0.5)
+    return "survived" if proc.returncode == 0 else "killed"
+
+
+def _rank(tests: list[str], test_id: str) -> int:
+    """Where a covering test's file stands among the row's test files (mutmut names tests ``path::name``)."""
+    path = test_id.split("::", 1)[0]
+    return next((i for i, t in enumerate(tests) if path.endswith(t)), len(tests))
 
 
 def recheck_timeouts(copy: Path, tests: list[str], names: list[str], limit_s: float) -> dict[str, str]:
@@ -337,24 +371,10 @@ def recheck_timeouts(copy: Path, tests: list[str], names: list[str], limit_s: fl
     stats = copy / "mutants" / "mutmut-stats.json"  # the tests mutmut found covering each function, when it has them
     covering = json.loads(stats.read_text()).get("tests_by_mangled_function_name", {}) if stats.is_file() else {}
     verdicts = {}
-
-    def capped() -> None:  # a mutant that loops forever can also grow without bound: it fails at the cap instead
-        resource.setrlimit(resource.RLIMIT_AS, (RECHECK_MEMORY_BYTES, RECHECK_MEMORY_BYTES))
-
     for name in names:
-        selected = sorted(covering.get(name.rsplit("__mutmut_", 1)[0], [])) or tests
-        try:
-            done = subprocess.run(
-                [*args, *selected],
-                cwd=copy / "mutants",
-                env={**env, "MUTANT_UNDER_TEST": name},
-                capture_output=True,
-                timeout=limit_s,
-                preexec_fn=capped,
-            )
-            verdicts[name] = "survived" if done.returncode == 0 else "killed"
-        except subprocess.TimeoutExpired:
-            verdicts[name] = "timeout"
+        # in the row's order of test files (its fast, model-free files first), so a quick failure comes first
+        selected = sorted(covering.get(name.rsplit("__mutmut_", 1)[0], []), key=lambda t: (_rank(tests, t), t)) or tests
+        verdicts[name] = _run_capped([*args, *selected], copy / "mutants", {**env, "MUTANT_UNDER_TEST": name}, limit_s)
     return verdicts
 
 
