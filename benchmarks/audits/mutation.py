@@ -134,7 +134,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     "pipeline": (
         "questioning/pipeline.py",
-        ["tests/cpu/test_questioning.py", "tests/cpu/test_synthesis_turns.py", "tests/cpu/test_curate.py"],
+        ["tests/cpu/test_pipeline_pure.py", "tests/cpu/test_questioning.py", "tests/cpu/test_synthesis_turns.py"]
+        + ["tests/cpu/test_curate.py"],
     ),
     # curiosity-driven exploration (§3.1-3.2): environment profiles, the explorer's prompts and traces
     # the row is against test_explore.py alone (stop 70); test_questioning.py reaches more, at ~8 s a mutant

@@ -1,0 +1,170 @@
+"""Self-questioning's pipeline (questioning/pipeline.py) around its parts, with no model: the rounds of
+exploration, synthesis and curation, CoEvolve's re-exploration, the pass filter, the wording mask (issue 77.2).
+
+The explorer, the synthesizer and curation are recording doubles put in with monkeypatch, so each test sees what the
+pipeline hands each part and what it counts in the funnel.
+"""
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+from evolvekit.config import Config, EnvConfig
+from evolvekit.errors import ConfigError
+from evolvekit.questioning import pipeline
+from evolvekit.questioning.pipeline import Funnel, SynthesisSettings, known_tasks, learnable, wording
+from evolvekit.questioning.synthesize import SynthesisReport
+from evolvekit.types import Task
+
+
+def test_wording_masks_numbers_case_and_punctuation_and_joins_turns():
+    assert wording("What is 57 plus 7?") == wording("what is 3.5 PLUS -2,000!") == "what is # plus #"
+    assert wording(["Add 1 and 2.", "Then divide by 3"]) == "add # and # then divide by #"
+    assert wording("abc") == "abc"
+
+
+def test_known_tasks_are_the_train_tasks_and_the_synthetic_held_out_file(tmp_path):
+    train = [Task(task_id="t", env_name="bfcl", query="q")]
+    held = tmp_path / "held.jsonl"
+    held.write_text(Task(task_id="h", env_name="bfcl", query="h").model_dump_json() + "\n")
+    assert [t.task_id for t in known_tasks(EnvConfig(), str(held), train)] == ["t", "h"]
+    served = EnvConfig(name="mcp")  # an MCP server without a tasks file has no tasks of its own: none are read
+    assert known_tasks(served) == []
+    held.write_text("not json\n")
+    with pytest.raises(ConfigError, match="a task"):
+        known_tasks(EnvConfig(), str(held), train)
+
+
+def _tasks(n):
+    return [Task(task_id=f"t{i}", env_name="bfcl", query=f"q{i}", metadata={"curation": {"dedup": "passed"}})
+            for i in range(n)]  # fmt: skip
+
+
+def test_the_pass_filter_keeps_mixed_outcomes_records_them_and_counts_the_rest(caplog):
+    funnel = Funnel(unlearnable=2)
+    tasks = _tasks(3)
+    with caplog.at_level(logging.INFO, logger="evolvekit.questioning.pipeline"):
+        kept = learnable(tasks, lambda ts: [[1.0, 0.0], [0.12345, 0.12345], [0.0, 0.33333]], funnel)
+    assert [t.task_id for t in kept] == ["t0", "t2"] and funnel.unlearnable == 3
+    assert kept[1].metadata["curation"] == {"dedup": "passed", "policy_rewards": [0.0, 0.333]}
+    assert caplog.messages == [
+        "synthesized task dropped by the pass filter (rewards [0.12345, 0.12345], not mixed): 'q1'"
+    ]
+    with pytest.raises(ValueError):  # a probe that answers for fewer tasks than asked is a bug, not a drop
+        learnable(_tasks(2), lambda ts: [[1.0, 0.0]], Funnel())
+    assert learnable([], lambda ts: pytest.fail("probed nothing"), Funnel()) == []
+
+
+# -- the rounds, with recording doubles ---------------------------------------------------------------------------
+
+
+def _trace(calls):
+    return SimpleNamespace(successful_calls=lambda: [None] * calls)
+
+
+class _Explorer:
+    def __init__(self):
+        self.rounds, self.calls = [], []
+
+    def start_round(self, offset):
+        self.rounds.append(offset)
+
+    def explore(self, make_env, sandbox, runs, steps, goal=None):
+        self.calls.append((make_env, sandbox, runs, steps, goal))
+        return [_trace(2), _trace(1)]
+
+
+class _Synth:
+    def __init__(self):
+        self.rounds, self.calls, self.made = [], [], 0
+
+    def start_round(self, offset):
+        self.rounds.append(offset)
+
+    def synthesize(self, traces, env_name, meta):
+        self.calls.append((traces, env_name, meta))
+        self.made += 1
+        return SynthesisReport(tasks=[Task(task_id=f"s{self.made}", env_name=env_name, query="q")], unparseable=1,
+                               unchained=2)  # fmt: skip
+
+
+@pytest.fixture
+def parts(monkeypatch):
+    """The pipeline's parts replaced by doubles that record what they are given."""
+    seen = SimpleNamespace(explorer=_Explorer(), synth=_Synth(), built=[], checks=[], dedup=[], curated=[])
+
+    def explorer_and_synthesizer(*args):
+        seen.built.append(args)
+        return seen.explorer, seen.synth
+
+    def curation_checks(q, make_env, sandbox, embed=None):
+        seen.checks.append((q, make_env, sandbox, embed))
+        return pipeline.CurationChecks(agreement="agreement")
+
+    class _Dedup:
+        def __init__(self, *args):
+            seen.dedup.append(args)
+            self.embed = "embed"
+
+        def seed(self, tasks):
+            pass
+
+    def curate_new(tasks, dedup, make_env, funnel, checks=None):
+        seen.curated.append((list(tasks), dedup, make_env, funnel, checks))
+        return []  # nothing kept: every round runs
+
+    monkeypatch.setattr(pipeline, "explorer_and_synthesizer", explorer_and_synthesizer)
+    monkeypatch.setattr(pipeline, "curation_checks", curation_checks)
+    monkeypatch.setattr(pipeline, "Deduplicator", _Dedup)
+    monkeypatch.setattr(pipeline, "curate_new", curate_new)
+    return seen
+
+
+def _env():
+    raise AssertionError("the doubles make no environment")
+
+
+def test_the_rounds_hand_each_part_its_settings_and_add_up_the_funnel(parts):
+    cfg = Config()
+    settings = SynthesisSettings.of(cfg)
+    q = cfg.questioning
+    kept, funnel, traces = pipeline.synthesize_tasks(
+        settings, 3, "explorer-llm", "xp", "synth-llm", "sp", _env, embed="embed", funnel=Funnel(explored=4)
+    )
+    assert kept == [] and len(traces) == 10  # every round's traces, five rounds by default
+    assert parts.explorer.rounds == parts.synth.rounds == [pipeline._ROUND_STRIDE * n for n in (4, 6, 8, 10, 12)]
+    sandbox = pipeline.sandbox_for(cfg.env)
+    assert parts.checks == [(q, _env, sandbox, "embed")]
+    assert parts.built == [(settings, "explorer-llm", "xp", "synth-llm", "sp", _env, sandbox, "agreement")]
+    assert parts.dedup == [("embed", q.lexical_dedup_threshold, q.semantic_dedup_threshold)]
+    assert parts.explorer.calls[0] == (_env, sandbox, q.explore_runs, q.explore_steps, None)
+    assert [c[1:] for c in parts.synth.calls] == [("bfcl", pipeline.synthetic_metadata(sandbox))] * 5
+    assert (funnel.explored, funnel.explored_calls, funnel.synthesized) == (14, 15, 5)
+    assert (funnel.synthesis_unparseable, funnel.unchained) == (5, 10)
+    [tasks, _, make_env, funnel_seen, checks] = parts.curated[0]
+    assert [t.metadata["bfcl_id"] for t in tasks] == ["s1"] and make_env is _env and funnel_seen is funnel
+    assert checks.agreement == "agreement"
+
+
+def test_coevolves_reexploration_explores_toward_its_goal_and_curates_like_any_round(parts):
+    cfg = Config()
+    settings = SynthesisSettings.of(cfg)
+    funnel = Funnel(explored=2, synthesized=1, unchained=1)
+    dedup = pipeline.Deduplicator()
+    again = pipeline.goal_explorer(settings, 3, 7, "xl", "xp", "sl", "sp", _env, dedup, funnel, keep_positive=True)
+    sandbox = pipeline.sandbox_for(cfg.env)
+    assert parts.checks == [(cfg.questioning, _env, sandbox, "embed")]
+    assert parts.built == [(settings, "xl", "xp", "sl", "sp", _env, sandbox, "agreement")]
+    assert again("failure", "a goal") == [] and again("novelty", "another") == []
+    assert [c[2:] for c in parts.explorer.calls] == [(3, 7, "a goal"), (3, 7, "another")]
+    assert parts.explorer.calls[0][:2] == (_env, sandbox)
+    assert parts.explorer.rounds == [pipeline._ROUND_STRIDE * 2, pipeline._ROUND_STRIDE * 4]
+    assert len(again.traces) == 4 and (funnel.explored, funnel.synthesized, funnel.unchained) == (6, 3, 5)
+    assert [c[1:] for c in parts.synth.calls] == [("bfcl", pipeline.synthetic_metadata(sandbox))] * 2
+    [tasks, dedup_seen, make_env, funnel_seen, checks] = parts.curated[0]
+    assert [t.metadata["bfcl_id"] for t in tasks] == ["s1"] and dedup_seen is dedup and make_env is _env
+    assert funnel_seen is funnel and checks.keep_positive is True and checks.agreement == "agreement"
+    off = pipeline.goal_explorer(settings, 1, 1, "xl", "xp", "sl", "sp", _env, dedup, Funnel())
+    off("failure", "g")
+    assert parts.curated[-1][4].keep_positive is False  # the paper's default: a failed replay is dropped
