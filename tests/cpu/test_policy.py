@@ -94,3 +94,22 @@ def test_a_sharded_policy_hands_the_whole_state_to_its_shards(tiny_path, tmp_pat
     optimizer, state = shards.got
     assert optimizer is policy.optimizer and set(state) == {"state", "param_groups"} and len(state["state"]) > 0
     assert policy._optimizer_state is state  # kept for the next checkpoint (FSDP2 gathers it at publish)
+
+
+def test_save_replaces_an_interrupted_saves_leftovers_and_makes_its_folders(tiny_path, tmp_path):
+    policy = Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig())
+    target = tmp_path / "runs" / "deep" / "ckpt"  # folders that do not exist yet
+    leftover = target.with_name("ckpt.tmp")
+    leftover.mkdir(parents=True)
+    (leftover / "half-written.bin").write_text("x")
+    path = policy.save(target, with_optimizer=False)
+    assert path == target and not leftover.exists() and not (path / "half-written.bin").exists()
+    assert (path / "trainer_state.json").is_file()
+
+
+def test_a_sharded_policy_saves_the_state_its_shards_gathered(tiny_path, tmp_path):
+    policy = Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig())
+    policy.sharded = object()  # FSDP2: the whole state was gathered at publish
+    policy._optimizer_state = {"state": {}, "param_groups": [{"gathered": 1}]}
+    path = policy.save(tmp_path / "ckpt")
+    assert torch.load(path / "optimizer.pt", weights_only=True) == policy._optimizer_state
