@@ -6,6 +6,7 @@ pipeline hands each part and what it counts in the funnel.
 """
 
 import logging
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -13,7 +14,14 @@ import pytest
 from evolvekit.config import Config, EnvConfig
 from evolvekit.errors import ConfigError
 from evolvekit.questioning import pipeline
-from evolvekit.questioning.pipeline import Funnel, SynthesisSettings, known_tasks, learnable, wording
+from evolvekit.questioning.pipeline import (
+    Funnel,
+    HeldoutWordings,
+    SynthesisSettings,
+    known_tasks,
+    learnable,
+    wording,
+)
 from evolvekit.questioning.synthesize import SynthesisReport
 from evolvekit.types import Task
 
@@ -32,13 +40,54 @@ def test_known_tasks_are_the_train_tasks_and_the_synthetic_held_out_file(tmp_pat
     served = EnvConfig(name="mcp")  # an MCP server without a tasks file has no tasks of its own: none are read
     assert known_tasks(served) == []
     held.write_text("not json\n")
-    with pytest.raises(ConfigError, match="a task"):
+    with pytest.raises(ConfigError, match=r"held\.jsonl:1: not a task: "):
         known_tasks(EnvConfig(), str(held), train)
 
 
 def _tasks(n):
     return [Task(task_id=f"t{i}", env_name="bfcl", query=f"q{i}", metadata={"curation": {"dedup": "passed"}})
             for i in range(n)]  # fmt: skip
+
+
+def test_a_task_with_no_curation_record_gets_one_for_its_rewards():
+    [task] = learnable([Task(task_id="t", env_name="bfcl", query="q")], lambda ts: [[1.0, 0.0]], Funnel())
+    assert task.metadata["curation"] == {"policy_rewards": [1.0, 0.0]}
+
+
+class _Served:
+    """A served model: chat only, so its decoding cannot be constrained."""
+
+    name = "served-7b"
+
+
+class _InProcess(_Served):
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        return []
+
+    def decode_batch(self, params, keep_rows=False):
+        return None
+
+
+def test_the_scaffold_follows_its_mode_and_warns_once_per_role_for_a_served_model(monkeypatch, caplog):
+    monkeypatch.setattr(pipeline, "_UNSCAFFOLDED", set())
+    assert pipeline.scaffold_on("on", _Served()) and not pipeline.scaffold_on("off", _InProcess())
+    with caplog.at_level(logging.WARNING, logger="evolvekit.questioning.pipeline"):
+        assert pipeline.scaffold_on("auto", _InProcess()) and not caplog.messages
+        assert not pipeline.scaffold_on("auto", _Served())
+        assert not pipeline.scaffold_on("auto", _Served(), "explorer")  # said once for the role
+        assert not pipeline.scaffold_on("auto", _Served(), "synthesizer")
+        assert not pipeline.scaffold_on("off", _Served(), "extractor")  # turned off: nothing to say
+    assert caplog.messages == [
+        f"questioning.scaffold: the {role} (served-7b) is served, so its output cannot be constrained: it runs "
+        "without the decoding scaffold; a small served model may then make no tool call or write no task (an "
+        f"in-process models.{role} keeps it)"
+        for role in ("explorer", "synthesizer")
+    ]
+    monkeypatch.setattr(pipeline, "_UNSCAFFOLDED", set())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="evolvekit.questioning.pipeline"):
+        pipeline.scaffold_on("auto", SimpleNamespace())  # a backend with no name
+    assert "the explorer (?) is served" in caplog.messages[0]
 
 
 def test_the_pass_filter_keeps_mixed_outcomes_records_them_and_counts_the_rest(caplog):
@@ -168,3 +217,12 @@ def test_coevolves_reexploration_explores_toward_its_goal_and_curates_like_any_r
     off = pipeline.goal_explorer(settings, 1, 1, "xl", "xp", "sl", "sp", _env, dedup, Funnel())
     off("failure", "g")
     assert parts.curated[-1][4].keep_positive is False  # the paper's default: a failed replay is dropped
+
+
+def test_a_synthesized_task_worded_like_a_held_out_one_is_dropped_and_counted_in_every_path(parts):
+    settings = replace(SynthesisSettings.of(Config()), heldout=HeldoutWordings(split=frozenset({"q"})))
+    funnel = Funnel()
+    pipeline.goal_explorer(settings, 1, 1, "xl", "xp", "sl", "sp", _env, pipeline.Deduplicator(), funnel)("f", "g")
+    assert parts.curated[-1][0] == [] and funnel.heldout_split_wording == 1
+    _, funnel, _ = pipeline.synthesize_tasks(settings, 1, "xl", "xp", "sl", "sp", _env, max_rounds=2)
+    assert parts.curated[-1][0] == [] and funnel.heldout_split_wording == 2
