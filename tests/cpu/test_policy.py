@@ -2,6 +2,7 @@
 and what it refuses (issue 77.2: the policy row's survivors)."""
 
 import pickle
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -113,3 +114,59 @@ def test_a_sharded_policy_saves_the_state_its_shards_gathered(tiny_path, tmp_pat
     policy._optimizer_state = {"state": {}, "param_groups": [{"gathered": 1}]}
     path = policy.save(tmp_path / "ckpt")
     assert torch.load(path / "optimizer.pt", weights_only=True) == policy._optimizer_state
+
+
+def test_save_over_an_earlier_checkpoint_and_its_state_file(tiny_path, tmp_path):
+    import json
+    import time
+
+    policy = Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig())
+    path = policy.save(tmp_path / "ckpt", with_optimizer=False)
+    (path / "stale.txt").write_text("from the earlier save")
+    before = time.time()
+    policy.save(tmp_path / "ckpt")
+    assert not (path / "stale.txt").exists() and (path / "optimizer.pt").is_file()
+    state = json.loads((path / "trainer_state.json").read_text())
+    assert set(state) == {"lora", "saved"} and state["lora"] is False and before <= state["saved"] <= time.time()
+
+
+def test_zero_grad_drops_the_gradients(tiny_path):
+    policy = _stepped(Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig()))
+    loss = sum(p.float().sum() for p in policy.model.parameters())
+    loss.backward()
+    policy.zero_grad()
+    assert all(p.grad is None for p in policy.model.parameters())
+
+
+class _Engine:
+    def __init__(self, weight_updates, in_process):
+        self.caps = SimpleNamespace(weight_updates=weight_updates, in_process=in_process)
+        self.updates, self.resets = [], 0
+
+    def update_weights(self, state):
+        self.updates.append(state)
+
+    def reset_prefix_cache(self):
+        self.resets += 1
+
+
+def test_publish_sends_weights_only_to_an_engine_with_its_own_copy_and_syncs_shards(tiny_path):
+    policy = Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig())
+    served, local, plain = _Engine(True, False), _Engine(True, True), _Engine(False, False)
+    for engine in (served, local, plain):
+        policy.model.train()
+        policy.publish(engine)
+        assert not policy.model.training and engine.resets == 1
+    assert len(served.updates) == 1 and set(served.updates[0]) == set(policy.model.state_dict())
+    assert local.updates == [] and plain.updates == []
+
+    class _Shards:
+        def sync_to(self, llm):
+            self.synced = llm
+
+        def full_optimizer_state(self, optimizer):
+            return {"of": optimizer}
+
+    policy.sharded = shards = _Shards()
+    policy.publish(_Engine(False, True))
+    assert shards.synced is policy.llm and policy._optimizer_state == {"of": policy.optimizer}
