@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from evolvekit.config import Config, EnvConfig
+from evolvekit.env.action_text import format_call
 from evolvekit.errors import ConfigError
 from evolvekit.questioning import pipeline
 from evolvekit.questioning.pipeline import (
@@ -22,8 +23,8 @@ from evolvekit.questioning.pipeline import (
     learnable,
     wording,
 )
-from evolvekit.questioning.synthesize import SynthesisReport
-from evolvekit.types import Task
+from evolvekit.questioning.synthesize import SynthesisReport, chain_shots, follow_up_shots, shots_from_examples
+from evolvekit.types import ChatMessage, Task, ToolCall
 
 
 def test_wording_masks_numbers_case_and_punctuation_and_joins_turns():
@@ -226,3 +227,65 @@ def test_a_synthesized_task_worded_like_a_held_out_one_is_dropped_and_counted_in
     assert parts.curated[-1][0] == [] and funnel.heldout_split_wording == 1
     _, funnel, _ = pipeline.synthesize_tasks(settings, 1, "xl", "xp", "sl", "sp", _env, max_rounds=2)
     assert parts.curated[-1][0] == [] and funnel.heldout_split_wording == 2
+
+
+def test_the_explorer_and_synthesizer_get_the_sections_settings_and_the_environments_own_examples(monkeypatch):
+    made = []
+    monkeypatch.setattr(pipeline, "seam", lambda llm: ("engine of", llm))
+    monkeypatch.setattr(pipeline, "Explorer", lambda *a, **k: made.append(("explorer", a, k)) or "explorer")
+    monkeypatch.setattr(pipeline, "TaskSynthesizer", lambda *a, **k: made.append(("synth", a, k)) or "synth")
+    monkeypatch.setattr(pipeline, "_UNSCAFFOLDED", set())
+    add = format_call(ToolCall(name="add", arguments={"a": 1, "b": 2}))
+    examples = [ChatMessage(role="user", content="Add 1 and 2."), ChatMessage(role="assistant", content=add),
+                ChatMessage(role="user", content='Tool results:\n[add] {"result": 3}')]  # fmt: skip
+    resets = []
+
+    class _Env:
+        def reset(self, task, sandbox):
+            resets.append((task, sandbox))
+            return SimpleNamespace(examples=examples)
+
+        def close(self):
+            resets.append("closed")
+
+    cfg = Config()
+    q = cfg.questioning.model_copy(
+        update={
+            "n_breadth": 2,
+            "n_depth": 5,
+            "explore_state": True,
+            "style_rubrics": ["terse"],
+            "request_candidates": 3,
+        }
+    )
+    env = cfg.env.model_copy(update={"tool_rendering": "json"})
+    settings = SynthesisSettings(questioning=q, env=env, numbers_constrained=True)
+    served = pipeline.explorer_and_synthesizer(settings, _Served(), "xp", _Served(), "sp", _env, {"s": 1}, "agr")
+    assert served == ("explorer", "synth") and resets == []  # not targeted, one turn, not chained: no examples read
+    [(_, xa, xk), (_, sa, sk)] = made
+    assert xa == (("engine of", xa[0][1]), "xp", 2, 5, "json") and xk == {"scaffold": False, "show_start": True}
+    assert sa[1:] == ("sp", q.difficulty, ["terse"])
+    assert sk == {"targeted": False, "shots": [], "follow_shots": [], "chain_shots": [], "candidates": 3,
+                  "agreement": "agr", "numbers_constrained": True}  # fmt: skip
+    for update, llm in (({"turns": 2}, _Served()), ({"chained": True}, _Served()), ({}, _InProcess())):
+        made.clear()
+        resets.clear()
+        q2 = q.model_copy(update={"difficulty": q.difficulty.model_copy(update=update)})
+        pipeline.explorer_and_synthesizer(replace(settings, questioning=q2), _Served(), "xp", llm, "sp", _Env, {"s": 1})
+        assert resets == [(None, {"s": 1}), "closed"], update
+        sk = made[1][2]
+        assert sk["targeted"] is isinstance(llm, _InProcess)
+        assert (sk["shots"], sk["follow_shots"], sk["chain_shots"]) == (
+            shots_from_examples(examples),
+            follow_up_shots(examples),
+            chain_shots(examples),
+        )
+        assert sk["shots"]  # the example became a shot
+
+
+def test_tool_agreement_without_an_embedding_model_is_refused_by_name():
+    q = Config().questioning.model_copy(update={"tool_agreement": True})
+    with pytest.raises(
+        ValueError, match=r"^questioning\.tool_agreement needs an embedding model \(embedding\.model\)$"
+    ):
+        pipeline.curation_checks(q, _env, {}, embed=None)
