@@ -99,6 +99,8 @@ def test_the_targeted_prompt_gives_each_shot_as_a_chat_turn_after_the_system_mes
         ("Use <tool_call> to add", None),
         ("Write it with every value it needs.", None),  # echoes the instruction
         (None, None),
+        ("**Task:** Add `2` and 3", "Add 2 and 3"),  # markdown emphasis and code marks go, then the label
+        ("## Request: Add 2 and 3", "Add 2 and 3"),
     ],
 )
 def test_parse_request_keeps_a_requests_first_line_and_refuses_what_is_no_request(text, expected):
@@ -516,3 +518,11 @@ def test_distill_keeps_the_executed_calls_in_order_with_results_cut_at_300_chara
     trace = _trace("e", [(add, "x" * 301), (ls, "error"), (ls, "a b")], failed_at={1})
     assert distill(trace) == [(add, "x" * 300), (ls, "a b")]
     assert distill(trace, max_chars=2) == [(add, "xx"), (ls, "a ")]
+
+
+def test_windows_spread_over_the_exploration_by_hand():
+    from evolvekit.questioning.synthesize import windows
+
+    assert windows(10, 3, 2) == [[0, 1, 2], [7, 8, 9]]  # the first and the last window
+    assert windows(10, 3, 3) == [[0, 1, 2], [4, 5, 6], [7, 8, 9]]
+    assert windows(3, 5, 4) == [[0, 1, 2]]  # fewer calls than the size: one window of them all

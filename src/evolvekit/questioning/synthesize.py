@@ -111,9 +111,9 @@ def parse_request(text: str) -> str | None:
     answer that is no request: a call, a line that points into the call listing ("Result of [1] is 1.0.", an
     echo of the instruction "... which call [1] solves"), or one that repeats the instruction's words."""
     line = next((ln.strip() for ln in (text or "").splitlines() if ln.strip()), "")
-    line = re.sub(r"^(task|request|user)\s*[:：]\s*", "", re.sub(r"[*_#`]", "", line), flags=re.IGNORECASE).strip(
-        " \"'"
-    )
+    line = re.sub(
+        r"^(task|request|user)\s*[:：]\s*", "", re.sub(r"[*_#`]", "", line).strip(), flags=re.IGNORECASE
+    ).strip(" \"'")
     if len(line) < 8 or len(line) > 400 or "<tool" in line or line.startswith("{") or _LISTING_REF.search(line):
         return None
     return None if echoes_instruction(line) else line
