@@ -289,3 +289,53 @@ def test_tool_agreement_without_an_embedding_model_is_refused_by_name():
         ValueError, match=r"^questioning\.tool_agreement needs an embedding model \(embedding\.model\)$"
     ):
         pipeline.curation_checks(q, _env, {}, embed=None)
+
+
+def test_curation_checks_dedups_replays_and_counts_each_drop_with_its_reason(monkeypatch, caplog):
+    def task(tid, query):
+        return Task(task_id=tid, env_name="bfcl", query=query)
+
+    tasks = [task("ungrounded", "u"), task("disagrees", "d"), task("dup", "x"), task("trivial", "t"),
+             task("infeasible", "i"), task("kept", "k"), task("positive", "p")]  # fmt: skip
+    asked = []
+    monkeypatch.setattr(pipeline, "grounding", lambda t: 0.2 if t.task_id == "ungrounded" else 0.9)
+    monkeypatch.setattr(pipeline, "numbers_exact", lambda t: True)
+
+    def replay(t, make_env, keep_positive=False):
+        asked.append(("replay", t.task_id, make_env, keep_positive))
+        return (t.task_id != "infeasible", {"positive": "positive reward"}.get(t.task_id, ""))
+
+    def without_acting(t, make_env):
+        asked.append(("trivial?", t.task_id, make_env))
+        return t.task_id == "trivial"
+
+    monkeypatch.setattr(pipeline, "replay_feasible", replay)
+    monkeypatch.setattr(pipeline, "passes_without_acting", without_acting)
+
+    class _Dedup:
+        def filter(self, ts):
+            return SimpleNamespace(kept=[t for t in ts if t.task_id != "dup"], lexical_duplicates=1,
+                                   semantic_duplicates=2)  # fmt: skip
+
+    agreement = SimpleNamespace(agrees=lambda t: t.task_id != "disagrees")
+    checks = pipeline.CurationChecks(min_grounding=0.5, exact_numbers=True, agreement=agreement, keep_positive=True)
+    funnel = Funnel(ungrounded=10, tool_disagreement=10, deduplicated=10, trivial=10, infeasible=10, kept=10)
+    with caplog.at_level(logging.INFO, logger="evolvekit.questioning.pipeline"):
+        kept = pipeline.curate_new(tasks, _Dedup(), _env, funnel, checks)
+    assert [t.task_id for t in kept] == ["kept", "positive"]
+    assert (funnel.ungrounded, funnel.tool_disagreement, funnel.deduplicated) == (11, 11, 13)
+    assert (funnel.trivial, funnel.infeasible, funnel.kept) == (11, 11, 12)
+    assert kept[0].metadata["curation"] == {
+        "dedup": "passed", "feasibility": "replayed", "grounding": 0.9, "numbers": "exact", "tools": "agree"
+    }  # fmt: skip
+    assert kept[1].metadata["curation"]["feasibility"] == "positive reward"
+    assert ("replay", "kept", _env, True) in asked and ("trivial?", "kept", _env) in asked
+    assert caplog.messages == [
+        "synthesized task dropped: its request does not state its reference's values (grounding): 'u'",
+        "synthesized task dropped: its request asks for other tools than its reference calls: 'd'",
+        "synthesized task dropped: a duplicate of a known or earlier task: 'x'",
+        "synthesized task dropped: the check passes it with no call (nothing to learn): 't'",
+        "synthesized task dropped: its reference does not pass on a fresh sandbox (): 'i'",
+    ]
+    plain = pipeline.curate_new([task("kept", "k")], _Dedup(), _env, Funnel())  # the defaults: no request check
+    assert plain[0].metadata["curation"] == {"dedup": "passed", "feasibility": "replayed"}
