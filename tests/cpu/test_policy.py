@@ -1,6 +1,7 @@
 """train/policy.py's checkpoints on a tiny random model: what ``save`` writes, what ``load_optimizer`` reads back,
 and what it refuses (issue 77.2: the policy row's survivors)."""
 
+import logging
 import pickle
 from types import SimpleNamespace
 
@@ -170,3 +171,34 @@ def test_publish_sends_weights_only_to_an_engine_with_its_own_copy_and_syncs_sha
     policy.sharded = shards = _Shards()
     policy.publish(_Engine(False, True))
     assert shards.synced is policy.llm and policy._optimizer_state == {"of": policy.optimizer}
+
+
+def test_save_makes_the_folders_it_needs(tiny_path, tmp_path):
+    policy = Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig())
+    assert (policy.save(tmp_path / "new" / "deeper" / "ckpt", with_optimizer=False) / "trainer_state.json").is_file()
+
+
+def test_a_data_parallel_step_sums_the_trainable_gradients_first(tiny_path):
+    class _Ranks:
+        reduced: list = []
+
+        def all_reduce_grads(self, params):
+            self.reduced.append(list(params))
+
+    ranks = _Ranks()
+    policy = Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(learning_rate=1e-3), parallel=ranks)
+    _stepped(policy)
+    trainable = [p for p in policy.model.parameters() if p.requires_grad]
+    assert len(ranks.reduced) == 1 and [id(p) for p in ranks.reduced[0]] == [id(p) for p in trainable]
+
+
+def test_a_non_finite_gradient_skips_the_step_and_drops_the_gradients(tiny_path, caplog):
+    policy = Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(learning_rate=1e-3))
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    loss = sum(p.float().sum() for p in policy.model.parameters()) * float("nan")
+    loss.backward()
+    with caplog.at_level(logging.WARNING, logger="evolvekit.train.policy"):
+        assert policy.step() is None
+    assert caplog.messages == ["non-finite gradient norm; skipping this optimizer step"]
+    assert all(p.grad is None for p in policy.model.parameters())
+    assert all(torch.equal(b, p.detach()) for b, p in zip(before, policy.model.parameters()))
