@@ -68,3 +68,8 @@ class ScriptedChat:
             self.seen[request] += 1
             out.append([Completion(text=text, usage_prompt_tokens=10, usage_completion_tokens=3)])
         return out
+
+
+def logged(caplog, logger: str) -> list[str]:
+    """What ``logger`` logged in a test (other loggers, such as a model's load line under xdist, are not its)."""
+    return [r.getMessage() for r in caplog.records if r.name == logger]

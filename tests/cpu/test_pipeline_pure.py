@@ -10,6 +10,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+from episode_doubles import logged
 
 from evolvekit.config import Config, EnvConfig
 from evolvekit.env.action_text import format_call
@@ -25,11 +26,6 @@ from evolvekit.questioning.pipeline import (
 )
 from evolvekit.questioning.synthesize import SynthesisReport, chain_shots, follow_up_shots, shots_from_examples
 from evolvekit.types import ChatMessage, Task, ToolCall
-
-
-def _said(caplog) -> list[str]:
-    """What the module under test logged (other loggers, such as a model's load line, are not its)."""
-    return [r.getMessage() for r in caplog.records if r.name == "evolvekit.questioning.pipeline"]
 
 
 def test_wording_masks_numbers_case_and_punctuation_and_joins_turns():
@@ -78,12 +74,12 @@ def test_the_scaffold_follows_its_mode_and_warns_once_per_role_for_a_served_mode
     monkeypatch.setattr(pipeline, "_UNSCAFFOLDED", set())
     assert pipeline.scaffold_on("on", _Served()) and not pipeline.scaffold_on("off", _InProcess())
     with caplog.at_level(logging.WARNING, logger="evolvekit.questioning.pipeline"):
-        assert pipeline.scaffold_on("auto", _InProcess()) and not _said(caplog)
+        assert pipeline.scaffold_on("auto", _InProcess()) and not logged(caplog, "evolvekit.questioning.pipeline")
         assert not pipeline.scaffold_on("auto", _Served())
         assert not pipeline.scaffold_on("auto", _Served(), "explorer")  # said once for the role
         assert not pipeline.scaffold_on("auto", _Served(), "synthesizer")
         assert not pipeline.scaffold_on("off", _Served(), "extractor")  # turned off: nothing to say
-    assert _said(caplog) == [
+    assert logged(caplog, "evolvekit.questioning.pipeline") == [
         f"questioning.scaffold: the {role} (served-7b) is served, so its output cannot be constrained: it runs "
         "without the decoding scaffold; a small served model may then make no tool call or write no task (an "
         f"in-process models.{role} keeps it)"
@@ -93,7 +89,7 @@ def test_the_scaffold_follows_its_mode_and_warns_once_per_role_for_a_served_mode
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="evolvekit.questioning.pipeline"):
         pipeline.scaffold_on("auto", SimpleNamespace())  # a backend with no name
-    assert "the explorer (?) is served" in _said(caplog)[0]
+    assert "the explorer (?) is served" in logged(caplog, "evolvekit.questioning.pipeline")[0]
 
 
 def test_the_pass_filter_keeps_mixed_outcomes_records_them_and_counts_the_rest(caplog):
@@ -103,7 +99,7 @@ def test_the_pass_filter_keeps_mixed_outcomes_records_them_and_counts_the_rest(c
         kept = learnable(tasks, lambda ts: [[1.0, 0.0], [0.12345, 0.12345], [0.0, 0.33333]], funnel)
     assert [t.task_id for t in kept] == ["t0", "t2"] and funnel.unlearnable == 3
     assert kept[1].metadata["curation"] == {"dedup": "passed", "policy_rewards": [0.0, 0.333]}
-    assert _said(caplog) == [
+    assert logged(caplog, "evolvekit.questioning.pipeline") == [
         "synthesized task dropped by the pass filter (rewards [0.12345, 0.12345], not mixed): 'q1'"
     ]
     with pytest.raises(ValueError):  # a probe that answers for fewer tasks than asked is a bug, not a drop
@@ -335,7 +331,7 @@ def test_curation_checks_dedups_replays_and_counts_each_drop_with_its_reason(mon
     }  # fmt: skip
     assert kept[1].metadata["curation"]["feasibility"] == "positive reward"
     assert ("replay", "kept", _env, True) in asked and ("trivial?", "kept", _env) in asked
-    assert _said(caplog) == [
+    assert logged(caplog, "evolvekit.questioning.pipeline") == [
         "synthesized task dropped: its request does not state its reference's values (grounding): 'u'",
         "synthesized task dropped: its request asks for other tools than its reference calls: 'd'",
         "synthesized task dropped: a duplicate of a known or earlier task: 'x'",

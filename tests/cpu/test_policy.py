@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from episode_doubles import logged
 
 from evolvekit.config import TrainConfig
 from evolvekit.llm.local import LocalLLM
@@ -29,11 +30,6 @@ def _stepped(policy: Policy) -> Policy:
 
 def _moments(policy: Policy) -> list[torch.Tensor]:
     return [s["exp_avg"] for s in policy.optimizer.state_dict()["state"].values()]
-
-
-def _said(caplog) -> list[str]:
-    """What the module under test logged (other loggers, such as a model's load line, are not its)."""
-    return [r.getMessage() for r in caplog.records if r.name == "evolvekit.train.policy"]
 
 
 def test_save_writes_the_optimizer_unless_told_not_to_and_load_reads_it_back(tiny_path, tmp_path):
@@ -204,6 +200,6 @@ def test_a_non_finite_gradient_skips_the_step_and_drops_the_gradients(tiny_path,
     loss.backward()
     with caplog.at_level(logging.WARNING, logger="evolvekit.train.policy"):
         assert policy.step() is None
-    assert _said(caplog) == ["non-finite gradient norm; skipping this optimizer step"]
+    assert logged(caplog, "evolvekit.train.policy") == ["non-finite gradient norm; skipping this optimizer step"]
     assert all(p.grad is None for p in policy.model.parameters())
     assert all(torch.equal(b, p.detach()) for b, p in zip(before, policy.model.parameters()))

@@ -9,7 +9,7 @@ import logging
 import re
 
 import pytest
-from episode_doubles import TOOLS, ScriptedChat, TinyEnv, tiny_task
+from episode_doubles import TOOLS, ScriptedChat, TinyEnv, logged, tiny_task
 
 from evolvekit.agent import rollout
 from evolvekit.agent.rollout import RolloutJob, initial_context, require_a_valid_episode
@@ -72,11 +72,6 @@ def _step(
 # -- the start ---------------------------------------------------------------------------------------------------
 
 
-def _said(caplog) -> list[str]:
-    """What the module under test logged (other loggers, such as a model's load line, are not its)."""
-    return [r.getMessage() for r in caplog.records if r.name == "evolvekit.agent.rollout"]
-
-
 def test_the_first_context_shows_the_environments_own_system_text_else_its_tools_rendered():
     examples = [ChatMessage(role="user", content="ex q"), ChatMessage(role="assistant", content="ex a")]
     own = initial_context(ResetResult(observation="q", tools=TOOLS, system="Be brief."), "json", BASIC)
@@ -111,7 +106,7 @@ def test_a_start_that_fails_frees_the_environment_and_is_recorded_with_its_group
 def test_closing_quietly_logs_what_close_raised(caplog):
     with caplog.at_level(logging.WARNING, logger="evolvekit.agent.rollout"):
         rollout._close_quietly(_BadClose())
-    assert _said(caplog) == ["closing an environment raised RuntimeError: lost the socket"]
+    assert logged(caplog, "evolvekit.agent.rollout") == ["closing an environment raised RuntimeError: lost the socket"]
 
 
 # -- one step ----------------------------------------------------------------------------------------------------
@@ -370,7 +365,9 @@ def test_a_step_that_raises_ends_the_episode_with_its_error_and_a_start_that_rai
     with caplog.at_level(logging.WARNING, logger="evolvekit.agent.rollout"):
         rollout._advance_safely(ep, [1], Completion(text=ADD), 5, "compact")
     assert ep.done and ep.trajectory.flags.failed and ep.trajectory.error.startswith("RuntimeError: backend died\n")
-    assert "Traceback" in ep.trajectory.error and _said(caplog) == ["rollout of t1 failed: backend died"]
+    assert "Traceback" in ep.trajectory.error and logged(caplog, "evolvekit.agent.rollout") == [
+        "rollout of t1 failed: backend died"
+    ]
     engine = Engine(ScriptedChat({}))
     gen = rollout.run_episode(engine, _job(), _BadReset, "compact", BASIC, 3)
     with pytest.raises(StopIteration) as end:
