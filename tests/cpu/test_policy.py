@@ -203,3 +203,64 @@ def test_a_non_finite_gradient_skips_the_step_and_drops_the_gradients(tiny_path,
     assert logged(caplog, "evolvekit.train.policy") == ["non-finite gradient norm; skipping this optimizer step"]
     assert all(p.grad is None for p in policy.model.parameters())
     assert all(torch.equal(b, p.detach()) for b, p in zip(before, policy.model.parameters()))
+
+
+def test_a_policy_with_nothing_to_train_is_refused(tiny_path):
+    llm = LocalLLM(str(tiny_path), device="cpu")
+    llm.model.requires_grad_(False)
+    with pytest.raises(ValueError) as err:
+        Policy(llm, TrainConfig())
+    assert str(err.value) == "the policy has no trainable parameters"
+
+
+@pytest.fixture(scope="module")
+def world_of_one(tmp_path_factory):
+    """A one-process gloo group, so FSDP2's branch of the policy runs in this process (tests/cpu/test_distributed.py
+    runs two processes, slowly); the group is taken down after the module."""
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()
+    store = tmp_path_factory.mktemp("group") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield SimpleNamespace(rank=0, world=1, is_main=True)
+    dist.destroy_process_group()
+
+
+def _squares(model) -> torch.Tensor:
+    """One forward pass of the real model (FSDP2 gathers its shards in the forward hooks)."""
+    ids = torch.tensor([[1, 5, 9, 3, 7]])
+    return model(ids).logits.float().pow(2).mean()
+
+
+def test_fsdp2_trains_a_sharded_copy_like_one_process_and_publishes_it(tiny_path, tmp_path, world_of_one):
+    plain = Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(learning_rate=1e-2))
+    llm = LocalLLM(str(tiny_path), device="cpu")
+    sharded = Policy(llm, TrainConfig(learning_rate=1e-2, sharding="fsdp2"), parallel=world_of_one)
+    assert sharded.sharded is not None and sharded.sharded.loss_scale == 1.0 == sharded.loss_scale
+    assert sharded.model is sharded.sharded.model and sharded.model is not llm.model  # the update runs the shards
+    assert sharded.master is None  # the fp32 shards are the masters
+    early = sharded.save(tmp_path / "before-publish")  # no state gathered yet: no optimizer file to resume from
+    assert not (early / "optimizer.pt").exists() and sharded.load_optimizer(early) is False
+    norms = []
+    for policy in (plain, sharded):
+        _squares(policy.model).backward()
+        norms.append(policy.step())
+    assert isinstance(norms[1], float) and norms[1] == pytest.approx(norms[0], rel=1e-4)
+    sharded.publish(_Engine(False, True))  # rank 0's copy gets the shards' weights
+    for name, weight in plain.model.state_dict().items():
+        assert torch.allclose(llm.model.state_dict()[name].float(), weight.float(), atol=1e-5), name
+    gathered = sharded._optimizer_state
+    assert gathered is not None and len(gathered["state"]) == len(plain.optimizer.state_dict()["state"])
+    path = sharded.save(tmp_path / "ckpt")
+    again = Policy(LocalLLM(str(path), device="cpu"), TrainConfig(sharding="fsdp2"), parallel=world_of_one)
+    assert again.load_optimizer(path) and again._optimizer_state is not None
+    again.publish(_Engine(False, True))
+    for key, moments in gathered["state"].items():
+        assert torch.equal(again._optimizer_state["state"][key]["exp_avg"], moments["exp_avg"]), key
+
+
+def test_fsdp2_is_not_used_without_a_process_group_or_when_replicating(tiny_path, world_of_one):
+    alone = Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(sharding="fsdp2"))
+    replicated = Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(), parallel=world_of_one)
+    for policy in (alone, replicated):
+        assert policy.sharded is None and policy.model is policy.llm.model and policy.loss_scale == 1.0

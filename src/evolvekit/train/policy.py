@@ -116,7 +116,8 @@ class Policy:
         self.tokenizer.save_pretrained(tmp)
         if with_optimizer:
             optimizer_state = self._optimizer_state if self.sharded is not None else self.optimizer.state_dict()
-            torch.save(optimizer_state, tmp / "optimizer.pt")
+            if optimizer_state is not None:  # FSDP2 before its first publish: nothing gathered, nothing to resume
+                torch.save(optimizer_state, tmp / "optimizer.pt")
             if self.master is not None:  # the exact fp32 weights, which the saved bf16 ones only round
                 torch.save(self.master.state_dict(), tmp / "master.pt")
         (tmp / "trainer_state.json").write_text(json.dumps({"lora": self.cfg.lora, "saved": time.time()}))
