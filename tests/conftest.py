@@ -223,3 +223,21 @@ def served():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def world_of_one(tmp_path_factory):
+    """A one-process gloo group and its ``DataParallel``, so the FSDP2 and data-parallel branches of the policy and
+    the trainer run in the test's own process (tests/cpu/test_distributed.py runs two processes, slowly); the group
+    is taken down after the module."""
+    import torch.distributed as dist
+    from accelerate import PartialState
+
+    from evolvekit.train.distributed import DataParallel
+
+    assert not dist.is_initialized()
+    store = tmp_path_factory.mktemp("group") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield DataParallel("gloo")
+    dist.destroy_process_group()
+    PartialState._reset_state()

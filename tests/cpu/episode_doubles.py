@@ -1,5 +1,7 @@
 """Test doubles for episodes without a model (agent/rollout.py, agent/evaluate.py): a tiny tool environment and a
-chat-only scripted policy. Only tests import this module."""
+chat-only scripted policy, and an engine double for the policy's publish. Only tests import this module."""
+
+from types import SimpleNamespace
 
 from evolvekit.env.base import CallResult, EvalResult, ResetResult, StepResult, ToolSchema
 from evolvekit.llm.base import Completion
@@ -73,3 +75,18 @@ class ScriptedChat:
 def logged(caplog, logger: str) -> list[str]:
     """What ``logger`` logged in a test (other loggers, such as a model's load line under xdist, are not its)."""
     return [r.getMessage() for r in caplog.records if r.name == logger]
+
+
+class RecordingEngine:
+    """An engine double for ``Policy.publish``: its capabilities, and the weights and cache resets it was sent."""
+
+    def __init__(self, weight_updates: bool, in_process: bool) -> None:
+        self.caps = SimpleNamespace(weight_updates=weight_updates, in_process=in_process)
+        self.updates: list[dict] = []
+        self.resets = 0
+
+    def update_weights(self, state: dict) -> None:
+        self.updates.append(state)
+
+    def reset_prefix_cache(self) -> None:
+        self.resets += 1

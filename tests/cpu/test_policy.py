@@ -3,11 +3,10 @@ and what it refuses (issue 77.2: the policy row's survivors)."""
 
 import logging
 import pickle
-from types import SimpleNamespace
 
 import pytest
 import torch
-from episode_doubles import logged
+from episode_doubles import RecordingEngine, logged
 
 from evolvekit.config import TrainConfig
 from evolvekit.llm.local import LocalLLM
@@ -140,21 +139,9 @@ def test_zero_grad_drops_the_gradients(tiny_path):
     assert all(p.grad is None for p in policy.model.parameters())
 
 
-class _Engine:
-    def __init__(self, weight_updates, in_process):
-        self.caps = SimpleNamespace(weight_updates=weight_updates, in_process=in_process)
-        self.updates, self.resets = [], 0
-
-    def update_weights(self, state):
-        self.updates.append(state)
-
-    def reset_prefix_cache(self):
-        self.resets += 1
-
-
 def test_publish_sends_weights_only_to_an_engine_with_its_own_copy_and_syncs_shards(tiny_path):
     policy = Policy(LocalLLM(str(tiny_path), device="cpu"), TrainConfig())
-    served, local, plain = _Engine(True, False), _Engine(True, True), _Engine(False, False)
+    served, local, plain = RecordingEngine(True, False), RecordingEngine(True, True), RecordingEngine(False, False)
     for engine in (served, local, plain):
         policy.model.train()
         policy.publish(engine)
@@ -170,7 +157,7 @@ def test_publish_sends_weights_only_to_an_engine_with_its_own_copy_and_syncs_sha
             return {"of": optimizer}
 
     policy.sharded = shards = _Shards()
-    policy.publish(_Engine(False, True))
+    policy.publish(RecordingEngine(False, True))
     assert shards.synced is policy.llm and policy._optimizer_state == {"of": policy.optimizer}
 
 
@@ -213,19 +200,6 @@ def test_a_policy_with_nothing_to_train_is_refused(tiny_path):
     assert str(err.value) == "the policy has no trainable parameters"
 
 
-@pytest.fixture(scope="module")
-def world_of_one(tmp_path_factory):
-    """A one-process gloo group, so FSDP2's branch of the policy runs in this process (tests/cpu/test_distributed.py
-    runs two processes, slowly); the group is taken down after the module."""
-    import torch.distributed as dist
-
-    assert not dist.is_initialized()
-    store = tmp_path_factory.mktemp("group") / "store"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield SimpleNamespace(rank=0, world=1, is_main=True)
-    dist.destroy_process_group()
-
-
 def _squares(model) -> torch.Tensor:
     """One forward pass of the real model (FSDP2 gathers its shards in the forward hooks)."""
     ids = torch.tensor([[1, 5, 9, 3, 7]])
@@ -246,7 +220,7 @@ def test_fsdp2_trains_a_sharded_copy_like_one_process_and_publishes_it(tiny_path
         _squares(policy.model).backward()
         norms.append(policy.step())
     assert isinstance(norms[1], float) and norms[1] == pytest.approx(norms[0], rel=1e-4)
-    sharded.publish(_Engine(False, True))  # rank 0's copy gets the shards' weights
+    sharded.publish(RecordingEngine(False, True))  # rank 0's copy gets the shards' weights
     for name, weight in plain.model.state_dict().items():
         assert torch.allclose(llm.model.state_dict()[name].float(), weight.float(), atol=1e-5), name
     gathered = sharded._optimizer_state
@@ -254,7 +228,7 @@ def test_fsdp2_trains_a_sharded_copy_like_one_process_and_publishes_it(tiny_path
     path = sharded.save(tmp_path / "ckpt")
     again = Policy(LocalLLM(str(path), device="cpu"), TrainConfig(sharding="fsdp2"), parallel=world_of_one)
     assert again.load_optimizer(path) and again._optimizer_state is not None
-    again.publish(_Engine(False, True))
+    again.publish(RecordingEngine(False, True))
     for key, moments in gathered["state"].items():
         assert torch.equal(again._optimizer_state["state"][key]["exp_avg"], moments["exp_avg"]), key
 

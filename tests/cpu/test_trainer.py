@@ -4,12 +4,13 @@ import copy
 
 import pytest
 import torch
+from episode_doubles import RecordingEngine
 
 from evolvekit.config import TrainConfig
 from evolvekit.llm.base import SamplingParams
 from evolvekit.llm.local import LocalLLM
 from evolvekit.llm.tiny import make_tiny_model
-from evolvekit.train.trainer import GRPOTrainer
+from evolvekit.train.trainer import GRPOTrainer, UpdateStats, sequence_logprobs
 from evolvekit.types import TrainingSample
 
 
@@ -378,3 +379,136 @@ def test_export_is_a_plain_transformers_folder_with_the_policys_logprobs(tiny_pa
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert again.returncode == 2 and "exists" in again.stderr
+
+
+# -- issue 77.2: what the trainer's fast tests did not reach (the update's edges, the data-parallel and FSDP2 branches
+# in a one-process group, the behaviour gap, entropy and the shared-prefix old log-probs) ---------------------------
+
+
+def test_update_stats_as_metrics_names_every_field():
+    from dataclasses import fields
+
+    stats = UpdateStats(sequences=3, grad_norm=0.5)
+    metrics = stats.as_metrics()
+    assert set(metrics) == {"train/" + f.name for f in fields(UpdateStats)}
+    assert metrics["train/sequences"] == 3.0 and metrics["train/grad_norm"] == 0.5
+    assert all(type(v) is float for v in metrics.values())
+    assert set(stats.as_metrics("x.")) == {"x." + f.name for f in fields(UpdateStats)}
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _unchanged(before: dict[str, torch.Tensor], model) -> bool:
+    return all(torch.equal(before[n], p.detach()) for n, p in model.named_parameters())
+
+
+def test_an_update_with_no_loss_token_does_nothing_at_all(tiny_path):
+    engine = RecordingEngine(False, True)
+    tr = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(learning_rate=1e-2), engine=engine)
+    before = _weights(tr.model)
+    quiet = [s.model_copy(update={"loss_mask": [0] * len(s.token_ids)}) for s in _samples(2)]
+    stats = tr.update(quiet)
+    assert stats == UpdateStats(sequences=0) and engine.resets == 0 and _unchanged(before, tr.model)
+
+
+def test_a_non_finite_update_takes_no_step_but_still_publishes(tiny_path):
+    engine = RecordingEngine(False, True)
+    cfg = TrainConfig(learning_rate=1e-2, kl_beta=0.0, autocast="off")
+    tr = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg, engine=engine)
+    before = _weights(tr.model)
+    nan = [s.model_copy(update={"token_advantages": [float("nan")] * len(s.token_ids)}) for s in _samples(2)]
+    stats = tr.update(nan)
+    assert stats.sequences == 2 and stats.optimizer_steps == 0 and stats.grad_norm == 0.0
+    assert engine.resets == 1 and _unchanged(before, tr.model)
+
+
+def test_the_behaviour_gap_is_the_mean_distance_to_the_samplers_log_probs_on_loss_tokens(tiny_path):
+    guided, vanilla = _guided_pair()
+    tr = GRPOTrainer(_sharp(tiny_path), TrainConfig(kl_beta=0.0, autocast="off", learning_rate=0.0))
+    recomputed = tr._behaviour_logprobs([guided])[0]
+    # the sampler's numbers: 0.25 off on every loss token, far off where nothing is trained
+    recorded = [float(lp) + (0.25 if m else 50.0) for lp, m in zip(recomputed, guided.loss_mask)]
+    vanilla_recorded = [0.0] * len(vanilla.token_ids)  # not guided: no behaviour pass, not counted
+    stats = tr.update(
+        [
+            guided.model_copy(update={"rollout_logprobs": recorded}),
+            vanilla.model_copy(update={"rollout_logprobs": vanilla_recorded}),
+        ]
+    )
+    assert stats.behaviour_logprob_gap == pytest.approx(0.25, abs=1e-4)
+    assert tr.update(_guided_pair()).behaviour_logprob_gap == 0.0  # no recorded log-probs: no gap
+
+
+def test_several_epochs_still_compare_a_guided_sample_with_its_behaviour_policy(tiny_path):
+    def dev(epochs: int) -> float:
+        cfg = TrainConfig(kl_beta=0.0, autocast="off", learning_rate=0.0, ppo_epochs=epochs)
+        return GRPOTrainer(_sharp(tiny_path), cfg).update(_guided_pair()).guided_ratio_dev
+
+    one, two = dev(1), dev(2)
+    assert one > 1e-3 and two == pytest.approx(one, rel=1e-4)  # lr 0: both epochs see the same ratios
+
+
+def test_sequence_logprobs_and_entropy_by_hand(tiny_path):
+    model = LocalLLM(str(tiny_path), device="cpu").model
+    ids = torch.tensor([[3, 14, 15, 92, 65, 35, 89, 79]])
+    attn = torch.ones_like(ids)
+    logp, ent = sequence_logprobs(model, ids, attn, None, with_entropy=True, start=3)
+    lsm = torch.log_softmax(model(input_ids=ids).logits.float(), dim=-1)[0].detach()
+    assert logp.shape == ent.shape == ids.shape
+    assert torch.all(logp[0, :3] == 0) and torch.all(ent[0, :3] == 0)
+    for t in range(3, ids.shape[1]):
+        assert float(logp[0, t].detach()) == pytest.approx(float(lsm[t - 1, ids[0, t]]), abs=1e-5)
+        assert float(ent[0, t].detach()) == pytest.approx(float(-(lsm[t - 1].exp() * lsm[t - 1]).sum()), abs=1e-5)
+    assert sequence_logprobs(model, ids, attn, None, start=3)[1] is None
+
+
+def test_old_log_probs_through_a_shared_prefix_equal_the_plain_ones(tiny_path):
+    prefix = [(5 * j) % 300 + 2 for j in range(40)]  # past MIN_SHARED (32): the prefix runs once
+    samples = [
+        TrainingSample(
+            trajectory_id=f"s{i}",
+            group_id="g",
+            token_ids=prefix + [40 + i, 50 + i, 60 + i, 70 + i][: 2 + i],
+            loss_mask=[0] * 36 + [1] * (6 + i),  # loss tokens inside the prefix too
+            token_advantages=[1.0] * (42 + i),
+            experience_mask=[0] * (42 + i),
+        )
+        for i in range(3)
+    ]
+    out = {}
+    for shared in (True, False):
+        tr = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(shared_prefix=shared, micro_batch_size=2))
+        assert [p for _, p in tr._share_groups(samples, range(3))] == ([40] if shared else [0])
+        out[shared] = tr._logprobs_no_grad(tr.model, samples)
+    for a, b, s in zip(out[True], out[False], samples):
+        assert a.shape == (len(s.token_ids),) and torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("sharding", ["replicate", "fsdp2"])
+def test_a_one_process_group_updates_exactly_like_no_group(tiny_path, world_of_one, sharding):
+    cfg = dict(learning_rate=1e-2, kl_beta=0.0, autocast="off", micro_batch_size=2)
+    plain = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(**cfg))
+    llm = LocalLLM(str(tiny_path), device="cpu")
+    grouped = GRPOTrainer(llm, TrainConfig(**cfg, sharding=sharding), parallel=world_of_one)
+    assert (grouped.sharded is not None) == (sharding == "fsdp2")
+    a, b = plain.update(_samples()), grouped.update(_samples())
+    assert (b.sequences, b.tokens, b.policy_tokens, b.optimizer_steps) == (a.sequences, a.tokens, a.policy_tokens, 1)
+    for field in ("loss", "ratio", "grad_norm", "vanilla_ratio_dev"):
+        assert getattr(b, field) == pytest.approx(getattr(a, field), rel=1e-4, abs=1e-7), field
+    for name, weight in plain.model.state_dict().items():  # under fsdp2: rank 0's copy, synced from the shards
+        assert torch.allclose(llm.model.state_dict()[name], weight, atol=1e-5), name
+
+
+def test_idle_passes_run_the_model_without_changing_a_gradient(tiny_path):
+    tr = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(kl_beta=0.0, autocast="off"))
+    sample = _samples(1)[0]
+    sequence_logprobs(tr.model, *[tr._collate([sample])[k] for k in ("ids", "attn")], None)[0].sum().backward()
+    grads = {n: p.grad.clone() for n, p in tr.model.named_parameters() if p.grad is not None}
+    calls = []
+    hook = tr.model.register_forward_hook(lambda *_: calls.append(1))
+    tr._idle_passes(2, sample, True)
+    hook.remove()
+    assert len(calls) == 2
+    assert all(torch.equal(p.grad, grads[n]) for n, p in tr.model.named_parameters() if p.grad is not None)
