@@ -340,3 +340,24 @@ def test_curation_checks_dedups_replays_and_counts_each_drop_with_its_reason(mon
     ]
     plain = pipeline.curate_new([task("kept", "k")], _Dedup(), _env, Funnel())  # the defaults: no request check
     assert plain[0].metadata["curation"] == {"dedup": "passed", "feasibility": "replayed"}
+
+
+def test_heldout_wordings_read_each_panel_file_and_refuse_a_line_that_is_not_a_task(tmp_path):
+    panel = tmp_path / "panel.jsonl"
+    panel.write_text(
+        Task(task_id="p1", env_name="bfcl", query="Kindly add 4 to 9.").model_dump_json()
+        + "\n\n"
+        + Task(task_id="p2", env_name="bfcl", query="Halve 12, please.").model_dump_json()
+        + "\n"
+    )
+    quiet = {"eval_before": False, "eval_after": False, "eval_every": 0}  # not evaluating: no split is read
+    cfg = Config().model_copy(
+        update={"train": Config().train.model_copy(update={**quiet, "eval_panels": [str(panel)]})}
+    )
+    held = HeldoutWordings.of(cfg)
+    assert held.split == frozenset() and held.panels == {"kindly add # to #", "halve # please"}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task_id": "x"}\n')
+    cfg.train.eval_panels = [str(bad)]
+    with pytest.raises(ConfigError, match=r"bad\.jsonl:1: not a task: "):
+        HeldoutWordings.of(cfg)
