@@ -361,3 +361,15 @@ def test_heldout_wordings_read_each_panel_file_and_refuse_a_line_that_is_not_a_t
     cfg.train.eval_panels = [str(bad)]
     with pytest.raises(ConfigError, match=r"bad\.jsonl:1: not a task: "):
         HeldoutWordings.of(cfg)
+
+
+def test_plain_bfcls_sandbox_is_the_families_drawn_state_of_the_configured_backends():
+    from evolvekit.env.bfcl.families import get_family
+
+    tree = get_family("fs_chain").sandbox_state()["GorillaFileSystem"]  # the generator's draw, no person's task
+    files = pipeline.sandbox_for(EnvConfig(name="bfcl", backends=["GorillaFileSystem", "MessageAPI"]))
+    assert files == {"classes": ["GorillaFileSystem", "MessageAPI"], "initial_config": {"GorillaFileSystem": tree}}
+    assert pipeline.sandbox_for(EnvConfig(name="bfcl", backends=["MathAPI"])) == {
+        "classes": ["MathAPI"],
+        "initial_config": {},
+    }
