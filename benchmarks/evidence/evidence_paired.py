@@ -40,9 +40,10 @@ def main() -> None:
             p = paired(after(args.row, metric, seeds), after(other, metric, seeds))
             i = p.interval
             above, below = sum(x > 0 for x in p.diffs), sum(x < 0 for x in p.diffs)
+            spread = f"± {i.std:.3f} [{i.low:+.3f}, {i.high:+.3f}]" if len(seeds) > 1 else "(one seed: no spread)"
             print(
-                f"| {other} | {metric} | {i.mean:+.3f} ± {i.std:.3f} [{i.low:+.3f}, {i.high:+.3f}] | "
-                f"{p.sign_flip_p:.4f} | {above} / {below} | {len(seeds)} |"
+                f"| {other} | {metric} | {i.mean:+.3f} {spread} | {p.sign_flip_p:.4f} | "
+                f"{above} / {below} | {len(seeds)} |"
             )
 
 
