@@ -299,7 +299,7 @@ def test_curation_checks_dedups_replays_and_counts_each_drop_with_its_reason(mon
     tasks = [task("ungrounded", "u"), task("disagrees", "d"), task("dup", "x"), task("trivial", "t"),
              task("infeasible", "i"), task("kept", "k"), task("positive", "p")]  # fmt: skip
     asked = []
-    monkeypatch.setattr(pipeline, "grounding", lambda t: 0.2 if t.task_id == "ungrounded" else 0.9)
+    monkeypatch.setattr(pipeline, "grounding", lambda t: 0.2 if t.task_id == "ungrounded" else 0.90049)
     monkeypatch.setattr(pipeline, "numbers_exact", lambda t: True)
 
     def replay(t, make_env, keep_positive=False):
@@ -373,3 +373,116 @@ def test_plain_bfcls_sandbox_is_the_families_drawn_state_of_the_configured_backe
         "classes": ["MathAPI"],
         "initial_config": {},
     }
+
+
+def test_synthesis_settings_gather_the_resolved_number_constraint_the_synthetic_file_and_the_held_out_wordings():
+    cfg = Config()
+    cfg.questioning.numbers_constrained = "auto"  # auto: on for the in-process synthesizer
+    cfg.train.eval_synthetic = "held.jsonl"
+    settings = SynthesisSettings.of(cfg)
+    assert settings.questioning is cfg.questioning and settings.env is cfg.env
+    assert settings.numbers_constrained is True and settings.eval_synthetic == "held.jsonl"
+    assert settings.heldout == HeldoutWordings.of(cfg) and settings.heldout.split
+    served = cfg.models.synthesizer.model_copy(update={"backend": "openai"})
+    cfg.models = cfg.models.model_copy(update={"synthesizer": served})
+    assert SynthesisSettings.of(cfg).numbers_constrained is False  # auto with a served synthesizer: off
+    cfg.questioning.numbers_constrained = "off"
+    cfg.models = Config().models
+    assert SynthesisSettings.of(cfg).numbers_constrained is False
+
+
+@pytest.mark.parametrize(
+    "before, after, every, reads",
+    [(True, False, 0, True), (False, True, 0, True), (False, False, 2, True), (False, False, 0, False)],
+)
+def test_the_held_out_split_is_read_whenever_the_run_evaluates(before, after, every, reads):
+    from evolvekit.env.registry import env_tasks
+
+    cfg = Config()
+    cfg.train = cfg.train.model_copy(update={"eval_before": before, "eval_after": after, "eval_every": every})
+    split = {wording(t.query) for t in env_tasks(cfg.env, cfg.env.eval_split)}
+    assert split and split.isdisjoint({wording(t.query) for t in env_tasks(cfg.env, cfg.env.train_split)})
+    assert HeldoutWordings.of(cfg).split == (split if reads else frozenset())
+
+
+def test_a_task_worded_like_a_panel_one_is_counted_as_the_panels_and_said(caplog):
+    held = HeldoutWordings(split=frozenset({"add # and #"}), panels=frozenset({"halve # please"}))
+    queries = (("a", "Halve 8, please."), ("b", "Add 1 and 2"), ("c", "Halve 10, PLEASE"), ("d", "Triple 3."))
+    tasks = [Task(task_id=t, env_name="bfcl", query=q) for t, q in queries]
+    funnel = Funnel(heldout_split_wording=3, heldout_panel_wording=5)
+    with caplog.at_level(logging.INFO, logger="evolvekit.questioning.pipeline"):
+        kept = held.drop(tasks, funnel)
+    assert [t.task_id for t in kept] == ["d"]
+    assert (funnel.heldout_split_wording, funnel.heldout_panel_wording) == (4, 7)
+    assert logged(caplog, "evolvekit.questioning.pipeline") == [
+        "synthesized task dropped: worded like a held-out panel task: 'Halve 8, please.'",
+        "synthesized task dropped: worded like a held-out split task: 'Add 1 and 2'",
+        "synthesized task dropped: worded like a held-out panel task: 'Halve 10, PLEASE'",
+    ]
+
+
+def test_a_backend_list_equal_to_a_familys_classes_gets_its_drawn_state():
+    from evolvekit.env.bfcl.families import get_family
+
+    tree = get_family("fs_chain").sandbox_state()["GorillaFileSystem"]
+    assert pipeline.sandbox_for(EnvConfig(name="bfcl", backends=["GorillaFileSystem"])) == {
+        "classes": ["GorillaFileSystem"],
+        "initial_config": {"GorillaFileSystem": tree},
+    }
+
+
+def test_synthetic_metadata_by_hand():
+    assert pipeline.synthetic_metadata({}) == {"category": "synthetic", "involved_classes": []}
+    family = {"classes": ["MathAPI"], "tools": ["add"], "family": "arith", "initial_config": {}}
+    assert pipeline.synthetic_metadata(family) == {
+        "category": "synthetic", "involved_classes": ["MathAPI"], "allowed_tools": ["add"], "family": "arith"
+    }  # fmt: skip
+    assert pipeline.synthetic_metadata({"classes": ["A"], "tools": [], "family": ""}) == {
+        "category": "synthetic", "involved_classes": ["A"]
+    }  # fmt: skip
+
+
+def test_the_explorer_is_scaffolded_by_its_own_model_and_the_synthesizer_warned_about_by_its_role(monkeypatch, caplog):
+    made = []
+    monkeypatch.setattr(pipeline, "seam", lambda llm: llm)
+    monkeypatch.setattr(pipeline, "Explorer", lambda *a, **k: made.append(k) or "explorer")
+    monkeypatch.setattr(pipeline, "TaskSynthesizer", lambda *a, **k: made.append(k) or "synth")
+    monkeypatch.setattr(pipeline, "_UNSCAFFOLDED", set())
+    q = Config().questioning.model_copy(update={"scaffold": "auto"})
+    settings = SynthesisSettings(questioning=q, env=EnvConfig())
+    with caplog.at_level(logging.WARNING, logger="evolvekit.questioning.pipeline"):
+        pipeline.explorer_and_synthesizer(settings, _InProcess(), "xp", _Served(), "sp", _env, {})
+    assert made[0]["scaffold"] is True and made[1]["targeted"] is False
+    [line] = logged(caplog, "evolvekit.questioning.pipeline")
+    assert line.startswith("questioning.scaffold: the synthesizer (served-7b) is served")
+    assert "models.synthesizer" in line
+
+
+def _counting_parts(monkeypatch, per_round):
+    """curate_new keeps ``per_round`` fresh tasks each round (the parts fixture's keeps none)."""
+    made = iter(range(1000))
+
+    def curate_new(tasks, dedup, make_env, funnel, checks=None):
+        return [Task(task_id=f"k{next(made)}", env_name="bfcl", query="k") for _ in range(per_round)]
+
+    monkeypatch.setattr(pipeline, "curate_new", curate_new)
+
+
+def test_at_most_n_tasks_are_kept_in_all_and_the_pass_filter_runs_only_with_a_probe_and_samples(monkeypatch, parts):
+    _counting_parts(monkeypatch, 3)
+    settings = SynthesisSettings.of(Config())
+    kept, funnel, _ = pipeline.synthesize_tasks(settings, 4, "xl", "xp", "sl", "sp", _env)
+    assert [t.task_id for t in kept] == ["k0", "k1", "k2", "k3"] and funnel.kept == 4  # a round's surplus dropped
+    sampled = replace(settings, questioning=settings.questioning.model_copy(update={"pass_filter_samples": 2}))
+    kept, funnel, _ = pipeline.synthesize_tasks(sampled, 2, "xl", "xp", "sl", "sp", _env)  # no probe: no filter
+    assert len(kept) == 2 and funnel.unlearnable == 0
+    probed = []
+
+    def probe(ts):
+        probed.append([t.task_id for t in ts])
+        return [[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]][: len(ts)]
+
+    kept, funnel, _ = pipeline.synthesize_tasks(settings, 2, "xl", "xp", "sl", "sp", _env, probe=probe)
+    assert len(kept) == 2 and probed == []  # a probe without pass_filter_samples: no filter
+    kept, funnel, _ = pipeline.synthesize_tasks(sampled, 2, "xl", "xp", "sl", "sp", _env, probe=probe)
+    assert len(probed) == 2 and funnel.unlearnable == 4 and len(kept) == 2  # one of three kept per round
