@@ -512,3 +512,53 @@ def test_idle_passes_run_the_model_without_changing_a_gradient(tiny_path):
     hook.remove()
     assert len(calls) == 2
     assert all(torch.equal(p.grad, grads[n]) for n, p in tr.model.named_parameters() if p.grad is not None)
+
+
+def _forward_shapes(model):
+    """A forward hook recording each call's input shape (rows, tokens); returns (shapes, remove)."""
+    shapes = []
+
+    def hook(_module, args, kwargs, _out):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        shapes.append(tuple(ids.shape) if ids is not None else ("embeds", tuple(kwargs["inputs_embeds"].shape[:2])))
+
+    return shapes, model.register_forward_hook(hook, with_kwargs=True).remove
+
+
+@pytest.mark.parametrize("micro", [1, 2])
+def test_old_log_probs_run_in_micro_batches_of_the_configured_size(tiny_path, micro):
+    samples = _samples(3)  # three different sequences: no shared prefix
+    tr = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(micro_batch_size=micro, autocast="off"))
+    shapes, remove = _forward_shapes(tr.model)
+    out = tr._logprobs_no_grad(tr.model, samples)
+    remove()
+    assert [rows for rows, _ in shapes] == ([1, 1, 1] if micro == 1 else [2, 1])  # each sample in one forward
+    assert [o.shape[0] for o in out] == [len(s.token_ids) for s in samples]
+
+
+def test_old_log_probs_through_a_shared_prefix_run_the_prefix_once(tiny_path):
+    prefix = [(5 * j) % 300 + 2 for j in range(40)]
+    samples = [
+        TrainingSample(
+            trajectory_id=f"s{i}",
+            group_id="g",
+            token_ids=prefix + [40 + i, 50 + i],
+            loss_mask=[0] * 38 + [1] * 4,
+            token_advantages=[1.0] * 42,
+            experience_mask=[0] * 42,
+        )
+        for i in range(2)
+    ]
+    tr = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(shared_prefix=True, micro_batch_size=2))
+    shapes, remove = _forward_shapes(tr.model)
+    tr._logprobs_no_grad(tr.model, samples)
+    remove()
+    assert len(shapes) == 2 and shapes[0][0] == 1  # the prefix once, for one row; then the two suffixes together
+    assert all(tokens < 42 for _, tokens in shapes)  # no forward over a whole sequence
+
+
+def test_a_checkpoint_without_the_optimizer_writes_none(tiny_path, tmp_path):
+    tr = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(kl_beta=0.0, autocast="off"))
+    tr.update(_samples(2))
+    assert (tr.save(tmp_path / "with") / "optimizer.pt").is_file()
+    assert not (tr.save(tmp_path / "without", with_optimizer=False) / "optimizer.pt").exists()
