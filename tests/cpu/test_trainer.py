@@ -1,6 +1,8 @@
 """The GRPO trainer on a tiny random model: parameters move, micro-batching is exact, checkpoints reload."""
 
 import copy
+import json
+import zlib
 
 import pytest
 import torch
@@ -311,6 +313,8 @@ def test_mini_batches_are_reshuffled_every_epoch_and_cover_every_sample():
     assert mini_batches(12, 4, 1) == parts[0]  # seeded
     s = _samples()
     assert shuffle_seed(s, 0) == shuffle_seed(_samples(), 0) != shuffle_seed(s, 1)  # from the samples, per epoch
+    shape = [[len(x.token_ids), x.token_ids[-1]] for x in s]  # by hand: the samples' lengths and last tokens
+    assert shuffle_seed(s, 3) == zlib.crc32(json.dumps(shape).encode()) * 1009 + 3 != shuffle_seed(s[:3], 3)
 
 
 @pytest.mark.parametrize("shuffle", [True, False])
