@@ -523,8 +523,7 @@ def _forward_shapes(model):
     shapes = []
 
     def hook(_module, args, kwargs, _out):
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        shapes.append(tuple(ids.shape) if ids is not None else ("embeds", tuple(kwargs["inputs_embeds"].shape[:2])))
+        shapes.append(tuple(kwargs.get("input_ids", args[0] if args else None).shape))
 
     return shapes, model.register_forward_hook(hook, with_kwargs=True).remove
 
