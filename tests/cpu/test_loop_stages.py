@@ -294,3 +294,111 @@ def test_synthesis_goes_on_from_its_own_committed_rounds_and_runs_once(tmp_path,
     assert seen == [["s1"]] and sorted(t.task_id for t in again) == ["s1", "s3"]
     assert [t.task_id for t in received] == ["s1", "s3", *[t.task_id for t in again]]
     store.close()
+
+
+@pytest.mark.parametrize("oracle", [False, True])
+def test_the_summary_says_what_the_run_read_and_names_each_output(tmp_path, oracle):
+    """summary.json (the dict ``run`` returns, written as it is): gold 'oracle' only under run.oracle, where the
+    worked examples come from, and the paths of every output, each of which exists."""
+    from evolvekit.config import examples_source
+
+    calls = _Calls()
+    evaluator = lambda seed: ({"avg@2": 0.5}, [])  # noqa: E731
+    sets = ["train.iterations=1", "train.eval_before=true", "train.eval_after=true"]
+    sets += [f"run.oracle={str(oracle).lower()}"]
+    loop, store = _loop(tmp_path, *sets, calls=calls, evaluator=evaluator)
+    summary = loop.run()
+    assert summary["gold"] == ("oracle" if oracle else "none")
+    assert summary["examples"] == examples_source(loop.cfg) and summary["examples"]
+    assert summary["store"] == str(store.path) and summary["iterations"] == 1
+    assert Path(summary["metrics"]) == loop.run_dir / "metrics.jsonl" and Path(summary["metrics"]).is_file()
+    assert Path(summary["tensorboard"]) == loop.run_dir / "tensorboard" and any(Path(summary["tensorboard"]).iterdir())
+    assert Path(summary["learning_curve"]).is_file() and summary["learning_curve"].endswith(".png")
+    assert summary["eval_before"]["avg@2"] == summary["eval_after"]["avg@2"] == 0.5
+    assert "cold_start" not in summary and "eval_cold_start" not in summary  # no warm-up, no such keys
+    assert json.loads((loop.run_dir / "summary.json").read_text()) == summary
+    store.close()
+
+
+def test_the_loop_shapes_rewards_once_and_reports_the_format_and_outcome_parts(tmp_path, caplog):
+    """With a format weight the loop shapes each reward from its record (R = w_o·R_out + w_f·R_format) and reports
+    both parts, as means over the iteration's trajectories; each iteration is said on the console and in the log."""
+    import logging
+
+    from evolvekit.train.rewards import FORMAT_REWARDS
+
+    calls, out = _Calls(), io.StringIO()
+    sets = ["train.iterations=1", "reward.w_outcome=0.5", "reward.w_format=0.5"]
+    loop, store = _loop(tmp_path, *sets, calls=calls, console=Console(file=out, width=200))
+    with caplog.at_level(logging.INFO, logger="evolvekit.orchestrator.loop"):
+        loop.run()
+    metrics = store.metrics()[0]
+    stored = store.trajectories(0, "train")
+    fmt = [FORMAT_REWARDS[loop.cfg.reward.format](t) for t in stored]
+    assert metrics["reward/outcome"] == 0.5  # outcomes 0 and 1
+    assert metrics["reward/format"] == pytest.approx(sum(fmt) / 2)
+    assert [t.rewards.format for t in stored] == pytest.approx(fmt)
+    assert metrics["rollout/reward_mean"] == pytest.approx(0.5 * 0.5 + 0.5 * sum(fmt) / 2)  # shaped once
+    assert {"time/experience_s", "time/samples_s"} <= set(metrics) and metrics["time/samples_s"] >= 0
+    said = out.getvalue()
+    assert f"iteration 1/1: reward {metrics['rollout/reward_mean']:.3f} success 0.500 parse-errors 0.00" in said
+    assert "loss +0.2500" in said
+    logged = [r.getMessage() for r in caplog.records if "update step" in r.getMessage()]
+    assert logged and logged[0].startswith("iteration 1/1: update step on 2 samples: loss +0.2500 in ")
+    store.close()
+
+
+class _ExactRollouts(_Rollouts):
+    """Each episode executes the reference's own call (add(a=1, b=2)) without error."""
+
+    def rollout(self, ctx, tasks):
+        from evolvekit.types import CallOutcome
+
+        call = ToolCall(name="add", arguments={"a": 1, "b": 2})
+        step = Step(index=0, action_text="x", tool_calls=[call], calls=[CallOutcome(name="add", ok=True)])
+        return [Trajectory(task_id=t.task_id, group_id="g", outcome_reward=0.0, steps=[step]) for t in tasks]
+
+
+@pytest.mark.parametrize("oracle", [False, True])
+def test_partial_credit_reads_a_person_written_reference_only_under_oracle(tmp_path, oracle):
+    """reward.w_partial: the loop hands shaping the references the boundary lets through: a person-written task's
+    only under run.oracle (else its partial credit is 0 however exactly the episode followed it)."""
+    calls = _Calls()
+    sets = ["train.iterations=1", "reward.w_partial=0.5", f"run.oracle={str(oracle).lower()}"]
+    loop, store = _loop(tmp_path, *sets, calls=calls)
+    loop.stages.rollouts = _ExactRollouts(calls)
+    loop.run()
+    stored = store.trajectories(0, "train")
+    assert [t.metadata["partial_credit"] for t in stored] == ([1.0, 1.0] if oracle else [0.0, 0.0])
+    store.close()
+
+
+@pytest.mark.parametrize("keep, kept", [(1, ["iter-0002"]), (3, ["iter-0000", "iter-0001", "iter-0002"])])
+def test_a_checkpoint_budget_keeps_that_many_newest_folders(tmp_path, keep, kept):
+    calls = _Calls()
+    loop, store = _loop(tmp_path, "train.iterations=3", f"train.keep_checkpoints={keep}", calls=calls)
+    loop.run()
+    folders = loop.run_dir / "checkpoints"
+    assert sorted(p.name for p in folders.iterdir()) == kept
+    assert [(folders / k / "optimizer.pt").exists() for k in kept] == [k == "iter-0002" for k in kept]
+    store.close()
+
+
+def test_held_out_trajectories_are_stored_without_the_reference_distances(tmp_path):
+    """Held-out tasks are person-written: their stored evaluation trajectories keep whether a step changed the state,
+    never its distances to the reference end state (boundary.trajectories_view), unless run.oracle."""
+    from evolvekit.types import StepGrounding
+
+    grounded = StepGrounding(state_changed=True, distance_before=2, distance_after=1)
+    step = Step(index=0, action_text="x", tool_calls=[ToolCall(name="add")], grounding=grounded)
+
+    def evaluator(seed):
+        return {"avg@1": 1.0}, [Trajectory(task_id="held", outcome_reward=1.0, steps=[step])]
+
+    calls = _Calls()
+    loop, store = _loop(tmp_path, "train.iterations=1", "train.eval_before=true", calls=calls, evaluator=evaluator)
+    loop.run()
+    (held,) = store.trajectories(-1, "eval_before")
+    g = held.steps[0].grounding
+    assert g is not None and g.state_changed is True and g.distance_before is None and g.distance_after is None
+    store.close()
