@@ -238,6 +238,7 @@ def test_the_cold_start_runs_once_checkpoints_as_iteration_minus_one_and_is_eval
     }
     assert "cold start: sft/loss=1.5 sft/pairs=4" in out.getvalue()
     assert store.evaluation("cold_start") is not None and seeds[0] == iteration_seed(5, 10_000 - 1)
+    assert summary["eval_cold_start"]["avg@2"] == 0.25 and store.evaluation("before") is None
     run_dir = loop.run_dir
     store.close()
     again = _Calls()
@@ -401,4 +402,97 @@ def test_held_out_trajectories_are_stored_without_the_reference_distances(tmp_pa
     (held,) = store.trajectories(-1, "eval_before")
     g = held.steps[0].grounding
     assert g is not None and g.state_changed is True and g.distance_before is None and g.distance_after is None
+    store.close()
+
+
+def test_a_damaged_committed_rollout_is_rolled_out_again_on_resume(tmp_path, caplog):
+    """The fast twin of test_run_loop's damaged-rollout resume: a half-finished iteration reuses its committed
+    rollouts only when every row reads back; one damaged row and the iteration rolls out again, with a warning."""
+    import logging
+
+    calls = _Calls()
+    loop, store = _loop(tmp_path, calls=calls, fail_at=1)
+    with pytest.raises(RuntimeError, match="killed"):
+        loop.run()
+    run_dir = loop.run_dir
+    first = {t.trajectory_id for t in store.trajectories(1, "train")}
+    store.close()
+    with sqlite3.connect(run_dir / "run.sqlite") as raw:
+        raw.execute(
+            "UPDATE trajectories SET json = '{\"cut' WHERE rowid = (SELECT MAX(rowid) FROM trajectories WHERE "
+            "iteration = 1)"
+        )
+    again = _Calls()
+    loop, store = _loop(tmp_path, calls=again, resume=run_dir)
+    with caplog.at_level(logging.INFO, logger="evolvekit.orchestrator.loop"):
+        loop.run()
+    said = [r.getMessage() for r in caplog.records]
+    assert any(r.levelno == logging.WARNING and "rolling out again" in r.getMessage() for r in caplog.records)
+    assert not any("reusing" in m for m in said)
+    assert again[0] == ("tasks", 1, iteration_seed(5, 1)) and again[1][0] == "rollout"
+    fresh = {t.trajectory_id for t in store.trajectories(1, "train")}
+    assert len(fresh) == 2 and not fresh & first and store.completed_iterations() == [0, 1]
+    store.close()
+
+
+def test_reused_rollouts_are_said_in_the_log(tmp_path, caplog):
+    import logging
+
+    calls = _Calls()
+    loop, store = _loop(tmp_path, calls=calls, fail_at=1)
+    with pytest.raises(RuntimeError):
+        loop.run()
+    run_dir = loop.run_dir
+    store.close()
+    loop, store = _loop(tmp_path, calls=_Calls(), resume=run_dir)
+    with caplog.at_level(logging.INFO, logger="evolvekit.orchestrator.loop"):
+        loop.run()
+    assert "iteration 1: reusing 2 committed rollouts" in [r.getMessage() for r in caplog.records]
+    store.close()
+
+
+def test_prepare_runs_first_then_synthesis_then_the_evaluation_before(tmp_path):
+    """The run's own worked examples are made (``prepare``) before anything else; the synthesis stage, when there is
+    one, runs before the evaluation before training, and its tasks go to the supply."""
+    order: list[str] = []
+
+    def synthesize(stored, funnel, on_round):
+        order.append("synthesize")
+        made = Task(task_id="s1", env_name="bfcl", query="q", source=TaskSource.SYNTHETIC, metadata={"curation": {}})
+        return [made], Funnel(kept=1)
+
+    def evaluator(seed):
+        order.append("evaluate")
+        return {"avg@1": 0.0}, []
+
+    received: list[Task] = []
+    calls = _Calls()
+    sets = ["train.iterations=1", "train.eval_before=true"]
+    loop, store = _loop(tmp_path, *sets, calls=calls, evaluator=evaluator, prepare=lambda: order.append("prepare"))
+    loop.stages.synthesis = SynthesisStage(synthesize=synthesize, receive=received.extend)
+    loop.run()
+    assert order == ["prepare", "synthesize", "evaluate"] and [t.task_id for t in received] == ["s1"]
+    assert store.get_meta(SYNTHESIS_DONE) is not None
+    store.close()
+
+
+def test_evaluations_run_only_when_asked_and_once_per_run(tmp_path):
+    """eval_before / eval_after off: no such evaluation even with an evaluator; a resumed finished run evaluates
+    neither again."""
+    seeds: list[int] = []
+
+    def evaluator(seed):
+        seeds.append(seed)
+        return {"avg@1": 0.5}, []
+
+    loop, store = _loop(tmp_path, "train.iterations=1", "train.eval_after=true", calls=_Calls(), evaluator=evaluator)
+    summary = loop.run()
+    assert summary["eval_before"] is None and store.evaluation("before") is None
+    assert seeds == [iteration_seed(5, 10_000 + 1)]  # the evaluation after training only
+    run_dir = loop.run_dir
+    store.close()
+    loop, store = _loop(tmp_path, calls=_Calls(), resume=run_dir, evaluator=evaluator)
+    loop.cfg = loop.cfg.model_copy(update={"train": loop.cfg.train.model_copy(update={"eval_before": True})})
+    loop.run()
+    assert seeds == [iteration_seed(5, 10_000 + 1), iteration_seed(5, 10_000 - 1)]  # before, asked now; after, not again
     store.close()
