@@ -494,5 +494,5 @@ def test_evaluations_run_only_when_asked_and_once_per_run(tmp_path):
     loop, store = _loop(tmp_path, calls=_Calls(), resume=run_dir, evaluator=evaluator)
     loop.cfg = loop.cfg.model_copy(update={"train": loop.cfg.train.model_copy(update={"eval_before": True})})
     loop.run()
-    assert seeds == [iteration_seed(5, 10_000 + 1), iteration_seed(5, 10_000 - 1)]  # before, asked now; after, not again
+    assert seeds == [iteration_seed(5, 10_000 + 1), iteration_seed(5, 10_000 - 1)]  # before: asked now
     store.close()
