@@ -496,3 +496,49 @@ def test_evaluations_run_only_when_asked_and_once_per_run(tmp_path):
     loop.run()
     assert seeds == [iteration_seed(5, 10_000 + 1), iteration_seed(5, 10_000 - 1)]  # before: asked now
     store.close()
+
+
+def test_report_to_reaches_the_metrics_sink_with_the_runs_config(tmp_path):
+    """train.report_to: an MLflow-only run writes no TensorBoard events and logs the run's config as parameters
+    (the trackers get ``cfg.model_dump``)."""
+    pytest.importorskip("mlflow")
+    loop, store = _loop(tmp_path, "train.iterations=1", "train.report_to=[mlflow]", calls=_Calls())
+    loop.run()
+    assert not (loop.run_dir / "tensorboard").exists()
+    params = list((loop.run_dir / "mlruns").glob("*/*/params/run.seed"))
+    assert [p.read_text() for p in params] == ["5"]
+    store.close()
+
+
+def test_an_iteration_run_again_replaces_its_tensorboard_points(tmp_path):
+    """A resumed run that goes back to an iteration already written (a damaged newest checkpoint) purges the event
+    files' points from that iteration on (``purge_step``): each scalar has one point per iteration."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    loop, store = _loop(tmp_path, calls=_Calls())
+    loop.run()
+    run_dir = loop.run_dir
+    with store.transaction() as c:
+        c.execute("DELETE FROM iterations WHERE iteration = 1")  # as the damaged-checkpoint fallback does
+    store.close()
+    loop, store = _loop(tmp_path, calls=_Calls(), resume=run_dir)
+    loop.run()
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [0, 1]
+    store.close()
+
+
+def test_a_cold_start_is_not_evaluated_when_no_evaluation_is_asked(tmp_path):
+    seeds: list[int] = []
+
+    def evaluator(seed):
+        seeds.append(seed)
+        return {"avg@1": 0.0}, []
+
+    loop, store = _loop(
+        tmp_path, "train.iterations=1", calls=_Calls(), evaluator=evaluator, warmup=lambda: {"sft/loss": 1.0}
+    )
+    loop.run()
+    assert seeds == [] and store.evaluation("cold_start") is None and store.get_meta("cold_start") is not None
+    store.close()
