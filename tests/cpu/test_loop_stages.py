@@ -542,3 +542,29 @@ def test_a_cold_start_is_not_evaluated_when_no_evaluation_is_asked(tmp_path):
     loop.run()
     assert seeds == [] and store.evaluation("cold_start") is None and store.get_meta("cold_start") is not None
     store.close()
+
+
+def test_a_run_killed_in_its_first_iteration_keeps_its_warm_up_and_its_evaluation_before(tmp_path):
+    """Killed in iteration 0, after the cold start and the evaluation before training: the resumed run (again at
+    iteration 0) neither warms up again nor evaluates before training again."""
+    seeds, warmups = [], []
+
+    def evaluator(seed):
+        seeds.append(seed)
+        return {"avg@1": 0.0}, []
+
+    def warmup():
+        warmups.append(1)
+        return {"sft/loss": 1.0}
+
+    sets = ["train.iterations=1", "train.eval_before=true"]
+    loop, store = _loop(tmp_path, *sets, calls=_Calls(), fail_at=0, evaluator=evaluator, warmup=warmup)
+    with pytest.raises(RuntimeError, match="killed"):
+        loop.run()
+    assert len(warmups) == 1 and store.evaluation("before") is not None
+    run_dir, evaluated = loop.run_dir, len(seeds)
+    store.close()
+    loop, store = _loop(tmp_path, calls=_Calls(), resume=run_dir, evaluator=evaluator, warmup=warmup)
+    loop.run()
+    assert len(warmups) == 1 and len(seeds) == evaluated and store.completed_iterations() == [0]
+    store.close()
