@@ -317,7 +317,8 @@ def test_the_summary_says_what_the_run_read_and_names_each_output(tmp_path, orac
     assert Path(summary["learning_curve"]).is_file() and summary["learning_curve"].endswith(".png")
     assert summary["eval_before"]["avg@2"] == summary["eval_after"]["avg@2"] == 0.5
     assert "cold_start" not in summary and "eval_cold_start" not in summary  # no warm-up, no such keys
-    assert json.loads((loop.run_dir / "summary.json").read_text()) == summary
+    written = (loop.run_dir / "summary.json").read_text()
+    assert json.loads(written) == summary and written.startswith('{\n  "run_dir": ')  # for a person: indented
     store.close()
 
 
@@ -567,4 +568,12 @@ def test_a_run_killed_in_its_first_iteration_keeps_its_warm_up_and_its_evaluatio
     loop, store = _loop(tmp_path, calls=_Calls(), resume=run_dir, evaluator=evaluator, warmup=warmup)
     loop.run()
     assert len(warmups) == 1 and len(seeds) == evaluated and store.completed_iterations() == [0]
+    store.close()
+
+
+def test_a_run_of_no_iterations_evaluates_and_names_no_checkpoint(tmp_path):
+    """train.iterations 0 (an evaluation of the starting policy): no iteration, no checkpoint, the summary says so."""
+    loop, store = _loop(tmp_path, "train.iterations=0", calls=_Calls())
+    summary = loop.run()
+    assert summary["iterations"] == 0 and summary["checkpoint"] is None and store.checkpoints() == []
     store.close()
