@@ -428,7 +428,8 @@ def test_a_damaged_committed_rollout_is_rolled_out_again_on_resume(tmp_path, cap
     with caplog.at_level(logging.INFO, logger="evolvekit.orchestrator.loop"):
         loop.run()
     said = [r.getMessage() for r in caplog.records]
-    assert any(r.levelno == logging.WARNING and "rolling out again" in r.getMessage() for r in caplog.records)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "iteration 1: 1 damaged trajectory rows among its committed rollouts; rolling out again" in warned
     assert not any("reusing" in m for m in said)
     assert again[0] == ("tasks", 1, iteration_seed(5, 1)) and again[1][0] == "rollout"
     fresh = {t.trajectory_id for t in store.trajectories(1, "train")}
@@ -576,4 +577,38 @@ def test_a_run_of_no_iterations_evaluates_and_names_no_checkpoint(tmp_path):
     loop, store = _loop(tmp_path, "train.iterations=0", calls=_Calls())
     summary = loop.run()
     assert summary["iterations"] == 0 and summary["checkpoint"] is None and store.checkpoints() == []
+    store.close()
+
+
+class _JudgedRollouts(_Rollouts):
+    """Synthesized tasks' episodes: each with its state check 1.0 and a judge score (1.0, then 0.0)."""
+
+    def rollout(self, ctx, tasks):
+        from evolvekit.types import RewardParts
+
+        self.calls.add("ctx", ctx.run_dir, ctx.store)
+        step = Step(index=0, action_text="x", tool_calls=[ToolCall(name="add")])
+        return [
+            Trajectory(
+                task_id=t.task_id,
+                group_id="g",
+                outcome_reward=1.0,
+                steps=[step],
+                rewards=RewardParts(env=1.0, state_score=1.0, judge_score=1.0 - i),
+            )
+            for i, t in enumerate(tasks)
+        ]
+
+
+@pytest.mark.parametrize("mode, want", [("state", [1.0, 1.0]), ("mix", [1.0, 0.75]), ("judge", [1.0, 0.0])])
+def test_a_synthesized_tasks_outcome_is_the_configured_judge_mix(tmp_path, mode, want):
+    """questioning.reward and questioning.judge_weight reach the loop's one reward computation (§3.4): state, the
+    judge, or w·judge + (1 − w)·state with w = 0.25. The stages get the iteration's run folder and store."""
+    calls = _Calls()
+    sets = ["train.iterations=1", f"questioning.reward={mode}", "questioning.judge_weight=0.25"]
+    loop, store = _loop(tmp_path, *sets, calls=calls)
+    loop.stages.rollouts = _JudgedRollouts(calls)
+    loop.run()
+    assert [t.outcome_reward for t in store.trajectories(0, "train")] == want
+    assert ("ctx", loop.run_dir, store) in calls
     store.close()
