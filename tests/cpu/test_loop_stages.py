@@ -76,7 +76,7 @@ class _Experience:
         self.calls = calls
 
     def process(self, ctx, trajectories):
-        self.calls.add("experience", ctx.iteration)
+        self.calls.add("experience", ctx.iteration, len(trajectories))
         return {"experience/added": 1.0}
 
     def commit(self, c, store, iteration):
@@ -135,7 +135,10 @@ def test_an_iteration_runs_the_stages_in_order_with_its_seed_and_commits_what_th
         "tasks", "rollout", "observe", "experience", "samples", "update", "save", "experience.commit", "supply.commit"
     ]  # fmt: skip
     assert ("tasks", 0, iteration_seed(5, 0)) in calls and ("tasks", 1, iteration_seed(5, 1)) in calls
-    assert ("update", 1, 2) in calls and ("samples", 1, 2) in calls
+    assert ("update", 1, 2) in calls and ("samples", 1, 2) in calls and ("experience", 1, 2) in calls
+    with sqlite3.connect(store.path) as db:  # each person-written task stored with the iteration that first drew it
+        first = dict(db.execute("SELECT task_id, first_iteration FROM tasks WHERE task_id LIKE 't%'").fetchall())
+    assert first == {"t0": 0, "t1": 0, "t2": 1}
     assert store.completed_iterations() == [0, 1] and summary["iterations"] == 2
     metrics = store.metrics()
     assert metrics[1]["train/loss"] == 0.25 and metrics[1]["experience/added"] == 1.0
@@ -332,16 +335,20 @@ def test_the_loop_shapes_rewards_once_and_reports_the_format_and_outcome_parts(t
     calls, out = _Calls(), io.StringIO()
     sets = ["train.iterations=1", "reward.w_outcome=0.5", "reward.w_format=0.5"]
     loop, store = _loop(tmp_path, *sets, calls=calls, console=Console(file=out, width=200))
+    loop.stages.rollouts = _ExactRollouts(calls)  # executed calls: a format reward above 0
+    t0 = time.perf_counter()
     with caplog.at_level(logging.INFO, logger="evolvekit.orchestrator.loop"):
         loop.run()
+    took = time.perf_counter() - t0
     metrics = store.metrics()[0]
+    for part in ("rollout", "experience", "samples", "update", "iteration"):  # each stage's own duration
+        assert 0 <= metrics[f"time/{part}_s"] <= took
     stored = store.trajectories(0, "train")
     fmt = [FORMAT_REWARDS[loop.cfg.reward.format](t) for t in stored]
     assert metrics["reward/outcome"] == 0.5  # outcomes 0 and 1
-    assert metrics["reward/format"] == pytest.approx(sum(fmt) / 2)
+    assert metrics["reward/format"] == pytest.approx(sum(fmt) / 2) and sum(fmt) > 0
     assert [t.rewards.format for t in stored] == pytest.approx(fmt)
     assert metrics["rollout/reward_mean"] == pytest.approx(0.5 * 0.5 + 0.5 * sum(fmt) / 2)  # shaped once
-    assert {"time/experience_s", "time/samples_s"} <= set(metrics) and metrics["time/samples_s"] >= 0
     said = out.getvalue()
     assert f"iteration 1/1: reward {metrics['rollout/reward_mean']:.3f} success 0.500 parse-errors 0.00" in said
     assert "loss +0.2500" in said
@@ -351,14 +358,17 @@ def test_the_loop_shapes_rewards_once_and_reports_the_format_and_outcome_parts(t
 
 
 class _ExactRollouts(_Rollouts):
-    """Each episode executes the reference's own call (add(a=1, b=2)) without error."""
+    """Each episode executes the reference's own call (add(a=1, b=2)) without error; outcomes 0 and 1."""
 
     def rollout(self, ctx, tasks):
         from evolvekit.types import CallOutcome
 
         call = ToolCall(name="add", arguments={"a": 1, "b": 2})
         step = Step(index=0, action_text="x", tool_calls=[call], calls=[CallOutcome(name="add", ok=True)])
-        return [Trajectory(task_id=t.task_id, group_id="g", outcome_reward=0.0, steps=[step]) for t in tasks]
+        return [
+            Trajectory(task_id=t.task_id, group_id="g", outcome_reward=float(i % 2), steps=[step])
+            for i, t in enumerate(tasks)
+        ]
 
 
 @pytest.mark.parametrize("oracle", [False, True])
@@ -606,9 +616,11 @@ def test_a_synthesized_tasks_outcome_is_the_configured_judge_mix(tmp_path, mode,
     judge, or w·judge + (1 − w)·state with w = 0.25. The stages get the iteration's run folder and store."""
     calls = _Calls()
     sets = ["train.iterations=1", f"questioning.reward={mode}", "questioning.judge_weight=0.25"]
+    sets += ["reward.success_threshold=0.8"]
     loop, store = _loop(tmp_path, *sets, calls=calls)
     loop.stages.rollouts = _JudgedRollouts(calls)
     loop.run()
     assert [t.outcome_reward for t in store.trajectories(0, "train")] == want
+    assert store.metrics()[0]["rollout/success_rate"] == sum(r >= 0.8 for r in want) / 2  # reward.success_threshold
     assert ("ctx", loop.run_dir, store) in calls
     store.close()
