@@ -354,6 +354,10 @@ def test_the_loop_shapes_rewards_once_and_reports_the_format_and_outcome_parts(t
     assert "loss +0.2500" in said
     logged = [r.getMessage() for r in caplog.records if "update step" in r.getMessage()]
     assert logged and logged[0].startswith("iteration 1/1: update step on 2 samples: loss +0.2500 in ")
+    import re
+
+    step_s, samples_s = map(float, re.findall(r"([0-9.]+)s", logged[0]))  # the step's own time, then the samples'
+    assert 0 <= step_s <= took and samples_s == round(metrics["time/samples_s"], 1)
     store.close()
 
 
@@ -623,4 +627,23 @@ def test_a_synthesized_tasks_outcome_is_the_configured_judge_mix(tmp_path, mode,
     assert [t.outcome_reward for t in store.trajectories(0, "train")] == want
     assert store.metrics()[0]["rollout/success_rate"] == sum(r >= 0.8 for r in want) / 2  # reward.success_threshold
     assert ("ctx", loop.run_dir, store) in calls
+    store.close()
+
+
+class _SilentUpdater(_Updater):
+    def update(self, ctx, samples):
+        return {}  # an update stage that reports no loss
+
+
+def test_an_update_without_a_loss_is_said_as_zero(tmp_path, caplog):
+    import logging
+
+    out = io.StringIO()
+    loop, store = _loop(tmp_path, "train.iterations=1", calls=_Calls(), console=Console(file=out, width=200))
+    loop.stages.updater = _SilentUpdater(_Calls())
+    with caplog.at_level(logging.INFO, logger="evolvekit.orchestrator.loop"):
+        loop.run()
+    logged = [r.getMessage() for r in caplog.records if "update step" in r.getMessage()]
+    assert logged[0].startswith("iteration 1/1: update step on 2 samples: loss +0.0000 in ")
+    assert "loss +0.0000 (" in out.getvalue()
     store.close()
