@@ -81,6 +81,7 @@ class _Experience:
 
     def commit(self, c, store, iteration):
         self.calls.add("experience.commit", iteration)
+        store.put_meta(c, "experience_pool", f"as of {iteration}")  # e.g. the pool, in the iteration's transaction
 
 
 class _Samples:
@@ -149,6 +150,7 @@ def test_an_iteration_runs_the_stages_in_order_with_its_seed_and_commits_what_th
     assert len(stored) == 2 and all(t.step_attributions == [StepLabel.GOOD] for t in stored)  # stage D's labels
     kept = {t.task_id: t for t in store.tasks()}
     assert {"new0", "new1"} <= set(kept)  # the supply's additions, committed with the iteration
+    assert store.get_meta("experience_pool") == "as of 1"
     assert kept["t0"].reference_solution is None  # the training side's view: no person-written reference stored
     assert json.loads(store.get_meta("train_tasks") or "[]") == ["t0", "t1", "t2"]
     assert summary["checkpoint"].endswith("iter-0001") and (Path(summary["checkpoint"]) / "optimizer.pt").exists()
@@ -646,4 +648,19 @@ def test_an_update_without_a_loss_is_said_as_zero(tmp_path, caplog):
     logged = [r.getMessage() for r in caplog.records if "update step" in r.getMessage()]
     assert logged[0].startswith("iteration 1/1: update step on 2 samples: loss +0.0000 in ")
     assert "loss +0.0000 (" in out.getvalue()
+    store.close()
+
+
+def test_periodic_evaluation_counts_iterations_from_one(tmp_path):
+    """eval_every 3 over 4 iterations, no evaluation after: after the third update (iteration 2) and the last."""
+    seeds: list[int] = []
+
+    def evaluator(seed):
+        seeds.append(seed)
+        return {"avg@1": 0.0}, []
+
+    sets = ["train.iterations=4", "train.eval_every=3"]
+    loop, store = _loop(tmp_path, *sets, calls=_Calls(), evaluator=evaluator)
+    loop.run()
+    assert seeds == [iteration_seed(5, 10_000 + 2), iteration_seed(5, 10_000 + 3)]
     store.close()
