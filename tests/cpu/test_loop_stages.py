@@ -151,6 +151,7 @@ def test_an_iteration_runs_the_stages_in_order_with_its_seed_and_commits_what_th
     kept = {t.task_id: t for t in store.tasks()}
     assert {"new0", "new1"} <= set(kept)  # the supply's additions, committed with the iteration
     assert store.get_meta("experience_pool") == "as of 1"
+    assert [c.iteration for c in store.checkpoints()] == [0, 1]
     assert kept["t0"].reference_solution is None  # the training side's view: no person-written reference stored
     assert json.loads(store.get_meta("train_tasks") or "[]") == ["t0", "t1", "t2"]
     assert summary["checkpoint"].endswith("iter-0001") and (Path(summary["checkpoint"]) / "optimizer.pt").exists()
@@ -663,4 +664,51 @@ def test_periodic_evaluation_counts_iterations_from_one(tmp_path):
     loop, store = _loop(tmp_path, *sets, calls=_Calls(), evaluator=evaluator)
     loop.run()
     assert seeds == [iteration_seed(5, 10_000 + 2), iteration_seed(5, 10_000 + 3)]
+    store.close()
+
+
+class _ParseErrorRollouts(_Rollouts):
+    """One episode whose only step did not parse, one that did."""
+
+    def rollout(self, ctx, tasks):
+        bad = Step(index=0, action_text="<tool_call>{", parse_error="unterminated")
+        good = Step(index=0, action_text="x", tool_calls=[ToolCall(name="add")])
+        return [
+            Trajectory(task_id=t.task_id, group_id="g", outcome_reward=0.0, steps=[bad if i == 0 else good])
+            for i, t in enumerate(tasks)
+        ]
+
+
+class _NoRollouts(_Rollouts):
+    def rollout(self, ctx, tasks):
+        return []  # a stage that made no episode: no rollout metrics at all
+
+
+@pytest.mark.parametrize("rollouts, line", [(_ParseErrorRollouts, "reward 0.000 success 0.000 parse-errors 0.50"),
+                                            (_NoRollouts, "reward 0.000 success 0.000 parse-errors 0.00")])  # fmt: skip
+def test_the_iteration_line_says_reward_success_and_parse_errors(tmp_path, rollouts, line):
+    out = io.StringIO()
+    loop, store = _loop(tmp_path, "train.iterations=1", calls=_Calls(), console=Console(file=out, width=200))
+    loop.stages.rollouts = rollouts(_Calls())
+    loop.run()
+    assert f"iteration 1/1: {line} loss +0.2500 (" in out.getvalue()
+    store.close()
+
+
+def test_the_learning_curve_is_drawn_with_the_evaluations_before_and_after(tmp_path, monkeypatch):
+    """Each iteration redraws the curve with the evaluation before training; the run's end with both."""
+    from evolvekit.orchestrator.metrics import MetricsSink
+
+    drawn: list[list[str]] = []
+    plot = MetricsSink.plot
+
+    def recording(self, all_metrics, evaluations):
+        drawn.append(sorted(evaluations))
+        return plot(self, all_metrics, evaluations)
+
+    monkeypatch.setattr(MetricsSink, "plot", recording)
+    sets = ["train.eval_before=true", "train.eval_after=true"]
+    loop, store = _loop(tmp_path, *sets, calls=_Calls(), evaluator=lambda seed: ({"avg@1": 0.5}, []))
+    loop.run()
+    assert drawn == [["before"], ["before"], ["after", "before"]]
     store.close()
