@@ -378,13 +378,18 @@ class _ExactRollouts(_Rollouts):
         ]
 
 
-@pytest.mark.parametrize("oracle", [False, True])
-def test_partial_credit_reads_a_person_written_reference_only_under_oracle(tmp_path, oracle):
+@pytest.mark.parametrize("oracle, boundary", [(False, None), (True, None), (False, True)])
+def test_partial_credit_reads_a_person_written_reference_only_under_oracle(tmp_path, oracle, boundary):
     """reward.w_partial: the loop hands shaping the references the boundary lets through: a person-written task's
-    only under run.oracle (else its partial credit is 0 however exactly the episode followed it)."""
+    only under run.oracle (else its partial credit is 0 however exactly the episode followed it). A boundary handed
+    to the loop is the one it asks."""
+    from evolvekit.boundary import InformationBoundary
+
     calls = _Calls()
     sets = ["train.iterations=1", "reward.w_partial=0.5", f"run.oracle={str(oracle).lower()}"]
-    loop, store = _loop(tmp_path, *sets, calls=calls)
+    given = {} if boundary is None else {"boundary": InformationBoundary(oracle=boundary)}
+    loop, store = _loop(tmp_path, *sets, calls=calls, **given)
+    oracle = oracle or bool(boundary)
     loop.stages.rollouts = _ExactRollouts(calls)
     loop.run()
     stored = store.trajectories(0, "train")
@@ -711,4 +716,11 @@ def test_the_learning_curve_is_drawn_with_the_evaluations_before_and_after(tmp_p
     loop, store = _loop(tmp_path, *sets, calls=_Calls(), evaluator=lambda seed: ({"avg@1": 0.5}, []))
     loop.run()
     assert drawn == [["before"], ["before"], ["after", "before"]]
+    store.close()
+
+
+def test_the_loops_own_console_writes_to_stderr(tmp_path):
+    """Progress goes to stderr, so that a command's stdout carries only its result."""
+    loop, store = _loop(tmp_path, calls=_Calls())
+    assert loop.console.stderr is True
     store.close()
