@@ -565,3 +565,59 @@ def test_a_checkpoint_without_the_optimizer_writes_none(tiny_path, tmp_path):
     tr.update(_samples(2))
     assert (tr.save(tmp_path / "with") / "optimizer.pt").is_file()
     assert not (tr.save(tmp_path / "without", with_optimizer=False) / "optimizer.pt").exists()
+
+
+def test_the_behaviour_gap_by_hand_skips_unrecorded_samples_and_the_first_position():
+    """``_behaviour_gap``: mean |recorded − recomputed| over loss tokens from position 1 on (position 0 has no
+    log-prob), over every guided sample that recorded its sampler's log-probs, whatever its place in the batch."""
+
+    def sample(i, mask, recorded):
+        n = len(mask)
+        return TrainingSample(
+            trajectory_id=f"t{i}", group_id="g", token_ids=list(range(1, n + 1)), loss_mask=mask,
+            token_advantages=[0.0] * n, experience_mask=[0] * n, rollout_logprobs=recorded,
+        )  # fmt: skip
+
+    samples = [sample(0, [0, 1, 1], None), sample(1, [1, 1, 0, 1], [5.0, -1.0, -9.0, -2.0])]
+    behaviour = {0: torch.tensor([0.0, -3.0, -3.0]), 1: torch.tensor([0.0, -1.25, 0.0, -2.5])}
+    stats = UpdateStats()
+    GRPOTrainer._behaviour_gap(samples, behaviour, stats)
+    assert stats.behaviour_logprob_gap == pytest.approx((0.25 + 0.5) / 2)
+
+
+def test_shuffle_seed_of_a_sample_without_tokens_by_hand():
+    from evolvekit.train.trainer import shuffle_seed
+
+    empty = TrainingSample(
+        trajectory_id="e", group_id="g", token_ids=[], loss_mask=[], token_advantages=[], experience_mask=[]
+    )
+    assert shuffle_seed([empty], 2) == zlib.crc32(json.dumps([[0, 0]]).encode()) * 1009 + 2
+
+
+def test_the_kl_term_runs_the_reference_only_when_its_weight_is_above_zero(tiny_path):
+    """kl_beta 0.5 with a reference that differs from the policy: the KL estimate is above 0. kl_beta 0: no
+    reference is kept and none is run, LoRA's base model (the adapter switched off) included."""
+    llm = LocalLLM(str(tiny_path), device="cpu")
+    ref = copy.deepcopy(llm.model)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    cfg = TrainConfig(kl_beta=0.5, autocast="off", learning_rate=0.0)
+    assert GRPOTrainer(llm, cfg, reference_model=ref).update(_samples()).kl > 1e-4
+    off = GRPOTrainer(llm, TrainConfig(kl_beta=0.0, autocast="off", learning_rate=0.0), reference_model=ref)
+    assert off.reference is None and off.update(_samples()).kl == 0.0
+
+    lora = GRPOTrainer(
+        LocalLLM(str(tiny_path), device="cpu"),
+        TrainConfig(lora=True, lora_rank=4, kl_beta=0.0, autocast="off", learning_rate=0.0),
+    )
+    entered = []
+    original = lora.model.disable_adapter
+
+    def recording():
+        entered.append(1)
+        return original()
+
+    lora.model.disable_adapter = recording
+    lora.update(_samples())
+    assert entered == []
