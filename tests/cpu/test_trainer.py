@@ -621,3 +621,26 @@ def test_the_kl_term_runs_the_reference_only_when_its_weight_is_above_zero(tiny_
     lora.model.disable_adapter = recording
     lora.update(_samples())
     assert entered == []
+
+
+@pytest.mark.parametrize("mini", [0, 4])
+def test_a_single_step_update_takes_its_old_log_probs_from_the_training_forward(tiny_path, mini):
+    """One optimizer step over the whole batch (one epoch, no mini-batch smaller than the batch) is on-policy: the
+    old log-probs come from the training forward itself, so the model runs once per micro-batch, no separate pass."""
+    cfg = TrainConfig(micro_batch_size=2, mini_batch_size=mini, kl_beta=0.0, autocast="off", learning_rate=1e-3)
+    tr = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg)
+    shapes, remove = _forward_shapes(tr.model)
+    stats = tr.update(_samples())
+    remove()
+    assert stats.optimizer_steps == 1 and [rows for rows, _ in shapes] == [2, 2]
+
+
+@pytest.mark.parametrize("epochs, mini", [(1, 2), (2, 0)])
+def test_several_steps_compare_with_the_policy_before_the_first(tiny_path, epochs, mini):
+    """Two optimizer steps (two mini-batches, or two epochs): the old log-probs are taken once, before the first
+    step, so the second step's ratio departs from 1 (a fresh old policy per step would keep it at 1)."""
+    cfg = TrainConfig(
+        micro_batch_size=2, mini_batch_size=mini, ppo_epochs=epochs, kl_beta=0.0, autocast="off", learning_rate=5e-2
+    )
+    stats = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg).update(_samples())
+    assert stats.optimizer_steps == 2 and abs(stats.ratio - 1.0) > 1e-4
