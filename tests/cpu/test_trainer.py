@@ -644,3 +644,71 @@ def test_several_steps_compare_with_the_policy_before_the_first(tiny_path, epoch
     )
     stats = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg).update(_samples())
     assert stats.optimizer_steps == 2 and abs(stats.ratio - 1.0) > 1e-4
+
+
+def _grads_of(path, samples, **train):
+    llm = LocalLLM(str(path), device="cpu")
+    cfg = TrainConfig(micro_batch_size=2, kl_beta=0.0, autocast="off", learning_rate=0.0, max_grad_norm=1e9)
+    GRPOTrainer(llm, cfg.model_copy(update=train)).update(samples)
+    return {n: p.grad.clone() for n, p in llm.model.named_parameters() if p.grad is not None}
+
+
+def _grouped(group: str, weight: float, start: int, n: int = 2):
+    out = []
+    for i in range(n):
+        L = 8 + 5 * i + start
+        mask = [0] + [1] * (L - 1)  # loss tokens from position 1: every one counts in the denominators
+        out.append(
+            TrainingSample(
+                trajectory_id=f"{group}{i}", group_id=group,
+                token_ids=[(11 * i + j + start) % 400 + 1 for j in range(L)],
+                loss_mask=mask, token_advantages=[0.0] + [1.0 if i else -1.0] * (L - 1), experience_mask=[0] * L,
+                loss_group=group, loss_weight=weight,
+            )
+        )  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("weight_b", [1.0, 0.5])
+def test_loss_groups_sum_their_own_token_means_by_hand(tiny_path, weight_b):
+    """Evolving-RL Eq. 6 through the trainer: with loss groups the gradient is Σ_g λ_g · (the gradient of group g's
+    own token mean), exactly the sum of the updates on each group alone (each with its λ), even when every λ is 1."""
+    a, b = _grouped("A", 1.0, 0), _grouped("B", weight_b, 3)
+    together = _grads_of(tiny_path, a + b)
+    alone_a, alone_b = _grads_of(tiny_path, a), _grads_of(tiny_path, b)
+    for n, g in together.items():
+        assert torch.allclose(g, alone_a[n] + alone_b[n], atol=1e-6), n  # each alone already carries its λ
+
+
+def test_a_loss_weight_without_a_group_scales_the_gradient(tiny_path):
+    plain = _samples()
+    doubled = [s.model_copy(update={"loss_weight": 2.0}) for s in plain]
+    base, twice = _grads_of(tiny_path, plain), _grads_of(tiny_path, doubled)
+    for n, g in base.items():
+        assert torch.allclose(twice[n], 2 * g, atol=1e-6), n
+
+
+def test_without_a_reference_there_is_no_kl_term_and_against_itself_it_is_zero(tiny_path):
+    """kl_beta above 0 but no reference (none given, no LoRA): the gradient is the one without a KL term. With a
+    reference equal to the policy the KL estimate is 0."""
+    assert all(
+        torch.equal(g, h)
+        for g, h in zip(
+            _grads_of(tiny_path, _samples()).values(), _grads_of(tiny_path, _samples(), kl_beta=0.5).values()
+        )
+    )
+    llm = LocalLLM(str(tiny_path), device="cpu")
+    tr = GRPOTrainer(
+        llm, TrainConfig(kl_beta=0.5, autocast="off", learning_rate=0.0), reference_model=copy.deepcopy(llm.model)
+    )
+    assert abs(tr.update(_samples()).kl) < 1e-6
+
+
+def test_the_loss_is_the_token_mean_over_the_mini_batch_by_hand(tiny_path):
+    """Eq. 17's denominator: every loss token of the mini-batch from position 1 on. The gradient over two samples is
+    the token-weighted average of each one's own: (n_x·g_x + n_y·g_y) / (n_x + n_y)."""
+    x, y = [s.model_copy(update={"loss_group": None}) for s in _grouped("A", 1.0, 0)]
+    n_x, n_y = sum(x.loss_mask[1:]), sum(y.loss_mask[1:])
+    both, g_x, g_y = _grads_of(tiny_path, [x, y]), _grads_of(tiny_path, [x]), _grads_of(tiny_path, [y])
+    for n, g in both.items():
+        assert torch.allclose(g, (n_x * g_x[n] + n_y * g_y[n]) / (n_x + n_y), atol=1e-6), n
