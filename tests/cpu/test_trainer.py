@@ -712,3 +712,23 @@ def test_the_loss_is_the_token_mean_over_the_mini_batch_by_hand(tiny_path):
     both, g_x, g_y = _grads_of(tiny_path, [x, y]), _grads_of(tiny_path, [x]), _grads_of(tiny_path, [y])
     for n, g in both.items():
         assert torch.allclose(g, (n_x * g_x[n] + n_y * g_y[n]) / (n_x + n_y), atol=1e-6), n
+
+
+@pytest.mark.parametrize("per_sample", [False, True])
+def test_an_entropy_coefficient_changes_the_gradient_and_its_sign_matters(tiny_path, per_sample):
+    """The entropy term (Evolving-RL Eq. 3's extractor penalty, or a trainer-wide bonus) reaches the loss: a
+    coefficient of ±0.5, per sample or for the trainer, moves the gradient away from the one without it, and +0.5 and
+    −0.5 move it by opposite amounts."""
+
+    def grads(coef: float):
+        llm = LocalLLM(str(tiny_path), device="cpu")
+        cfg = TrainConfig(micro_batch_size=2, kl_beta=0.0, autocast="off", learning_rate=0.0, max_grad_norm=1e9)
+        samples = _samples()
+        if per_sample:
+            samples = [s.model_copy(update={"entropy_coef": coef}) for s in samples]
+        GRPOTrainer(llm, cfg, entropy_coef=0.0 if per_sample else coef).update(samples)
+        return torch.cat([p.grad.flatten() for p in llm.model.parameters() if p.grad is not None])
+
+    none, plus, minus = grads(0.0), grads(0.5), grads(-0.5)
+    assert not torch.allclose(plus, none, atol=1e-6)
+    assert torch.allclose(plus - none, none - minus, atol=1e-5)
