@@ -9,6 +9,7 @@ import json
 import sqlite3
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from rich.console import Console
@@ -111,6 +112,17 @@ class _Updater:
         path.mkdir(parents=True, exist_ok=True)
         (path / "optimizer.pt").write_text("state")
         return path
+
+
+def _recording_evaluator(summary: dict) -> tuple[list[int], Callable[[int], tuple[dict, list]]]:
+    """An evaluator returning ``summary`` and no trajectories; the list records each seed it was called with."""
+    seeds: list[int] = []
+
+    def evaluator(seed):
+        seeds.append(seed)
+        return dict(summary), []
+
+    return seeds, evaluator
 
 
 def _loop(tmp_path, *sets: str, calls: _Calls, fail_at: int | None = None, resume: Path | None = None, **kw):
@@ -503,11 +515,7 @@ def test_prepare_runs_first_then_synthesis_then_the_evaluation_before(tmp_path):
 def test_evaluations_run_only_when_asked_and_once_per_run(tmp_path):
     """eval_before / eval_after off: no such evaluation even with an evaluator; a resumed finished run evaluates
     neither again."""
-    seeds: list[int] = []
-
-    def evaluator(seed):
-        seeds.append(seed)
-        return {"avg@1": 0.5}, []
+    seeds, evaluator = _recording_evaluator({"avg@1": 0.5})
 
     loop, store = _loop(tmp_path, "train.iterations=1", "train.eval_after=true", calls=_Calls(), evaluator=evaluator)
     summary = loop.run()
@@ -554,11 +562,7 @@ def test_an_iteration_run_again_replaces_its_tensorboard_points(tmp_path):
 
 
 def test_a_cold_start_is_not_evaluated_when_no_evaluation_is_asked(tmp_path):
-    seeds: list[int] = []
-
-    def evaluator(seed):
-        seeds.append(seed)
-        return {"avg@1": 0.0}, []
+    seeds, evaluator = _recording_evaluator({"avg@1": 0.0})
 
     loop, store = _loop(
         tmp_path, "train.iterations=1", calls=_Calls(), evaluator=evaluator, warmup=lambda: {"sft/loss": 1.0}
@@ -571,11 +575,8 @@ def test_a_cold_start_is_not_evaluated_when_no_evaluation_is_asked(tmp_path):
 def test_a_run_killed_in_its_first_iteration_keeps_its_warm_up_and_its_evaluation_before(tmp_path):
     """Killed in iteration 0, after the cold start and the evaluation before training: the resumed run (again at
     iteration 0) neither warms up again nor evaluates before training again."""
-    seeds, warmups = [], []
-
-    def evaluator(seed):
-        seeds.append(seed)
-        return {"avg@1": 0.0}, []
+    seeds, evaluator = _recording_evaluator({"avg@1": 0.0})
+    warmups: list[int] = []
 
     def warmup():
         warmups.append(1)
@@ -659,11 +660,7 @@ def test_an_update_without_a_loss_is_said_as_zero(tmp_path, caplog):
 
 def test_periodic_evaluation_counts_iterations_from_one(tmp_path):
     """eval_every 3 over 4 iterations, no evaluation after: after the third update (iteration 2) and the last."""
-    seeds: list[int] = []
-
-    def evaluator(seed):
-        seeds.append(seed)
-        return {"avg@1": 0.0}, []
+    seeds, evaluator = _recording_evaluator({"avg@1": 0.0})
 
     sets = ["train.iterations=4", "train.eval_every=3"]
     loop, store = _loop(tmp_path, *sets, calls=_Calls(), evaluator=evaluator)
