@@ -732,3 +732,34 @@ def test_an_entropy_coefficient_changes_the_gradient_and_its_sign_matters(tiny_p
     none, plus, minus = grads(0.0), grads(0.5), grads(-0.5)
     assert not torch.allclose(plus, none, atol=1e-6)
     assert torch.allclose(plus - none, none - minus, atol=1e-5)
+
+
+def test_ratio_diagnostics_add_up_over_micro_batches(tiny_path):
+    """The guided/vanilla ratio diagnostics are sums over every micro-batch: two guided samples (40 and 30 completion
+    tokens) one per micro-batch report what one micro-batch of both reports, not the last micro-batch's share."""
+
+    def stats(micro: int):
+        a, b = _guided_pair(completion=40)[0], _guided_pair(completion=30)[0].model_copy(update={"trajectory_id": "h"})
+        cfg = TrainConfig(micro_batch_size=micro, kl_beta=0.0, autocast="off", learning_rate=0.0)
+        return GRPOTrainer(_sharp(tiny_path), cfg, eps_high_boost=0.6).update([a, b])
+
+    one, two = stats(1), stats(2)
+    assert one.guided_tokens == two.guided_tokens > 40
+    assert one.guided_ratio_dev == pytest.approx(two.guided_ratio_dev, rel=1e-5)
+    assert one.guided_clip_frac == pytest.approx(two.guided_clip_frac, rel=1e-5)
+
+
+def test_the_log_ratio_clamp_reaches_the_update(tiny_path):
+    """train.log_ratio_clamp reaches the loss: on a guided sample (its old log-probs from the sequence with the
+    experience, far from the training forward's) a tight clamp changes the gradient; a clamp no ratio reaches leaves
+    it exactly as without one."""
+
+    def grads(clamp: float | None):
+        llm = _sharp(tiny_path)
+        cfg = TrainConfig(kl_beta=0.0, autocast="off", learning_rate=0.0, max_grad_norm=1e9, log_ratio_clamp=clamp)
+        GRPOTrainer(llm, cfg).update(_guided_pair())
+        return torch.cat([p.grad.flatten() for p in llm.model.parameters() if p.grad is not None])
+
+    off = grads(None)
+    assert torch.equal(grads(1e6), off)
+    assert not torch.allclose(grads(1e-3), off, atol=1e-6)
