@@ -235,3 +235,22 @@ def test_the_shared_decisions_by_hand():
     cases = [(s, low, sharded) for s in ("auto", "on", "off") for low in (True, False) for sharded in (True, False)]
     kept = {c for c in cases if keeps_master(*c)}
     assert kept == {("auto", True, False), ("on", True, False)}  # low precision, not sharded, not switched off
+
+
+def test_machine_probe_reads_the_launched_ranks_cuda_and_a_torch_without_the_bf16_probe(monkeypatch):
+    """The probe's three facts from their sources: WORLD_SIZE (as torchrun sets it), torch's CUDA answer, and a torch
+    without the AVX512-BF16 probe read as a CPU without it."""
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")
+    assert Machine.probe() == Machine(cuda=True, cpu_bf16=False, ranks=3)
+
+
+def test_a_served_policy_is_updated_nowhere_so_its_autocast_follows_the_cpu():
+    """A served policy (`evolvekit eval`) has no local device: the update's autocast is the CPU's, even where CUDA
+    is; fp32 weights under LoRA are trained as they are (no "LoRA's adapters" clause without low precision)."""
+    served = _table(["models.policy.backend=openai"], Machine(cuda=True, cpu_bf16=False))
+    assert served["train.autocast"] == ("off", "the CPU lacks AVX512-BF16")
+    assert "models.policy.device" not in served
+    lora = _table(["models.policy.dtype=float32", "train.lora=true"], Machine())
+    assert lora["train.master_weights"] == ("off", _FP32)
