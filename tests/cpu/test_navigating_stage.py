@@ -358,3 +358,45 @@ def test_commit_deletes_the_pruned_and_writes_the_pool_with_its_vectors():
     store = _RunStore()
     stage.commit("conn", store, 4)  # type: ignore[arg-type]
     assert store.calls == [("delete", "conn", ["p1", "p2"]), ("put", "conn", pool.items, 4, "vectors")]
+
+
+def test_the_mixed_stage_hands_its_rollout_settings_template_and_workers_to_the_episodes(monkeypatch):
+    """ExperienceMixedRollouts is VanillaRollouts with experience: its jobs run with the rollout section, rendering,
+    progress switch and context template it was given, or on the Ray workers it was given."""
+    import evolvekit.agent.rollout_stage as rollout_stage
+    from evolvekit.agent.rollout_stage import RolloutJob
+
+    cfg = _cfg()
+    settings, template, seen = RolloutSettings.of(cfg), object(), []
+
+    def run_rollouts(jobs, make_env, engine, rollout, params, rendering, show_progress, template):
+        seen.append((rollout, rendering, show_progress, template))
+        return [Trajectory(task_id=j.task.task_id, group_id=j.group_id) for j in jobs]
+
+    monkeypatch.setattr(rollout_stage, "run_rollouts", run_rollouts)
+    jobs = [RolloutJob(task=Task(task_id="t", env_name="e", query="q"), group_id="g")]
+
+    def mixed(**kw):
+        return ExperienceMixedRollouts(
+            Engine(None), None, settings, NavigationSettings.of(cfg), SamplingParams(), _Pool(), None,
+            SamplingParams(), **kw,
+        )  # fmt: skip
+
+    mixed(template=template).run_jobs(jobs, SamplingParams())
+    mixed(show_progress=False).run_jobs(jobs, SamplingParams())
+    assert seen == [
+        (settings.rollout, settings.rendering, True, template),
+        (settings.rollout, settings.rendering, False, None),
+    ]
+
+    class Workers:
+        def __init__(self) -> None:
+            self.ran: list = []
+
+        def run(self, jobs, params):
+            self.ran.append(list(jobs))
+            return [Trajectory(task_id=j.task.task_id, group_id=j.group_id) for j in jobs]
+
+    workers = Workers()
+    mixed(workers=workers).run_jobs(jobs, SamplingParams())
+    assert workers.ran == [jobs] and len(seen) == 2
