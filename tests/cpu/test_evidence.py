@@ -502,3 +502,60 @@ def test_committed_rows_paired_with_another_baseline_are_paired_again_with_this_
     assert rows["similar"].vs_baseline["avg@4"].mean == pytest.approx(0.2 / 3)  # 0.1, 0, 0.1
     same = merge_rows(row_results([new], "grpo"), committed, "grpo", "new")  # the file's own baseline: kept as is
     assert same["fixed"].vs_baseline == committed.rows["fixed"].vs_baseline
+
+
+def test_rows_mark_person_written_examples_from_the_runs_helper_sources():
+    """A row is marked when some run's helper sources say its worked examples were a person's (the label config.py
+    writes for env.worked_examples: person); the run's own examples leave it unmarked."""
+    from evolvekit.report.evidence import row_results
+
+    mine = [_run("self", s, 0.2, 0.3, 0.4) for s in (0, 1)]
+    person = [_run("person", s, 0.2, 0.3, 0.6) for s in (0, 1)]
+    for r in mine:
+        r.helper_sources["examples"] = "self-made (env.worked_examples: self)"
+    person[1].helper_sources["examples"] = "PERSON-WRITTEN (env.worked_examples: person)"
+    rows = row_results([RunGroup("self", mine), RunGroup("person", person)], "self")
+    assert not rows["self"].person_examples and rows["person"].person_examples
+
+
+def test_the_end_line_by_hand_unfinished_rows_two_metrics_and_each_rows_commit(tmp_path):
+    """comparison_line whole: a baseline row without an `after` is not finished, a named row without one is not
+    shown, two metrics are parted by "; ", the named row's own commit follows the baseline's, and every budget field
+    that differs is named."""
+    from evolvekit.report.evidence import EvidenceFile, budget_of, comparison_line, row_results
+
+    def run(row, seed, after):
+        r = _run(row, seed, 0.1, 0.2, after)
+        r.evaluations["before"]["pass@4"], r.evaluations["after"]["pass@4"] = 0.2, after + 0.1
+        return r
+
+    cfg = load_config(None, ["train.compare_row=mine"])
+    base = RunGroup("grpo", [run("grpo", 0, 0.3), run("grpo", 1, 0.5)])
+    ours = RunGroup("mine", [run("mine", 0, 0.4), run("mine", 1, 0.6)])
+    ev = EvidenceFile(
+        family="arith", budget=budget_of(cfg), baseline="grpo", rows=row_results([base, ours], "grpo"),
+        command="x", commit="aaa1111",
+    )  # fmt: skip
+    ev.rows["mine"].commit = "bbb2222"
+    path = tmp_path / "e.json"
+    path.write_text(ev.model_dump_json())
+    line = comparison_line(path, cfg, {})
+    assert line.startswith("same family and budget, committed at aaa1111 (mine: bbb2222): avg@4: grpo "), line
+    assert line.count("; ") == 1 and "; pass@4: grpo " in line
+    ev.rows["mine"].commit = "aaa1111"  # the same code: said once
+    path.write_text(ev.model_dump_json())
+    assert comparison_line(path, cfg, {}).startswith("same family and budget, committed at aaa1111: avg@4: grpo ")
+    unfinished = ev.model_copy(deep=True)
+    unfinished.rows["grpo"].after = {}
+    path.write_text(unfinished.model_dump_json())
+    assert "avg@4: grpo not finished yet, mine (this config) " in comparison_line(path, cfg, {})
+    unfinished = ev.model_copy(deep=True)
+    unfinished.rows["mine"].after, unfinished.rows["mine"].commit = {}, "ccc3333"
+    path.write_text(unfinished.model_dump_json())
+    line = comparison_line(path, cfg, {})
+    assert "this config" not in line and "ccc3333" not in line and "committed at aaa1111: " in line
+    other = load_config(None, ["train.compare_row=mine", "train.iterations=2", "train.tasks_per_iteration=3"])
+    path.write_text(ev.model_dump_json())
+    assert comparison_line(path, other, {}).endswith(
+        "not comparable (its budget differs in train.iterations, train.tasks_per_iteration)"
+    )
