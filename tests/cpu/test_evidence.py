@@ -559,3 +559,15 @@ def test_the_end_line_by_hand_unfinished_rows_two_metrics_and_each_rows_commit(t
     assert comparison_line(path, other, {}).endswith(
         "not comparable (its budget differs in train.iterations, train.tasks_per_iteration)"
     )
+
+
+def test_a_file_that_is_not_results_is_named_with_the_first_line_of_its_error(tmp_path):
+    from evolvekit.report.evidence import comparison_line, load_evidence
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(ValueError) as err:
+        load_evidence(bad)
+    first = str(err.value).splitlines()[0]
+    assert len(str(err.value).splitlines()) > 1  # a many-line error: only its first line is printed
+    assert comparison_line(bad, load_config(None, []), {}) == f"{bad}: not a results file ({first})"
