@@ -14,6 +14,7 @@ from evolvekit.questioning.curate import (
     ToolAgreement,
     grounding,
     lexical_overlap,
+    passes_without_acting,
     replay_feasible,
     same_value,
 )
@@ -257,3 +258,26 @@ def test_a_request_states_negative_and_decimal_values_as_numbers():
     assert not numbers_exact(_task("Subtract 2.5 from 3.", [[call]]))
     assert stated_count("Subtract 2.5 from -3.", [-3, 2.5]) == 2
     assert stated_count("Subtract 25 from 3.", [-3, 2.5]) == 0
+
+
+def test_passes_without_acting_answers_done_once_a_reference_turn_and_reads_the_check():
+    """The no-call probe: the task reset as it is, one text answer "done" per reference turn (one for a task without
+    a reference), then the environment's own check; a full score passes, anything less or a failing episode does
+    not, and the environment is closed either way."""
+    task = _task("add then multiply", [[ToolCall(name="add")], [ToolCall(name="multiply")]])
+    seen = []
+
+    class Recording(_Env):
+        def reset(self, t):
+            seen.append(t)
+            super().reset(t)
+
+    env = Recording(score=1.0)
+    assert passes_without_acting(task, lambda: env) and env.closed and seen == [task]
+    assert [(a.text, a.tool_calls) for a in env.actions] == [("done", []), ("done", [])]
+    bare = _Env(score=1.0)
+    assert passes_without_acting(_task("what is there?"), lambda: bare)
+    assert [a.text for a in bare.actions] == ["done"]
+    assert not passes_without_acting(task, lambda: _Env(score=0.99))
+    failing = _Env(step_error=RuntimeError("the episode broke"))
+    assert not passes_without_acting(task, lambda: failing) and failing.closed
