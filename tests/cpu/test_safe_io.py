@@ -531,3 +531,23 @@ def test_https_with_the_ca_of_ssl_cert_file_and_a_stalled_handshake_ends_at_the_
         call = lambda: bounded_request(None, "GET", url.replace("http:", "https:"), "GET /h", 5.0, timeout=0.3)  # noqa: E731
         line, took = _error_line(call)
     assert line.startswith("GET /h: ConnectTimeout: ") and took < 2.0
+
+
+def test_passthrough_raises_only_the_named_httpx_errors_as_they_are():
+    """A caller that retries transport errors (the OpenAI-compatible backend) gets those raw; any other httpx error
+    (here a reply body that does not decode) is still the one-line error of its type."""
+
+    def client(exc: Exception) -> httpx.Client:
+        def handler(request):
+            raise exc
+
+        return httpx.Client(transport=httpx.MockTransport(handler))
+
+    with pytest.raises(httpx.ConnectError):
+        bounded_request(client(httpx.ConnectError("refused")), "GET", "http://h/x", "GET /x", 5.0,
+                        passthrough=(httpx.TransportError,))  # fmt: skip
+    with pytest.raises(EnvError, match=r"^GET /x: DecodingError: bad gzip$"):
+        bounded_request(client(httpx.DecodingError("bad gzip")), "GET", "http://h/x", "GET /x", 5.0,
+                        passthrough=(httpx.TransportError,))  # fmt: skip
+    with pytest.raises(EnvError, match=r"^GET /x: ConnectError: refused$"):
+        bounded_request(client(httpx.ConnectError("refused")), "GET", "http://h/x", "GET /x", 5.0)
