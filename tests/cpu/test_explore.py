@@ -632,3 +632,75 @@ def test_scaffold_constrains_the_depth_step_tool_name_to_real_tools(tmp_path):
         assert call["name"] in required and required[call["name"]] <= set(call["arguments"]), text
         assert all(isinstance(v, int) for v in call["arguments"].values()), text
         assert parse_action(text + CLOSE).tool_calls[0].name == call["name"]
+
+
+def test_schema_problem_by_hand():
+    """A tool's parameters must be a JSON schema object (BFCL's "dict" too) or empty; a flat description is named,
+    cut at 120 characters, with the fix."""
+    from evolvekit.questioning.explore import schema_problem
+
+    for fine in ({}, {"properties": {}}, {"type": "object"}, {"type": "dict"}, {"type": "object", "properties": {}}):
+        assert schema_problem(ToolSchema(name="f", parameters=fine)) is None, fine
+    flat = {"n": {"type": "integer", "description": "x" * 200}}
+    shown = '{"n": {"type": "integer", "description": "' + "x" * 78
+    assert len(shown) == 120
+    assert schema_problem(ToolSchema(name="f", parameters=flat)) == (
+        f"tool 'f': its parameters {shown} are no JSON schema object; write them as "
+        '{"type": "object", "properties": {...}} (docs/environments.md, "Bring your own environment")'
+    )
+    assert schema_problem(ToolSchema(name="g", parameters={"type": "array"})) is not None
+
+
+class _FlatEnv(_Env):
+    def reset(self, task, sandbox):
+        flat = [ToolSchema(name=n, parameters={"a": {"type": "integer"}}) for n in ("first", "second")]
+        return ResetResult(observation="", tools=[TOOLS[0], *flat])
+
+
+def test_a_tool_without_a_json_schema_object_stops_exploration_before_any_step():
+    """The first run's tools are checked before any step: the first unusable one is one EnvError line, every
+    started environment is closed, and the explorer is never asked."""
+    from evolvekit.questioning.explore import schema_problem
+
+    envs = [_FlatEnv(), _FlatEnv()]
+    made, llm = iter(envs), _LLM([])
+    first = schema_problem(ToolSchema(name="first", parameters={"a": {"type": "integer"}}))
+    with pytest.raises(EnvError) as err:
+        Explorer(Engine(llm), SamplingParams()).explore(lambda: next(made), {}, runs=2, max_steps=2)
+    assert str(err.value) == f"exploration: {first}"
+    assert all(e.closed for e in envs) and llm.calls == []
+    envs = [_Env(fail_reset=True), _FlatEnv()]  # the first run did not start: the next one's tools are checked
+    made = iter(envs)
+    with pytest.raises(EnvError, match="^exploration: tool 'first'"):
+        Explorer(Engine(llm), SamplingParams()).explore(lambda: next(made), {}, runs=2, max_steps=2)
+    assert envs[1].closed and llm.calls == []
+
+
+class _NoResults(_Env):
+    def step(self, action):
+        self.steps += 1
+        return StepResult(observation="did something")  # a plugin's slip: no call_results
+
+
+def test_a_step_without_call_results_warns_once_per_environment_class(monkeypatch, caplog):
+    """A step that ran calls but returned no call_results: every call counts as failed, and the log says why once
+    per environment class, naming the class and the calls."""
+    import logging
+
+    from evolvekit.questioning import explore as explore_mod
+
+    monkeypatch.setattr(explore_mod, "_WARNED_NO_RESULTS", set())
+    two = _call("ls") + _call("cat")
+    llm = _LLM([two, two, _call("ls")])
+    with caplog.at_level(logging.WARNING, logger=explore_mod.log.name):
+        traces = Explorer(Engine(llm), SamplingParams()).explore(lambda: _NoResults(), {}, runs=1, max_steps=3)
+        explore_mod.warn_no_call_results(_Env(), 1)  # another class: its own warning
+    assert [s.ok for s in traces[0].steps] == [False, False, False]
+    warned = [r.getMessage() for r in caplog.records if "no call_results" in r.getMessage()]
+    assert len(warned) == 2
+    assert warned[0] == (
+        "_NoResults.step: 2 tool call(s) and no call_results: every call counts as failed, so exploration finds "
+        "nothing and no task is kept; return one CallResult per call (evolvekit.env.base.execute_calls does it; "
+        'docs/environments.md, "Bring your own environment")'
+    )
+    assert warned[1].startswith("_Env.step: 1 tool call(s)")

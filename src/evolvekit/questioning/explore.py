@@ -320,7 +320,9 @@ class Explorer:
                 starts.append("")
         if envs and all(e is None for e in envs):  # no exploration can run: one line, not empty rounds (issue 54)
             raise EnvError(f"exploration: none of the {runs} episodes started; the first error: {traces[0].error}")
-        problems = [p for ts in tools[:1] for t in ts if (p := schema_problem(t))]
+        # every run resets the same environment: the first started run's tools are every run's
+        first_tools = next((ts for e, ts in zip(envs, tools) if e is not None), [])
+        problems = [p for t in first_tools if (p := schema_problem(t))]
         if problems:
             for e in envs:
                 if e is not None:
