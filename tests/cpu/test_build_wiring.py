@@ -426,9 +426,8 @@ def test_build_loop_hands_synthesis_navigation_and_evolving_rl_the_runs_objects(
     assert training_set == loop.stages.supply.training_set
     [(args, kw)] = evolving
     assert embedders == [cfg.embedding]
-    assert (
-        args[:4] == (cfg, backend, env_factory, params) and args[5] is embedder.embed
-    )  # the rollouts' engine and kw == {"template": template}
+    assert args[:4] == (cfg, backend, env_factory, params) and args[5] is embedder.embed  # the rollouts' engine
+    assert kw == {"template": template}
     syn = Task(task_id="syn", env_name="coin", query="q", source=TaskSource.SYNTHETIC)
     receive([syn])
     assert [t.task_id for t in args[4]()] == [t.task_id for t in train_tasks] + ["syn"]
@@ -593,3 +592,34 @@ def test_experience_as_a_tool_reaches_evaluation_with_no_injection_and_no_boost(
     rollouts.nav = NavigationSettings.of(injected)  # the same stage under injection: N_e = ⌊0.5 · 4⌋
     assert rollouts.guided_per_group() == 2 and guided_boost(injected) == 0.45
     assert guided_boost(load_config(None, ["navigating.enabled=false"])) is None
+
+
+@pytest.mark.parametrize("mode", ["self", "person"])
+def test_the_policy_acts_in_the_environment_with_the_runs_own_examples_unless_a_persons(
+    tmp_path, monkeypatch, no_model, mode
+):
+    """env.worked_examples: self wraps every environment the stages make so its resets show the run's own examples,
+    made once by the policy (no explorer model configured) when the loop prepares; person leaves the environment's
+    own (the switch), unwrapped."""
+    from evolvekit.env.examples import ShownExamples
+    from evolvekit.orchestrator import build
+    from evolvekit.orchestrator.run_dir import open_run
+    from evolvekit.questioning import parts as qparts
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+    explorers: list = []
+    monkeypatch.setattr(qparts, "run_examples", lambda cfg, llm, bare_env: explorers.append(llm) or [])
+    sets = [f"run.out_dir={tmp_path / 'runs'}", "env.name=coin", "env.plugins=[coin_env]", "train.kl_beta=0"]
+    sets += ["questioning.enabled=false", "navigating.enabled=false", "attributing.enabled=false"]
+    cfg, run_dir, store = open_run(load_config(None, [*sets, f"env.worked_examples={mode}"]), None)
+    loop = build.build_loop(cfg, run_dir, store, show_progress=False, parts=no_model.parts)
+    env = loop.stages.rollouts.make_env()
+    if mode == "self":
+        # the environment's own wrapper shows no person's examples; the stages' wrapper shows the run's own
+        assert isinstance(env, ShownExamples) and object.__getattribute__(env, "_examples") is loop.prepare
+        assert loop.prepare() == [] and explorers == [no_model.policy]
+    else:
+        assert loop.prepare is None and explorers == []
+        assert not isinstance(env, ShownExamples)  # the environment's own, the person's, as make_env gives it
+    env.close()
+    store.close()
