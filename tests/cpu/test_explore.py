@@ -674,6 +674,7 @@ def test_a_tool_without_a_json_schema_object_stops_exploration_before_any_step()
     with pytest.raises(EnvError, match="^exploration: tool 'first'"):
         Explorer(Engine(llm), SamplingParams()).explore(lambda: next(made), {}, runs=2, max_steps=2)
     assert envs[1].closed and llm.calls == []
+    assert Explorer(Engine(llm), SamplingParams()).explore(lambda: _FlatEnv(), {}, runs=0, max_steps=2) == []
 
 
 class _NoResults(_Env):
