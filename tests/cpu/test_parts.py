@@ -250,6 +250,7 @@ def test_the_rollout_template_summarises_with_the_summarizer_role_only_when_it_m
     sets += ["models.policy.top_p=0.95"]
     manage = rollout_template(load_config(None, sets)).manage_params
     assert manage is not None and (manage.temperature, manage.top_p) == (0.8, 0.95)
+    assert manage.max_new_tokens == 128  # the greedy decisions' budget (agent/templates.py), sampled or not
     assert rollout_template(load_config(None, [*sets[1:], "rollout.template=sliding_window"])).manage_params is None
 
 
