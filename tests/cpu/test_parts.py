@@ -773,3 +773,35 @@ def test_the_experience_pool_embeds_merges_and_resumes_as_configured(tmp_path, m
         rollouts = navigation(ray, store, Engine(_Policy()), lambda: None, object(), False, shown=shown)[0]
         assert rollouts.pool == "workers of spec, True" and specs[-1] is ray and rollouts.show_progress is False
     store.close()
+
+
+def test_shown_examples_by_mode_and_the_warnings_that_label_a_persons(caplog):
+    """env.worked_examples: none shows nothing (no exploration for examples), person shows the environment's own
+    and says PERSON-WRITTEN in the log, self makes the run's own and names each person-written example list of the
+    config that it leaves unshown."""
+    import logging
+    from types import SimpleNamespace
+
+    from evolvekit.questioning.parts import log, shown_examples
+
+    def cfg(mode, mcp=(), openenv=()):
+        env = SimpleNamespace(
+            worked_examples=mode,
+            mcp=SimpleNamespace(examples=list(mcp)),
+            openenv=SimpleNamespace(examples=list(openenv)),
+        )
+        return SimpleNamespace(env=env)
+
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        assert shown_examples(cfg("none", ["x"]), None, None, None) is list and caplog.messages == []
+        assert shown_examples(cfg("person"), None, None, None) is None
+        assert caplog.messages == [
+            "worked examples: PERSON-WRITTEN (env.worked_examples: person); every output of this run says so"
+        ]
+        caplog.clear()
+        assert shown_examples(cfg("self", ["x"], ["y"]), None, None, None) is not None
+    tail = (
+        " are person-written worked examples; with env.worked_examples: self they are not shown (the run makes its "
+        "own; env.worked_examples: person shows them, and every output then says so)"
+    )
+    assert caplog.messages == ["env.mcp.examples" + tail, "env.openenv.examples" + tail]
