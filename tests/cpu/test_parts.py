@@ -805,3 +805,30 @@ def test_shown_examples_by_mode_and_the_warnings_that_label_a_persons(caplog):
         "own; env.worked_examples: person shows them, and every output then says so)"
     )
     assert caplog.messages == ["env.mcp.examples" + tail, "env.openenv.examples" + tail]
+
+
+def test_the_runs_own_examples_are_stored_once_so_a_resumed_run_shows_the_same(monkeypatch):
+    """self: the first use explores for examples and stores them under the run's meta key; a run resumed on the same
+    store shows the stored ones without exploring again."""
+
+    from evolvekit.questioning import parts as qparts
+
+    class Store:
+        def __init__(self) -> None:
+            self.meta: dict = {}
+
+        def get_meta(self, key):
+            return self.meta.get(key)
+
+        def set_meta(self, key, value):
+            self.meta[key] = value
+
+    explored: list = []
+    monkeypatch.setattr(qparts, "run_examples", lambda cfg, llm, bare_env: explored.append(llm) or [])
+    cfg = load_config(None, ["env.worked_examples=self"])
+    store = Store()
+    first = qparts.shown_examples(cfg, store, _Policy(), None)
+    assert first is not None and first() == [] and len(explored) == 1
+    assert list(store.meta) == [qparts.WORKED_EXAMPLES]
+    resumed = qparts.shown_examples(cfg, store, _Policy(), None)
+    assert resumed is not None and resumed() == [] and len(explored) == 1  # read back, not explored again
