@@ -6,7 +6,9 @@ checkout and runs that module's fast tests; a surviving mutant is a change no te
 
 Writes benchmarks/results/mutation.md (and .json): per module the mutants, killed, survived and timed-out ones, the
 score, and every survivor's name (``mutmut show <name>`` in that module's copy prints its diff; the copies stay under
-runs/mutation/<module>). Run it in the background, alone on the machine, never in CI.
+runs/mutation/<module>). Run it in the background, alone on the machine, never in CI. An unfinished look goes on
+with ``--resume``; ``--save-verdicts --only <module>`` writes its verdicts to benchmarks/results/mutation_verdicts/,
+to be committed, and a ``--resume`` on a machine without the copy starts from them.
 """
 
 from __future__ import annotations
@@ -240,6 +242,36 @@ def reopen_verdicts(meta: Path, recheck: tuple[str, ...] = ()) -> dict[str, int]
     return {"kept_kills": kept, "reopened": reopened}
 
 
+# a look's verdicts, committed (``--save-verdicts``), so that a later session on a machine without the copy resumes it
+VERDICTS = ROOT / "benchmarks" / "results" / "mutation_verdicts"
+
+
+def seed_verdicts(meta: Path, saved: Path) -> bool:
+    """A copy without mutmut's verdict file gets the committed one (``saved``), so ``--resume`` goes on where that look
+    stopped: mutmut keeps the verdict of every mutant whose function's source hash is unchanged and re-tests the rest.
+    Returns whether it seeded (never over a copy's own verdicts)."""
+    if meta.is_file() or not saved.is_file():
+        return False
+    meta.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(saved, meta)
+    return True
+
+
+def save_verdicts(meta: Path, saved: Path) -> dict[str, int]:
+    """mutmut's verdict file of a copy written where it is committed (``saved``); the counts by verdict: killed (exit
+    code 1), survived (0), open (not run yet) and other (timeouts, crashes)."""
+    data = json.loads(meta.read_text())
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.write_text(json.dumps(data, sort_keys=True, indent=0) + "\n")
+    codes = list(data["exit_code_by_key"].values())
+    return {
+        "killed": codes.count(1),
+        "survived": codes.count(0),
+        "open": codes.count(None),
+        "other": sum(c not in (0, 1, None) for c in codes),
+    }
+
+
 def mutate(
     name: str,
     module: str,
@@ -256,6 +288,8 @@ def mutate(
     ``resume``: go on with the copy's earlier, unfinished look (``reopen_verdicts``; ``recheck``: its argument)."""
     copy = work / name
     meta = copy / "mutants" / "src" / "evolvekit" / (module + ".meta")
+    if resume and seed_verdicts(meta, VERDICTS / f"{name}.json"):
+        print(f"{name}: the copy had no verdicts; seeded from {VERDICTS / f'{name}.json'}", flush=True)
     resumed = resume and meta.is_file()
     copy_checkout(copy, keep_verdicts=resumed)
     if resumed:
@@ -445,7 +479,18 @@ def main() -> None:
         help="with --resume: mutmut names (prefixes, e.g. evolvekit.orchestrator.build.x__coevolve_hook) whose kills "
         "are checked again too (their tests lost an assertion since)",
     )
+    parser.add_argument(
+        "--save-verdicts",
+        action="store_true",
+        help="run nothing: write each --only module's verdicts from its copy to benchmarks/results/mutation_verdicts/"
+        "<module>.json, to be committed, so a later --resume on a machine without the copy goes on from them",
+    )
     args = parser.parse_args()
+    if args.save_verdicts:
+        for name in args.only or []:
+            meta = args.work / name / "mutants" / "src" / "evolvekit" / (MODULES[name][0] + ".meta")
+            print(f"{name}: {save_verdicts(meta, VERDICTS / f'{name}.json')}", flush=True)
+        return
     if not (ROOT / ".venv" / "bin" / "mutmut").exists():
         sys.exit("mutmut is not installed: .venv/bin/pip install -e '.[mutation]' -c constraints.txt")
     code = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)

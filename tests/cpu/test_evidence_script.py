@@ -186,6 +186,35 @@ def test_a_resumed_mutation_look_keeps_its_kills_and_reopens_everything_else(tmp
     assert after["hash_by_function_name"] == {"x_a": "h"}  # the rest of mutmut's file as it was
 
 
+def test_a_looks_verdicts_saved_and_seeded_into_a_copy_without_them(tmp_path):
+    """benchmarks/audits/mutation.py --save-verdicts / --resume: a look's verdict file is written where it is committed,
+    with its counts; a later copy without verdicts gets it back (mutmut keeps each verdict whose function is
+    unchanged); a copy with its own verdicts keeps them."""
+    import json
+
+    from mutation import save_verdicts, seed_verdicts
+
+    meta = tmp_path / "copy" / "mutants" / "src" / "evolvekit" / "train" / "trainer.py.meta"
+    meta.parent.mkdir(parents=True)
+    codes = {"m.x_a__mutmut_1": 1, "m.x_a__mutmut_2": 0, "m.x_a__mutmut_3": None, "m.x_b__mutmut_1": 1}
+    codes |= {"m.x_b__mutmut_2": 36}
+    data = {"exit_code_by_key": codes, "hash_by_function_name": {"x_a": "h1", "x_b": "h2"}}
+    meta.write_text(json.dumps(data))
+    saved = tmp_path / "results" / "mutation_verdicts" / "trainer.json"
+    assert save_verdicts(meta, saved) == {"killed": 2, "survived": 1, "open": 1, "other": 1}
+    assert json.loads(saved.read_text()) == data
+
+    fresh = tmp_path / "fresh" / "mutants" / "src" / "evolvekit" / "train" / "trainer.py.meta"
+    assert seed_verdicts(fresh, saved) is True
+    assert json.loads(fresh.read_text()) == data
+    own = {"exit_code_by_key": {"m.x_a__mutmut_1": 0}, "hash_by_function_name": {}}
+    fresh.write_text(json.dumps(own))
+    assert seed_verdicts(fresh, saved) is False  # never over a copy's own verdicts
+    assert json.loads(fresh.read_text()) == own
+    assert seed_verdicts(tmp_path / "other.meta", tmp_path / "none.json") is False  # nothing saved: nothing seeded
+    assert not (tmp_path / "other.meta").exists()
+
+
 def test_the_health_table_names_the_closed_tasks_their_own_share_and_the_borrowed_ones():
     from evidence import _closed  # benchmarks/evidence/evidence.py
 
