@@ -763,3 +763,31 @@ def test_the_log_ratio_clamp_reaches_the_update(tiny_path):
     off = grads(None)
     assert torch.equal(grads(1e6), off)
     assert not torch.allclose(grads(1e-3), off, atol=1e-6)
+
+
+def _prefix_pair():
+    prefix = [(5 * j) % 300 + 2 for j in range(40)]
+    return [
+        TrainingSample(
+            trajectory_id=f"s{i}",
+            group_id="g",
+            token_ids=prefix + [40 + i, 50 + i, 60 + i],
+            loss_mask=[0] * 38 + [1] * 5,
+            token_advantages=[1.0 if i else -1.0] * 43,
+            experience_mask=[0] * 43,
+        )
+        for i in range(2)
+    ]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_old_log_probs_run_under_the_training_forwards_autocast(tiny_path, shared):
+    """Two epochs at learning rate 0 under bf16 autocast: the old log-probs (a separate no-grad pass, plain or through a
+    shared prefix) are computed as the training forward computes, so every ratio is exactly 1; the same pass in fp32
+    would leave bf16's rounding between them."""
+    cfg = TrainConfig(
+        micro_batch_size=2, ppo_epochs=2, kl_beta=0.0, autocast="bf16", learning_rate=0.0, shared_prefix=shared
+    )
+    stats = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg).update(_prefix_pair())
+    assert stats.optimizer_steps == 2 and stats.clip_frac == 0.0
+    assert stats.vanilla_ratio_dev == 0.0 and stats.ratio == 1.0
