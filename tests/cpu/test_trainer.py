@@ -791,3 +791,15 @@ def test_old_log_probs_run_under_the_training_forwards_autocast(tiny_path, share
     stats = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg).update(_prefix_pair())
     assert stats.optimizer_steps == 2 and stats.clip_frac == 0.0
     assert stats.vanilla_ratio_dev == 0.0 and stats.ratio == 1.0
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_token_counts_and_throughput_by_hand(tiny_path, shared):
+    """The update's token counts: every unpadded token forwarded per epoch, a shared prefix counted once (the rows
+    after the first are counted as tokens not forwarded again), and the throughput as tokens over seconds."""
+    cfg = TrainConfig(micro_batch_size=2, ppo_epochs=2, kl_beta=0.0, autocast="off", shared_prefix=shared)
+    stats = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg).update(_prefix_pair())
+    saved = 40 if shared else 0  # the pair's common prefix (40 tokens) is forwarded once per pass, not twice
+    assert (stats.tokens, stats.shared_prefix_tokens) == (2 * (86 - saved), 2 * saved)
+    assert stats.policy_tokens == 2 * 5 and stats.sequences == 2  # loss tokens once, however many epochs
+    assert stats.seconds > 0.0 and stats.tokens_per_s == stats.tokens / stats.seconds
