@@ -2,6 +2,7 @@
 
 import copy
 import json
+import time
 import zlib
 
 import pytest
@@ -181,7 +182,7 @@ def test_guided_sample_ratio_compares_with_the_behaviour_policy(tiny_path):
     llm = _sharp(tiny_path)
     tr = GRPOTrainer(llm, TrainConfig(kl_beta=0.0, autocast="off", learning_rate=0.0), eps_high_boost=0.6)
     st = tr.update(_guided_pair())
-    assert st.guided_tokens == 40 - 1 or st.guided_tokens == 40
+    assert st.guided_tokens == 40  # the guided sample's loss tokens (a vanilla sample's are not counted)
     assert st.guided_ratio_dev > 1e-3
     assert st.vanilla_ratio_dev < 1e-6 and st.vanilla_clip_frac == 0.0
     assert st.guided_clip_frac > 0.0  # a context change this large moves some ratios past the clip
@@ -452,6 +453,8 @@ def test_several_epochs_still_compare_a_guided_sample_with_its_behaviour_policy(
 
     one, two = dev(1), dev(2)
     assert one > 1e-3 and two == pytest.approx(one, rel=1e-4)  # lr 0: both epochs see the same ratios
+    cfg = TrainConfig(kl_beta=0.0, autocast="off", learning_rate=0.0, ppo_epochs=2)
+    assert GRPOTrainer(_sharp(tiny_path), cfg).update(_guided_pair()).guided_tokens == 40  # per epoch, not summed
 
 
 def test_sequence_logprobs_and_entropy_by_hand(tiny_path):
@@ -798,8 +801,194 @@ def test_token_counts_and_throughput_by_hand(tiny_path, shared):
     """The update's token counts: every unpadded token forwarded per epoch, a shared prefix counted once (the rows
     after the first are counted as tokens not forwarded again), and the throughput as tokens over seconds."""
     cfg = TrainConfig(micro_batch_size=2, ppo_epochs=2, kl_beta=0.0, autocast="off", shared_prefix=shared)
-    stats = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg).update(_prefix_pair())
+    trainer = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg)
+    t0 = time.perf_counter()
+    stats = trainer.update(_prefix_pair())
+    elapsed = time.perf_counter() - t0
     saved = 40 if shared else 0  # the pair's common prefix (40 tokens) is forwarded once per pass, not twice
     assert (stats.tokens, stats.shared_prefix_tokens) == (2 * (86 - saved), 2 * saved)
     assert stats.policy_tokens == 2 * 5 and stats.sequences == 2  # loss tokens once, however many epochs
-    assert stats.seconds > 0.0 and stats.tokens_per_s == stats.tokens / stats.seconds
+    assert 0.0 < stats.seconds <= elapsed and stats.tokens_per_s == stats.tokens / stats.seconds
+
+
+# -- issue 77.2, the trainer's mutation look: its pure helpers, the collated batch and the update's statistics by hand -
+
+
+def test_autocast_follows_the_setting_the_device_and_the_cpus_bf16(monkeypatch):
+    """``auto`` is bf16 on CUDA or on a CPU with AVX512-BF16/AMX (the machine's probe), else off; ``bf16`` and
+    ``off`` are taken as they are."""
+    from types import SimpleNamespace
+
+    from evolvekit.train import trainer as trainer_mod
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert trainer_mod.autocast_dtype("bf16", cpu) is torch.bfloat16 and trainer_mod.autocast_dtype("off", cpu) is None
+    for has_bf16 in (True, False):
+        monkeypatch.setattr(trainer_mod.Machine, "probe", staticmethod(lambda b=has_bf16: SimpleNamespace(cpu_bf16=b)))
+        assert trainer_mod.autocast_dtype("auto", cpu) is (torch.bfloat16 if has_bf16 else None)
+        assert trainer_mod.autocast_dtype("auto", cuda) is torch.bfloat16
+        assert trainer_mod.autocast_dtype("off", cuda) is None
+
+
+@pytest.mark.parametrize("start", [0, 1, 3, 7, 20])
+def test_sequence_logprobs_from_any_start_by_hand(tiny_path, start):
+    """Every position from ``start`` on (clamped to 1 … T−1: position 0 has nothing before it, the last one always
+    counts) gets log π(token_t | tokens_<t); the earlier ones 0."""
+    model = LocalLLM(str(tiny_path), device="cpu").model
+    ids = torch.tensor([[3, 14, 15, 92, 65, 35, 89, 79], [2, 71, 82, 81, 82, 84, 59, 4]])
+    with torch.no_grad():
+        lsm = torch.log_softmax(model(input_ids=ids).logits.float(), dim=-1)
+        logp, ent = sequence_logprobs(model, ids, torch.ones_like(ids), None, with_entropy=True, start=start)
+    first = max(1, min(start, 7))
+    for b in range(2):
+        for t in range(8):
+            want = float(lsm[b, t - 1, ids[b, t]]) if t >= first else 0.0
+            want_ent = float(-(lsm[b, t - 1].exp() * lsm[b, t - 1]).sum()) if t >= first else 0.0
+            assert float(logp[b, t]) == pytest.approx(want, abs=1e-5), (b, t)
+            assert float(ent[b, t]) == pytest.approx(want_ent, abs=1e-5), (b, t)
+
+
+def test_sequence_logprobs_under_bf16_autocast_are_fp32_from_the_bf16_forward(tiny_path):
+    """Under autocast the forward runs in bf16 (its log-probs differ from the fp32 ones) and the log-probs
+    are taken from its logits in fp32."""
+    model = LocalLLM(str(tiny_path), device="cpu").model
+    ids = torch.tensor([[3, 14, 15, 92, 65, 35, 89, 79]])
+    attn = torch.ones_like(ids)
+    with torch.no_grad():
+        fp32, _ = sequence_logprobs(model, ids, attn, None)
+        bf16, _ = sequence_logprobs(model, ids, attn, torch.bfloat16)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(input_ids=ids).logits
+        by_hand = torch.log_softmax(logits.float(), dim=-1)[0, :-1].gather(-1, ids[0, 1:, None])[:, 0]
+    assert fp32.dtype == bf16.dtype == torch.float32
+    assert not torch.allclose(fp32, bf16, atol=1e-6)
+    assert torch.allclose(bf16[0, 1:], by_hand, atol=1e-5)
+
+
+def test_first_loss_position_by_hand():
+    from evolvekit.train.trainer import first_loss_position
+
+    assert first_loss_position(torch.tensor([[0.0, 0, 0, 1, 1], [0, 0, 1, 0, 0]])) == 2  # the earliest over rows
+    assert first_loss_position(torch.tensor([[0.0, 0, 0, 0, 1]])) == 4
+    assert first_loss_position(torch.zeros(2, 5)) == 1  # no loss token: from position 1, as without a start
+
+
+def test_group_scales_of_a_group_without_loss_tokens_are_one():
+    from evolvekit.train.trainer import group_scales
+
+    quiet = TrainingSample(
+        trajectory_id="q", group_id="g", token_ids=[1, 2, 3], loss_mask=[1, 0, 0], token_advantages=[0.0] * 3,
+        experience_mask=[0] * 3, loss_group="extractor",
+    )  # fmt: skip
+    loud = quiet.model_copy(update={"loss_mask": [0, 1, 1], "loss_group": "solver"})
+    assert group_scales([quiet, loud], 2.0) == [1.0, 1.0]
+
+
+def test_the_collated_batch_by_hand(tiny_path):
+    """Right-padded with the tokenizer's pad id; attention 1 on real tokens; the loss mask without experience tokens
+    and without position 0 (nothing predicts it); advantages, the guided flags, loss weights and each sample's entropy
+    coefficient plus the trainer's."""
+    tr = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(autocast="off"), entropy_coef=0.25)
+    a = TrainingSample(
+        trajectory_id="a", group_id="g", token_ids=[5, 6, 7], loss_mask=[1, 1, 1], token_advantages=[0.5, 1.5, -2.0],
+        experience_mask=[0, 1, 0], experience_guided=True, loss_weight=0.5, entropy_coef=-0.125,
+    )  # fmt: skip
+    b = TrainingSample(
+        trajectory_id="b", group_id="g", token_ids=[8, 9, 10, 11, 12], loss_mask=[0, 0, 1, 1, 0],
+        token_advantages=[0.0, 0.0, 3.0, 3.0, 0.0], experience_mask=[0] * 5,
+    )  # fmt: skip
+    batch = tr._collate([a, b])
+    pad = tr.pad_id
+    assert batch["ids"].tolist() == [[5, 6, 7, pad, pad], [8, 9, 10, 11, 12]]
+    assert batch["attn"].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
+    assert batch["mask"].tolist() == [[0.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0, 0.0]]
+    assert batch["adv"].tolist() == [[0.5, 1.5, -2.0, 0.0, 0.0], [0.0, 0.0, 3.0, 3.0, 0.0]]
+    assert batch["guided"].tolist() == [True, False]
+    assert batch["weights"].tolist() == [0.5, 1.0]
+    assert batch["entropy_coef"].tolist() == [0.125, 0.25]
+    assert batch["ids"].dtype == batch["attn"].dtype == torch.long and batch["mask"].dtype == torch.float32
+
+
+def test_a_reference_model_is_frozen_in_eval_mode_and_rollouts_default_to_the_policy(tiny_path):
+    llm = LocalLLM(str(tiny_path), device="cpu")
+    ref = copy.deepcopy(llm.model).train()
+    tr = GRPOTrainer(llm, TrainConfig(kl_beta=0.1, autocast="off"), reference_model=ref)
+    assert tr.reference is ref and not ref.training and not any(p.requires_grad for p in ref.parameters())
+    assert tr.engine.caps.in_process  # no engine given: the policy itself generates
+
+
+def test_the_reported_loss_is_its_parts_token_means_combined(tiny_path):
+    """The update's ``loss`` is the token mean of the whole objective: pg_loss + β·KL − c_H·entropy, each a token
+    mean, over micro-batches and mini-batches alike."""
+    llm = LocalLLM(str(tiny_path), device="cpu")
+    ref = copy.deepcopy(llm.model)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    cfg = TrainConfig(kl_beta=0.5, autocast="off", learning_rate=0.0, micro_batch_size=1, mini_batch_size=2)
+    st = GRPOTrainer(llm, cfg, reference_model=ref, entropy_coef=0.1).update(_samples())
+    assert st.optimizer_steps == 2 and abs(st.pg_loss) > 1e-4 and st.kl > 1e-4 and st.entropy > 1.0
+    assert st.loss == pytest.approx(st.pg_loss + 0.5 * st.kl - 0.1 * st.entropy, rel=1e-4)
+
+
+def test_the_update_reports_the_largest_gradient_norm_of_its_steps(tiny_path):
+    tr = GRPOTrainer(
+        LocalLLM(str(tiny_path), device="cpu"),
+        TrainConfig(kl_beta=0.0, autocast="off", learning_rate=1e-2, mini_batch_size=1, micro_batch_size=1),
+    )
+    norms, step = [], tr.policy.step
+
+    def recording():
+        norms.append(step())
+        return norms[-1]
+
+    tr.policy.step = recording
+    stats = tr.update(_samples(3))
+    assert len(norms) == stats.optimizer_steps == 3 and len(set(norms)) == 3
+    assert stats.grad_norm == max(norms) > 0.0
+
+
+def test_a_non_finite_mini_batch_skips_its_step_and_the_next_one_still_steps(tiny_path):
+    first, second = _samples(2)  # sorted by length: the NaN sample's mini-batch comes first
+    nan = first.model_copy(update={"token_advantages": [float("nan")] * len(first.token_ids)})
+    cfg = TrainConfig(kl_beta=0.0, autocast="off", learning_rate=1e-2, mini_batch_size=1)
+    tr = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg)
+    before = _weights(tr.model)
+    stats = tr.update([nan, second])
+    assert stats.optimizer_steps == 1 and stats.grad_norm > 0.0 and not _unchanged(before, tr.model)
+
+
+@pytest.mark.parametrize("sharding", ["replicate", "fsdp2"])
+def test_a_one_process_group_reports_every_statistic_like_no_group(tiny_path, world_of_one, sharding):
+    """Every statistic of an update summed over a group of one is the one without a group (guided and vanilla ratio
+    diagnostics, the boost's share, KL, entropy, loss), and the model runs once per micro-batch: no idle pass when no
+    rank is busier."""
+    cfg = dict(kl_beta=0.0, autocast="off", learning_rate=0.0, micro_batch_size=1, ppo_epochs=2, shared_prefix=False)
+    plain = GRPOTrainer(_sharp(tiny_path), TrainConfig(**cfg), eps_high_boost=0.6, entropy_coef=0.1)
+    grouped = GRPOTrainer(
+        _sharp(tiny_path), TrainConfig(**cfg, sharding=sharding), eps_high_boost=0.6, entropy_coef=0.1,
+        parallel=world_of_one,
+    )  # fmt: skip
+    a = plain.update(_guided_pair())
+    shapes, remove = _forward_shapes(grouped.model)
+    b = grouped.update(_guided_pair())
+    remove()
+    # the old log-probs (2 micro-batches), the guided sample's behaviour pass, then 2 epochs of 2 micro-batches
+    assert len(shapes) == 2 + 1 + 2 * 2
+    assert a.guided_ratio_dev > 1e-3 and a.guided_clip_frac > 0.0 and a.boost_changed_share > 0.0 and a.entropy > 1.0
+    for name, value in a.as_metrics().items():
+        if name not in ("train/seconds", "train/tokens_per_s"):
+            assert b.as_metrics()[name] == pytest.approx(value, rel=1e-4, abs=1e-7), name
+
+
+def test_fsdp2_trains_without_the_shared_prefix(tiny_path, world_of_one):
+    """Under FSDP2 every pass is plain (the same number on every rank), even with train.shared_prefix on: the pair's
+    common prefix is forwarded for each row, and the update is the shared-prefix one without FSDP2."""
+    cfg = dict(micro_batch_size=2, kl_beta=0.0, autocast="off", learning_rate=1e-2, shared_prefix=True)
+    shared = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(**cfg)).update(_prefix_pair())
+    sharded = GRPOTrainer(
+        LocalLLM(str(tiny_path), device="cpu"), TrainConfig(**cfg, sharding="fsdp2"), parallel=world_of_one
+    ).update(_prefix_pair())
+    assert (shared.tokens, shared.shared_prefix_tokens) == (86 - 40, 40)
+    assert (sharded.tokens, sharded.shared_prefix_tokens) == (86, 0)
+    assert sharded.loss == pytest.approx(shared.loss, rel=1e-4) and sharded.optimizer_steps == 1
