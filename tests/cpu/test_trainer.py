@@ -597,14 +597,20 @@ def test_shuffle_seed_of_a_sample_without_tokens_by_hand():
     assert shuffle_seed([empty], 2) == zlib.crc32(json.dumps([[0, 0]]).encode()) * 1009 + 2
 
 
+def _perturbed(model):
+    """A copy of ``model`` with noise on every weight: a reference that differs from the policy."""
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return ref
+
+
 def test_the_kl_term_runs_the_reference_only_when_its_weight_is_above_zero(tiny_path):
     """kl_beta 0.5 with a reference that differs from the policy: the KL estimate is above 0. kl_beta 0: no
     reference is kept and none is run, LoRA's base model (the adapter switched off) included."""
     llm = LocalLLM(str(tiny_path), device="cpu")
-    ref = copy.deepcopy(llm.model)
-    with torch.no_grad():
-        for p in ref.parameters():
-            p.add_(0.05 * torch.randn_like(p))
+    ref = _perturbed(llm.model)
     cfg = TrainConfig(kl_beta=0.5, autocast="off", learning_rate=0.0)
     assert GRPOTrainer(llm, cfg, reference_model=ref).update(_samples()).kl > 1e-4
     off = GRPOTrainer(llm, TrainConfig(kl_beta=0.0, autocast="off", learning_rate=0.0), reference_model=ref)
@@ -921,10 +927,7 @@ def test_the_reported_loss_is_its_parts_token_means_combined(tiny_path):
     """The update's ``loss`` is the token mean of the whole objective: pg_loss + β·KL − c_H·entropy, each a token
     mean, over micro-batches and mini-batches alike."""
     llm = LocalLLM(str(tiny_path), device="cpu")
-    ref = copy.deepcopy(llm.model)
-    with torch.no_grad():
-        for p in ref.parameters():
-            p.add_(0.05 * torch.randn_like(p))
+    ref = _perturbed(llm.model)
     cfg = TrainConfig(kl_beta=0.5, autocast="off", learning_rate=0.0, micro_batch_size=1, mini_batch_size=2)
     st = GRPOTrainer(llm, cfg, reference_model=ref, entropy_coef=0.1).update(_samples())
     assert st.optimizer_steps == 2 and abs(st.pg_loss) > 1e-4 and st.kl > 1e-4 and st.entropy > 1.0
