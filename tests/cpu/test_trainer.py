@@ -995,3 +995,75 @@ def test_fsdp2_trains_without_the_shared_prefix(tiny_path, world_of_one):
     assert (shared.tokens, shared.shared_prefix_tokens) == (86 - 40, 40)
     assert (sharded.tokens, sharded.shared_prefix_tokens) == (86, 0)
     assert sharded.loss == pytest.approx(shared.loss, rel=1e-4) and sharded.optimizer_steps == 1
+
+
+def test_guided_statistics_stay_zero_without_guided_samples_and_are_shares_with_them(tiny_path):
+    """The guided/vanilla diagnostics are shares of each kind's own loss tokens: an update of vanilla samples only
+    (four steps, so later ratios leave 1) reports zero guided tokens and zero guided shares, and a vanilla deviation;
+    a guided pair reports shares in (0, 1]."""
+    cfg = TrainConfig(
+        kl_beta=0.0, autocast="off", learning_rate=5e-2, mini_batch_size=2, micro_batch_size=2, ppo_epochs=2
+    )
+    vanilla = [s.model_copy(update={"experience_guided": False}) for s in _samples()]
+    st = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg, eps_high_boost=0.6).update(vanilla)
+    assert st.optimizer_steps == 4 and st.guided_tokens == 0
+    assert (st.guided_clip_frac, st.guided_ratio_dev, st.boost_changed_share) == (0.0, 0.0, 0.0)
+    assert st.vanilla_ratio_dev > 1e-4 and 0.0 <= st.vanilla_clip_frac <= 1.0
+    tr = GRPOTrainer(_sharp(tiny_path), TrainConfig(kl_beta=0.0, autocast="off", learning_rate=0.0), eps_high_boost=0.6)
+    pair = tr.update(_guided_pair(adv_sign=1.0))
+    assert 0.0 < pair.guided_clip_frac <= 1.0 and 0.0 < pair.boost_changed_share <= 1.0
+    assert pair.guided_tokens == 40 and pair.vanilla_clip_frac == 0.0
+
+
+def test_policy_tokens_count_every_loss_token_after_the_first(tiny_path):
+    """A sample whose loss mask covers every position: the first token has no prediction, so 11 of 12 count."""
+    s = TrainingSample(
+        trajectory_id="t",
+        group_id="g",
+        token_ids=list(range(3, 15)),
+        loss_mask=[1] * 12,
+        token_advantages=[1.0] * 12,
+        experience_mask=[0] * 12,
+    )
+    st = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), TrainConfig(autocast="off", learning_rate=0.0)).update([s])
+    assert st.policy_tokens == 11
+
+
+@pytest.mark.parametrize("per_sample", [False, True])
+def test_a_unit_entropy_coefficient_turns_the_entropy_on(tiny_path, per_sample):
+    """An entropy coefficient of exactly 1 (for the trainer, or one sample's) computes the entropy; 0 does not."""
+
+    def entropy(coef: float) -> float:
+        samples = _samples()
+        if per_sample:
+            samples = [samples[0].model_copy(update={"entropy_coef": coef}), *samples[1:]]
+        cfg = TrainConfig(kl_beta=0.0, autocast="off", learning_rate=0.0)
+        return (
+            GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg, entropy_coef=0.0 if per_sample else coef)
+            .update(samples)
+            .entropy
+        )
+
+    assert entropy(0.0) == 0.0 and entropy(1.0) > 1.0
+
+
+def _prefix_triple():
+    return [
+        *_prefix_pair(),
+        _prefix_pair()[1].model_copy(
+            update={"trajectory_id": "s2", "token_ids": _prefix_pair()[1].token_ids[:40] + [70, 71, 72]}
+        ),
+    ]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_three_members_of_a_shared_prefix_and_their_entropy(tiny_path, shared):
+    """Three samples sharing a 40-token prefix, micro-batches of two: the prefix is forwarded once, so two rows'
+    worth of it (80 tokens) is saved; the entropy term is computed through the shared prefix as through plain passes."""
+    cfg = TrainConfig(micro_batch_size=2, kl_beta=0.0, autocast="off", learning_rate=0.0, shared_prefix=shared)
+    st = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg, entropy_coef=0.1).update(_prefix_triple())
+    assert (st.tokens, st.shared_prefix_tokens) == ((49, 80) if shared else (129, 0))
+    plain = GRPOTrainer(
+        LocalLLM(str(tiny_path), device="cpu"), cfg.model_copy(update={"shared_prefix": False}), entropy_coef=0.1
+    ).update(_prefix_triple())
+    assert st.entropy > 1.0 and st.entropy == pytest.approx(plain.entropy, rel=1e-5)
