@@ -4,6 +4,7 @@ import copy
 import json
 import time
 import zlib
+from collections import Counter
 
 import pytest
 import torch
@@ -1067,3 +1068,54 @@ def test_three_members_of_a_shared_prefix_and_their_entropy(tiny_path, shared):
         LocalLLM(str(tiny_path), device="cpu"), cfg.model_copy(update={"shared_prefix": False}), entropy_coef=0.1
     ).update(_prefix_triple())
     assert st.entropy > 1.0 and st.entropy == pytest.approx(plain.entropy, rel=1e-5)
+
+
+def test_a_rank_with_fewer_micro_batches_runs_zero_weighted_passes_up_to_the_busiest(
+    tiny_path, world_of_one, monkeypatch
+):
+    """FSDP2: when another rank has more micro-batches in a mini-batch (here 5, through a stand-in for the group's
+    maximum), this rank runs the difference as zero-weighted forward/backward passes of its mini-batch's first sample,
+    so it joins every collective; its update is the one without them. Three samples in mini-batches of two and one,
+    micro-batches of one: 2 + 1 passes of its own, so 3 + 4 idle passes."""
+    cfg = TrainConfig(
+        kl_beta=0.0,
+        autocast="off",
+        learning_rate=1e-2,
+        mini_batch_size=2,
+        micro_batch_size=1,
+        shared_prefix=False,
+        sharding="fsdp2",
+    )
+    samples = _samples(3)
+
+    def update(busiest):
+        if busiest is not None:
+            monkeypatch.setattr(world_of_one, "max_int", lambda value: busiest)
+        tr = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg, parallel=world_of_one)
+        shapes, remove = _forward_shapes(tr.model)
+        stats = tr.update(samples)
+        remove()
+        return stats, shapes
+
+    alone, own = update(None)
+    busy, shapes = update(5)
+    extra = Counter(shapes) - Counter(own)
+    assert len(shapes) == len(own) + 3 + 4 and sum(extra.values()) == 7
+    assert {rows for rows, _ in extra} == {1} and {width for _, width in extra} <= {10, 13, 16}  # one sample's row
+    assert busy.optimizer_steps == alone.optimizer_steps == 2
+    assert busy.grad_norm == pytest.approx(alone.grad_norm, rel=1e-6) and busy.loss == pytest.approx(alone.loss)
+
+
+def test_the_training_forward_projects_logits_from_the_first_loss_position_only(tiny_path):
+    """The plain path's forward asks the model for the logits from the first loss position on: the pair's loss starts
+    at position 38 of 43, so 6 positions are projected (``logits_to_keep``), not 43."""
+    tr = GRPOTrainer(
+        LocalLLM(str(tiny_path), device="cpu"), TrainConfig(kl_beta=0.0, autocast="off", shared_prefix=False)
+    )
+    kept = []
+    remove = tr.model.register_forward_hook(
+        lambda _m, _a, kwargs, _o: kept.append(kwargs.get("logits_to_keep")), with_kwargs=True
+    ).remove
+    tr.update(_prefix_pair())
+    remove()
+    assert kept == [6]
