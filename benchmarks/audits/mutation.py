@@ -221,25 +221,30 @@ def copy_checkout(dest: Path, keep_verdicts: bool = False) -> None:
 _SURVIVED = 0
 
 
-def reopen_verdicts(meta: Path, recheck: tuple[str, ...] = ()) -> dict[str, int]:
+def reopen_verdicts(meta: Path, recheck: tuple[str, ...] = (), reopen: tuple[str, ...] | None = None) -> dict[str, int]:
     """A resumed look (``--resume``): in mutmut's verdict file of the module, every survivor and every mutant that
     was not killed outright (a timeout, a crash) is made undecided again, so the tests as they are now meet it; a kill
     (exit code 1) stands, unless its function's mangled name starts with one of ``recheck`` (a function whose tests
-    lost an assertion since). mutmut itself re-tests the functions whose source changed (its hashes). Returns the
-    counts: kept kills, reopened."""
+    lost an assertion since). ``reopen``: only the survivors whose names start with one of these are made undecided
+    (the tests added since aim at them); the other survivors keep their verdict, which only tests added since could
+    change, so the score stays a lower bound. mutmut itself re-tests the functions whose source changed (its hashes).
+    Returns the counts: kept kills, kept survivors, reopened."""
     data = json.loads(meta.read_text())
     codes = data["exit_code_by_key"]
-    kept = reopened = 0
+    kept = kept_survivors = reopened = 0
     for key, code in codes.items():
         if code is None:
             continue
         if code == 1 and not key.startswith(recheck):
             kept += 1
             continue
+        if code == _SURVIVED and reopen is not None and not key.startswith(reopen):
+            kept_survivors += 1
+            continue
         codes[key] = None
         reopened += 1
     meta.write_text(json.dumps(data))
-    return {"kept_kills": kept, "reopened": reopened}
+    return {"kept_kills": kept, "kept_survivors": kept_survivors, "reopened": reopened}
 
 
 # a look's verdicts, committed (``--save-verdicts``), so that a later session on a machine without the copy resumes it
@@ -282,10 +287,12 @@ def mutate(
     timeout_constant: float = 1.0,
     resume: bool = False,
     recheck: tuple[str, ...] = (),
+    reopen: tuple[str, ...] | None = None,
 ) -> dict:
     """mutmut on one module in its own copy; its counts and survivors. ``timeout_multiplier``: mutmut's (a mutant
     times out, and counts as killed, past about 2 x multiplier x its tests' usual time; mutmut's default 15).
-    ``resume``: go on with the copy's earlier, unfinished look (``reopen_verdicts``; ``recheck``: its argument)."""
+    ``resume``: go on with the copy's earlier, unfinished look (``reopen_verdicts``; ``recheck``, ``reopen``: its
+    arguments)."""
     copy = work / name
     meta = copy / "mutants" / "src" / "evolvekit" / (module + ".meta")
     if resume and seed_verdicts(meta, VERDICTS / f"{name}.json"):
@@ -293,7 +300,7 @@ def mutate(
     resumed = resume and meta.is_file()
     copy_checkout(copy, keep_verdicts=resumed)
     if resumed:
-        print(f"{name}: resuming the look in {copy}: {reopen_verdicts(meta, recheck)}", flush=True)
+        print(f"{name}: resuming the look in {copy}: {reopen_verdicts(meta, recheck, reopen)}", flush=True)
     source = copy / "src" / "evolvekit" / module
     source.write_text(undecorate_registrations(source.read_text()))
     with open(copy / "pyproject.toml", "a", encoding="utf-8") as fh:
@@ -480,6 +487,13 @@ def main() -> None:
         "are checked again too (their tests lost an assertion since)",
     )
     parser.add_argument(
+        "--reopen",
+        nargs="*",
+        default=None,
+        help="with --resume: only the survivors whose mutmut names start with one of these are tested again (the "
+        "tests added since aim at them); the other survivors keep their verdict. Default: every survivor",
+    )
+    parser.add_argument(
         "--save-verdicts",
         action="store_true",
         help="run nothing: write each --only module's verdicts from its copy to benchmarks/results/mutation_verdicts/"
@@ -507,6 +521,7 @@ def main() -> None:
             timeout_constant=args.timeout_constant,
             resume=args.resume,
             recheck=tuple(args.recheck),
+            reopen=None if args.reopen is None else tuple(args.reopen),
         )
         row = {**looked, "commit": code.stdout.strip()}
         # modules not run now keep their earlier row (each row names the commit it was run at), read when this row is

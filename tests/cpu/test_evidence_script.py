@@ -180,10 +180,16 @@ def test_a_resumed_mutation_look_keeps_its_kills_and_reopens_everything_else(tmp
     codes = {"m.x_a__mutmut_1": 1, "m.x_a__mutmut_2": 0, "m.x_b__mutmut_1": 1, "m.x_b__mutmut_2": None}
     codes |= {"m.x_c__mutmut_1": 36, "m.x_c__mutmut_2": -11}
     meta.write_text(json.dumps({"exit_code_by_key": codes, "hash_by_function_name": {"x_a": "h"}}))
-    assert reopen_verdicts(meta, ("m.x_b",)) == {"kept_kills": 1, "reopened": 4}
+    assert reopen_verdicts(meta, ("m.x_b",)) == {"kept_kills": 1, "kept_survivors": 0, "reopened": 4}
     after = json.loads(meta.read_text())
     assert after["exit_code_by_key"] == {k: (1 if k == "m.x_a__mutmut_1" else None) for k in codes}
     assert after["hash_by_function_name"] == {"x_a": "h"}  # the rest of mutmut's file as it was
+    # --reopen: only the named survivors are tested again; the others, and every timeout or crash, as before
+    codes |= {"m.x_d__mutmut_1": 0}
+    meta.write_text(json.dumps({"exit_code_by_key": codes}))
+    assert reopen_verdicts(meta, (), ("m.x_d",)) == {"kept_kills": 2, "kept_survivors": 1, "reopened": 3}
+    after = json.loads(meta.read_text())["exit_code_by_key"]
+    assert after["m.x_a__mutmut_2"] == 0 and after["m.x_d__mutmut_1"] is None and after["m.x_c__mutmut_1"] is None
 
 
 def test_a_looks_verdicts_saved_and_seeded_into_a_copy_without_them(tmp_path):
