@@ -1119,3 +1119,15 @@ def test_the_training_forward_projects_logits_from_the_first_loss_position_only(
     tr.update(_prefix_pair())
     remove()
     assert kept == [6]
+
+
+def test_a_models_error_without_autocast_surfaces_as_itself():
+    """With autocast off the forward runs in a context that does nothing, and lets an error through as it is."""
+
+    class Broken(torch.nn.Module):
+        def forward(self, **_):
+            raise ValueError("the model failed")
+
+    ids = torch.tensor([[1, 2, 3]])
+    with pytest.raises(ValueError, match="the model failed"):
+        sequence_logprobs(Broken(), ids, torch.ones_like(ids), None)
