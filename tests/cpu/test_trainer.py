@@ -1108,17 +1108,19 @@ def test_a_rank_with_fewer_micro_batches_runs_zero_weighted_passes_up_to_the_bus
 
 def test_the_training_forward_projects_logits_from_the_first_loss_position_only(tiny_path):
     """The plain path's forward asks the model for the logits from the first loss position on: the pair's loss starts
-    at position 38 of 43, so 6 positions are projected (``logits_to_keep``), not 43."""
-    tr = GRPOTrainer(
-        LocalLLM(str(tiny_path), device="cpu"), TrainConfig(kl_beta=0.0, autocast="off", shared_prefix=False)
-    )
-    kept = []
-    remove = tr.model.register_forward_hook(
-        lambda _m, _a, kwargs, _o: kept.append(kwargs.get("logits_to_keep")), with_kwargs=True
-    ).remove
-    tr.update(_prefix_pair())
-    remove()
-    assert kept == [6]
+    at position 38 of 43, so 6 positions are projected (``logits_to_keep``), not 43. Every forward of an update (the
+    old log-probs' no-grad pass of a two-epoch update included) gets the padding mask and builds no KV cache."""
+    for epochs, keeps in ((1, [6]), (2, [6, 6, 6])):
+        cfg = TrainConfig(kl_beta=0.0, autocast="off", shared_prefix=False, ppo_epochs=epochs)
+        tr = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg)
+        calls = []
+        remove = tr.model.register_forward_hook(
+            lambda _m, _a, kwargs, _o, seen=calls: seen.append(kwargs), with_kwargs=True
+        ).remove
+        tr.update(_prefix_pair())
+        remove()
+        assert [c.get("logits_to_keep") for c in calls] == keeps
+        assert all(c.get("use_cache") is False and c["attention_mask"].shape == (2, 43) for c in calls)
 
 
 def test_a_models_error_without_autocast_surfaces_as_itself():
