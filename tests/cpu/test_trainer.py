@@ -829,6 +829,11 @@ def test_autocast_follows_the_setting_the_device_and_the_cpus_bf16(monkeypatch):
     from evolvekit.train import trainer as trainer_mod
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
+
+    def no_probe():
+        raise AssertionError("the machine is probed only under auto")
+
+    monkeypatch.setattr(trainer_mod.Machine, "probe", staticmethod(no_probe))
     assert trainer_mod.autocast_dtype("bf16", cpu) is torch.bfloat16 and trainer_mod.autocast_dtype("off", cpu) is None
     for has_bf16 in (True, False):
         monkeypatch.setattr(trainer_mod.Machine, "probe", staticmethod(lambda b=has_bf16: SimpleNamespace(cpu_bf16=b)))
@@ -1133,3 +1138,16 @@ def test_a_models_error_without_autocast_surfaces_as_itself():
     ids = torch.tensor([[1, 2, 3]])
     with pytest.raises(ValueError, match="the model failed"):
         sequence_logprobs(Broken(), ids, torch.ones_like(ids), None)
+
+
+def test_the_trainer_keeps_its_llm_and_resolves_autocast_for_the_policys_device(tiny_path, monkeypatch):
+    """Other stages read the trainer's LLM (the cold start resets its prefix cache) and device; autocast is resolved
+    for the device the policy is on."""
+    from evolvekit.train import trainer as trainer_mod
+
+    seen = []
+    monkeypatch.setattr(trainer_mod, "autocast_for", lambda setting, device, bf16: seen.append(device) or "off")
+    llm = LocalLLM(str(tiny_path), device="cpu")
+    tr = GRPOTrainer(llm, TrainConfig(autocast="bf16"))
+    assert tr.llm is llm and tr.device == torch.device("cpu") and tr.amp is None
+    assert seen == ["cpu"]
