@@ -301,6 +301,10 @@ def mutate(
     copy_checkout(copy, keep_verdicts=resumed)
     if resumed:
         print(f"{name}: resuming the look in {copy}: {reopen_verdicts(meta, recheck, reopen)}", flush=True)
+        # mutmut collects which tests reach each function only for tests it has not seen: a test changed since the
+        # last look (a new call path) would stay mapped to what it reached then, and the mutants of the functions it
+        # reaches now would not meet it. Collected again, for every test as it is now.
+        (copy / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     source = copy / "src" / "evolvekit" / module
     source.write_text(undecorate_registrations(source.read_text()))
     with open(copy / "pyproject.toml", "a", encoding="utf-8") as fh:
