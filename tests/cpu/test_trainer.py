@@ -522,14 +522,20 @@ def test_idle_passes_run_the_model_without_changing_a_gradient(tiny_path):
     assert all(torch.equal(p.grad, grads[n]) for n, p in tr.model.named_parameters() if p.grad is not None)
 
 
-def _forward_shapes(model):
-    """A forward hook recording each call's input shape (rows, tokens); returns (shapes, remove)."""
-    shapes = []
+def _forward_calls(model, record=lambda args, kwargs: kwargs):
+    """A forward hook recording ``record(args, kwargs)`` of each call (default: its keyword arguments); returns
+    (records, remove)."""
+    calls = []
 
     def hook(_module, args, kwargs, _out):
-        shapes.append(tuple(kwargs.get("input_ids", args[0] if args else None).shape))
+        calls.append(record(args, kwargs))
 
-    return shapes, model.register_forward_hook(hook, with_kwargs=True).remove
+    return calls, model.register_forward_hook(hook, with_kwargs=True).remove
+
+
+def _forward_shapes(model):
+    """A forward hook recording each call's input shape (rows, tokens); returns (shapes, remove)."""
+    return _forward_calls(model, lambda args, kwargs: tuple(kwargs.get("input_ids", args[0] if args else None).shape))
 
 
 @pytest.mark.parametrize("micro", [1, 2])
@@ -1054,12 +1060,9 @@ def test_a_unit_entropy_coefficient_turns_the_entropy_on(tiny_path, per_sample):
 
 
 def _prefix_triple():
-    return [
-        *_prefix_pair(),
-        _prefix_pair()[1].model_copy(
-            update={"trajectory_id": "s2", "token_ids": _prefix_pair()[1].token_ids[:40] + [70, 71, 72]}
-        ),
-    ]
+    pair = _prefix_pair()
+    third = pair[1].model_copy(update={"trajectory_id": "s2", "token_ids": pair[1].token_ids[:40] + [70, 71, 72]})
+    return [*pair, third]
 
 
 @pytest.mark.parametrize("shared", [False, True])
@@ -1118,10 +1121,7 @@ def test_the_training_forward_projects_logits_from_the_first_loss_position_only(
     for epochs, keeps in ((1, [6]), (2, [6, 6, 6])):
         cfg = TrainConfig(kl_beta=0.0, autocast="off", shared_prefix=False, ppo_epochs=epochs)
         tr = GRPOTrainer(LocalLLM(str(tiny_path), device="cpu"), cfg)
-        calls = []
-        remove = tr.model.register_forward_hook(
-            lambda _m, _a, kwargs, _o, seen=calls: seen.append(kwargs), with_kwargs=True
-        ).remove
+        calls, remove = _forward_calls(tr.model)
         tr.update(_prefix_pair())
         remove()
         assert [c.get("logits_to_keep") for c in calls] == keeps
