@@ -308,8 +308,8 @@ class EnvConfig(_Section):
         "the worked examples every prompt shows (policy, explorer, synthesizer): self = made by the run itself before anything else, from its own exploration's executed calls with a request written from each tool's own documentation (its schema description); person = the environment's person-written examples (a task family's demonstrations, env.mcp.examples, env.openenv.examples), person-written task instances that every output of such a run labels; none = no worked example",
     )
     self_examples: int = F(
-        3,
-        "env.worked_examples: self: how many worked examples the run makes (one per tool, from distinct tools)",
+        8,
+        "env.worked_examples: self: at most this many worked examples, one for every tool the examples' exploration executed (distinct tools)",
         ge=1,
         le=8,
     )
@@ -477,6 +477,26 @@ class DifficultyConfig(_Section):
         return None
 
 
+class RequestsConfig(_Section):
+    """How the run writes the request of a worked example or a synthesized task (questioning/requests.py; evolvekit's
+    own, not in the papers: cycle-consistent back-translation, GAZP arXiv 2009.07396, AutoQA arXiv 2010.04806)."""
+
+    mode: Literal["backtranslate", "documented"] = F(
+        "backtranslate",
+        "backtranslate = the model writes many candidate requests for each executed call under several framings, and a request is kept only if it states every value the call needs and no other number, names no parameter or function identifier, is no near-duplicate of a kept one, and round-trips (the policy, shown only it and the run's examples, reaches the same result at least once in round_trip_samples attempts); the survivors are ranked by round-trip pass rate, and a call none survives for falls back to the documented template (counted); documented = the tool's description with the arguments appended ('Add two numbers (a = 1, b = 2).'), the earlier default",
+    )
+    per_framing: int = F(4, "candidate requests sampled per framing for each executed call (3 framings)", ge=1, le=16)
+    shortlist: int = F(
+        4, "at most this many candidates per call that pass the text filters go on to the round trip", ge=1, le=16
+    )
+    round_trip_samples: int = F(
+        4, "k: the policy's attempts at each shortlisted request (the round trip; 0 = that filter off)", ge=0, le=16
+    )
+    values: bool = F(True, "keep a request only if it states every value its call needs and no other number")
+    identifiers: bool = F(True, "drop a request that names a parameter or function identifier as code")
+    dedup: bool = F(True, "drop a request that is a near-duplicate (numbers masked, 0.8 word overlap) of a kept one")
+
+
 class QuestioningConfig(_Section):
     enabled: bool = F(False, "self-questioning task supply (§3); off = real train-split tasks only")
     n_breadth: int = F(3, "N_b breadth-first exploration steps (§3.1, Eq. 9; BFCL: 3)", ge=0, le=MAX_STEPS)
@@ -493,6 +513,9 @@ class QuestioningConfig(_Section):
         "small-model scaffolds for exploration and synthesis: the explorer's reply starts with an opened tool call (naming an untried tool in breadth steps; in depth steps the model picks the tool under a guided choice among the real ones) whose arguments are decoded under the tool's JSON schema and the synthesizer writes one request per chosen window of explored calls instead of choosing calls itself. 'off' = the paper's free prompts; 'auto' = on for local (in-process) models, off for served ones",
     )
     difficulty: DifficultyConfig = F(DifficultyConfig(), "user preference: difficulty (§3.2, Eq. 10)")
+    requests: RequestsConfig = F(
+        RequestsConfig(), "how worked examples' and synthesized tasks' requests are written (evolvekit's own)"
+    )
     style_rubrics: list[str] = F([], "user preference: free-text style rubrics (§3.2)")
     lexical_dedup_threshold: float = F(
         0.8, "token-overlap threshold for real-time dedup (§3.3; §7.1.3: 0.8)", ge=0, le=1

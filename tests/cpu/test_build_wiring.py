@@ -608,7 +608,7 @@ def test_the_policy_acts_in_the_environment_with_the_runs_own_examples_unless_a_
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
     explorers: list = []
-    monkeypatch.setattr(qparts, "run_examples", lambda cfg, llm, bare_env: explorers.append(llm) or [])
+    monkeypatch.setattr(qparts, "run_examples", lambda cfg, llm, bare_env, funnel=None: explorers.append(llm) or [])
     sets = [f"run.out_dir={tmp_path / 'runs'}", "env.name=coin", "env.plugins=[coin_env]", "train.kl_beta=0"]
     sets += ["questioning.enabled=false", "navigating.enabled=false", "attributing.enabled=false"]
     cfg, run_dir, store = open_run(load_config(None, [*sets, f"env.worked_examples={mode}"]), None)

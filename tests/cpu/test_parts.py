@@ -824,7 +824,7 @@ def test_the_runs_own_examples_are_stored_once_so_a_resumed_run_shows_the_same(m
             self.meta[key] = value
 
     explored: list = []
-    monkeypatch.setattr(qparts, "run_examples", lambda cfg, llm, bare_env: explored.append(llm) or [])
+    monkeypatch.setattr(qparts, "run_examples", lambda cfg, llm, bare_env, funnel=None: explored.append(llm) or [])
     cfg = load_config(None, ["env.worked_examples=self"])
     store = Store()
     first = qparts.shown_examples(cfg, store, _Policy(), None)

@@ -427,7 +427,7 @@ def test_commands_outside_a_run_make_their_examples_once_and_only_when_an_enviro
     made: list[int] = []
     loaded: list[int] = []
 
-    def fake_run_examples(cfg, explorer_llm, make_env):
+    def fake_run_examples(cfg, explorer_llm, make_env, funnel=None):
         made.append(1)
         return [self_examples.Demonstration("Add 1 and 2.", _call("add", a=1, b=2), '{"result": 3}', "It is 3.")]
 

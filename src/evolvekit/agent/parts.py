@@ -109,3 +109,29 @@ def pass_probe(cfg: Config, engine: Engine, env_factory):
         return [row["scores"] for row in report.per_task]
 
     return probe
+
+
+def round_trip(cfg: Config, engine: Engine):
+    """The requests' round trip (``questioning.requests.round_trip_samples`` = k > 0, else None): the policy attempts
+    each candidate task k times through ``engine`` with the run's rollout settings, in the environment the caller
+    gives (which worked examples it shows), and the environment's own check scores every attempt
+    (questioning/requests.py, filter 4)."""
+    k = cfg.questioning.requests.round_trip_samples
+    if not k:
+        return None
+
+    def attempts(tasks, env_factory):
+        report, _ = evaluate.evaluate_policy(
+            tasks,
+            env_factory,
+            engine,
+            cfg.rollout,
+            policy_sampling(cfg, seed=cfg.run.seed),
+            k,
+            cfg.env.tool_rendering,
+            show_progress=False,
+            template=rollout_template(cfg),
+        )
+        return [row["scores"] for row in report.per_task]
+
+    return attempts

@@ -28,12 +28,13 @@ def synthesize(
     """Exploration → synthesis → curation; prints the funnel (explored, synthesized, deduplicated, infeasible, kept).
 
     Dedup is against every task seen, the environment's real training tasks included (as in a run)."""
-    from evolvekit.agent.parts import pass_probe
+    from evolvekit.agent.parts import pass_probe, round_trip
     from evolvekit.config import load_config
     from evolvekit.engine.registry import policy_engine
     from evolvekit.env.registry import make_env, preflight
     from evolvekit.llm.factory import build_embedder, role_llm, sampling_for
     from evolvekit.questioning.pipeline import SynthesisSettings, known_tasks, synthesize_tasks
+    from evolvekit.questioning.requests import RequestFunnel
     from evolvekit.questioning.self_examples import with_run_examples
 
     cfg = load_config(config, list(overrides or []) + ([f"env.name={env}"] if env else []))
@@ -58,7 +59,15 @@ def synthesize(
         settings = SynthesisSettings.of(cfg)
         explorer = role_llm(cfg.models, "explorer")
         # as in a run: the explorer's and synthesizer's worked examples are the run's own (env.worked_examples)
-        made_env = with_run_examples(cfg, lambda: explorer, lambda: make_env(cfg.env))
+        examples_funnel = RequestFunnel()
+        made_env = with_run_examples(cfg, lambda: explorer, lambda: make_env(cfg.env), funnel=examples_funnel)
+        r = cfg.questioning.requests
+        # the policy is loaded only when it probes or round-trips
+        policy = (
+            policy_engine(cfg, role_llm(cfg.models, "policy"))
+            if cfg.questioning.pass_filter_samples or (r.mode == "backtranslate" and r.round_trip_samples)
+            else None
+        )
         _, funnel, _ = synthesize_tasks(
             settings,
             n,
@@ -72,11 +81,11 @@ def synthesize(
             existing=known_tasks(settings.env, settings.eval_synthetic),
             max_rounds=max_rounds,
             on_round=on_round,
-            probe=pass_probe(cfg, policy_engine(cfg, role_llm(cfg.models, "policy")), made_env)
-            if cfg.questioning.pass_filter_samples
-            else None,  # the policy is loaded only when it probes
+            probe=pass_probe(cfg, policy, made_env) if policy is not None else None,
+            trip=round_trip(cfg, policy) if policy is not None and r.mode == "backtranslate" else None,
         )
-    summary = {**funnel.as_dict(), "out": str(out), "explorations": str(explorations)}
+    examples = {f"examples_{k}": v for k, v in examples_funnel.as_dict().items()}
+    summary = {**funnel.as_dict(), **examples, "out": str(out), "explorations": str(explorations)}
     emit_json(summary) if as_json else sys.stdout.write(" ".join(f"{k}={v}" for k, v in summary.items()) + "\n")
 
 

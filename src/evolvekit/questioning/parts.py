@@ -3,10 +3,11 @@ examples, the synthesis stage's work, and CoEvolve's regeneration hook (orchestr
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
-from evolvekit.agent.parts import pass_probe
+from evolvekit.agent.parts import pass_probe, round_trip
 from evolvekit.config import Config, judge_mode, synthetic_reward
 from evolvekit.engine.base import Engine
 from evolvekit.env.examples import Once
@@ -16,6 +17,7 @@ from evolvekit.questioning import pipeline
 from evolvekit.questioning.coevolve import CoEvolveRegenerator, SignalTracker
 from evolvekit.questioning.curate import Deduplicator
 from evolvekit.questioning.pipeline import Funnel, SynthesisSettings
+from evolvekit.questioning.requests import RequestFunnel
 from evolvekit.questioning.reward import SyntheticRewardRollouts
 from evolvekit.questioning.self_examples import demos_from_json, demos_to_json, example_messages, run_examples
 from evolvekit.questioning.supply import CoEvolveHook
@@ -42,6 +44,7 @@ def synthetic_rewards(cfg: Config, rollouts: Any) -> Any:
 
 
 WORKED_EXAMPLES = "worked_examples"  # run-store meta: the run's own worked examples (env.worked_examples: self)
+EXAMPLE_REQUESTS = "worked_examples_requests"  # run-store meta: their requests' funnel (questioning.requests)
 
 
 def shown_examples(cfg: Config, store: RunStore, policy, bare_env) -> Callable[[], list] | None:
@@ -70,7 +73,9 @@ def shown_examples(cfg: Config, store: RunStore, policy, bare_env) -> Callable[[
     def make() -> list:
         stored = store.get_meta(WORKED_EXAMPLES)
         if stored is None:
-            stored = demos_to_json(run_examples(cfg, role_llm_or_policy(cfg, policy), bare_env))
+            funnel = RequestFunnel()
+            stored = demos_to_json(run_examples(cfg, role_llm_or_policy(cfg, policy), bare_env, funnel=funnel))
+            store.set_meta(EXAMPLE_REQUESTS, json.dumps(funnel.as_dict()))
             store.set_meta(WORKED_EXAMPLES, stored)
         return example_messages(demos_from_json(stored))
 
@@ -145,6 +150,7 @@ def synthesis_work(cfg: Config, train_tasks, policy, engine: Engine, env_factory
             resume=stored,
             funnel=funnel,
             probe=pass_probe(cfg, engine, env_factory),  # the policy attempts through its rollout engine
+            trip=round_trip(cfg, engine),  # the requests' round trip, through the same engine
         )
         return tasks, funnel
 

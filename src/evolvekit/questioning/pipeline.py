@@ -21,6 +21,7 @@ from evolvekit.questioning.curate import (
     replay_feasible,
 )
 from evolvekit.questioning.explore import ExplorationTrace, Explorer
+from evolvekit.questioning.requests import RequestFilters, RequestFunnel, RequestWriter, RoundTrip, pass_rate
 from evolvekit.questioning.synthesize import TaskSynthesizer, chain_shots, follow_up_shots, shots_from_examples
 from evolvekit.types import Task
 
@@ -43,6 +44,18 @@ class Funnel:
     trivial: int = 0  # removed because the environment's check passes an episode with no call (nothing to learn)
     heldout_split_wording: int = 0  # removed: worded like a task of the held-out split (numbers masked)
     heldout_panel_wording: int = 0  # removed: worded like a task of a held-out panel (train.eval_panels)
+    # back-translated requests (questioning.requests.mode: backtranslate; questioning/requests.py): per window of
+    # explored calls, the candidates sampled, each filter's drops, the windows no candidate survived for, the
+    # candidates whose round trip never succeeded, and the surviving phrasings of a window other than its kept one
+    request_windows: int = 0
+    request_candidates: int = 0
+    request_unparseable: int = 0
+    request_values: int = 0
+    request_identifiers: int = 0
+    request_duplicates: int = 0
+    request_none: int = 0
+    request_round_trip: int = 0
+    request_other_phrasings: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -207,15 +220,20 @@ def explorer_and_synthesizer(
     shots: list[tuple[str, str]] = []
     follow: list[tuple[str, str]] = []
     chained: list[tuple[str, str]] = []
+    tools: list = []
+    examples: list = []
+    writer = written(q, synth_llm, synth_params) if targeted else None
     if targeted or q.difficulty.turns > 1 or q.difficulty.chained:
         # the environment's worked examples become (calls -> request) examples for the synthesizer: self-contained
         # requests for a task's first turn, follow-up turns (which refer to an earlier result) for its later ones,
-        # and one request over several dependent calls (difficulty.chained)
+        # and one request over several dependent calls (difficulty.chained); back-translation shows none (its
+        # framings show the calls only) but the tools' descriptions
         env = make_env()
         try:
-            examples = env.reset(None, sandbox).examples
+            reset = env.reset(None, sandbox)
         finally:
             env.close()
+        examples, tools = reset.examples, list(reset.tools)
         shots, follow, chained = shots_from_examples(examples), follow_up_shots(examples), chain_shots(examples)
     return explorer, TaskSynthesizer(
         seam(synth_llm),
@@ -229,7 +247,59 @@ def explorer_and_synthesizer(
         candidates=q.request_candidates,
         agreement=agreement,
         numbers_constrained=settings.numbers_constrained,
+        writer=writer,
+        tools=tools,
+        shots_examples=examples if writer is not None else (),
     )
+
+
+def written(q: QuestioningConfig, synth_llm: LLM, synth_params: SamplingParams):
+    """The back-translation writer and its filters for single-turn synthesis (``questioning.requests.mode:
+    backtranslate``), or None (the documented mode; multi-turn and chained synthesis keep their own asks)."""
+    r = q.requests
+    if r.mode != "backtranslate" or q.difficulty.turns > 1 or q.difficulty.chained:
+        return None
+    filters = RequestFilters(r.values, r.identifiers, 0.8 if r.dedup else 2.0, r.round_trip_samples > 0, r.shortlist)
+    return RequestWriter(seam(synth_llm), synth_params, r.per_framing), filters
+
+
+def round_tripped(
+    tasks: Sequence[Task], trip: RoundTrip | None, make_env: Callable[[], Environment], funnel: Funnel
+) -> list[Task]:
+    """Filter 4 for synthesized tasks, then one task per window of explored calls. Each candidate's round trip (the
+    policy, shown the request and the run's examples, ``make_env``) gives its pass rate p, recorded on the task
+    (``metadata["curation"]["round_trip"]``) as its first learnability estimate; a candidate with no success is
+    dropped. Of a window's survivors the one nearest the learner's frontier is kept: the largest p(1 - p) (LILO, arXiv
+    2502.12272), then the larger p; the others are counted as other phrasings. Without a round trip, the window's
+    first candidate."""
+    rewards = trip(tasks, make_env) if trip is not None and tasks else [[] for _ in tasks]
+    groups: dict[tuple, list[tuple[Task, float]]] = {}
+    for task, r in zip(tasks, rewards, strict=True):
+        p = pass_rate(r) if trip is not None else 1.0
+        if trip is not None:
+            task.metadata.setdefault("curation", {})["round_trip"] = {"rewards": list(r), "pass_rate": round(p, 3)}
+            if p == 0:
+                funnel.request_round_trip += 1
+                log.info("synthesized task dropped: no round trip succeeded in %d attempts: %r", len(r), task.query)
+                continue
+        key = (task.metadata.get("exploration_id"), tuple(task.metadata.get("explored_steps") or ()))
+        groups.setdefault(key, []).append((task, p))
+    kept = []
+    for group in groups.values():
+        best = max(group, key=lambda tp: (tp[1] * (1 - tp[1]), tp[1])) if trip is not None else group[0]
+        kept.append(best[0])
+        funnel.request_other_phrasings += len(group) - 1
+    return kept
+
+
+def add_requests(funnel: Funnel, found: RequestFunnel) -> None:
+    """A synthesis round's text-filter counts (``SynthesisReport.requests``) into the pipeline's funnel."""
+    funnel.request_windows += found.calls
+    funnel.request_candidates += found.candidates
+    funnel.request_unparseable += found.unparseable
+    funnel.request_values += found.values
+    funnel.request_identifiers += found.identifiers
+    funnel.request_duplicates += found.duplicates
 
 
 # seed offset per exploration already made: a round's seeds never repeat an earlier round's (the explorer adds its step)
@@ -258,6 +328,7 @@ def synthesize_tasks(
     resume: Sequence[Task] = (),
     funnel: Funnel | None = None,
     probe: PassProbe | None = None,
+    trip: RoundTrip | None = None,
 ) -> tuple[list[Task], Funnel, list[ExplorationTrace]]:
     """Rounds of exploration → synthesis → curation until ``n`` tasks are kept or ``max_rounds`` ran.
 
@@ -270,6 +341,9 @@ def synthesize_tasks(
 
     ``probe`` (with ``questioning.pass_filter_samples`` > 0) scores the policy's attempts at each curated task; only
     tasks with mixed outcomes are kept (``learnable``).
+
+    ``trip``: the requests' round trip under ``questioning.requests.mode: backtranslate`` (``round_tripped``); None
+    switches that filter off.
     """
     q = settings.questioning
     sandbox = sandbox_for(settings.env)
@@ -294,9 +368,14 @@ def synthesize_tasks(
         funnel.synthesized += len(rep.tasks)
         funnel.synthesis_unparseable += rep.unparseable
         funnel.unchained += rep.unchained
+        add_requests(funnel, rep.requests)
+        if synth.writer is not None:
+            funnel.request_none += rep.unparseable
         for t in rep.tasks:
             t.metadata["bfcl_id"] = t.task_id
         new_kept = curate_new(settings.heldout.drop(rep.tasks, funnel), dedup, make_env, funnel, checks)
+        if synth.writer is not None:
+            new_kept = round_tripped(new_kept, trip, make_env, funnel)
         if probe is not None and q.pass_filter_samples:
             new_kept = learnable(new_kept, probe, funnel)
         new_kept = new_kept[: n - len(kept)]
@@ -452,9 +531,13 @@ def goal_explorer(
         _reseed(explorer, synth, funnel.explored)  # each re-exploration draws anew
         return explorer.explore(make_env, sandbox, rounds, steps, goal=goal)
 
+    def curate(tasks: list[Task]) -> list[Task]:
+        kept = curate_new(settings.heldout.drop(tasks, funnel), dedup, make_env, funnel, checks)
+        return kept if synth.writer is None else round_tripped(kept, None, make_env, funnel)  # one per window
+
     return _Reexplore(
         explore,
-        lambda tasks: curate_new(settings.heldout.drop(tasks, funnel), dedup, make_env, funnel, checks),
+        curate,
         synth,
         settings.env.name,
         meta,

@@ -8,8 +8,15 @@ run writes its own, before anything else, from what only the environment and the
 - the calls: a short exploration of the sandbox by the explorer (with its decoding scaffold, no example shown),
   keeping the first successful call of each tool, from distinct tools;
 - the result: each call replayed on a fresh sandbox, its real output;
-- the request: written from the tool's own documentation, its schema description, with the call's arguments
-  (``documented_request``: "Add two numbers (a = 12, b = 30)."); the closing message states the output.
+- the request: written by the run's own model for each executed call and filtered hard
+  (``questioning.requests.mode: backtranslate``, questioning/requests.py): many candidates under several framings,
+  kept only if they state exactly the call's values, name no identifier, are no near-duplicate, and round-trip (the
+  policy, shown the request and the other tools' examples, reaches the same result); the best by round-trip pass
+  rate. A call no candidate survives for, and ``mode: documented``, get the template written from the tool's own
+  documentation (``documented_request``: "Add two numbers (a = 12, b = 30)."), counted in the funnel. The closing
+  message states the output.
+
+Every tool the exploration executed gets an example (up to ``env.self_examples``).
 
 The same examples then reach every prompt of the run: the explorer's and the synthesizer's during synthesis, the
 policy's in training and in held-out evaluation (before and after alike).
@@ -20,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence, cast
 
 from evolvekit.engine.registry import seam
@@ -28,8 +36,17 @@ from evolvekit.env.base import Action, Environment, ToolSchema
 from evolvekit.env.bfcl.families import Demonstration
 from evolvekit.errors import EnvError
 from evolvekit.llm.base import LLM
+from evolvekit.env.examples import ShownExamples
 from evolvekit.questioning.explore import ExplorationTrace, Explorer
-from evolvekit.types import ChatMessage, ToolCall
+from evolvekit.questioning.requests import (
+    RequestFilters,
+    RequestFunnel,
+    RequestWriter,
+    RoundTrip,
+    pass_rate,
+    ranked,
+)
+from evolvekit.types import ChatMessage, Task, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +108,92 @@ def replayed(call: ToolCall, make_env: Callable[[], Environment], sandbox: dict)
     return result.call_results[0].output
 
 
+@dataclass
+class ExampleRequests:
+    """What writes the examples' requests under ``questioning.requests.mode: backtranslate``: the writer, the filters,
+    the round trip (None: that filter off) and the funnel it fills."""
+
+    writer: RequestWriter
+    filters: RequestFilters
+    round_trip: RoundTrip | None
+    env_name: str
+    funnel: RequestFunnel = field(default_factory=RequestFunnel)
+
+
+def candidate_task(env_name: str, request: str, calls: Sequence[ToolCall], sandbox: dict) -> Task:
+    """A round trip's task: the candidate request, its executed calls as the reference (one turn), in the sandbox."""
+    from evolvekit.questioning.pipeline import synthetic_metadata
+    from evolvekit.questioning.synthesize import TaskSynthesizer
+
+    task = TaskSynthesizer._task(env_name, request, [list(calls)], synthetic_metadata(sandbox), sandbox)
+    task.metadata["bfcl_id"] = task.task_id
+    return task
+
+
+class _PerTaskExamples(ShownExamples):
+    """An environment whose reset shows the examples kept for its task (the round trip's leave-one-out)."""
+
+    def __init__(self, inner, by_task: dict[str, list[ChatMessage]]) -> None:
+        super().__init__(inner, list)
+        object.__setattr__(self, "_by_task", by_task)
+
+    def reset(self, task=None, sandbox_config=None):
+        result = object.__getattribute__(self, "_inner").reset(task, sandbox_config)
+        shown = object.__getattribute__(self, "_by_task").get(task.task_id if task is not None else "", [])
+        return result.model_copy(update={"examples": list(shown)})
+
+
+def written_requests(
+    executed: Sequence[tuple[ToolCall, str, ToolSchema | None]],
+    requests: ExampleRequests,
+    make_env: Callable[[], Environment],
+    sandbox: dict,
+) -> list[str]:
+    """Per executed call, its request: the best back-translated candidate, else the documented template (counted).
+
+    The round trip is leave-one-out: a candidate for call i is attempted by the policy shown the examples of the
+    other calls (each with its first candidate that passed the text filters), never one for call i itself."""
+    f, funnel = requests.filters, requests.funnel
+    shortlists = requests.writer.candidates([[e] for e in executed], f, funnel)
+    if f.round_trip and requests.round_trip is not None and any(shortlists):
+        provisional = [
+            Demonstration(sl[0].request if sl else documented_request(tool, call), call, out, closing_message(out))
+            for sl, (call, out, tool) in zip(shortlists, executed)
+        ]
+        tasks, by_task, owner = [], {}, []
+        for i, sl in enumerate(shortlists):
+            shown = example_messages([d for j, d in enumerate(provisional) if j != i])
+            for c in sl:
+                task = candidate_task(requests.env_name, c.request, [executed[i][0]], sandbox)
+                tasks.append(task)
+                by_task[task.task_id] = shown
+                owner.append(c)
+        rewards = requests.round_trip(tasks, lambda: _PerTaskExamples(make_env(), by_task))
+        for c, r in zip(owner, rewards, strict=True):
+            c.rewards, c.pass_rate = list(r), pass_rate(r)
+    out = []
+    for sl, (call, _, tool) in zip(shortlists, executed):
+        best = ranked(sl, f if requests.round_trip is not None else replace(f, round_trip=False), funnel)
+        funnel.kept += len(best)
+        if best:
+            out.append(best[0].request)
+        else:
+            funnel.fallback += 1
+            out.append(documented_request(tool, call))
+    log.info("self-made worked examples' requests: %s", funnel.line())
+    return out
+
+
 def make_self_examples(
-    explorer: Explorer, make_env: Callable[[], Environment], sandbox: dict, count: int
+    explorer: Explorer,
+    make_env: Callable[[], Environment],
+    sandbox: dict,
+    count: int,
+    requests: ExampleRequests | None = None,
 ) -> list[Demonstration]:
-    """Up to ``count`` worked examples from the explorer's own executed calls (``make_env`` shows no example)."""
+    """Up to ``count`` worked examples from the explorer's own executed calls, one for every tool it executed
+    (``make_env`` shows no example). ``requests``: write their requests by back-translation (module docstring);
+    None: the documented template."""
     try:
         env = make_env()
         try:
@@ -108,13 +207,19 @@ def make_self_examples(
     except EnvError as err:  # an environment the explorer cannot explore: no example, said once
         log.warning("self-made worked examples: none (the sandbox could not be explored: %s)", str(err)[:300])
         return []
-    out = []
+    executed = []
     for call in first_calls(traces, count):
         output = replayed(call, make_env, sandbox)
         if output is not None:
-            out.append(
-                Demonstration(documented_request(tools.get(call.name), call), call, output, closing_message(output))
-            )
+            executed.append((call, output, tools.get(call.name)))
+    if requests is None or not executed:
+        asked = [documented_request(tool, call) for call, _, tool in executed]
+    else:
+        asked = written_requests(executed, requests, make_env, sandbox)
+    out = [
+        Demonstration(request, call, output, closing_message(output))
+        for request, (call, output, _) in zip(asked, executed)
+    ]
     if not out:
         log.warning(
             "self-made worked examples: the exploration executed no call (%d runs of %d steps); prompts show none",
@@ -165,13 +270,39 @@ def examples_explorer(cfg, explorer_llm) -> Explorer:
     )
 
 
-def run_examples(cfg, explorer_llm, make_env: Callable[[], Environment]) -> list[Demonstration]:
+def example_requests(cfg, explorer_llm) -> ExampleRequests | None:
+    """How the run's own examples get their requests (``questioning.requests``): None for the documented template;
+    else the explorer's model writes the candidates (at the synthesizer's sampling settings, seeded apart from the
+    exploration) and the policy's round trip goes through an engine over the same model: the examples are made
+    before training, so that model is the initial policy wherever the explorer is the policy."""
+    from evolvekit.agent.parts import round_trip
+    from evolvekit.llm.factory import sampling_for
+
+    r = cfg.questioning.requests
+    if r.mode == "documented":
+        return None
+    engine = seam(explorer_llm)
+    writer = RequestWriter(
+        engine, sampling_for(cfg.models.synthesizer, seed=cfg.run.seed + EXAMPLES_SEED + 1), r.per_framing
+    )
+    filters = RequestFilters(r.values, r.identifiers, 0.8 if r.dedup else 2.0, r.round_trip_samples > 0, r.shortlist)
+    return ExampleRequests(writer, filters, round_trip(cfg, engine), cfg.env.name)
+
+
+def run_examples(
+    cfg, explorer_llm, make_env: Callable[[], Environment], funnel: RequestFunnel | None = None
+) -> list[Demonstration]:
     """The run's own worked examples for ``cfg`` (``env.worked_examples: self``): the explorer (``examples_explorer``)
-    explores the sandbox the synthesis uses; ``make_env`` shows no example."""
+    explores the sandbox the synthesis uses; ``make_env`` shows no example. ``funnel``: the requests' funnel is added
+    to it (what the run stores and ``tasks synthesize`` prints)."""
     from evolvekit.questioning.pipeline import sandbox_for
 
     explorer = examples_explorer(cfg, explorer_llm)
-    return make_self_examples(explorer, make_env, sandbox_for(cfg.env), cfg.env.self_examples)
+    requests = example_requests(cfg, explorer_llm)
+    demos = make_self_examples(explorer, make_env, sandbox_for(cfg.env), cfg.env.self_examples, requests)
+    if requests is not None and funnel is not None:
+        funnel.add(requests.funnel)
+    return demos
 
 
 # the examples' exploration seed: apart from the synthesis's (run.seed, + 1000 per exploration) and CoEvolve's (+500)
@@ -179,24 +310,28 @@ EXAMPLES_SEED = 777
 
 
 def with_run_examples(
-    cfg, explorer: Callable[[], LLM], make_env: Callable[[], Environment], shown: Callable[[], list] | None = None
+    cfg,
+    explorer: Callable[[], LLM],
+    make_env: Callable[[], Environment],
+    shown: Callable[[], list] | None = None,
+    funnel: RequestFunnel | None = None,
 ) -> Callable[[], Environment]:
     """``make_env`` as the commands outside a run use it (``tasks synthesize``, ``eval``): under
     ``env.worked_examples: self`` its environments show the examples ``run_examples`` makes on the first reset (the
     same ones a run with this config and seed makes when its explorer is the base model; ``explorer()`` is called
     only then, so nothing is loaded or explored when no environment resets); otherwise ``make_env`` itself
     (``make_env`` shows a person's examples only under ``person``). ``shown``: examples already made for this
-    config (``examples_once``), to share between evaluations."""
+    config (``examples_once``), to share between evaluations. ``funnel``: their requests' funnel is added to it."""
     if cfg.env.worked_examples != "self":
         return make_env
-    from evolvekit.env.examples import ShownExamples
-
-    once = shown if shown is not None else examples_once(cfg, explorer, make_env)
+    once = shown if shown is not None else examples_once(cfg, explorer, make_env, funnel)
     return lambda: cast(Environment, ShownExamples(make_env(), once))
 
 
-def examples_once(cfg, explorer: Callable[[], LLM], make_env: Callable[[], Environment]) -> Callable[[], list]:
+def examples_once(
+    cfg, explorer: Callable[[], LLM], make_env: Callable[[], Environment], funnel: RequestFunnel | None = None
+) -> Callable[[], list]:
     """The chat turns of the run's own worked examples for ``cfg``, made the first time they are asked for."""
     from evolvekit.env.examples import Once
 
-    return Once(lambda: example_messages(run_examples(cfg, explorer(), make_env)))
+    return Once(lambda: example_messages(run_examples(cfg, explorer(), make_env, funnel=funnel)))

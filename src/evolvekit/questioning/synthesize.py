@@ -30,10 +30,19 @@ from typing import Any, Sequence
 from evolvekit.config import DifficultyConfig
 from evolvekit.engine.base import Engine
 from evolvekit.env.action_text import format_call
+from evolvekit.env.base import ToolSchema
 from evolvekit.llm.base import SamplingParams, offset_seed
 from evolvekit.llm.constrain import NumberConstraint, NumberVocabulary, number_strings
 from evolvekit.questioning.curate import NUMBER, ToolAgreement, argument_values, same_value, stated_count
 from evolvekit.questioning.explore import ExplorationTrace
+from evolvekit.questioning.requests import (
+    RequestFilters,
+    RequestFunnel,
+    RequestWriter,
+    Seed,
+    names_identifier,
+    states_exactly,
+)
 from evolvekit.types import ChatMessage, Difficulty, Task, TaskSource, ToolCall, new_id
 
 SYNTH_SYSTEM = """You write realistic user requests for an AI agent that uses tools.
@@ -354,12 +363,32 @@ def chain_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
     return shots
 
 
+def request_seeds(examples: Sequence[ChatMessage], tools: dict[str, ToolSchema]) -> list[Seed]:
+    """The back-translation writer's bootstrap out of the worked examples every prompt shows: each one-call example
+    (request, call, result) whose request passes the text filters (states exactly its values, names no identifier),
+    so a documented-template fallback ("Add two numbers (a = 1, b = 2).") is never shown as a request to imitate."""
+    from evolvekit.env.action_text import parse_action
+
+    seeds: list[Seed] = []
+    for i in range(len(examples) - 2):
+        user, reply, result = examples[i], examples[i + 1], examples[i + 2]
+        if user.role != "user" or reply.role != "assistant" or _is_result(user) or not _is_result(result):
+            continue
+        calls = parse_action(reply.content).tool_calls
+        if len(calls) == 1 and states_exactly(user.content, calls) and not names_identifier(user.content, calls):
+            obs = _observation(result).split("] ", 1)[-1]
+            seeds.append((calls[0], obs, tools.get(calls[0].name), user.content))
+    return seeds
+
+
 @dataclass
 class SynthesisReport:
     tasks: list[Task] = field(default_factory=list)
     calls: int = 0
     unparseable: int = 0
     unchained: int = 0  # chained synthesis: explorations without a chain of dependent calls of that length
+    # back-translated requests (questioning.requests.mode: backtranslate): candidates and the text filters' drops
+    requests: RequestFunnel = field(default_factory=RequestFunnel)
 
 
 class TaskSynthesizer:
@@ -377,8 +406,17 @@ class TaskSynthesizer:
         candidates: int = 1,
         agreement: ToolAgreement | None = None,
         numbers_constrained: bool = False,
+        writer: tuple[RequestWriter, RequestFilters] | None = None,
+        tools: Sequence[ToolSchema] = (),
+        shots_examples: Sequence[ChatMessage] = (),
     ) -> None:
         self.engine, self.params, self.difficulty = engine, params, difficulty
+        # single-turn targeted synthesis under questioning.requests.mode: backtranslate (questioning/requests.py): the
+        # requests are the writer's candidates that pass the text filters, up to its shortlist per window of calls
+        self.writer = writer
+        self.tools = {t.name: t for t in tools}  # the sandbox's tools: their descriptions shown to the writer
+        # the writer's bootstrap: the worked examples' own requests that pass its text filters (request_seeds)
+        self.seeds = request_seeds(shots_examples, self.tools) if writer is not None else []
         self.rubrics, self.tasks_per_trace = list(rubrics), tasks_per_trace
         self.targeted, self.shots, self.follow_shots = targeted, list(shots), list(follow_shots)
         self.chain_shots = list(chain_shots)
@@ -415,8 +453,31 @@ class TaskSynthesizer:
         done = batch.run()
         return [[done[(i, c)].text for c in range(self.candidates)] for i in range(len(prompts))]
 
-    def _items(self, usable) -> tuple[list[list[tuple[str, list[int]]]], int]:
+    def _written_items(self, usable, report: SynthesisReport) -> tuple[list[list[tuple[str, list[int]]]], int]:
+        """Back-translation (``writer``): per usable trace, its (request, window) items, every shortlisted candidate
+        of each window (the round trip, in the pipeline, keeps the window's best); how many windows kept none."""
+        assert self.writer is not None
+        writer, filters = self.writer
+        asks = [
+            (k, w)
+            for k, (_, calls) in enumerate(usable)
+            for w in windows(len(calls), self.difficulty.operations, self.tasks_per_trace)
+        ]
+        executed = [
+            [(usable[k][1][i][0], usable[k][1][i][1], self.tools.get(usable[k][1][i][0].name)) for i in w]
+            for k, w in asks
+        ]
+        items: list[list[tuple[str, list[int]]]] = [[] for _ in usable]
+        none = 0
+        for (k, w), kept in zip(asks, writer.candidates(executed, filters, report.requests, self.seeds)):
+            none += not kept
+            items[k] += [(c.request, w) for c in kept]
+        return items, none
+
+    def _items(self, usable, report: SynthesisReport) -> tuple[list[list[tuple[str, list[int]]]], int]:
         """Per usable trace, its (request, call indices) items; and how many answers gave none."""
+        if self.writer is not None and self.targeted:
+            return self._written_items(usable, report)
         if not self.targeted:
             outs = self.engine.chat(
                 [synthesis_prompt(calls, self.difficulty, self.rubrics, self.tasks_per_trace) for _, calls in usable],
@@ -529,7 +590,7 @@ class TaskSynthesizer:
                     )
                     report.tasks.append(self._task(env_name, turns, [[c] for c in ref], meta, trace.sandbox))
             return report
-        per_trace, report.unparseable = self._items(usable)
+        per_trace, report.unparseable = self._items(usable, report)
         for (trace, calls), items in zip(usable, per_trace):
             for query, idx in items:
                 ref = [calls[i][0] for i in idx]
