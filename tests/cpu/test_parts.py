@@ -5,6 +5,7 @@ look). The collaborators are replaced inside these unit tests only. The root's o
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -829,6 +830,7 @@ def test_the_runs_own_examples_are_stored_once_so_a_resumed_run_shows_the_same(m
     store = Store()
     first = qparts.shown_examples(cfg, store, _Policy(), None)
     assert first is not None and first() == [] and len(explored) == 1
-    assert list(store.meta) == [qparts.WORKED_EXAMPLES]
+    assert sorted(store.meta) == sorted([qparts.WORKED_EXAMPLES, qparts.EXAMPLE_REQUESTS])
+    assert json.loads(store.meta[qparts.EXAMPLE_REQUESTS])["calls"] == 0  # their requests' funnel, stored beside them
     resumed = qparts.shown_examples(cfg, store, _Policy(), None)
     assert resumed is not None and resumed() == [] and len(explored) == 1  # read back, not explored again

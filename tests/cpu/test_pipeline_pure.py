@@ -14,7 +14,9 @@ from episode_doubles import logged
 
 from evolvekit.config import Config, EnvConfig
 from evolvekit.env.action_text import format_call
+from evolvekit.env.base import ToolSchema
 from evolvekit.errors import ConfigError
+from evolvekit.llm.base import SamplingParams
 from evolvekit.questioning import pipeline
 from evolvekit.questioning.pipeline import (
     Funnel,
@@ -129,6 +131,7 @@ class _Explorer:
 class _Synth:
     def __init__(self):
         self.rounds, self.calls, self.made = [], [], 0
+        self.writer = None  # the documented requests: no back-translation round trip
 
     def start_round(self, offset):
         self.rounds.append(offset)
@@ -198,6 +201,35 @@ def test_the_rounds_hand_each_part_its_settings_and_add_up_the_funnel(parts):
     assert checks.agreement == "agreement"
 
 
+def test_back_translated_rounds_round_trip_what_curation_kept_and_add_the_request_counts(parts, monkeypatch):
+    """With a writer (questioning.requests.mode: backtranslate), each round's curated tasks go through the round trip
+    with the run's trip and environment, and the round's text-filter counts reach the funnel; without one, neither."""
+    parts.synth.writer = "a writer"
+    found = pipeline.RequestFunnel(calls=2, candidates=24, unparseable=1, values=10, identifiers=2, duplicates=3)
+    parts.synth.synthesize = lambda traces, env_name, meta: SynthesisReport(
+        tasks=[Task(task_id="s", env_name=env_name, query="q")], unparseable=1, requests=found
+    )
+    kept_by_curation = [Task(task_id="c", env_name="bfcl", query="c")]
+    monkeypatch.setattr(pipeline, "curate_new", lambda *a, **k: list(kept_by_curation))
+    tripped = []
+
+    def round_tripped(tasks, trip, make_env, funnel):
+        tripped.append((tasks, trip, make_env))
+        return tasks
+
+    monkeypatch.setattr(pipeline, "round_tripped", round_tripped)
+    settings = SynthesisSettings.of(Config())
+    kept, funnel, _ = pipeline.synthesize_tasks(settings, 1, "xl", "xp", "sl", "sp", _env, trip="the trip")
+    assert kept == kept_by_curation and tripped == [(kept_by_curation, "the trip", _env)]
+    assert (funnel.request_windows, funnel.request_candidates, funnel.request_unparseable) == (2, 24, 1)
+    assert (funnel.request_values, funnel.request_identifiers, funnel.request_duplicates) == (10, 2, 3)
+    assert funnel.request_none == 1
+    parts.synth.writer = None
+    tripped.clear()
+    pipeline.synthesize_tasks(settings, 1, "xl", "xp", "sl", "sp", _env, trip="the trip")
+    assert tripped == []
+
+
 def test_coevolves_reexploration_explores_toward_its_goal_and_curates_like_any_round(parts):
     cfg = Config()
     settings = SynthesisSettings.of(cfg)
@@ -230,6 +262,9 @@ def test_a_synthesized_task_worded_like_a_held_out_one_is_dropped_and_counted_in
     assert parts.curated[-1][0] == [] and funnel.heldout_split_wording == 2
 
 
+ADD_TOOL = ToolSchema(name="add", description="Add two numbers.")
+
+
 def test_the_explorer_and_synthesizer_get_the_sections_settings_and_the_environments_own_examples(monkeypatch):
     made = []
     monkeypatch.setattr(pipeline, "seam", lambda llm: ("engine of", llm))
@@ -244,7 +279,7 @@ def test_the_explorer_and_synthesizer_get_the_sections_settings_and_the_environm
     class _Env:
         def reset(self, task, sandbox):
             resets.append((task, sandbox))
-            return SimpleNamespace(examples=examples)
+            return SimpleNamespace(examples=examples, tools=[ADD_TOOL])
 
         def close(self):
             resets.append("closed")
@@ -267,12 +302,15 @@ def test_the_explorer_and_synthesizer_get_the_sections_settings_and_the_environm
     assert xa == (("engine of", xa[0][1]), "xp", 2, 5, "json") and xk == {"scaffold": False, "show_start": True}
     assert sa[1:] == ("sp", q.difficulty, ["terse"])
     assert sk == {"targeted": False, "shots": [], "follow_shots": [], "chain_shots": [], "candidates": 3,
-                  "agreement": "agr", "numbers_constrained": True}  # fmt: skip
+                  "agreement": "agr", "numbers_constrained": True, "writer": None, "tools": [],
+                  "shots_examples": ()}  # fmt: skip
     for update, llm in (({"turns": 2}, _Served()), ({"chained": True}, _Served()), ({}, _InProcess())):
         made.clear()
         resets.clear()
         q2 = q.model_copy(update={"difficulty": q.difficulty.model_copy(update=update)})
-        pipeline.explorer_and_synthesizer(replace(settings, questioning=q2), _Served(), "xp", llm, "sp", _Env, {"s": 1})
+        pipeline.explorer_and_synthesizer(
+            replace(settings, questioning=q2), _Served(), "xp", llm, SamplingParams(seed=2), _Env, {"s": 1}
+        )
         assert resets == [(None, {"s": 1}), "closed"], update
         sk = made[1][2]
         assert sk["targeted"] is isinstance(llm, _InProcess)
@@ -282,6 +320,15 @@ def test_the_explorer_and_synthesizer_get_the_sections_settings_and_the_environm
             chain_shots(examples),
         )
         assert sk["shots"]  # the example became a shot
+        # back-translation (the default) for single-turn targeted synthesis only: the writer over the synthesizer's
+        # engine, the sandbox's tools and the examples its bootstrap reads
+        backtranslating = isinstance(llm, _InProcess) and not update
+        assert (sk["writer"] is not None) is backtranslating
+        assert sk["tools"] == [ADD_TOOL] and sk["shots_examples"] == (examples if backtranslating else ())
+        if backtranslating:
+            writer, filters = sk["writer"]
+            assert writer.engine == ("engine of", llm) and writer.per_framing == q.requests.per_framing
+            assert filters == pipeline.RequestFilters(True, True, 0.8, True, q.requests.shortlist)
 
 
 def test_tool_agreement_without_an_embedding_model_is_refused_by_name():

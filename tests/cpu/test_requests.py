@@ -151,7 +151,9 @@ def test_a_text_filter_switched_off_lets_its_candidate_through(off: str):
 
 def test_the_shortlist_bounds_the_round_trips_work():
     texts = [(f"Please add 12 and 30, variant {w}", 0) for w in ("one", "two", "three")]
-    kept = static_survivors(texts, [_call("add", a=12, b=30)], RequestFilters(values=False, shortlist=2), RequestFunnel())
+    kept = static_survivors(
+        texts, [_call("add", a=12, b=30)], RequestFilters(values=False, shortlist=2), RequestFunnel()
+    )
     assert len(kept) == 2
 
 
@@ -313,17 +315,25 @@ def test_the_default_path_writes_the_models_own_words_with_no_template_around_th
     demos = make_self_examples(_Explorer(traces), lambda: make_env(ARITH), sandbox_for(ARITH), 8, req)  # type: ignore[arg-type]
     assert [d.request for d in demos] == ["Please work out 12 plus 30.", "How much is 9 split 3 ways?"]
     documented = make_self_examples(_Explorer(traces), lambda: make_env(ARITH), sandbox_for(ARITH), 8)  # type: ignore[arg-type]
-    assert [d.request for d in documented] == ["Add two numbers (a = 12, b = 30).", "Divide one number by another (a = 9, b = 3)."]
+    assert [d.request for d in documented] == [
+        "Add two numbers (a = 12, b = 30).",
+        "Divide one number by another (a = 9, b = 3).",
+    ]
 
 
 def test_every_tool_the_exploration_executed_gets_an_example():
-    calls = [_call("add", a=1, b=2), _call("subtract", a=5, b=1), _call("multiply", a=2, b=3), _call("divide", a=8, b=2)]
+    calls = [
+        _call("add", a=1, b=2),
+        _call("subtract", a=5, b=1),
+        _call("multiply", a=2, b=3),
+        _call("divide", a=8, b=2),
+    ]
     demos = make_self_examples(_Explorer([_trace(*calls)]), lambda: make_env(ARITH), sandbox_for(ARITH), 8)  # type: ignore[arg-type]
     assert [d.call.name for d in demos] == ["add", "subtract", "multiply", "divide"]
     assert load_config(None, []).env.self_examples >= 4
 
 
-# ---- synthesized tasks ------------------------------------------------------------------------------------------------
+# ---- synthesized tasks -----------------------------------------------------------------------------------------------
 
 
 def _task(query: str, window: list[int], eid: str = "e1") -> Task:

@@ -34,9 +34,9 @@ from evolvekit.engine.registry import seam
 from evolvekit.env.action_text import format_call
 from evolvekit.env.base import Action, Environment, ToolSchema
 from evolvekit.env.bfcl.families import Demonstration
+from evolvekit.env.examples import ShownExamples
 from evolvekit.errors import EnvError
 from evolvekit.llm.base import LLM
-from evolvekit.env.examples import ShownExamples
 from evolvekit.questioning.explore import ExplorationTrace, Explorer
 from evolvekit.questioning.requests import (
     RequestFilters,
