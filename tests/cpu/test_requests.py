@@ -364,3 +364,16 @@ def test_synthesized_tasks_keep_one_phrasing_per_window_nearest_the_frontier():
     first = round_tripped(_window_tasks(), None, lambda: None, off)  # type: ignore[arg-type,return-value]
     assert [t.query for t in first] == ["A", "D", "E"] and off.request_round_trip == 0
     assert "round_trip" not in json.dumps(first[1].metadata)
+
+
+def test_zero_shot_asks_under_every_framing_and_the_bootstrap_under_one_rotated():
+    model = _Writer({"add": ["What is 12 plus 30?"], "divide": ["What is 9 over 3?"]})
+    writer = RequestWriter(Engine(model), SamplingParams(seed=1), 1, framings=3, shots=1)  # type: ignore[arg-type]
+    got = writer.sample([[e] for e in _executed()])
+    assert [[f for _, f in row] for row in got] == [[0, 1, 2], [0, 1, 2]]
+    assert [p[0].content for p in model.prompts] == [FRAMINGS[f][0] for f in (0, 1, 2)] * 2
+    model.prompts.clear()
+    seed = (_call("subtract", a=5, b=1), '{"result": 4}', None, "Take 1 away from 5.")
+    got = writer.sample([[e] for e in _executed()], [[seed], [seed]])
+    assert [[f for _, f in row] for row in got] == [[0], [1]]
+    assert [p[0].content for p in model.prompts] == [FRAMINGS[0][0], FRAMINGS[1][0]]

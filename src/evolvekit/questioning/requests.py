@@ -318,22 +318,22 @@ class RequestWriter:
     def sample(
         self, asks: Sequence[Sequence[Executed]], shown: Sequence[Sequence[Seed]] = ()
     ) -> list[list[tuple[str, int]]]:
-        """Per ask, its (reply, framing) answers, framing by framing; ``shown[i]``: the seeds ask i sees as turns."""
+        """Per ask, its (reply, framing) answers: zero-shot (no ``shown``) under every framing; bootstrapped
+        (``shown[i]``: the seeds ask i sees as turns) under one framing per ask, rotated (ask i: framing i mod F),
+        since shown requests carry most of the effect and every sample costs its prompt's prefill."""
         if not asks:
             return []
-        prompts = []
+        prompts, owners = [], []
         for i, ex in enumerate(asks):
-            seen = shown[i] if i < len(shown) else ()
-            for f in range(self.framings):
+            seen = shown[i] if shown else ()
+            for f in [i % self.framings] if shown else range(self.framings):
                 p = framing_prompt(f, ex)
                 prompts.append(p[:1] + shot_messages(f, seen) + p[1:])
+                owners.append((i, f))
         outs = self.engine.chat(prompts, self.params)
-        per: list[list[tuple[str, int]]] = []
-        for i in range(len(asks)):
-            row = []
-            for f in range(self.framings):
-                row += [(o.text, f) for o in outs[i * self.framings + f]]
-            per.append(row)
+        per: list[list[tuple[str, int]]] = [[] for _ in asks]
+        for (i, f), out in zip(owners, outs):
+            per[i] += [(o.text, f) for o in out]
         return per
 
     def candidates(
