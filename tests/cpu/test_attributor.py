@@ -178,3 +178,25 @@ def test_a_long_observation_is_cut_in_the_attributors_prompt():
     prompt = user_prompt(None, traj, 0.0)
     assert "A" * 750 + "\n[...]\n" + "B" * 750 in prompt
     assert "A" * 751 not in prompt and "B" * 751 not in prompt and "ok" in prompt
+
+
+def test_the_attributors_overall_score_is_the_outcome_before_shaping():
+    """Eq. 19, Figs. 8-9: a failed episode whose shaped reward is 0.2 (a format bonus) is shown as scoring 0, so it is
+    judged under the rules for a failure; a success keeps its 1."""
+    from evolvekit.attributing.attributor import _conversation
+    from evolvekit.types import RewardParts
+
+    failed = _traj("f", 1).model_copy(update={"outcome_reward": 0.2, "rewards": RewardParts(outcome=0.0, format=1.0)})
+    passed = _traj("p", 1).model_copy(update={"outcome_reward": 1.2, "rewards": RewardParts(outcome=1.0, format=1.0)})
+    assert "OVERALL PERFORMANCE SCORE 0\n" in _conversation(None, failed)[1].content
+    assert "OVERALL PERFORMANCE SCORE 1\n" in _conversation(None, passed)[1].content
+    unshaped = _traj("u", 1).model_copy(update={"outcome_reward": 1.0})  # no shaping: the outcome itself
+    assert "OVERALL PERFORMANCE SCORE 1\n" in _conversation(None, unshaped)[1].content
+
+
+def test_coevolves_reflection_shows_the_outcome_before_shaping():
+    from evolvekit.questioning.coevolve import reflection_prompt
+    from evolvekit.types import RewardParts
+
+    failed = _traj("f", 1).model_copy(update={"outcome_reward": 0.2, "rewards": RewardParts(outcome=0.0, format=1.0)})
+    assert "\nScore: 0\n" in reflection_prompt("failure", None, failed)[1].content

@@ -51,9 +51,11 @@ class AttributionResult:
 
 
 def _conversation(task: Task | None, traj: Trajectory) -> list[ChatMessage]:
+    """Fig. 9's conversation. Its overall score is the outcome (Eq. 19; Figs. 8-9), before reward shaping: a failed
+    episode with a format bonus is judged under the rules for a failure, not the "POSITIVE" ones."""
     return [
         ChatMessage(role="system", content=SYSTEM_PROMPT),
-        ChatMessage(role="user", content=user_prompt(task, traj, float(traj.outcome_reward or 0.0))),
+        ChatMessage(role="user", content=user_prompt(task, traj, traj.unshaped_outcome)),
     ]
 
 

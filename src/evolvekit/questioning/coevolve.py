@@ -123,7 +123,7 @@ def reflection_prompt(kind: str, task: Task | None, traj: Trajectory) -> list[Ch
         ChatMessage(
             role="user",
             content=f"Analyze the following feedback signal and trajectory evidence:\n"
-            f"Signal: {kind}\nTask: {query}\nScore: {traj.outcome_reward or 0.0:g}\n{steps}\n\n"
+            f"Signal: {kind}\nTask: {query}\nScore: {traj.unshaped_outcome:g}\n{steps}\n\n"
             "Summarize in two or three sentences where and how the agent fails or behaves unstably, as a "
             "context for exploring the environment further.",
         ),
