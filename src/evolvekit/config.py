@@ -640,6 +640,10 @@ class NavigatingConfig(_Section):
         "how experiences are written (§4.1 step 2): llm = the paper's free summarizer answer, parsed; constrained = the summarizer's reply forced into 'When to use: ... / Content: ...' (in-process model); grounded = a success/failure pair of one task becomes an experience written from execution (what the success did that the failure did not), the other jobs go to the constrained summarizer (the free one when served); every experience passes the same validation. auto = grounded for an in-process summarizer, llm for a served one",
     )
     prune_every: int = F(1, "run the EvolveR pruning sweep every N iterations (0 = never)", ge=0)
+    online_extraction: bool = F(
+        False,
+        "extract, validate, merge and prune experiences from every iteration's trajectories (EvolveR's online lifecycle; on by default with navigating.as_tool); false = AgentEvolver §4.1: the pool is built offline (Eq. 13, the cold start or navigating.seed_file) and online only retrieved, its use counts still kept (every run before issue 96 extracted online)",
+    )
     seed_file: str = F(
         "",
         "JSONL experiences (the `evolvekit experiences export` format) that seed an empty pool before the first iteration, e.g. a family's worked examples (`evolvekit experiences from-family arith`); '' = the pool starts from the n_pc cold-start rollouts",
@@ -1028,6 +1032,13 @@ DERIVED_DEFAULTS: tuple[tuple[Callable[[Config], bool], str, str, Any, str], ...
         "evolver",
         "navigating.as_tool (EvolveR)",
     ),
+    (
+        lambda c: c.navigating.enabled and c.navigating.as_tool,
+        "navigating",
+        "online_extraction",
+        True,
+        "navigating.as_tool (EvolveR §3.3: the experience lifecycle runs online)",
+    ),
     *(
         (lambda c: c.evolving_rl.enabled, "train", name, value, "evolving_rl.enabled (Evolving-RL Table 5, C.2)")
         for name, value in EVOLVING_RL_TRAIN_DEFAULTS.items()
@@ -1367,6 +1378,9 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "navigating.eta": (0.5, "§7.1.3"),
     "navigating.eps_high_boost": (0.6, "§7.1.3"),
     "navigating.search_k": (3, "EvolveR, k_e = 3"),
+    "navigating.rerank": (True, "§4.1, Eq. 14: the retrieved top-k are re-ranked"),
+    "navigating.rewrite": (True, "§4.1, Eq. 14: the chosen experience is re-written for the task"),
+    "navigating.online_extraction": (False, "§4.1, Eq. 13: the pool is built offline; online only retrieval"),
     "attributing.alpha": (0.1, "§7.5"),
 }
 
@@ -1386,6 +1400,7 @@ MODE_PAPER_VALUES: list[tuple[str, Callable[["Config"], bool], dict[str, tuple[A
             "train.eps_high": (0.2, "EvolveR A.2, GRPO clip ε = 0.2"),
             "models.policy.top_p": (0.95, "EvolveR A.2, rollout top-p 0.95"),
             "models.summarizer.temperature": (1.0, "EvolveR A.2, self-distill temperature 1"),
+            "navigating.online_extraction": (True, "EvolveR §3.3, the experience lifecycle runs online"),
         },
     ),
     (

@@ -376,7 +376,7 @@ def test_defaults_that_follow_from_other_settings_are_marked_not_silent():
         and "kl_beta: 0.02  # ≠ paper: 0.01 (Evolving-RL Table 5)  # set by" not in text
     )
     tool = load_config(None, ["navigating.enabled=true", "navigating.as_tool=true"])
-    assert set(tool._derived) == {"reward.w_format", "reward.format"}
+    assert set(tool._derived) == {"reward.w_format", "reward.format", "navigating.online_extraction"}
     assert load_config(None, [])._derived == {}
     shown = subprocess.run(
         [sys.executable, "-m", "evolvekit.cli.main", "config", "show", "--set", "rollout.template=reasoning"],
@@ -446,6 +446,9 @@ _FROM_THE_PAPERS = {
     "questioning.synthetic_advantage_decay": 0.5,  # "downscale advantages from p_train by a decay factor 0.5"
     "questioning.hybrid_lambda": 1.0,  # Eq. 12: synthetic tasks alone by default
     "attributing.alpha": 0.1,  # §7.5: "alpha = 0.10", in "the optimal range [0.10, 0.20]"
+    "navigating.rerank": True,  # §4.1: "refined through a module Omega_refine, which performs (1) re-ranking"
+    "navigating.rewrite": True,  # "... and (2) re-writing"
+    "navigating.online_extraction": False,  # §4.1: "In the offline phase, the Pool Construction process builds"
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import TaskIndexStore
 
 from evolvekit.agent.rollout_stage import RolloutSettings
-from evolvekit.config import Config
+from evolvekit.config import Config, paper_values
 from evolvekit.engine.base import Engine
 from evolvekit.llm.base import SamplingParams
 from evolvekit.navigating.extract import ExtractionReport
@@ -264,7 +264,7 @@ def _summarise(cfg, pool, report, utility=None):
 
 
 def test_summarisation_counts_uses_adds_merges_prunes_and_reports_every_figure():
-    cfg = _cfg(prune_every=3, theta_prune=0.4, min_uses_before_prune=6)
+    cfg = _cfg(prune_every=3, theta_prune=0.4, min_uses_before_prune=6, online_extraction=True)
     cfg.reward.success_threshold = 0.5
     pool = _Pool(actions=["added", "merged", "added"], pruned=["p1"], items=[_exp("old")])
     report = ExtractionReport(
@@ -303,10 +303,26 @@ def test_summarisation_counts_uses_adds_merges_prunes_and_reports_every_figure()
     }
 
 
+def test_without_online_extraction_the_pool_only_counts_uses_as_agentevolver_builds_it_offline():
+    """navigating.online_extraction: false (AgentEvolver §4.1, Eq. 13): no extraction, no add or merge, no pruning
+    sweep; the uses of the experiences that guided a rollout are still counted."""
+    cfg = _cfg(prune_every=1, online_extraction=False)
+    pool = _Pool(actions=["added"], pruned=["p1"], items=[_exp("old")])
+    stage, extractor = _summarise(cfg, pool, ExtractionReport(experiences=[_exp("n1")], calls=1))
+    trajs = [_traj("a", 1.0, guided=True, used=["e1"])]
+    m = stage.process(_ctx(iteration=0, store=TaskIndexStore({})), trajs)
+    assert extractor.calls == [] and [c[0] for c in pool.calls] == ["use"]
+    assert m == {**guided_vs_vanilla(trajs), "navigating/pool_size": 1.0} and stage._pruned == []
+    assert (
+        "navigating.online_extraction" in paper_values(Config())
+        and paper_values(Config())["navigating.online_extraction"][0] is False
+    )
+
+
 @pytest.mark.parametrize("iteration, prune_every, prunes", [(1, 3, False), (2, 3, True), (5, 3, True), (2, 0, False)])
 def test_the_pruning_sweep_runs_every_prune_every_iterations(iteration, prune_every, prunes):
     pool = _Pool(pruned=["p1"])
-    stage, _ = _summarise(_cfg(prune_every=prune_every), pool, ExtractionReport())
+    stage, _ = _summarise(_cfg(prune_every=prune_every, online_extraction=True), pool, ExtractionReport())
     m = stage.process(_ctx(iteration=iteration, store=TaskIndexStore()), [])
     assert any(c[0] == "prune" for c in pool.calls) is prunes and m["navigating/pruned"] == float(prunes)
     assert stage._pruned == (["p1"] if prunes else [])
@@ -325,14 +341,14 @@ def test_the_utility_test_keeps_only_the_experiences_it_approves():
     utility = _Utility()
     tasks = {"a": Task(task_id="a", env_name="bfcl", query="q")}
     new = [_exp("drop1"), _exp("keep"), _exp("drop2")]
-    stage, _ = _summarise(_cfg(prune_every=0), pool, ExtractionReport(experiences=new), utility)
+    stage, _ = _summarise(_cfg(prune_every=0, online_extraction=True), pool, ExtractionReport(experiences=new), utility)
     trajs = [_traj("a", 1.0)]
     m = stage.process(_ctx(store=TaskIndexStore(tasks)), trajs)
     assert utility.calls == [(new, tasks, list(tasks.values()), trajs)]
     assert [c for c in pool.calls if c[0] == "add"] == [("add", "keep")]
     assert (m["navigating/utility_dropped"], m["navigating/added"]) == (2.0, 1.0)
     utility.calls.clear()
-    _summarise(_cfg(prune_every=0), _Pool(), ExtractionReport(), utility)[0].process(
+    _summarise(_cfg(prune_every=0, online_extraction=True), _Pool(), ExtractionReport(), utility)[0].process(
         _ctx(store=TaskIndexStore()), trajs
     )
     assert utility.calls == []  # nothing to test
@@ -350,7 +366,7 @@ def test_commit_deletes_the_pruned_and_writes_the_pool_with_its_vectors():
             self.calls.append(("put", c, list(items), iteration, vectors))
 
     pool = _Pool(pruned=["p1", "p2"], items=[_exp("kept")])
-    stage, _ = _summarise(_cfg(prune_every=1), pool, ExtractionReport())
+    stage, _ = _summarise(_cfg(prune_every=1, online_extraction=True), pool, ExtractionReport())
     before = _RunStore()
     stage.commit("conn", before, 0)  # type: ignore[arg-type]
     assert before.calls[0] == ("delete", "conn", [])  # nothing pruned before the first sweep

@@ -213,6 +213,10 @@ class ExperienceSummarisation:
         for t in trajectories:
             if t.experience_used and not t.flags.failed:
                 self.pool.record_use(t.experience_used, t.succeeded(self.nav.success_threshold))
+        self._pruned = []
+        if not ncfg.online_extraction:  # AgentEvolver §4.1: the pool was built offline (Eq. 13); online, retrieval only
+            metrics["navigating/pool_size"] = float(len(self.pool))
+            return metrics
         tasks = ctx.store.task_index()
         report = self.extractor.extract(trajectories, tasks, ctx.iteration)
         candidates = report.experiences
