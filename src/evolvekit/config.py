@@ -357,6 +357,12 @@ class RolloutConfig(_Section):
 class TrainConfig(_Section):
     iterations: int = F(3, "master-loop iterations", ge=0, le=MAX_ITERATIONS)
     tasks_per_iteration: int = F(4, "tasks sampled per iteration (paper: batch size 32)", ge=1, le=MAX_TASKS)
+    refill_groups: int = F(
+        0,
+        "DAPO's dynamic sampling (arXiv 2503.14476 §3.2; evolvekit's own, not in the AgentEvolver papers): a group whose outcomes are all equal (zero advantages, Eq. 16) is replaced before the update by the group of a spare task of the training set whose outcomes differ, rolling out at most this many extra groups per iteration (0 = off)",
+        ge=0,
+        le=MAX_TASKS,
+    )
     learning_rate: float = F(1e-6, "AdamW learning rate (§7.1.3: 1e-6)", ge=0)
     kl_beta: float = F(0.001, "KL penalty coefficient β, k3 estimator (§7.1.3: 0.001; Eq. 17)", ge=0)
     eps_low: float = F(0.28, "lower clip ε_low (§7.1.3: 0.28; Eq. 17)", ge=0, lt=1)

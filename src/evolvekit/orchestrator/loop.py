@@ -24,6 +24,7 @@ from rich.console import Console
 
 from evolvekit.boundary import InformationBoundary
 from evolvekit.config import Config, examples_source, synthetic_reward
+from evolvekit.orchestrator.informative import group_metrics, refill
 from evolvekit.orchestrator.metrics import MetricsSink, rollout_metrics
 from evolvekit.orchestrator.stages import (
     ExperienceStage,
@@ -219,25 +220,23 @@ class MasterLoop:
                 log.info("iteration %d: reusing %d committed rollouts", it, len(reused))
             except DamagedRows as err:
                 log.warning("iteration %d: %s among its committed rollouts; rolling out again", it, err)
+        refilled: dict[str, float] = {}
         if reused is not None:
             trajectories = reused
+            rolled_metrics: dict[str, float] = {}
         else:
             tasks = st.supply.tasks(ctx)
-            # stored and staged as the training side may see them: no person-written task's reference distances
-            trajectories = self.boundary.trajectories_view(tasks, st.rollouts.rollout(ctx, tasks))
-            # partial credit reads a reference: a person-written task's only under run.oracle
-            references = self.boundary.references(tasks) if cfg.reward.w_partial else None
-            shape_rewards(
-                trajectories,
-                cfg.reward.w_outcome,
-                cfg.reward.w_format,
-                cfg.reward.format,
-                cfg.reward.w_reasoning,
-                cfg.reward.w_partial,
-                references,
-                synthetic_reward(cfg),
-                cfg.questioning.judge_weight,
-            )  # each reward computed once from its record: judge mix (§3.4), EvolveR §3.3, reasoning (§6.2.1), partial
+            trajectories = self._rolled(ctx, tasks)
+            rolled_metrics = dict(st.rollouts.last_metrics)  # the iteration's own groups' (a refill rolls out again)
+            if cfg.train.refill_groups:  # DAPO's dynamic sampling: zero-variance groups replaced before the update
+                r = refill(tasks, trajectories, st.supply.training_set(), lambda ts: self._rolled(ctx, ts),
+                           cfg.train.refill_groups, ctx.seed)  # fmt: skip
+                tasks, trajectories = r.tasks, r.trajectories
+                refilled = {
+                    "groups/zero_variance_before_refill": float(r.zero_variance),
+                    "groups/refill_extra": float(r.extra_groups),
+                    "groups/refilled": float(r.replaced),
+                }
             with store.transaction() as c:
                 store.delete_iteration_trajectories(c, it, "train")
                 # at the source: a non-oracle run stores no person-written reference (every reader of the store,
@@ -253,7 +252,9 @@ class MasterLoop:
             metrics["reward/outcome"] = sum(
                 t.rewards.outcome for t in trajectories if t.rewards.outcome is not None
             ) / len(fmt)
-        metrics.update(st.rollouts.last_metrics)  # e.g. judge cost, retrievals
+        metrics.update(rolled_metrics)  # e.g. judge cost, retrievals
+        metrics.update(group_metrics(trajectories, cfg.reward.success_threshold))
+        metrics.update(refilled)
         metrics.update(st.supply.observe(ctx, trajectories))
         t1 = time.perf_counter()
         metrics.update(st.experience.process(ctx, trajectories))
@@ -299,6 +300,26 @@ class MasterLoop:
             f"parse-errors {metrics.get('rollout/parse_error_rate', 0):.2f} "
             f"loss {metrics.get('train/loss', 0):+.4f} ({times['time/iteration_s']:.0f}s)"
         )
+
+    def _rolled(self, ctx: IterationContext, tasks: Sequence[Task]) -> list[Trajectory]:
+        """Stage B for ``tasks``, as the training side may see it (no person-written task's reference distances),
+        each reward computed once from its record: judge mix (§3.4), EvolveR §3.3, reasoning (§6.2.1), partial."""
+        cfg = self.cfg
+        trajectories = self.boundary.trajectories_view(tasks, self.stages.rollouts.rollout(ctx, tasks))
+        # partial credit reads a reference: a person-written task's only under run.oracle
+        references = self.boundary.references(tasks) if cfg.reward.w_partial else None
+        shape_rewards(
+            trajectories,
+            cfg.reward.w_outcome,
+            cfg.reward.w_format,
+            cfg.reward.format,
+            cfg.reward.w_reasoning,
+            cfg.reward.w_partial,
+            references,
+            synthetic_reward(cfg),
+            cfg.questioning.judge_weight,
+        )
+        return trajectories
 
     def _prune_checkpoints(self) -> None:
         """Keep the newest ``keep_checkpoints`` folders; only the newest keeps its optimizer state."""
