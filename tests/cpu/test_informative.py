@@ -150,8 +150,10 @@ def test_the_loop_replaces_a_zero_variance_group_before_the_update_and_reports_i
         cfg, run_dir, store = open_run(load_config(None, [*sets, f"train.refill_groups={refill_groups}"]), None)
         rollouts, rest = _Rollouts(), _Rest()
         stages = Stages(_Supply(), rollouts, rest, rest, rest)  # type: ignore[arg-type]
-        MasterLoop(cfg, run_dir, store, stages).run()
+        summary = MasterLoop(cfg, run_dir, store, stages).run()
         assert set(rest.seen) == want  # what the update learned from
+        assert summary["distinct_tasks_trained"] == 2
+        assert summary["informative_groups"] == [2.0 if refill_groups else 1.0]
         m = store.metrics()[0]
         assert {t.task_id for t in store.trajectories(0, "train")} == want
         if refill_groups:

@@ -99,6 +99,17 @@ def run_synthesis(store: RunStore, stage: SynthesisStage) -> list[Task]:
     return stored
 
 
+def training_signal(store: RunStore) -> dict:
+    """How much the run's training had to learn from: the distinct tasks its updates saw, and the informative groups
+    (outcomes not all equal) of each iteration (issue 96; orchestrator/informative.py)."""
+    done = store.completed_iterations()
+    metrics = store.metrics()
+    return {
+        "distinct_tasks_trained": len({t.task_id for it in done for t in store.trajectories(it, "train")}),
+        "informative_groups": [metrics[it]["groups/informative"] for it in done if "groups/informative" in metrics[it]],
+    }
+
+
 def iteration_seed(seed: int, iteration: int) -> int:
     return seed * 1_000_003 + iteration
 
@@ -179,6 +190,7 @@ class MasterLoop:
         evaluations = {p: e for p in ("before", "after") if (e := store.evaluation(p))}
         curve = sink.plot(store.metrics(), evaluations)
         cold = store.get_meta("cold_start")
+        signal = training_signal(store)
         summary = {
             "run_dir": str(self.run_dir),
             "gold": "oracle" if cfg.run.oracle else "none",  # src/evolvekit/boundary.py
@@ -192,8 +204,14 @@ class MasterLoop:
             "learning_curve": str(curve),
             "store": str(store.path),
             "checkpoint": (latest.path if (latest := store.latest_checkpoint()) else None),
+            **signal,
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        if signal["informative_groups"]:
+            self.console.print(
+                f"training signal: {signal['distinct_tasks_trained']} distinct tasks; informative groups per "
+                f"iteration {', '.join(f'{g:g}' for g in signal['informative_groups'])}"
+            )
         return summary
 
     def _cold_start(self) -> None:
