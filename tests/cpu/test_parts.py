@@ -52,6 +52,33 @@ def test_the_pass_probe_runs_the_policy_with_the_runs_rendering_template_seed_an
     assert pass_probe(off, engine, lambda: None) is None
 
 
+def test_the_round_trip_runs_the_policy_in_the_callers_environment_with_its_own_k(monkeypatch):
+    from evolvekit.agent import evaluate
+    from evolvekit.agent.parts import round_trip
+
+    cfg = load_config(None, ["questioning.requests.round_trip_samples=5", "run.seed=3", "env.tool_rendering=json"])
+    asked: list = []
+
+    class _Report:
+        per_task = [{"scores": [1.0, 0.0, 0.0, 0.0, 1.0]}]
+
+    def record(tasks, make_env, used, rollout, params, k, rendering="compact", show_progress=True, **kw):
+        asked.append((list(tasks), make_env, params.seed, k, rendering, show_progress, used))
+        return _Report(), []
+
+    monkeypatch.setattr(evaluate, "evaluate_policy", record)
+    engine = Engine(_Policy())
+    trip = round_trip(cfg, engine)
+    task = Task(env_name="bfcl", query="What is 2 plus 5?")
+
+    def shown():  # the environment the caller chose: which worked examples the policy sees
+        return None
+
+    assert trip([task], shown) == [[1.0, 0.0, 0.0, 0.0, 1.0]]
+    assert asked == [([task], shown, 3, 5, "json", False, engine)]
+    assert round_trip(load_config(None, ["questioning.requests.round_trip_samples=0"]), engine) is None
+
+
 class _Ctx:
     """What the hybrid advantage scale reads of an iteration: the run's stored tasks."""
 

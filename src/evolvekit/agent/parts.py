@@ -86,29 +86,29 @@ def evaluator(
     return evaluator
 
 
+def attempts(cfg: Config, engine: Engine, k: int, tasks, env_factory) -> list[list[float]]:
+    """Per task, the environment's own scores of the policy's k attempts at it, through ``engine`` with the run's
+    rollout settings, in what ``env_factory`` makes (the pass filter's probe and the requests' round trip)."""
+    report, _ = evaluate.evaluate_policy(
+        tasks,
+        env_factory,
+        engine,
+        cfg.rollout,
+        policy_sampling(cfg, seed=cfg.run.seed),
+        k,
+        cfg.env.tool_rendering,
+        show_progress=False,
+        template=rollout_template(cfg),
+    )
+    return [row["scores"] for row in report.per_task]
+
+
 def pass_probe(cfg: Config, engine: Engine, env_factory):
     """The pass filter's probe (``questioning.pass_filter_samples`` = k > 0, else None): the policy attempts each
     task k times through the run's rollout engine, with the run's rollout settings, and the environment's own check
     scores every attempt."""
     k = cfg.questioning.pass_filter_samples
-    if not k:
-        return None
-
-    def probe(tasks):
-        report, _ = evaluate.evaluate_policy(
-            tasks,
-            env_factory,
-            engine,
-            cfg.rollout,
-            policy_sampling(cfg, seed=cfg.run.seed),
-            k,
-            cfg.env.tool_rendering,
-            show_progress=False,
-            template=rollout_template(cfg),
-        )
-        return [row["scores"] for row in report.per_task]
-
-    return probe
+    return (lambda tasks: attempts(cfg, engine, k, tasks, env_factory)) if k else None
 
 
 def round_trip(cfg: Config, engine: Engine):
@@ -117,21 +117,4 @@ def round_trip(cfg: Config, engine: Engine):
     gives (which worked examples it shows), and the environment's own check scores every attempt
     (questioning/requests.py, filter 4)."""
     k = cfg.questioning.requests.round_trip_samples
-    if not k:
-        return None
-
-    def attempts(tasks, env_factory):
-        report, _ = evaluate.evaluate_policy(
-            tasks,
-            env_factory,
-            engine,
-            cfg.rollout,
-            policy_sampling(cfg, seed=cfg.run.seed),
-            k,
-            cfg.env.tool_rendering,
-            show_progress=False,
-            template=rollout_template(cfg),
-        )
-        return [row["scores"] for row in report.per_task]
-
-    return attempts
+    return (lambda tasks, env_factory: attempts(cfg, engine, k, tasks, env_factory)) if k else None
