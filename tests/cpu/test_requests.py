@@ -32,8 +32,8 @@ from evolvekit.questioning.requests import (
 )
 from evolvekit.questioning.self_examples import (
     ExampleRequests,
-    documented_request,
     make_self_examples,
+    unnamed_request,
     written_requests,
 )
 from evolvekit.types import Task, TaskSource, ToolCall
@@ -277,7 +277,8 @@ def test_a_call_whose_candidates_all_fail_falls_back_to_the_documented_template_
 
     req = _requests(answers, trip)
     got = written_requests(_executed(), req, lambda: make_env(ARITH), sandbox_for(ARITH))
-    assert got == [documented_request(ADD, _call("add", a=12, b=30)), "What is 9 over 3?"]
+    assert got == ["Add two numbers (12, 30).", "What is 9 over 3?"]  # the counted fallback states no name
+    assert got[0] == unnamed_request(ADD, _call("add", a=12, b=30)) and not names_identifier(got[0], [_call("add")])
     assert trip_calls == [2]  # one round trip for every shortlisted candidate of every call
     f = req.funnel
     assert (f.identifiers, f.unparseable, f.round_trip, f.kept, f.fallback) == (1, 1, 1, 1, 1)
@@ -377,3 +378,11 @@ def test_zero_shot_asks_under_every_framing_and_the_bootstrap_under_one_rotated(
     got = writer.sample([[e] for e in _executed()], [[seed], [seed]])
     assert [[f for _, f in row] for row in got] == [[0], [1]]
     assert [p[0].content for p in model.prompts] == [FRAMINGS[0][0], FRAMINGS[1][0]]
+
+
+def test_the_unnamed_fallback_states_the_values_and_no_name():
+    assert unnamed_request(ADD, _call("add", a=12, b=30)) == "Add two numbers (12, 30)."
+    assert unnamed_request(None, _call("ls")) == "Do this."
+    assert unnamed_request(ToolSchema(name="cd"), _call("cd", folder="games")) == 'Do this ("games").'
+    mv = unnamed_request(ToolSchema(name="mv", description="Move a file. Keeps it."), _call("mv", source="a", dest="b"))
+    assert mv == 'Move a file ("a", "b").'

@@ -12,9 +12,10 @@ run writes its own, before anything else, from what only the environment and the
   (``questioning.requests.mode: backtranslate``, questioning/requests.py): many candidates under several framings,
   kept only if they state exactly the call's values, name no identifier, are no near-duplicate, and round-trip (the
   policy, shown the request and the other tools' examples, reaches the same result); the best by round-trip pass
-  rate. A call no candidate survives for, and ``mode: documented``, get the template written from the tool's own
-  documentation (``documented_request``: "Add two numbers (a = 12, b = 30)."), counted in the funnel. The closing
-  message states the output.
+  rate. A call no candidate survives for gets the template written from the tool's own documentation with its
+  values and no parameter name (``unnamed_request``: "Add two numbers (12, 30)."), counted in the funnel as
+  ``fallback``; ``mode: documented`` gives every call the earlier template with the names (``documented_request``:
+  "Add two numbers (a = 12, b = 30)."). The closing message states the output.
 
 Every tool the exploration executed gets an example (up to ``env.self_examples``).
 
@@ -65,6 +66,17 @@ def documented_request(tool: ToolSchema | None, call: ToolCall) -> str:
     head = first or f"Call {call.name}"
     args = ", ".join(f"{k} = {json.dumps(v, ensure_ascii=False)}" for k, v in call.arguments.items())
     return f"{head} ({args})." if args else f"{head}."
+
+
+def unnamed_request(tool: ToolSchema | None, call: ToolCall) -> str:
+    """The back-translation's counted fallback: the documented request with the call's values and none of its
+    parameter names ("Add two numbers (12, 30)."), so that no request on the default path states an identifier."""
+    named = documented_request(tool, call)
+    values = ", ".join(json.dumps(v, ensure_ascii=False) for v in call.arguments.values())
+    head = named.split(" (", 1)[0].rstrip(".") if call.arguments else named.rstrip(".")
+    if head == f"Call {call.name}":  # no description: the function name alone would be the identifier
+        head = "Do this"
+    return f"{head} ({values})." if values else f"{head}."
 
 
 def closing_message(output: str) -> str:
@@ -179,7 +191,7 @@ def written_requests(
             out.append(best[0].request)
         else:
             funnel.fallback += 1
-            out.append(documented_request(tool, call))
+            out.append(unnamed_request(tool, call))
     log.info("self-made worked examples' requests: %s", funnel.line())
     return out
 
