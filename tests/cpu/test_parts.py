@@ -14,7 +14,7 @@ from test_build_wiring import _Embedder, _Policy
 from evolvekit.config import load_config
 from evolvekit.engine.base import Engine
 from evolvekit.llm.base import Completion
-from evolvekit.types import Task
+from evolvekit.types import Task, ToolCall
 
 
 def test_the_pass_probe_runs_the_policy_with_the_runs_rendering_template_seed_and_k(monkeypatch):
@@ -64,18 +64,22 @@ def test_the_round_trip_runs_the_policy_in_the_callers_environment_with_its_own_
 
     def record(tasks, make_env, used, rollout, params, k, rendering="compact", show_progress=True, **kw):
         asked.append((list(tasks), make_env, params.seed, k, rendering, show_progress, used))
+        steps.append(rollout.max_steps)
         return _Report(), []
 
+    steps: list = []
     monkeypatch.setattr(evaluate, "evaluate_policy", record)
     engine = Engine(_Policy())
     trip = round_trip(cfg, engine)
-    task = Task(env_name="bfcl", query="What is 2 plus 5?")
+    call = ToolCall(name="add", arguments={"a": 2, "b": 5})
+    task = Task(env_name="bfcl", query="What is 2 plus 5?", reference_solution=[[call]])
 
     def shown():  # the environment the caller chose: which worked examples the policy sees
         return None
 
     assert trip([task], shown) == [[1.0, 0.0, 0.0, 0.0, 1.0]]
     assert asked == [([task], shown, 3, 5, "json", False, engine)]
+    assert steps == [2] and cfg.rollout.max_steps == 30  # the reference call and the answer: no 30-step attempts
     assert round_trip(load_config(None, ["questioning.requests.round_trip_samples=0"]), engine) is None
 
 

@@ -386,3 +386,10 @@ def test_the_unnamed_fallback_states_the_values_and_no_name():
     assert unnamed_request(ToolSchema(name="cd"), _call("cd", folder="games")) == 'Do this ("games").'
     mv = unnamed_request(ToolSchema(name="mv", description="Move a file. Keeps it."), _call("mv", source="a", dest="b"))
     assert mv == 'Move a file ("a", "b").'
+
+
+def test_a_candidate_request_has_a_one_line_token_budget():
+    writer = RequestWriter(Engine(_Writer({})), SamplingParams(max_new_tokens=512, stop=("</x>",)), 3)  # type: ignore[arg-type]
+    assert writer.params.max_new_tokens == 64 and writer.params.n == 3 and writer.params.stop == ("</x>", "\n")
+    short = RequestWriter(Engine(_Writer({})), SamplingParams(max_new_tokens=48), 2)  # type: ignore[arg-type]
+    assert short.params.max_new_tokens == 48

@@ -86,14 +86,15 @@ def evaluator(
     return evaluator
 
 
-def attempts(cfg: Config, engine: Engine, k: int, tasks, env_factory) -> list[list[float]]:
+def attempts(cfg: Config, engine: Engine, k: int, tasks, env_factory, rollout=None) -> list[list[float]]:
     """Per task, the environment's own scores of the policy's k attempts at it, through ``engine`` with the run's
-    rollout settings, in what ``env_factory`` makes (the pass filter's probe and the requests' round trip)."""
+    rollout settings (``rollout``: others), in what ``env_factory`` makes (the pass filter's probe and the requests'
+    round trip)."""
     report, _ = evaluate.evaluate_policy(
         tasks,
         env_factory,
         engine,
-        cfg.rollout,
+        rollout or cfg.rollout,
         policy_sampling(cfg, seed=cfg.run.seed),
         k,
         cfg.env.tool_rendering,
@@ -117,4 +118,13 @@ def round_trip(cfg: Config, engine: Engine):
     gives (which worked examples it shows), and the environment's own check scores every attempt
     (questioning/requests.py, filter 4)."""
     k = cfg.questioning.requests.round_trip_samples
-    return (lambda tasks, env_factory: attempts(cfg, engine, k, tasks, env_factory)) if k else None
+    if not k:
+        return None
+
+    def trip(tasks, env_factory):
+        # a candidate's reference calls and the answer: an attempt gets no more steps than that (nor than the run's)
+        need = max((sum(len(turn) for turn in t.reference_solution or []) for t in tasks), default=1) + 1
+        short = cfg.rollout.model_copy(update={"max_steps": min(cfg.rollout.max_steps, need)})
+        return attempts(cfg, engine, k, tasks, env_factory, short)
+
+    return trip

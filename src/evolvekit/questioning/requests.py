@@ -260,6 +260,8 @@ def ranked(candidates: Sequence[Candidate], filters: RequestFilters, funnel: Req
     return sorted(passed, key=lambda c: (-(c.pass_rate or 0.0), order[id(c)]))
 
 
+REQUEST_TOKENS = 64  # a candidate request's token budget (a request is one line of at most 300 characters)
+
 Seed = tuple[ToolCall, str, "ToolSchema | None", str]  # an executed call, its result, its tool, and a kept request
 
 
@@ -313,7 +315,9 @@ class RequestWriter:
         shots: int = 2,
     ):
         self.engine, self.per_framing, self.framings, self.shots = engine, per_framing, framings, shots
-        self.params = replace(params, n=per_framing, stop=tuple(params.stop) + ("\n",))
+        # one line of request length: a reply that rambles past it would be cut to no request anyway
+        tokens = min(params.max_new_tokens, REQUEST_TOKENS)
+        self.params = replace(params, n=per_framing, stop=tuple(params.stop) + ("\n",), max_new_tokens=tokens)
 
     def sample(
         self, asks: Sequence[Sequence[Executed]], shown: Sequence[Sequence[Seed]] = ()
