@@ -332,3 +332,24 @@ def test_person_written_reference_distances_are_computed_only_where_they_may_be_
     assert closed.state_changed == opened.state_changed
     own, _ = first_step(synthetic, False)
     assert own == opened  # the run's own reference: the same distances
+
+
+def test_a_task_synthesized_in_a_sandbox_that_named_no_class_runs_the_sandboxs_default_backends():
+    """Plain BFCL's sandbox names no backend class (it runs the environment's defaults); a task synthesized there, and
+    a request's round-trip candidate, carry no class of their own and get those defaults instead of a refusal."""
+    from evolvekit.config import EnvConfig
+    from evolvekit.env.registry import make_env
+    from evolvekit.types import Task, TaskSource, ToolCall
+
+    env = make_env(EnvConfig(name="bfcl", backends=["MathAPI"]))
+    call = ToolCall(name="add", arguments={"a": 1, "b": 2})
+    task = Task(env_name="bfcl", query="Add 1 and 2.", reference_solution=[[call]], source=TaskSource.SYNTHETIC,
+                metadata={"category": "synthetic", "involved_classes": []})  # fmt: skip
+    try:
+        env.reset(task)
+        assert env.meta.involved_classes == ["MathAPI"]
+    finally:
+        env.close()
+    real = task.model_copy(update={"source": TaskSource.REAL})
+    with pytest.raises(Exception, match="involved_classes"):
+        make_env(EnvConfig(name="bfcl", backends=["MathAPI"])).reset(real)  # a person's task must name its classes

@@ -172,7 +172,7 @@ class BfclEnv:
                 f"task.reference_solution: {ref_calls} calls, more than the {MAX_REFERENCE_CALLS} a reference may have"
             )
         self.task = task
-        self.meta = _task_meta(task)
+        self.meta = _task_meta(task, list(self.default_backends or ["GorillaFileSystem"]))
         _check_initial_config(task.initial_config, "task.initial_config")
         # miss_func: held-out functions are hidden from the tool list until their turn. As in the official
         # executor they stay callable (BFCL's own ground truth calls one early: miss_func_49).
@@ -722,16 +722,15 @@ def _check_initial_config(config: Any, where: str) -> None:
         raise EnvError(f"{where}: unknown backend class {unknown[0][:60]!r}; known: {', '.join(data.BACKEND_CLASSES)}")
 
 
-def _task_meta(task: Task) -> data.BfclTaskMeta:
-    if "involved_classes" not in task.metadata:
-        # A synthetic task: its classes come from the initial config or the reference solution's tools.
-        raw: dict[str, Any] = {
-            "category": "synthetic",
-            "bfcl_id": task.task_id,
-            "involved_classes": list(task.initial_config),
-        }
-    else:
-        raw = task.metadata
+def _task_meta(task: Task, default: list[str]) -> data.BfclTaskMeta:
+    """A task's BFCL metadata. A synthesized task made in a sandbox that named no backend class (plain BFCL, every
+    default backend) has none: its classes are those of its initial config, else ``default``, the backends such a
+    sandbox runs."""
+    raw: dict[str, Any] = dict(task.metadata)
+    if "involved_classes" not in raw or (task.source == TaskSource.SYNTHETIC and not raw["involved_classes"]):
+        raw.setdefault("category", "synthetic")
+        raw.setdefault("bfcl_id", task.task_id)
+        raw["involved_classes"] = list(task.initial_config) or list(default)
     try:
         meta = data.BfclTaskMeta.model_validate(raw)
     except ValidationError as err:
