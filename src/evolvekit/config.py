@@ -491,9 +491,9 @@ class RequestsConfig(_Section):
         "backtranslate",
         "backtranslate = the model writes many candidate requests for each executed call under several framings, and a request is kept only if it states every value the call needs and no other number, names no parameter or function identifier, is no near-duplicate of a kept one, and round-trips (the policy, shown only it and the run's examples, reaches the same result at least once in round_trip_samples attempts); the survivors are ranked by round-trip pass rate, and a call none survives for falls back to the documented template (counted); documented = the tool's description with the arguments appended ('Add two numbers (a = 1, b = 2).'), the earlier default",
     )
-    per_framing: int = F(4, "candidate requests sampled per framing for each executed call (3 framings)", ge=1, le=16)
+    per_framing: int = F(2, "candidate requests sampled per framing for each executed call (3 framings)", ge=1, le=16)
     shortlist: int = F(
-        4, "at most this many candidates per call that pass the text filters go on to the round trip", ge=1, le=16
+        2, "at most this many candidates per call that pass the text filters go on to the round trip", ge=1, le=16
     )
     round_trip_samples: int = F(
         4, "k: the policy's attempts at each shortlisted request (the round trip; 0 = that filter off)", ge=0, le=16

@@ -215,7 +215,9 @@ def make_self_examples(
         if not tools:  # a text-action environment (ScienceWorld): an example is a tool call, there is none to make
             log.info("self-made worked examples: none (the environment offers no tool; actions are text)")
             return []
-        traces = explorer.explore(make_env, sandbox, EXAMPLE_RUNS, max(EXAMPLE_STEPS, count))
+        # breadth-first steps name an untried tool each: enough steps to try every tool, up to ``count``
+        steps = max(EXAMPLE_STEPS, min(count, len(tools)))
+        traces = explorer.explore(make_env, sandbox, EXAMPLE_RUNS, steps)
     except EnvError as err:  # an environment the explorer cannot explore: no example, said once
         log.warning("self-made worked examples: none (the sandbox could not be explored: %s)", str(err)[:300])
         return []
@@ -236,7 +238,7 @@ def make_self_examples(
         log.warning(
             "self-made worked examples: the exploration executed no call (%d runs of %d steps); prompts show none",
             EXAMPLE_RUNS,
-            max(EXAMPLE_STEPS, count),
+            steps,
         )
     else:
         log.info("self-made worked examples: %s", "; ".join(f"{d.request!r} -> {format_call(d.call)}" for d in out))
