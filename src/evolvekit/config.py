@@ -647,8 +647,8 @@ class NavigatingConfig(_Section):
     )
     prune_every: int = F(1, "run the EvolveR pruning sweep every N iterations (0 = never)", ge=0)
     online_extraction: bool = F(
-        False,
-        "extract, validate, merge and prune experiences from every iteration's trajectories (EvolveR's online lifecycle; on by default with navigating.as_tool); false = AgentEvolver §4.1: the pool is built offline (Eq. 13, the cold start or navigating.seed_file) and online only retrieved, its use counts still kept (every run before issue 96 extracted online)",
+        True,
+        "extract, validate, merge and prune experiences from every iteration's trajectories (EvolveR's online lifecycle, as every run before issue 96); false = AgentEvolver §4.1: the pool is built offline (Eq. 13, the cold start or navigating.seed_file) and online only retrieved, its use counts still kept. `config show` marks true as ≠ paper outside EvolveR's mode",
     )
     seed_file: str = F(
         "",
@@ -1038,13 +1038,6 @@ DERIVED_DEFAULTS: tuple[tuple[Callable[[Config], bool], str, str, Any, str], ...
         "evolver",
         "navigating.as_tool (EvolveR)",
     ),
-    (
-        lambda c: c.navigating.enabled and c.navigating.as_tool,
-        "navigating",
-        "online_extraction",
-        True,
-        "navigating.as_tool (EvolveR §3.3: the experience lifecycle runs online)",
-    ),
     *(
         (lambda c: c.evolving_rl.enabled, "train", name, value, "evolving_rl.enabled (Evolving-RL Table 5, C.2)")
         for name, value in EVOLVING_RL_TRAIN_DEFAULTS.items()
@@ -1386,13 +1379,17 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "navigating.search_k": (3, "EvolveR, k_e = 3"),
     "navigating.rerank": (True, "§4.1, Eq. 14: the retrieved top-k are re-ranked"),
     "navigating.rewrite": (True, "§4.1, Eq. 14: the chosen experience is re-written for the task"),
-    "navigating.online_extraction": (False, "§4.1, Eq. 13: the pool is built offline; online only retrieval"),
     "attributing.alpha": (0.1, "§7.5"),
 }
 
 
 # the values of the extending papers, for a run in their mode (each replaces AgentEvolver's where both name a field)
 MODE_PAPER_VALUES: list[tuple[str, Callable[["Config"], bool], dict[str, tuple[Any, str]]]] = [
+    (
+        "AgentEvolver's experience pool (navigating.enabled without as_tool)",
+        lambda c: c.navigating.enabled and not c.navigating.as_tool,
+        {"navigating.online_extraction": (False, "§4.1, Eq. 13: the pool is built offline; online only retrieval")},
+    ),
     (
         "the self-managing template (rollout.template: self_managing)",
         lambda c: c.rollout.template == "self_managing",

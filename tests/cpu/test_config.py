@@ -376,7 +376,7 @@ def test_defaults_that_follow_from_other_settings_are_marked_not_silent():
         and "kl_beta: 0.02  # ≠ paper: 0.01 (Evolving-RL Table 5)  # set by" not in text
     )
     tool = load_config(None, ["navigating.enabled=true", "navigating.as_tool=true"])
-    assert set(tool._derived) == {"reward.w_format", "reward.format", "navigating.online_extraction"}
+    assert set(tool._derived) == {"reward.w_format", "reward.format"}
     assert load_config(None, [])._derived == {}
     shown = subprocess.run(
         [sys.executable, "-m", "evolvekit.cli.main", "config", "show", "--set", "rollout.template=reasoning"],
@@ -448,7 +448,6 @@ _FROM_THE_PAPERS = {
     "attributing.alpha": 0.1,  # §7.5: "alpha = 0.10", in "the optimal range [0.10, 0.20]"
     "navigating.rerank": True,  # §4.1: "refined through a module Omega_refine, which performs (1) re-ranking"
     "navigating.rewrite": True,  # "... and (2) re-writing"
-    "navigating.online_extraction": False,  # §4.1: "In the offline phase, the Pool Construction process builds"
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import TaskIndexStore
 
 from evolvekit.agent.rollout_stage import RolloutSettings
-from evolvekit.config import Config, paper_values
+from evolvekit.config import Config, load_config, paper_departures, paper_values
 from evolvekit.engine.base import Engine
 from evolvekit.llm.base import SamplingParams
 from evolvekit.navigating.extract import ExtractionReport
@@ -313,10 +313,11 @@ def test_without_online_extraction_the_pool_only_counts_uses_as_agentevolver_bui
     m = stage.process(_ctx(iteration=0, store=TaskIndexStore({})), trajs)
     assert extractor.calls == [] and [c[0] for c in pool.calls] == ["use"]
     assert m == {**guided_vs_vanilla(trajs), "navigating/pool_size": 1.0} and stage._pruned == []
-    assert (
-        "navigating.online_extraction" in paper_values(Config())
-        and paper_values(Config())["navigating.online_extraction"][0] is False
-    )
+    on = load_config(None, ["navigating.enabled=true"])
+    assert on.navigating.online_extraction is True  # the default: EvolveR's lifecycle, as every earlier run
+    assert paper_values(on)["navigating.online_extraction"][0] is False  # marked ≠ paper in AgentEvolver's mode
+    evolver = load_config(None, ["navigating.enabled=true", "navigating.as_tool=true"])
+    assert "navigating.online_extraction" not in paper_departures(evolver)
 
 
 @pytest.mark.parametrize("iteration, prune_every, prunes", [(1, 3, False), (2, 3, True), (5, 3, True), (2, 0, False)])
