@@ -393,3 +393,19 @@ def test_a_candidate_request_has_a_one_line_token_budget():
     assert writer.params.max_new_tokens == 64 and writer.params.n == 3 and writer.params.stop == ("</x>", "\n")
     short = RequestWriter(Engine(_Writer({})), SamplingParams(max_new_tokens=48), 2)  # type: ignore[arg-type]
     assert short.params.max_new_tokens == 48
+
+
+def test_the_synthesis_bootstrap_reads_the_models_own_example_requests_never_a_template():
+    from evolvekit.env.action_text import format_call
+    from evolvekit.env.bfcl.families import Demonstration
+    from evolvekit.questioning.self_examples import example_messages
+    from evolvekit.questioning.synthesize import request_seeds
+
+    add, div = _call("add", a=12, b=30), _call("divide", a=9, b=3)
+    demos = [
+        Demonstration("Please work out 12 plus 30.", add, '{"result": 42}', "The result is 42."),
+        Demonstration(unnamed_request(None, div), div, '{"result": 3.0}', "The result is 3.0."),  # a fallback
+    ]
+    seeds = request_seeds(example_messages(demos), {"add": ADD})
+    assert seeds == [(add, '{"result": 42}', ADD, "Please work out 12 plus 30.")]
+    assert format_call(add)  # the examples' calls are in the action format the environment shows

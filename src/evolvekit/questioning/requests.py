@@ -104,6 +104,29 @@ _NARRATION = re.compile(
 )
 
 
+def documented_request(tool: ToolSchema | None, call: ToolCall) -> str:
+    """A request written from the tool's documentation: the first sentence of its description (of the part after
+    "Tool description:", where a schema has one), or "Call <name>" where it has none; then every argument of the
+    call, so the request states each value its call needs."""
+    # BFCL's schemas open with their API's boilerplate, then "Tool description: ..." (its documented format)
+    desc = (tool.description if tool is not None else "").split("Tool description:", 1)[-1].strip()
+    first = re.split(r"(?<=[.!?])\s", desc, maxsplit=1)[0].strip().rstrip(".!?:; ") if desc else ""
+    head = first or f"Call {call.name}"
+    args = ", ".join(f"{k} = {json.dumps(v, ensure_ascii=False)}" for k, v in call.arguments.items())
+    return f"{head} ({args})." if args else f"{head}."
+
+
+def unnamed_request(tool: ToolSchema | None, call: ToolCall) -> str:
+    """The back-translation's counted fallback: the documented request with the call's values and none of its
+    parameter names ("Add two numbers (12, 30)."), so that no request on the default path states an identifier."""
+    named = documented_request(tool, call)
+    values = ", ".join(json.dumps(v, ensure_ascii=False) for v in call.arguments.values())
+    head = named.split(" (", 1)[0].rstrip(".") if call.arguments else named.rstrip(".")
+    if head == f"Call {call.name}":  # no description: the function name alone would be the identifier
+        head = "Do this"
+    return f"{head} ({values})." if values else f"{head}."
+
+
 def _numbers(values: Sequence) -> list[float]:
     return sorted(float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool))
 

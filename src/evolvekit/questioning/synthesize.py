@@ -40,8 +40,10 @@ from evolvekit.questioning.requests import (
     RequestFunnel,
     RequestWriter,
     Seed,
+    documented_request,
     names_identifier,
     states_exactly,
+    unnamed_request,
 )
 from evolvekit.types import ChatMessage, Difficulty, Task, TaskSource, ToolCall, new_id
 
@@ -365,8 +367,8 @@ def chain_shots(examples: Sequence[ChatMessage]) -> list[tuple[str, str]]:
 
 def request_seeds(examples: Sequence[ChatMessage], tools: dict[str, ToolSchema]) -> list[Seed]:
     """The back-translation writer's bootstrap out of the worked examples every prompt shows: each one-call example
-    (request, call, result) whose request passes the text filters (states exactly its values, names no identifier),
-    so a documented-template fallback ("Add two numbers (a = 1, b = 2).") is never shown as a request to imitate."""
+    (request, call, result) whose request the model wrote and passes the text filters (states exactly its values,
+    names no identifier): a template fallback ("Add two numbers (1, 2).") is never shown as a request to imitate."""
     from evolvekit.env.action_text import parse_action
 
     seeds: list[Seed] = []
@@ -375,9 +377,13 @@ def request_seeds(examples: Sequence[ChatMessage], tools: dict[str, ToolSchema])
         if user.role != "user" or reply.role != "assistant" or _is_result(user) or not _is_result(result):
             continue
         calls = parse_action(reply.content).tool_calls
-        if len(calls) == 1 and states_exactly(user.content, calls) and not names_identifier(user.content, calls):
+        if len(calls) != 1:
+            continue
+        tool = tools.get(calls[0].name)
+        template = user.content in (documented_request(tool, calls[0]), unnamed_request(tool, calls[0]))
+        if not template and states_exactly(user.content, calls) and not names_identifier(user.content, calls):
             obs = _observation(result).split("] ", 1)[-1]
-            seeds.append((calls[0], obs, tools.get(calls[0].name), user.content))
+            seeds.append((calls[0], obs, tool, user.content))
     return seeds
 
 
