@@ -611,6 +611,10 @@ def test_tasks_synthesize_cli_offline_with_the_embedded_model(tmp_path):
             "models.explorer.max_new_tokens=48",
             "--set",
             "models.synthesizer.max_new_tokens=160",
+            # the scaffolded synthesizer's own requests, as before issue 96 (the back-translated ones are the
+            # quickstart's, tested in test_requests.py and by the quickstart runs; one round of them may keep none)
+            "--set",
+            "questioning.requests.mode=documented",
         ],
         capture_output=True,
         text=True,
@@ -861,6 +865,7 @@ def test_run_seed_pins_self_questioning_and_rounds_draw_anew(tmp_path):
         out = tmp_path / f"{name}.jsonl"
         sets = ["env.family=arith_chain", "questioning.explore_runs=2", "questioning.explore_steps=2",
                 "models.explorer.max_new_tokens=32", "models.synthesizer.max_new_tokens=48",
+                "questioning.requests.mode=documented",  # three syntheses within the test's time limit
                 f"run.seed={seed}"]  # fmt: skip
         res = subprocess.run(
             [sys.executable, "-m", "evolvekit.cli.main", "tasks", "synthesize", "--n", "8", "--max-rounds", "2",
