@@ -32,6 +32,15 @@ def trigrams(text: str) -> set[tuple[str, ...]]:
     return {tuple(w[i : i + 3]) for i in range(len(w) - 2)}
 
 
+def counts_table(counts: dict) -> list[str]:
+    """A one-row markdown table of named counts."""
+    return [
+        "| " + " | ".join(counts) + " |",
+        "|" + "---|" * len(counts),
+        "| " + " | ".join(map(str, counts.values())) + " |",
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("run_dir", type=Path)
@@ -112,9 +121,7 @@ def main() -> None:
         "",
         "## Worked examples' funnel",
         "",
-        "| " + " | ".join(ex_funnel) + " |",
-        "|" + "---|" * len(ex_funnel),
-        "| " + " | ".join(str(v) for v in ex_funnel.values()) + " |",
+        *counts_table(ex_funnel),
         "",
         "## Worked examples",
         "",
@@ -126,17 +133,14 @@ def main() -> None:
             f"| {r['request']} | `{r['calls'][0]}` | {', '.join(str(v) for v in r['trigram_overlap'].values())} |"
         )
     req = {k: v for k, v in syn_funnel.items() if k.startswith("request_")}
+    rest = {k: v for k, v in syn_funnel.items() if k not in req}
     lines += [
         "",
         "## Synthesis funnel",
         "",
-        "| " + " | ".join(k for k in syn_funnel if not k.startswith("request_")) + " |",
-        "|" + "---|" * sum(1 for k in syn_funnel if not k.startswith("request_")),
-        "| " + " | ".join(str(v) for k, v in syn_funnel.items() if not k.startswith("request_")) + " |",
+        *counts_table(rest),
         "",
-        "| " + " | ".join(req) + " |",
-        "|" + "---|" * len(req),
-        "| " + " | ".join(str(v) for v in req.values()) + " |",
+        *counts_table(req),
         "",
         "## Synthesized tasks",
         "",
