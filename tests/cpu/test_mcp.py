@@ -227,6 +227,10 @@ def test_self_questioning_on_an_mcp_server_then_training_on_what_it_kept(tmp_pat
     replays; `tasks check` replays them again; `run` trains on them."""
     out = tmp_path / "tasks.jsonl"
     common = ["-c", str(ROOT / "configs/mcp_filesystem.yaml"), "--set", "questioning.grounding_threshold=0"]
+    # the scaffolded synthesizer's own requests, as before issue 96: the explorer's successful calls here create
+    # directories with odd paths the 135M model seldom writes exactly, and its policy seldom solves a request's
+    # round trip, so the back-translated requests keep no task in this budget (a limit of issue 96, in its note)
+    common += ["--set", "questioning.requests.mode=documented"]
     syn = _cli(
         "tasks", "synthesize", "--env", "mcp", *common, "--n", "2", "--max-rounds", "3", "--out", str(out),
         "--json", "--set", "questioning.explore_runs=2", "--set", "questioning.explore_steps=4",

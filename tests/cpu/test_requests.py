@@ -13,7 +13,7 @@ from evolvekit.env.base import ToolSchema
 from evolvekit.env.registry import make_env
 from evolvekit.llm.base import Completion, SamplingParams
 from evolvekit.questioning.explore import ExplorationStep, ExplorationTrace
-from evolvekit.questioning.pipeline import Funnel, round_tripped, sandbox_for
+from evolvekit.questioning.pipeline import Funnel, add_requests, round_tripped, sandbox_for
 from evolvekit.questioning.requests import (
     FRAMINGS,
     Candidate,
@@ -409,3 +409,49 @@ def test_the_synthesis_bootstrap_reads_the_models_own_example_requests_never_a_t
     seeds = request_seeds(example_messages(demos), {"add": ADD})
     assert seeds == [(add, '{"result": 42}', ADD, "Please work out 12 plus 30.")]
     assert format_call(add)  # the examples' calls are in the action format the environment shows
+
+
+class _WriterOrAsk(_Writer):
+    """The writer double, except that the documented mode's targeted ask gets ``ask``'s reply."""
+
+    def __init__(self, answers: dict[str, list[str]], ask: str) -> None:
+        super().__init__(answers)
+        self.ask = ask
+
+    def chat(self, convs, params):
+        from evolvekit.questioning.synthesize import TARGETED_ASK
+
+        if all(TARGETED_ASK in c[-1].content for c in convs):
+            self.prompts += list(convs)
+            return [[Completion(text=self.ask)] * params.n for _ in convs]
+        return super().chat(convs, params)
+
+
+def test_a_synthesis_window_whose_candidates_all_fail_falls_back_to_the_documented_ask_counted():
+    """A window no back-translated candidate survived for gets the documented mode's targeted ask (the small model
+    seldom writes a path or an id exactly); counted as the fallback, and only the bare window asks."""
+    from evolvekit.config import DifficultyConfig
+    from evolvekit.questioning.synthesize import TARGETED_ASK, TaskSynthesizer
+
+    answers = {"add": ["What is 12 plus 30?"], "divide": ["Divide some numbers."]}
+    model = _WriterOrAsk(answers, "Please divide 9 by 3.")
+    writer = RequestWriter(Engine(model), SamplingParams(seed=1), 1, framings=1, shots=0)  # type: ignore[arg-type]
+    synth = TaskSynthesizer(
+        Engine(model),  # type: ignore[arg-type]
+        SamplingParams(seed=1),
+        DifficultyConfig(operations=1),
+        targeted=True,
+        writer=(writer, RequestFilters()),
+    )
+    rep = synth.synthesize([_trace(_call("add", a=12, b=30), _call("divide", a=9, b=3))], "bfcl")
+    assert [t.query for t in rep.tasks] == ["What is 12 plus 30?", "Please divide 9 by 3."]
+    assert (rep.requests.values, rep.requests.fallback, rep.unparseable) == (1, 1, 0)
+    asked = [p for p in model.prompts if TARGETED_ASK in p[-1].content]
+    assert len(asked) == 1 and '"divide"' in asked[0][-1].content and '"add"' not in asked[0][-1].content
+    funnel = Funnel()
+    add_requests(funnel, rep.requests)
+    assert funnel.request_fallback == 1
+    model.ask = "[0] divide"  # the targeted ask gives no request either: the window kept nothing
+    rep = synth.synthesize([_trace(_call("add", a=12, b=30), _call("divide", a=9, b=3))], "bfcl")
+    assert [t.query for t in rep.tasks] == ["What is 12 plus 30?"] and rep.requests.fallback == 0
+    assert rep.unparseable == 1

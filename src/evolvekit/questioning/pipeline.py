@@ -45,14 +45,16 @@ class Funnel:
     heldout_split_wording: int = 0  # removed: worded like a task of the held-out split (numbers masked)
     heldout_panel_wording: int = 0  # removed: worded like a task of a held-out panel (train.eval_panels)
     # back-translated requests (questioning.requests.mode: backtranslate; questioning/requests.py): per window of
-    # explored calls, the candidates sampled, each filter's drops, the windows no candidate survived for, the
-    # candidates whose round trip never succeeded, and the surviving phrasings of a window other than its kept one
+    # explored calls, the candidates sampled, each filter's drops, the windows no candidate survived for that the
+    # documented mode's ask filled (fallback) or left with no request (none), the candidates whose round trip never
+    # succeeded, and the surviving phrasings of a window other than its kept one
     request_windows: int = 0
     request_candidates: int = 0
     request_unparseable: int = 0
     request_values: int = 0
     request_identifiers: int = 0
     request_duplicates: int = 0
+    request_fallback: int = 0
     request_none: int = 0
     request_round_trip: int = 0
     request_other_phrasings: int = 0
@@ -300,6 +302,7 @@ def add_requests(funnel: Funnel, found: RequestFunnel) -> None:
     funnel.request_values += found.values
     funnel.request_identifiers += found.identifiers
     funnel.request_duplicates += found.duplicates
+    funnel.request_fallback += found.fallback
 
 
 # seed offset per exploration already made: a round's seeds never repeat an earlier round's (the explorer adds its step)

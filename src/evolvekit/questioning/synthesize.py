@@ -461,24 +461,44 @@ class TaskSynthesizer:
 
     def _written_items(self, usable, report: SynthesisReport) -> tuple[list[list[tuple[str, list[int]]]], int]:
         """Back-translation (``writer``): per usable trace, its (request, window) items, every shortlisted candidate
-        of each window (the round trip, in the pipeline, keeps the window's best); how many windows kept none."""
+        of each window (the round trip, in the pipeline, keeps the window's best); and how many windows kept none.
+        A window no candidate survived for falls back to the documented mode's ask (the targeted prompt), counted
+        in ``report.requests.fallback``: a sandbox whose values the small model seldom writes exactly (paths, ids)
+        still gets tasks, and no window is worse off than in the documented mode."""
         assert self.writer is not None
         writer, filters = self.writer
-        asks = [
-            (k, w)
-            for k, (_, calls) in enumerate(usable)
-            for w in windows(len(calls), self.difficulty.operations, self.tasks_per_trace)
-        ]
+        asks = self._windows(usable)
         executed = [
             [(usable[k][1][i][0], usable[k][1][i][1], self.tools.get(usable[k][1][i][0].name)) for i in w]
             for k, w in asks
         ]
         items: list[list[tuple[str, list[int]]]] = [[] for _ in usable]
-        none = 0
+        bare = []
         for (k, w), kept in zip(asks, writer.candidates(executed, filters, report.requests, self.seeds)):
-            none += not kept
             items[k] += [(c.request, w) for c in kept]
-        return items, none
+            if not kept:
+                bare.append((k, w))
+        fallback = self._targeted(usable, bare)
+        report.requests.fallback += sum(r is not None for r in fallback)
+        for (k, w), request in zip(bare, fallback):
+            if request is not None:
+                items[k].append((request, w))
+        return items, sum(r is None for r in fallback)
+
+    def _windows(self, usable) -> list[tuple[int, list[int]]]:
+        """Every (trace, window of its calls) a single-turn request is asked for."""
+        return [
+            (k, w)
+            for k, (_, calls) in enumerate(usable)
+            for w in windows(len(calls), self.difficulty.operations, self.tasks_per_trace)
+        ]
+
+    def _targeted(self, usable, asks: Sequence[tuple[int, list[int]]]) -> list[str | None]:
+        """The documented mode's ask: per (trace, window), the targeted prompt's best request, or None."""
+        chosen = [[usable[k][1][i][0] for i in w] for k, w in asks]
+        values = [[v for c in cs for v in argument_values(c.arguments)] for cs in chosen]
+        answers = self._requests([targeted_prompt([usable[k][1][i] for i in w], self.shots) for k, w in asks], values)
+        return [best_request(texts, cs, vs, self.agreement) for cs, vs, texts in zip(chosen, values, answers)]
 
     def _items(self, usable, report: SynthesisReport) -> tuple[list[list[tuple[str, list[int]]]], int]:
         """Per usable trace, its (request, call indices) items; and how many answers gave none."""
@@ -491,23 +511,13 @@ class TaskSynthesizer:
             )
             parsed = [parse_synthesis(out[0].text, len(calls)) for (_, calls), out in zip(usable, outs)]
             return parsed, sum(1 for it in parsed if not it)
-        asks = [
-            (k, w)
-            for k, (_, calls) in enumerate(usable)
-            for w in windows(len(calls), self.difficulty.operations, self.tasks_per_trace)
-        ]
-        chosen = [[usable[k][1][i][0] for i in w] for k, w in asks]
-        values = [[v for c in cs for v in argument_values(c.arguments)] for cs in chosen]
-        answers = self._requests([targeted_prompt([usable[k][1][i] for i in w], self.shots) for k, w in asks], values)
+        asks = self._windows(usable)
         items: list[list[tuple[str, list[int]]]] = [[] for _ in usable]
-        bad = 0
-        for (k, w), cs, vs, texts in zip(asks, chosen, values, answers):
-            request = best_request(texts, cs, vs, self.agreement)
-            if request is None:
-                bad += 1
-            else:
+        requests = self._targeted(usable, asks)
+        for (k, w), request in zip(asks, requests):
+            if request is not None:
                 items[k].append((request, w))
-        return items, bad
+        return items, sum(r is None for r in requests)
 
     def _chained_items(self, usable, report: SynthesisReport) -> list[list[tuple[list[str], list[int]]]]:
         """Multi-turn synthesis: per usable trace, its (turn requests, chain) items (module docstring)."""
