@@ -849,6 +849,9 @@ class RunConfig(_Section):
     def _plain_name(cls, v: str) -> str:
         if not v or v in (".", "..") or any(c in v for c in "/\\\0"):
             raise ValueError("must be a plain folder name (no path separators)")
+        if not v.isprintable() or len(v) > 200:
+            # a control, bidirectional-override or zero-width character prints as something else in a listing
+            raise ValueError("must be printable characters only, at most 200 (no control or invisible characters)")
         return v
 
     out_dir: str = F("runs", "where run directories are created (relative: from the current folder)")

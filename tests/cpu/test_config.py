@@ -559,3 +559,11 @@ def test_a_number_past_its_bound_is_refused_naming_the_field_and_the_bound(setti
     field = setting.split("=")[0]
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert f"'{field}'" in res.stderr and bound in res.stderr
+
+
+@pytest.mark.parametrize("name", ["run\x1b[2J", "s\u202eevas", "zero\u200bwidth", "tab\there", "x" * 201])
+def test_a_run_name_with_control_or_invisible_characters_is_refused(name: str):
+    """Issue 99.8: `run.name` accepts printable characters only (its folder is listed, logged and printed)."""
+    with pytest.raises(ConfigError, match="run.name.*printable"):
+        load_config(None, [f"run.name={name}"])
+    assert load_config(None, ["run.name=évolution 2"]).run.name == "évolution 2"
