@@ -78,23 +78,38 @@ def _path_to_depth(value: Any, depth: int) -> str:
     raise AssertionError("no container at that depth")  # pragma: no cover - the caller found one
 
 
-def read_jsonl(path: str | Path, model: type[M], what: str) -> list[M]:
+def read_jsonl(
+    path: str | Path,
+    model: type[M],
+    what: str,
+    max_bytes: int | None = None,
+    max_items: int | None = None,
+    max_line_bytes: int | None = None,
+) -> list[M]:
     """Every line of a JSONL file as ``model``, all validated before any is returned (so a bad file changes
     nothing). A missing file, bytes that are not UTF-8, or a line that is not a ``what`` is a ``ConfigError`` of
-    one line naming the file and the line."""
+    one line naming the file and the line. The caps bound the work: the file's size (checked before it is read),
+    its number of items and one line's size (checked before any line is validated)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"no such file: {p}")
+    if max_bytes is not None and p.stat().st_size > max_bytes:
+        raise ConfigError(
+            f"{p}: {p.stat().st_size / 2**20:.0f} MiB, over the {max_bytes / 2**20:.0f} MiB one file may hold"
+        )
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
         raise ConfigError(f"{p}: not UTF-8 text (byte {err.start}); expected JSON lines") from None
     except OSError as err:
         raise ConfigError(f"{p}: cannot read: {err.strerror}") from None
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if max_items is not None and len(lines) > max_items:
+        raise ConfigError(f"{p}: {len(lines)} lines, more than the {max_items} one file may hold")
     out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    for n, line in lines:
+        if max_line_bytes is not None and len(line) > max_line_bytes:  # characters: at most as many as its bytes
+            raise ConfigError(f"{p}:{n}: over {max_line_bytes // 2**10} KiB on one line; not {what}")
         try:
             out.append(model.model_validate_json(line))
         except ValidationError as err:

@@ -205,7 +205,8 @@ def test_configuration_rules_and_the_task_file(tmp_path):
     assert len(train) + len(test) == 40 and 2 <= len(test) <= 20
     assert not {t.task_id for t in train} & {t.task_id for t in test}
     assert env_tasks(cfg, "test") == test  # the split is a function of the request
-    assert env_tasks(cfg, "all") == tasks  # a whole held-out panel, in its order (eval --subset all)
+    # a whole held-out panel, in its order (eval --subset all); read from a file, every task is person-written
+    assert env_tasks(cfg, "all") == [t.model_copy(update={"source": TaskSource.REAL}) for t in tasks]
     with pytest.raises(EnvError, match="splits train and test"):
         env_tasks(cfg, "dev")
     bad = make_env(EnvConfig(name="mcp", mcp={"command": ["/nonexistent/mcp-server"]}))

@@ -99,16 +99,15 @@ def check(
     """Replay every task's reference solution in a fresh environment and report feasibility."""
     from evolvekit.config import load_config
     from evolvekit.env.registry import make_env
+    from evolvekit.env.task_file import load_task_file
     from evolvekit.errors import ConfigError, EnvError
     from evolvekit.questioning.curate import replay_feasible
-    from evolvekit.safejson import read_jsonl
-    from evolvekit.types import Task
 
     cfg = load_config(config, overrides)
     setup_logging(cfg.run.log_level)
     rows = []
     refused: list[str] = []
-    for task in read_jsonl(path, Task, "a task"):
+    for task in load_task_file(path):
         env_cfg = cfg.env.model_copy(update={"name": task.env_name})
         try:
             ok, reason = replay_feasible(task, lambda: make_env(env_cfg), refuse_invalid=True)  # noqa: B023

@@ -626,7 +626,7 @@ def in_test_split(task: Task, share: float) -> bool:
 def mcp_tasks(cfg: EnvConfig, split: str) -> list[Task]:
     """The tasks of ``env.mcp.tasks_file``, split into train and test by a hash of the request (``all``: every task,
     as `eval --subset all` scores a whole held-out panel)."""
-    from evolvekit.safejson import read_jsonl
+    from evolvekit.env.task_file import load_task_file
 
     m: MCPConfig = cfg.mcp
     if not m.tasks_file:
@@ -636,7 +636,7 @@ def mcp_tasks(cfg: EnvConfig, split: str) -> list[Task]:
         )
     if split not in ("train", "test", "all"):
         raise EnvError(f"env.mcp.tasks_file has splits train and test (or all), not '{split}'")
-    tasks = read_jsonl(m.tasks_file, Task, "a task")
+    tasks = load_task_file(m.tasks_file)  # person-written, whatever the file says of itself
     if split == "all":
         return tasks[: cfg.family_tasks]
     return [t for t in tasks if in_test_split(t, m.test_share) == (split == "test")][: cfg.family_tasks]

@@ -109,11 +109,11 @@ class HeldoutWordings:
     @classmethod
     def of(cls, cfg: Config) -> HeldoutWordings:
         from evolvekit.env.registry import env_tasks, has_task_source
-        from evolvekit.safejson import read_jsonl
+        from evolvekit.env.task_file import load_task_file
 
         evaluating = cfg.train.eval_before or cfg.train.eval_after or cfg.train.eval_every
         split = env_tasks(cfg.env, cfg.env.eval_split) if evaluating and has_task_source(cfg.env) else []
-        panels = [t for p in cfg.train.eval_panels for t in read_jsonl(p, Task, "a task")]
+        panels = [t for p in cfg.train.eval_panels for t in load_task_file(p)]
         return cls(frozenset(wording(t.query) for t in split), frozenset(wording(t.query) for t in panels))
 
     def drop(self, tasks: Sequence[Task], funnel: Funnel) -> list[Task]:
@@ -161,11 +161,11 @@ def known_tasks(
     """The tasks a synthesis dedups against (§3.3): the environment's real training tasks (``train_tasks`` when the
     caller has them) and the synthetic held-out file, so no synthesized task copies a training or held-out one."""
     from evolvekit.env.registry import env_tasks, has_task_source
-    from evolvekit.safejson import read_jsonl
+    from evolvekit.env.task_file import load_task_file
 
     if train_tasks is None:
         train_tasks = env_tasks(env, env.train_split) if has_task_source(env) else []
-    held = read_jsonl(eval_synthetic, Task, "a task") if eval_synthetic else []
+    held = load_task_file(eval_synthetic) if eval_synthetic else []
     return list(train_tasks) + list(held)
 
 
