@@ -446,7 +446,7 @@ class TrainConfig(_Section):
     compare_row: str | None = F(
         None, "the row of train.compare_with that is this configuration over seeds (default: run.name)"
     )
-    max_grad_norm: float = F(1.0, "gradient clipping", gt=0, le=1e6)
+    max_grad_norm: float = F(1.0, "gradient clipping", gt=0, le=1e9)
     shared_prefix: bool = F(
         True,
         "shared-prefix training: a group's longest common token prefix runs forward and backward once for all its samples (exact: same loss and gradients; train/shared_prefix.py)",
