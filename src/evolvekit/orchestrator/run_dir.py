@@ -73,6 +73,20 @@ def check_store(path: Path) -> None:
         raise ConfigError(f"{path}: not a run's store (no {', '.join(sorted(_RUN_TABLES - tables))} table)")
 
 
+def leads_out(run_dir: Path) -> Path | None:
+    """The first of the run's own paths a resume writes to (its config, store, ``checkpoints/`` and each entry in
+    it) that is a symlink resolving outside ``run_dir``; None if none is."""
+    root = run_dir.resolve()
+    ckpts = run_dir / "checkpoints"
+    entries = [run_dir / CONFIG_FILE, run_dir / STORE_FILE, ckpts]
+    if ckpts.is_dir():
+        entries += sorted(ckpts.iterdir())
+    for path in entries:
+        if path.is_symlink() and not path.resolve().is_relative_to(root):
+            return path
+    return None
+
+
 def new_run_dir(cfg: Config) -> Path:
     base = Path(cfg.run.out_dir) / f"{cfg.run.name}-{datetime.now():%Y%m%d-%H%M%S}"
     path, i = base, 1
@@ -96,6 +110,12 @@ def open_run(
         resume = Path(resume)
         if not (resume / CONFIG_FILE).is_file() or not (resume / STORE_FILE).is_file():
             raise ConfigError(f"{resume} is not a run directory (no {CONFIG_FILE} / {STORE_FILE})")
+        escaping = leads_out(resume)
+        if escaping is not None:
+            raise ConfigError(
+                f"--resume {resume}: {escaping} is a symlink leading out of the run folder; a run writes only in its "
+                "own folder (replace the link with the folder itself)"
+            )
         try:
             stored = config_from_dict(
                 migrate_stored(json.loads((resume / CONFIG_FILE).read_text())), str(resume / CONFIG_FILE)

@@ -1,0 +1,67 @@
+"""Hostile input, round four (issue 99): the run folder is the run's. Each test here fails on main at e7b585b.
+(The number bounds and run.name: tests/cpu/test_config.py; task files: tests/cpu/test_task_files.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evolvekit.config import load_config
+from evolvekit.errors import ConfigError
+
+
+def _closed_run(tmp_path: Path) -> Path:
+    from evolvekit.orchestrator.run_dir import open_run
+
+    _, run_dir, store = open_run(load_config(None, [f"run.out_dir={tmp_path / 'runs'}"]), None)
+    store.close()
+    return run_dir
+
+
+@pytest.mark.parametrize("link", ["checkpoints", "checkpoints/iter-0000", "run.sqlite"])
+def test_resume_refuses_a_run_folder_whose_own_paths_are_symlinks_leading_out(tmp_path: Path, link: str):
+    from evolvekit.orchestrator.run_dir import open_run
+
+    run_dir = _closed_run(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    target = run_dir / link
+    if link == "run.sqlite":
+        (outside / "run.sqlite").write_bytes(target.read_bytes())
+        target.unlink()
+        target.symlink_to(outside / "run.sqlite")
+    else:
+        target.parent.mkdir(exist_ok=True)
+        target.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ConfigError, match="symlink leading out of the run folder"):
+        open_run(None, run_dir)
+    assert list(outside.iterdir()) == ([outside / "run.sqlite"] if link == "run.sqlite" else [])  # nothing written
+
+
+def test_a_symlink_inside_the_run_folder_is_no_escape(tmp_path: Path):
+    from evolvekit.orchestrator.run_dir import leads_out, open_run
+
+    run_dir = _closed_run(tmp_path)
+    (run_dir / "kept").mkdir()
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "iter-0000").symlink_to(run_dir / "kept", target_is_directory=True)
+    assert leads_out(run_dir) is None
+    _, _, store = open_run(None, run_dir)
+    store.close()
+
+
+def test_resume_from_the_command_line_with_an_escaping_checkpoints_link_is_exit_2_and_one_line(tmp_path: Path):
+    run_dir = _closed_run(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    (run_dir / "checkpoints").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "evolvekit.cli.main", "run", "--resume", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr[-2000:]
+    assert "checkpoints is a symlink" in res.stderr
