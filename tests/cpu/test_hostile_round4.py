@@ -65,3 +65,40 @@ def test_resume_from_the_command_line_with_an_escaping_checkpoints_link_is_exit_
     )
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr[-2000:]
     assert "checkpoints is a symlink" in res.stderr
+
+
+# ---- MCP tool names (issue 99.5) ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "names, says",
+    [
+        (["save", "save", "save"], "'save' twice"),
+        (["s\u202eevas"], "control, invisible or space"),  # shows as "save"
+        (["zero\u200bwidth"], "control, invisible or space"),
+        (["nul\x00"], "control, invisible or space"),
+        (["s\u0430ve"], "mixes scripts (CYRILLIC, LATIN)"),  # a Cyrillic а among Latin letters
+        (["see", "\u0455\u0435\u0435"], "look the same"),  # all-Cyrillic ѕее beside Latin see
+        (["cafe", "cafe\u0301"], "look the same"),
+    ],
+)
+def test_misleading_mcp_tool_names_are_refused_naming_the_server(names: list[str], says: str):
+    from types import SimpleNamespace
+
+    from evolvekit.env.mcp import tool_schemas
+    from evolvekit.errors import EnvError
+
+    tools = [SimpleNamespace(name=n, description="d", input_schema={}) for n in names]
+    with pytest.raises(EnvError, match="the MCP server 'files' lists") as err:
+        tool_schemas(tools, set(), "files")
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_plain_tool_names_of_any_one_script_pass():
+    from types import SimpleNamespace
+
+    from evolvekit.env.mcp import tool_schemas
+
+    names = ["read_file", "write-file", "git.commit", "сохранить", "保存"]
+    tools = [SimpleNamespace(name=n, description="d", input_schema={}) for n in names]
+    assert list(tool_schemas(tools, set())) == names

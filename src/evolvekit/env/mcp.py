@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import unicodedata
 from collections import OrderedDict
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -165,9 +166,54 @@ def result_text(result: Any) -> str:
     return capped("\n".join(parts))
 
 
-def tool_schemas(tools: Sequence[Any], allowed: set[str]) -> dict[str, ToolSchema]:
-    """The server's tools (those of ``allowed`` when given) as schemas; a list longer than MAX_MCP_TOOLS or a schema
-    over MAX_TOOL_SCHEMA_CHARS is refused with one line, a description over MAX_TOOL_DESCRIPTION_CHARS is cut."""
+# look-alike letters of other scripts, as the Latin letter they pass for (Unicode's confusables for these letters)
+_LOOK_ALIKES = str.maketrans(
+    "аеорсухіјѕԁһӏАВЕКМНОРСТХІЈЅοανρτικυχΟΑΒΕΖΗΙΚΜΝΡΤΥΧ",
+    "aeopcyxijsdhlABEKMHOPCTXIJSoavptikuxOABEZHIKMNPTYX",
+)
+
+
+def _scripts(name: str) -> set[str]:
+    """The scripts of a name's letters (LATIN, CYRILLIC, GREEK, ...), by their Unicode names."""
+    return {unicodedata.name(c, "?").split()[0] for c in name if c.isalpha()}
+
+
+def skeleton(name: str) -> str:
+    """What a tool name looks like: compatibility forms folded, accents dropped, look-alike letters of other
+    scripts read as the Latin ones, case folded. Two names with one skeleton are confusable."""
+    decomposed = unicodedata.normalize("NFKD", name)
+    bare = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return bare.translate(_LOOK_ALIKES).casefold()
+
+
+def tool_name_problem(names: Sequence[str], server: str = "") -> str | None:
+    """The first tool name a model could be misled by, as one line naming the server: a name with a control,
+    bidirectional-override, zero-width or space character (``s\u202eevas`` shows as "save"), one that mixes scripts
+    (Latin and Cyrillic look-alikes), or two names that are the same, or look the same (``skeleton``)."""
+    where = f"the MCP server {server[:80]!r}" if server else "the MCP server"
+    seen: dict[str, str] = {}
+    for name in names:
+        if not name or not name.isprintable() or any(c.isspace() for c in name):
+            return f"{where} lists a tool named {name[:80]!r}: a name with control, invisible or space characters"
+        if len(_scripts(name)) > 1:
+            return (
+                f"{where} lists a tool named {name[:80]!r}, which mixes scripts ({', '.join(sorted(_scripts(name)))})"
+            )
+        key = skeleton(name)
+        if key in seen:
+            same = "twice" if seen[key] == name else f"and {seen[key][:80]!r}, which look the same"
+            return f"{where} lists the tool {name[:80]!r} {same}; each tool needs a name of its own"
+        seen[key] = name
+    return None
+
+
+def tool_schemas(tools: Sequence[Any], allowed: set[str], server: str = "") -> dict[str, ToolSchema]:
+    """The server's tools (those of ``allowed`` when given) as schemas; a list longer than MAX_MCP_TOOLS, a schema
+    over MAX_TOOL_SCHEMA_CHARS or a misleading name among all it lists (``tool_name_problem``) is refused with one
+    line, a description over MAX_TOOL_DESCRIPTION_CHARS is cut."""
+    problem = tool_name_problem([str(t.name) for t in tools], server)
+    if problem is not None:
+        raise EnvError(problem)
     shown = [t for t in tools if not allowed or t.name in allowed]
     if len(shown) > MAX_MCP_TOOLS:
         raise EnvError(
@@ -351,7 +397,7 @@ class MCPEnv:
                 self.close()
                 raise EnvError(f"env.mcp.reset_calls: {c.name} failed: {output[:200]}")
         try:
-            self.visible = tool_schemas(self.session.tools, set(self.m.tools))
+            self.visible = tool_schemas(self.session.tools, set(self.m.tools), self.session.server_name)
         except EnvError:
             self.close()
             raise
