@@ -102,3 +102,75 @@ def test_plain_tool_names_of_any_one_script_pass():
     names = ["read_file", "write-file", "git.commit", "сохранить", "保存"]
     tools = [SimpleNamespace(name=n, description="d", input_schema={}) for n in names]
     assert list(tool_schemas(tools, set())) == names
+
+
+# ---- disk faults while writing a checkpoint (issue 99.3) -------------------------------------------------------------
+
+_SAVE_UNDER_A_SIZE_LIMIT = r"""
+import json, resource, signal, sys
+from pathlib import Path
+from evolvekit.config import TrainConfig
+from evolvekit.llm.local import LocalLLM
+from evolvekit.train.trainer import GRPOTrainer
+
+model, out, limit = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+tr = GRPOTrainer(LocalLLM(str(model), device="cpu"), TrainConfig(autocast="off"))
+for p in tr.policy.model.parameters():  # one optimizer step: Adam's state, twice the weights, for optimizer.pt
+    p.grad = p.detach() * 0
+tr.policy.optimizer.step()
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+try:
+    tr.save(out)
+    print(json.dumps({"saved": True}))
+except OSError as err:
+    print(json.dumps({"errno": err.errno, "filename": err.filename, "strerror": err.strerror}))
+"""
+
+
+@pytest.mark.parametrize("limit", [4096, None])  # safetensors' weights fail; or (None) torch's optimizer state
+def test_a_checkpoint_write_past_a_file_size_limit_is_an_oserror_naming_the_path_and_leaves_nothing(
+    tmp_path: Path, limit: int | None
+):
+    """torch's RuntimeError ("enforce fail at inline_container.cc") and safetensors' SafetensorError were not
+    OSErrors: the command line printed a 76-line traceback. Now the save raises the OSError they stand for, naming
+    the checkpoint, and removes its half-written folder; the command line prints it as one line."""
+    import json
+
+    from evolvekit.cli.main import os_error_line
+    from evolvekit.llm.tiny import make_tiny_model
+
+    model = make_tiny_model(tmp_path / "model")
+    if limit is None:  # the weights fit, the optimizer state (twice their size) does not
+        limit = sum(f.stat().st_size for f in model.glob("*.safetensors")) + 2**16
+    out = tmp_path / "checkpoints" / "iter-0001"
+    res = subprocess.run(
+        [sys.executable, "-c", _SAVE_UNDER_A_SIZE_LIMIT, str(model), str(out), str(limit)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got.get("filename") == str(out), got
+    assert got["errno"] is not None
+    writer = "SafetensorError" if limit == 4096 else "RuntimeError: [enforce fail at inline_container"
+    assert writer in got["strerror"], got
+    assert not out.exists() and not out.with_name("iter-0001.tmp").exists()
+    line = os_error_line(OSError(got["errno"], got["strerror"], got["filename"]))
+    assert "\n" not in line and str(out) in line
+
+
+def test_write_failure_translates_only_writer_errors():
+    import errno
+
+    from evolvekit.train.checkpoint import write_failure
+
+    p = Path("/runs/x/checkpoints/iter-0001")
+    torch_err = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+    got = write_failure(p, torch_err)
+    assert isinstance(got, OSError) and got.filename == str(p) and "inline_container" in got.strerror
+    safetensors_like = type("SafetensorError", (Exception,), {})("Error while serializing: I/O error: (os error 28)")
+    assert write_failure(p, safetensors_like).errno == errno.ENOSPC  # type: ignore[union-attr]
+    assert write_failure(p, RuntimeError("CUDA out of memory")) is None  # a bug stays a bug
+    assert write_failure(p, ValueError("inline_container")) is None

@@ -63,3 +63,35 @@ def checkpoint_problem(folder: Path) -> str | None:
         if _sha256(path) != expected:
             return f"{name} does not match its checksum"
     return None
+
+
+# what torch's and safetensors' writers raise when a write fails (a full disk, a file-size limit): not an OSError
+_WRITER_FAILURES = ("inline_container", "PytorchStreamWriter", "file write failed", "Error while serializing")
+
+
+def write_failure(path: Path, err: BaseException) -> OSError | None:
+    """``err``, raised while writing the checkpoint ``path``, as the OSError it stands for (so the command line says
+    it in one line, naming the path and the cause); None if it is no write failure. torch's ``RuntimeError``
+    ("enforce fail at inline_container.cc") and safetensors' ``SafetensorError`` ("I/O error: ... (os error 28)")
+    carry the system's error number at most in their text."""
+    import errno
+    import os
+    import re
+    import shutil
+
+    if isinstance(err, OSError):
+        return err
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if not isinstance(err, RuntimeError) and type(err).__name__ != "SafetensorError":
+        return None
+    if not any(mark in text for mark in _WRITER_FAILURES):
+        return None
+    found = re.search(r"os error (\d+)", text)
+    if found:
+        code = int(found.group(1))
+    else:
+        try:
+            code = errno.ENOSPC if shutil.disk_usage(path.parent).free < 2**20 else errno.EIO
+        except OSError:
+            code = errno.EIO
+    return OSError(code, f"{os.strerror(code)} ({type(err).__name__}: {text[:160]})", str(path))

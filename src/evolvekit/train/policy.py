@@ -22,7 +22,7 @@ import torch
 from evolvekit.config import TrainConfig
 from evolvekit.engine.base import Engine
 from evolvekit.resolve import keeps_master
-from evolvekit.train.checkpoint import write_checksums
+from evolvekit.train.checkpoint import write_checksums, write_failure
 from evolvekit.train.distributed import DataParallel, ShardedPolicy
 from evolvekit.train.master import MasterWeights, needs_master
 
@@ -107,6 +107,20 @@ class Policy:
         """Write a checkpoint folder that ``LocalLLM`` / ``evolvekit eval --policy`` load (atomic rename)."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
+        try:
+            self._write(tmp, with_optimizer)
+        except Exception as err:
+            shutil.rmtree(tmp, ignore_errors=True)  # the space back; the last good checkpoint is untouched
+            failure = write_failure(path, err)
+            if failure is None or failure is err:
+                raise
+            raise failure from None  # torch's or safetensors' own write error: one line naming the path
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+        return path
+
+    def _write(self, tmp: Path, with_optimizer: bool) -> None:
+        """The checkpoint's files, in the folder ``tmp`` (``save`` renames it into place once all are written)."""
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         from transformers.utils import logging as hf_logging
@@ -122,9 +136,6 @@ class Policy:
                 torch.save(self.master.state_dict(), tmp / "master.pt")
         (tmp / "trainer_state.json").write_text(json.dumps({"lora": self.cfg.lora, "saved": time.time()}))
         write_checksums(tmp)  # a resume verifies them (train/checkpoint.py)
-        shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)
-        return path
 
     def load_optimizer(self, path: Path) -> bool:
         opt = Path(path) / "optimizer.pt"
