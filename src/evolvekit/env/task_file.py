@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from evolvekit.safejson import read_jsonl
 from evolvekit.types import Task, TaskSource
@@ -17,7 +18,7 @@ MAX_TASK_FILE_BYTES = 256 * 2**20
 MAX_TASK_LINE_BYTES = 2**20
 
 
-def load_task_file(path: str) -> list:
+def load_task_file(path: str | Path) -> list[Task]:
     """Tasks from a JSONL file (one Task per line), with a clear error for a missing or malformed file. A task's
     origin is where it came from, never a label inside an outside file: every task read from a file is
     person-written (``TaskSource.REAL``), whatever its ``source`` says; only tasks this run synthesized, and
