@@ -611,6 +611,18 @@ class QuestioningConfig(_Section):
             )
         return self.difficulty.problem()
 
+    # what λ decides (Eq. 12), in one place: the run's training tasks are person-written ones, its own synthesized
+    # ones, or both (the supply, env/parts.run_tasks and the proxy-task decay all read these)
+    @property
+    def trains_on_real(self) -> bool:
+        """Person-written training tasks reach the supply: self-questioning off, or on at λ < 1."""
+        return not self.enabled or self.hybrid_lambda < 1.0
+
+    @property
+    def trains_on_synthetic(self) -> bool:
+        """The run's own synthesized tasks reach the supply: self-questioning on at λ > 0."""
+        return self.enabled and self.hybrid_lambda > 0.0
+
 
 class CoEvolveConfig(_Section):
     enabled: bool = F(False, "CoEvolve weakness signals steering re-exploration (CoEvolve §3)")

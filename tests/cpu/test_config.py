@@ -567,3 +567,17 @@ def test_a_run_name_with_control_or_invisible_characters_is_refused(name: str):
     with pytest.raises(ConfigError, match="run.name.*printable"):
         load_config(None, [f"run.name={name}"])
     assert load_config(None, ["run.name=évolution 2"]).run.name == "évolution 2"
+
+
+@pytest.mark.parametrize(
+    "enabled, lam, real, synthetic",
+    [(False, 1.0, True, False), (False, 0.5, True, False), (True, 1.0, False, True), (True, 0.5, True, True),
+     (True, 0.0, True, False)],
+)  # fmt: skip
+def test_what_hybrid_lambda_decides_is_said_in_one_place(enabled: bool, lam: float, real: bool, synthetic: bool):
+    """Issue 98.2: Eq. 12's λ decides whether person-written or synthesized tasks (or both) are trained on; every
+    reader asks QuestioningConfig, not its own comparison."""
+    from evolvekit.config import QuestioningConfig
+
+    q = QuestioningConfig(enabled=enabled, hybrid_lambda=lam)
+    assert (q.trains_on_real, q.trains_on_synthetic) == (real, synthetic)

@@ -175,3 +175,33 @@ def test_the_overall_is_bfcls_unweighted_mean_with_missing_categories_at_zero():
     assert unweighted_overall({"multi_turn_base": 0.5, "multi_turn_miss_func": 0.25}) == 0.1875  # (0.5+0.25+0+0)/4
     assert unweighted_overall({c: 1.0 for c in ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
                                                 "multi_turn_long_context")}) == 1.0  # fmt: skip
+
+
+@pytest.mark.parametrize("template", ["sliding_window", "self_managing", "basic"])
+def test_eval_uses_the_runs_context_template(template, monkeypatch, tmp_path):
+    """Issue 98.1: `evolvekit eval` built no context template, so under sliding_window or self_managing it fell back
+    to truncation while the run's own held-out evaluation used the configured one. Now both get rollout_template."""
+    from types import SimpleNamespace
+
+    import evolvekit.agent.evaluate as evaluate
+    import evolvekit.engine.registry as engines
+    from evolvekit.cli import eval_cmd
+    from evolvekit.config import load_config
+    from evolvekit.env.registry import env_tasks
+    from evolvekit.llm import factory
+
+    cfg = load_config(None, ["env.family=arith", "env.worked_examples=person", f"rollout.template={template}"])
+    seen: dict = {}
+
+    def evaluate_policy(tasks, make_env, engine, rollout, params, k, rendering, *args, **kwargs):
+        seen.update(kwargs)
+        return SimpleNamespace(), []
+
+    monkeypatch.setattr(factory, "role_llm", lambda models, role: f"{role} model")
+    monkeypatch.setattr(engines, "policy_engine", lambda cfg, llm: "engine")
+    monkeypatch.setattr(evaluate, "evaluate_policy", evaluate_policy)
+    monkeypatch.setattr(evaluate, "write_results", lambda out, report, trajs: None)
+    eval_cmd._evaluate(cfg, env_tasks(cfg.env, "test")[:1], 1, tmp_path / "ev.jsonl", estimate=False)
+    used = seen["template"]
+    assert used.template == template and used.token_limit == cfg.rollout.context_token_limit
+    assert (used.summarise is not None) == (template != "basic")  # the summarizer role writes the memory

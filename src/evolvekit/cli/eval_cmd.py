@@ -67,12 +67,14 @@ def _evaluate(
     llm=None,
     shown=None,
     engine=None,
+    template=None,
 ):
-    """One evaluation; ``llm`` (the policy), ``engine`` (what it samples through) and ``shown`` (the run's own
-    examples, ``examples_once``) may be shared between evaluations of one command (the leaderboard's categories),
-    else made here."""
+    """One evaluation, as the run's own held-out evaluation makes it (its sampling, engine, worked examples and
+    context template); ``llm`` (the policy), ``engine`` (what it samples through), ``shown`` (the run's own
+    examples, ``examples_once``) and ``template`` (``rollout_template``) may be shared between evaluations of one
+    command (the leaderboard's categories), else made here."""
     from evolvekit.agent.evaluate import EpisodeJournal, PaceEstimate, evaluate_policy, write_results
-    from evolvekit.agent.parts import policy_sampling
+    from evolvekit.agent.parts import policy_sampling, rollout_template
     from evolvekit.engine.registry import policy_engine
     from evolvekit.env.registry import make_env, preflight
     from evolvekit.llm.factory import role_llm, role_llm_or
@@ -119,6 +121,7 @@ def _evaluate(
         experience_for=lookup,
         journal=journal,
         pace=pace,
+        template=template if template is not None else rollout_template(cfg),  # sliding_window, self_managing
     )
     write_results(out, report, trajs)
     return report
@@ -139,6 +142,7 @@ def _leaderboard(
 ) -> dict:
     """BFCL's multi-turn leaderboard score: per category the share of tasks solved in one attempt (BFCL's checker
     on every turn), and their unweighted mean (``unweighted_overall``)."""
+    from evolvekit.agent.parts import rollout_template
     from evolvekit.engine.registry import policy_engine
     from evolvekit.env.registry import make_env
     from evolvekit.llm.factory import role_llm, role_llm_or
@@ -148,10 +152,13 @@ def _leaderboard(
     llm = role_llm(cfg.models, "policy")  # one policy and one set of the run's own examples for every category
     engine = policy_engine(cfg, llm)  # one engine over it, as in a run
     shown = examples_once(cfg, lambda: role_llm_or(cfg.models, "explorer", llm), lambda: make_env(cfg.env))
+    template = rollout_template(cfg)  # one context template (and summarizer) for every category, as in a run
     for category in LEADERBOARD_CATEGORIES:
         tasks = _tasks(cfg, category, subset, limit)
         where = out.with_name(f"{out.stem}.{category}{out.suffix}")
-        report = _evaluate(cfg, tasks, 1, where, experiences, estimate, llm=llm, shown=shown, engine=engine)
+        report = _evaluate(
+            cfg, tasks, 1, where, experiences, estimate, llm=llm, shown=shown, engine=engine, template=template
+        )
         correct = round(report.avg_at_k * report.tasks)
         per[category] = {"accuracy": report.avg_at_k, "total_count": report.tasks, "correct_count": correct}
     overall = unweighted_overall({c: v["accuracy"] for c, v in per.items()})

@@ -35,8 +35,7 @@ def run_tasks(cfg: Config) -> RunTasks:
     (``env_tasks``). At λ = 1 no person-written training task reaches the training side, not even its request
     (issue 51). Evaluation with nothing to evaluate is one line too."""
     own = has_task_source(cfg.env)
-    alone = cfg.questioning.enabled and cfg.questioning.hybrid_lambda == 1.0
-    person = env_tasks(cfg.env, cfg.env.train_split) if own or not alone else []
+    person = env_tasks(cfg.env, cfg.env.train_split) if own or cfg.questioning.trains_on_real else []
     synthetic = load_task_file(cfg.train.eval_synthetic) if cfg.train.eval_synthetic else []
     panels = [(Path(p).stem, load_task_file(p)) for p in cfg.train.eval_panels]  # held out, scored by the check only
     evaluating = bool(cfg.train.eval_before or cfg.train.eval_after or cfg.train.eval_every)
@@ -47,7 +46,7 @@ def run_tasks(cfg: Config) -> RunTasks:
             "train.eval_before, train.eval_after and train.eval_every off"
         )
     return RunTasks(
-        train=[] if alone else person,
+        train=person if cfg.questioning.trains_on_real else [],
         first=person[0] if person else None,
         eval_split=env_tasks(cfg.env, cfg.env.eval_split) if evaluating and own else [],
         held=([("synthetic", synthetic)] if synthetic else []) + panels,

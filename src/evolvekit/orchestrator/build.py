@@ -74,7 +74,8 @@ def synthesis_stage(cfg: Config, train_tasks, policy, engine, env_factory, recei
 def sample_stage_for(cfg: Config):
     """(D) the sample stage, handed self-questioning's proxy-task decay under hybrid λ < 1 (§3.3)."""
     q = cfg.questioning
-    scale = hybrid_advantage_scale(q.synthetic_advantage_decay) if q.enabled and q.hybrid_lambda < 1.0 else None
+    # self-questioning beside person-written tasks (λ < 1): its proxy tasks' advantages decay
+    scale = hybrid_advantage_scale(q.synthetic_advantage_decay) if q.enabled and q.trains_on_real else None
     return sample_stage(cfg, scale)
 
 
