@@ -165,6 +165,11 @@ def test_a_run_prints_the_committed_baseline_only_for_the_same_family_and_budget
     ev.commit, ev.rows["grpo"].commit = "abc1234, def5678", "def5678"  # a merged file: the baseline row's own code
     path.write_text(ev.model_dump_json())
     assert "committed at def5678:" in comparison_line(path, cfg, {})
+    # a run of other code says so; a run of the rows' own code does not
+    assert "this run's code is 9999999 (uncommitted changes), not the rows'" in comparison_line(
+        path, cfg, {}, "9999999 (uncommitted changes)"
+    )
+    assert "this run's code" not in comparison_line(path, cfg, {}, "def5678")
     other = load_config(Path("configs/grpo.yaml"), ["train.iterations=2"])
     assert "not comparable" in comparison_line(path, other, {}) and "train.iterations" in comparison_line(
         path, other, {}

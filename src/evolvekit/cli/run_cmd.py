@@ -87,6 +87,7 @@ def run_command(
         for line in heldout_lines(before, after, classes):
             sys.stdout.write(line + "\n")
         if cfg.train.compare_with:
+            from evolvekit.provenance import code_commit
             from evolvekit.report.evidence import comparison_line
 
-            sys.stdout.write(comparison_line(cfg.train.compare_with, cfg, after) + "\n")
+            sys.stdout.write(comparison_line(cfg.train.compare_with, cfg, after, code_commit()) + "\n")

@@ -225,11 +225,12 @@ def _figure(name: str, row: RowResult, key: str) -> str:
     )
 
 
-def comparison_line(path: Path | str, cfg: Config, after: dict | None) -> str:
+def comparison_line(path: Path | str, cfg: Config, after: dict | None, code: str | None = None) -> str:
     """The line a run prints at its end: the baseline row's committed figures for the same family and budget, and
     those of the row named like the run (``run.name``: this configuration over seeds, so one run's seed is seen
     against its own spread), with the seed-paired difference between the two; while the baseline row has not
-    finished, the run's own row alone (its lift over the base model), the baseline said to be missing."""
+    finished, the run's own row alone (its lift over the base model), the baseline said to be missing. ``code``:
+    the commit of the code that made this run; when the rows were made by other code, the line says so."""
     path = Path(path)
     if not path.is_file():
         return f"no committed baseline figures at {path} (train.compare_with)"
@@ -269,7 +270,10 @@ def comparison_line(path: Path | str, cfg: Config, after: dict | None) -> str:
     commits = (row.commit if row is not None else None) or ev.commit
     if own is not None and own.commit and own.commit != commits:
         commits += f" ({name}: {own.commit})"
-    return f"same family and budget, committed at {commits}: " + "; ".join(parts)
+    line = f"same family and budget, committed at {commits}: " + "; ".join(parts)
+    if code and not any(c.strip() and code.startswith(c.strip()) for c in commits.replace("(", ",").split(",")):
+        line += f" (this run's code is {code}, not the rows': a difference from them includes the code's changes)"
+    return line
 
 
 def total(metrics: dict[int, dict[str, float]], key: str) -> float:
