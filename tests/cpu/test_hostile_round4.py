@@ -174,30 +174,3 @@ def test_write_failure_translates_only_writer_errors():
     assert write_failure(p, safetensors_like).errno == errno.ENOSPC  # type: ignore[union-attr]
     assert write_failure(p, RuntimeError("CUDA out of memory")) is None  # a bug stays a bug
     assert write_failure(p, ValueError("inline_container")) is None
-
-
-# ---- a plugin's first day (issue 99.7, in part) ----------------------------------------------------------------------
-
-
-def test_an_environments_own_examples_not_shown_are_said_once_with_the_switch(caplog, monkeypatch):
-    """The arith family offers three person-written worked examples; under the default (the run's own) they are
-    hidden, and the run says so once, naming env.worked_examples: person; under person it says nothing."""
-    import logging
-
-    import evolvekit.env.examples as examples
-    from evolvekit.env.registry import env_tasks, make_env
-
-    monkeypatch.setattr(examples, "_SAID", set())
-    cfg = load_config(None, ["env.family=arith"])
-    task = env_tasks(cfg.env, "train")[0]
-    env = make_env(cfg.env)
-    with caplog.at_level(logging.INFO, logger="evolvekit.env.examples"):
-        assert env.reset(task).examples == [] and env.reset(task).examples == []
-    said = [r.getMessage() for r in caplog.records if "offers worked examples" in r.getMessage()]
-    assert len(said) == 1 and "env.worked_examples: person" in said[0]
-    caplog.clear()
-    monkeypatch.setattr(examples, "_SAID", set())
-    person = make_env(load_config(None, ["env.family=arith", "env.worked_examples=person"]).env)
-    with caplog.at_level(logging.INFO, logger="evolvekit.env.examples"):
-        assert person.reset(task).examples
-    assert not [r for r in caplog.records if "offers worked examples" in r.getMessage()]

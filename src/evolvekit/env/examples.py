@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -16,7 +15,6 @@ from evolvekit.env.action_text import format_call
 from evolvekit.env.bfcl.families import Demonstration
 from evolvekit.types import ChatMessage, ToolCall
 
-log = logging.getLogger(__name__)
 E = TypeVar("E")
 Played = tuple[str, list[tuple[ToolCall, str]], str]  # (request, [(call, output), ...], closing message)
 _CACHE: dict[str, list[ChatMessage]] = {}
@@ -51,8 +49,6 @@ class ShownExamples:
 
     def reset(self, task=None, sandbox_config=None):
         result = self._inner.reset(task, sandbox_config)
-        if result.examples:
-            said_ignored(str(getattr(self._inner, "name", type(self._inner).__name__)), len(result.examples))
         return result.model_copy(update={"examples": list(self._examples())})
 
     def __getattr__(self, name: str):
@@ -60,27 +56,6 @@ class ShownExamples:
 
     def __setattr__(self, name: str, value) -> None:
         setattr(self._inner, name, value)
-
-
-_SAID: set[str] = set()
-_SAID_LOCK = threading.Lock()
-
-
-def said_ignored(env_name: str, messages: int) -> bool:
-    """Say once per process and environment that its own worked examples (``messages`` chat turns) are not shown,
-    and which switch shows them; True the first time."""
-    with _SAID_LOCK:
-        if env_name in _SAID:
-            return False
-        _SAID.add(env_name)
-    log.info(
-        "the environment %r offers worked examples of its own (%d chat turns); this run does not show them: "
-        "env.worked_examples: self shows the run's own, env.worked_examples: person shows the environment's "
-        "(person-written: every output of the run then says so)",
-        env_name,
-        messages,
-    )
-    return True
 
 
 class Once:
