@@ -118,3 +118,35 @@ def test_tasks_check_on_a_file_past_the_count_cap_exits_2_with_one_line(tmp_path
     )
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr[-2000:]
     assert f"more than the {MAX_TASKS_IN_FILE}" in res.stderr
+
+
+def test_tasks_check_says_why_each_infeasible_task_is_infeasible_in_text_and_json(tmp_path):
+    meta = {"category": "synthetic", "involved_classes": ["MathAPI"]}
+    bad = {"task_id": "t1", "env_name": "bfcl", "query": "Add 1 and 2.", "metadata": meta,
+           "reference_solution": [[{"name": "divide", "arguments": {"a": 1, "b": 0}}]]}  # fmt: skip
+    good = {**bad, "task_id": "t2", "reference_solution": [[{"name": "add", "arguments": {"a": 1, "b": 2}}]]}
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps(bad) + "\n" + json.dumps(good) + "\n")
+
+    def check(*extra: str):
+        return subprocess.run(
+            [sys.executable, "-m", "evolvekit.cli.main", "tasks", "check", str(path), *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+
+    text = check()
+    assert text.returncode == 0, text.stderr[-2000:]
+    lines = text.stdout.strip().splitlines()
+    assert lines[0] == "1/2 feasible" and lines[1].startswith("infeasible t1: ")
+    reason = lines[1].removeprefix("infeasible t1: ")
+    assert reason and "divide" in reason
+    as_json = check("--json")
+    assert json.loads(as_json.stdout.strip().splitlines()[-1])["infeasible"] == [
+        {"task_id": "t1", "feasible": False, "reason": reason}
+    ]
+    path.write_text(json.dumps(bad) + "\n")
+    none = check()
+    assert none.returncode == 1 and none.stderr.strip() == f"{path}: task t1: {reason}; no task is feasible"

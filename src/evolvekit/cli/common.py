@@ -34,3 +34,13 @@ def emit_json(obj: Any) -> None:
     """Print one JSON object as the last line of stdout."""
     sys.stdout.write(json.dumps(obj, default=str) + "\n")
     sys.stdout.flush()
+
+
+# every character str.splitlines() breaks a line at, written as its escape in a one-line error
+_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_ESCAPED_BREAKS = {ord(c): c.encode("unicode_escape").decode("ascii") for c in _BREAKS}
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line: a line break inside it (an id from an outside file, say) is written as its escape."""
+    return text.translate(_ESCAPED_BREAKS)

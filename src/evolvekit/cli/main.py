@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from evolvekit.cli.common import ConfigOpt, JsonOpt, SetOpt, console, emit_json, setup_logging
+from evolvekit.cli.common import ConfigOpt, JsonOpt, SetOpt, console, emit_json, one_line, setup_logging
 from evolvekit.errors import EvolveKitError
 
 app = typer.Typer(
@@ -237,16 +237,6 @@ def main() -> None:
     except OSError as err:  # a full disk, a file-size limit, a read-only mount: one line, what was written is kept
         sys.stderr.write(f"error: {one_line(os_error_line(err))}\n")
         sys.exit(1)
-
-
-# every character str.splitlines() breaks a line at, written as its escape in a one-line error
-_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-_ESCAPED_BREAKS = {ord(c): c.encode("unicode_escape").decode("ascii") for c in _BREAKS}
-
-
-def one_line(text: str) -> str:
-    """``text`` as one line: a line break inside it (an id from an outside file, say) is written as its escape."""
-    return text.translate(_ESCAPED_BREAKS)
 
 
 def os_error_line(err: OSError) -> str:

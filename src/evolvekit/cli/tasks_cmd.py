@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from evolvekit.cli.common import ConfigOpt, JsonOpt, SetOpt, console, emit_json, setup_logging
+from evolvekit.cli.common import ConfigOpt, JsonOpt, SetOpt, console, emit_json, one_line, setup_logging
 
 tasks_app = typer.Typer(help="Self-questioning: make tasks by exploring an environment.", no_args_is_help=True)
 
@@ -123,7 +123,16 @@ def check(
         "feasible": sum(bool(r["feasible"]) for r in rows),
         "infeasible": [r for r in rows if not r["feasible"]][:20],
     }
-    emit_json(summary) if as_json else sys.stdout.write(f"{summary['feasible']}/{summary['tasks']} feasible\n")
+    bad = [r for r in rows if not r["feasible"]]
+    if as_json:
+        emit_json(summary)
+    else:  # why each infeasible task is, in text too (the first 20; --json has the same rows)
+        sys.stdout.write(f"{summary['feasible']}/{summary['tasks']} feasible\n")
+        for r in bad[:20]:
+            sys.stdout.write(f"infeasible {one_line(str(r['task_id'])[:64])}: {one_line(str(r['reason'])[:200])}\n")
+        if len(bad) > 20:
+            sys.stdout.write(f"... and {len(bad) - 20} more infeasible\n")
     if not summary["feasible"]:  # nothing a run could train or evaluate on: a script must not read this as success
-        sys.stderr.write(f"{path}: no task is feasible\n")
+        why = f"task {one_line(str(bad[0]['task_id'])[:64])}: {one_line(str(bad[0]['reason'])[:200])}; " if bad else ""
+        sys.stderr.write(f"{path}: {why}no task is feasible\n")
         raise typer.Exit(1)
