@@ -777,7 +777,7 @@ def test_the_log_ratio_clamp_reaches_the_update(tiny_path):
         return torch.cat([p.grad.flatten() for p in llm.model.parameters() if p.grad is not None])
 
     off = grads(None)
-    assert torch.equal(grads(1e6), off)
+    assert torch.equal(grads(100.0), off)
     assert not torch.allclose(grads(1e-3), off, atol=1e-6)
 
 
