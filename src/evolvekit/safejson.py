@@ -93,10 +93,8 @@ def read_jsonl(
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"no such file: {p}")
-    if max_bytes is not None and p.stat().st_size > max_bytes:
-        raise ConfigError(
-            f"{p}: {p.stat().st_size / 2**20:.0f} MiB, over the {max_bytes / 2**20:.0f} MiB one file may hold"
-        )
+    if max_bytes is not None and (size := p.stat().st_size) > max_bytes:
+        raise ConfigError(f"{p}: {size / 2**20:.0f} MiB, over the {max_bytes / 2**20:.0f} MiB one file may hold")
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:

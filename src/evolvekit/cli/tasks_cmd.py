@@ -89,6 +89,11 @@ def synthesize(
     emit_json(summary) if as_json else sys.stdout.write(" ".join(f"{k}={v}" for k, v in summary.items()) + "\n")
 
 
+def _why(row: dict) -> str:
+    """One infeasible task of `tasks check` as one line: its id, and why its reference does not replay."""
+    return f"{one_line(str(row['task_id'])[:64])}: {one_line(str(row['reason'])[:200])}"
+
+
 @tasks_app.command("check")
 def check(
     path: Path = typer.Argument(..., help="JSONL of tasks"),
@@ -129,10 +134,10 @@ def check(
     else:  # why each infeasible task is, in text too (the first 20; --json has the same rows)
         sys.stdout.write(f"{summary['feasible']}/{summary['tasks']} feasible\n")
         for r in bad[:20]:
-            sys.stdout.write(f"infeasible {one_line(str(r['task_id'])[:64])}: {one_line(str(r['reason'])[:200])}\n")
+            sys.stdout.write(f"infeasible {_why(r)}\n")
         if len(bad) > 20:
             sys.stdout.write(f"... and {len(bad) - 20} more infeasible\n")
     if not summary["feasible"]:  # nothing a run could train or evaluate on: a script must not read this as success
-        why = f"task {one_line(str(bad[0]['task_id'])[:64])}: {one_line(str(bad[0]['reason'])[:200])}; " if bad else ""
+        why = f"task {_why(bad[0])}; " if bad else ""
         sys.stderr.write(f"{path}: {why}no task is feasible\n")
         raise typer.Exit(1)

@@ -188,17 +188,16 @@ def skeleton(name: str) -> str:
 
 def tool_name_problem(names: Sequence[str], server: str = "") -> str | None:
     """The first tool name a model could be misled by, as one line naming the server: a name with a control,
-    bidirectional-override, zero-width or space character (``s\u202eevas`` shows as "save"), one that mixes scripts
+    bidirectional-override, zero-width or space character (``s\\u202eevas`` shows as "save"), one that mixes scripts
     (Latin and Cyrillic look-alikes), or two names that are the same, or look the same (``skeleton``)."""
     where = f"the MCP server {server[:80]!r}" if server else "the MCP server"
     seen: dict[str, str] = {}
     for name in names:
         if not name or not name.isprintable() or any(c.isspace() for c in name):
             return f"{where} lists a tool named {name[:80]!r}: a name with control, invisible or space characters"
-        if len(_scripts(name)) > 1:
-            return (
-                f"{where} lists a tool named {name[:80]!r}, which mixes scripts ({', '.join(sorted(_scripts(name)))})"
-            )
+        scripts = _scripts(name)
+        if len(scripts) > 1:
+            return f"{where} lists a tool named {name[:80]!r}, which mixes scripts ({', '.join(sorted(scripts))})"
         key = skeleton(name)
         if key in seen:
             same = "twice" if seen[key] == name else f"and {seen[key][:80]!r}, which look the same"

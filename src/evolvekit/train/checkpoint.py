@@ -81,9 +81,9 @@ def write_failure(path: Path, err: BaseException) -> OSError | None:
 
     if isinstance(err, OSError):
         return err
-    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     if not isinstance(err, RuntimeError) and type(err).__name__ != "SafetensorError":
         return None
+    text = (str(err).strip() or type(err).__name__).splitlines()[0]
     if not any(mark in text for mark in _WRITER_FAILURES):
         return None
     found = re.search(r"os error (\d+)", text)
