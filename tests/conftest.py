@@ -117,6 +117,27 @@ def _drop_shared_models() -> None:
         factory._LOCAL_CACHE.clear()
 
 
+MODEL_ROLES = ("policy", "explorer", "synthesizer", "judge", "attributor", "summarizer")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A tiny Llama with random weights and the embedded model's tokenizer (llm/tiny.py: 3.2 M parameters,
+    built offline from a config), once per session: for tests whose claim is wiring, plumbing or a failure mode, not
+    what the real model does (issue 97)."""
+    from evolvekit.llm.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_roles(tiny_model) -> list[str]:
+    """Command-line ``--set`` arguments that put every model role on ``tiny_model``: the policy and the helpers that
+    make the run's own worked examples (explorer) and tasks (synthesizer), the judge, attributor and summarizer. A
+    random model executes no call, so such a run makes no worked example and keeps no synthesized task."""
+    return [a for role in MODEL_ROLES for a in ("--set", f"models.{role}.model={tiny_model}")]
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """The real embedded model, loaded once per test session."""
