@@ -208,18 +208,15 @@ class TaskIndexStore:
 
 
 @pytest.fixture(scope="session")
-def served():
-    """The served roles' stand-in: `transformers serve` (set-up installs its serving extra) on the embedded model's
-    folder, as the README pairs them (`evolvekit llm path`), offline. Yields (base URL, model folder)."""
+def served(tiny_model):
+    """The served roles' stand-in: `transformers serve` (set-up installs its serving extra) on a model folder, offline,
+    as the README pairs them with `evolvekit llm path`'s folder. The folder is the tiny model's (same tokenizer and
+    chat template): the tests that use it check the plumbing of served roles, not what the served model writes
+    (issue 97; tests/cpu/test_served_roles.py checks that `llm path` prints a folder it can serve). Yields (base
+    URL, model folder)."""
     import httpx
 
-    path = (
-        subprocess.run(
-            [sys.executable, "-m", "evolvekit.cli.main", "llm", "path"], capture_output=True, text=True, timeout=600
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
+    path = str(tiny_model)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
