@@ -84,11 +84,13 @@ def _cli(*args):
 
 
 @pytest.mark.slow
-def test_the_docs_commands_run_on_the_counter_environment(tmp_path):
+def test_the_docs_commands_run_on_the_counter_environment(tmp_path, tiny_roles):
+    """The documented commands on the example plugin: its loading, evaluation and a run are the claim, so every
+    role is the tiny model."""
     import json
 
     plugin = ["--set", "env.name=counter", "--set", "env.plugins=[examples.counter_env]"]
-    small = ["--set", "models.policy.max_new_tokens=16", "--set", "rollout.max_steps=2"]
+    small = ["--set", "models.policy.max_new_tokens=16", "--set", "rollout.max_steps=2", *tiny_roles]
     res = _cli("eval", *plugin, *small, "--subset", "test", "--limit", "2", "--k", "1", "--json",
                "--out", str(tmp_path / "ev.jsonl"))  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
