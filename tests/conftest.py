@@ -131,11 +131,18 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tiny_roles(tiny_model) -> list[str]:
-    """Command-line ``--set`` arguments that put every model role on ``tiny_model``: the policy and the helpers that
-    make the run's own worked examples (explorer) and tasks (synthesizer), the judge, attributor and summarizer. A
-    random model executes no call, so such a run makes no worked example and keeps no synthesized task."""
-    return [a for role in MODEL_ROLES for a in ("--set", f"models.{role}.model={tiny_model}")]
+def tiny_sets(tiny_model) -> list[str]:
+    """Config overrides (``load_config(path, sets)``) that put every model role on ``tiny_model``: the policy and the
+    helpers that make the run's own worked examples (explorer) and tasks (synthesizer), the judge, attributor and
+    summarizer. A random model executes no call, so such a run makes no worked example and keeps no synthesized
+    task."""
+    return [f"models.{role}.model={tiny_model}" for role in MODEL_ROLES]
+
+
+@pytest.fixture(scope="session")
+def tiny_roles(tiny_sets) -> list[str]:
+    """``tiny_sets`` as command-line ``--set`` arguments."""
+    return [a for s in tiny_sets for a in ("--set", s)]
 
 
 @pytest.fixture(scope="session")

@@ -407,7 +407,7 @@ def test_hybrid_mix_and_advantage_decay(tmp_path):
 
 
 @pytest.mark.slow
-def test_run_trains_on_synthetic_tasks_and_evaluates_on_real_ones(tmp_path):
+def test_run_trains_on_synthetic_tasks_and_evaluates_on_real_ones(tmp_path, tiny_sets):
     from evolvekit.llm.tiny import make_tiny_model
     from evolvekit.orchestrator.build import SYNTHESIS_DONE, build_loop
     from evolvekit.orchestrator.run_dir import open_run
@@ -419,6 +419,7 @@ def test_run_trains_on_synthetic_tasks_and_evaluates_on_real_ones(tmp_path):
             f"run.out_dir={tmp_path}",
             "env.family=arith",
             "env.family_tasks=6",
+            *tiny_sets,  # every helper role tiny too (issue 97)
             f"models.policy.model={tiny}",
             "models.policy.max_new_tokens=8",
             "rollout.max_steps=2",
