@@ -48,7 +48,7 @@ def test_eval_json_reports_avg_and_best(tmp_path, tiny_roles):
     assert other.returncode == 2 and "holds episodes of another evaluation" in other.stderr
 
 
-def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path):
+def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path, tiny_roles):
     res = _cli(
         "run",
         "configs/quickstart.yaml",
@@ -103,14 +103,13 @@ def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path):
         "--k",
         "1",
         "--json",
-        "--policy",
-        ckpt,
         "--out",
         str(tmp_path / "ev.jsonl"),
         "--set",
         "models.policy.max_new_tokens=32",
-        "--set",
-        "questioning.requests.mode=documented",  # the checkpoint is what this evaluates, not the examples' requests
+        *tiny_roles,  # the checkpoint is what this evaluates: no worked example (the tiny explorer executes no call)
+        "--policy",
+        ckpt,
     )
     assert res.returncode == 0, res.stderr[-2000:]
     evaluated = json.loads(res.stdout.strip().splitlines()[-1])
