@@ -39,9 +39,8 @@ MUTANTS = (
            'if mode == "auto" and not constrained and role not in _UNSCAFFOLDED:',
            'if mode == "auto" and not constrained:',
            (T + "test_served_roles.py::test_a_served_explorer_synthesizer_and_judge_work_as_documented",)),
-    # a served role's requests reach the server's chat completions
-    Mutant("served endpoint", "llm/openai_compat.py", 'f"{self.base_url}/chat/completions",',
-           'f"{self.base_url}/completions",',
+    # a served role is the server's (the recipes' helpers), not a model loaded in the run's process
+    Mutant("served roles built locally", "llm/factory.py", 'if cfg.backend == "openai":', 'if cfg.backend == "served":',
            (T + "test_recipes.py::test_the_bfcl_recipe_starts_one_iteration_of_a_shrunken_copy",
             T + "test_recipes.py::test_the_mcp_recipe_starts_one_iteration_of_a_shrunken_copy")),
     # an MCP task file's train split is the tasks outside the test share
@@ -85,11 +84,12 @@ def run(mutant: Mutant, copy: Path) -> tuple[str, float]:
 
 
 def main() -> None:
+    only = set(sys.argv[1:])  # mutant names: run only these (the file then lists only them)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     copy = ROOT / "runs" / "tiny_model_mutants"
     copy_checkout(copy)
     rows = []
-    for m in MUTANTS:
+    for m in [m for m in MUTANTS if not only or m.name in only]:
         verdict, seconds = run(m, copy)
         print(f"{m.name}: {verdict} ({seconds:.0f} s)", flush=True)
         tests = ", ".join(t.split("::")[-1] for t in m.tests)

@@ -43,6 +43,7 @@ def test_eval_json_reports_avg_and_best(tmp_path, tiny_roles):
     again = _cli(*args, "--out", str(out), *sets)
     assert again.returncode == 0 and "2 of 2 episodes already in" in again.stderr, again.stderr[-2000:]
     assert "estimate:" not in again.stderr  # nothing left to run, nothing to measure
+    assert (tmp_path / "res.episodes.jsonl").read_text().splitlines() == journal  # and nothing ran again
     assert json.loads(again.stdout.strip().splitlines()[-1])["avg@2"] == summary["avg@2"]
     other = _cli(*args, "--out", str(out), *sets, "--set", "rollout.max_steps=3")  # another evaluation: refused
     assert other.returncode == 2 and "holds episodes of another evaluation" in other.stderr
