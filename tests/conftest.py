@@ -117,6 +117,34 @@ def _drop_shared_models() -> None:
         factory._LOCAL_CACHE.clear()
 
 
+MODEL_ROLES = ("policy", "explorer", "synthesizer", "judge", "attributor", "summarizer")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A tiny Llama with random weights and the embedded model's tokenizer (llm/tiny.py: 3.2 M parameters,
+    built offline from a config), once per session: for tests whose claim is wiring, plumbing or a failure mode, not
+    what the real model does (issue 97)."""
+    from evolvekit.llm.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_sets(tiny_model) -> list[str]:
+    """Config overrides (``load_config(path, sets)``) that put every model role on ``tiny_model``: the policy and the
+    helpers that make the run's own worked examples (explorer) and tasks (synthesizer), the judge, attributor and
+    summarizer. A random model executes no call, so such a run makes no worked example and keeps no synthesized
+    task."""
+    return [f"models.{role}.model={tiny_model}" for role in MODEL_ROLES]
+
+
+@pytest.fixture(scope="session")
+def tiny_roles(tiny_sets) -> list[str]:
+    """``tiny_sets`` as command-line ``--set`` arguments."""
+    return [a for s in tiny_sets for a in ("--set", s)]
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """The real embedded model, loaded once per test session."""
@@ -187,18 +215,15 @@ class TaskIndexStore:
 
 
 @pytest.fixture(scope="session")
-def served():
-    """The served roles' stand-in: `transformers serve` (set-up installs its serving extra) on the embedded model's
-    folder, as the README pairs them (`evolvekit llm path`), offline. Yields (base URL, model folder)."""
+def served(tiny_model):
+    """The served roles' stand-in: `transformers serve` (set-up installs its serving extra) on a model folder, offline,
+    as the README pairs them with `evolvekit llm path`'s folder. The folder is the tiny model's (same tokenizer and
+    chat template): the tests that use it check the plumbing of served roles, not what the served model writes
+    (issue 97; tests/cpu/test_served_roles.py checks that `llm path` prints a folder it can serve). Yields (base
+    URL, model folder)."""
     import httpx
 
-    path = (
-        subprocess.run(
-            [sys.executable, "-m", "evolvekit.cli.main", "llm", "path"], capture_output=True, text=True, timeout=600
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
+    path = str(tiny_model)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -334,7 +334,7 @@ def test_episode_tokens_by_hand():
 
 
 @pytest.mark.slow
-def test_oracle_run_with_cold_start_warms_up_checkpoints_and_never_uses_held_out_tasks(tmp_path):
+def test_oracle_run_with_cold_start_warms_up_checkpoints_and_never_uses_held_out_tasks(tmp_path, tiny_sets):
     tiny = make_tiny_model(tmp_path / "tiny")
     fam = get_family("arith")
     train, held = fam.tasks("train", 3), fam.tasks("test", 1)
@@ -345,6 +345,7 @@ def test_oracle_run_with_cold_start_warms_up_checkpoints_and_never_uses_held_out
         [
             f"run.out_dir={tmp_path}",
             "env.family=arith",
+            *tiny_sets,  # every helper role tiny too (issue 97)
             f"models.policy.model={tiny}",
             "models.policy.max_new_tokens=8",
             "rollout.max_steps=2",

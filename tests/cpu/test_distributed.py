@@ -12,6 +12,8 @@ import torch
 
 from evolvekit.llm.tiny import make_tiny_model
 
+HELPERS = ("explorer", "synthesizer", "judge", "attributor", "summarizer")
+
 WORKER = Path(__file__).with_name("ddp_update_worker.py")
 
 
@@ -113,7 +115,9 @@ def test_run_under_torchrun_trains_as_one_process_and_resumes(tiny, tmp_path, sh
                 "iterations": iterations, "tasks_per_iteration": 3, "learning_rate": 1e-3, "autocast": "off",
                 "eval_before": False, "eval_after": False, "micro_batch_size": 1, "sharding": sharding,
             },
-            "models": {"policy": {"model": str(tiny), "max_new_tokens": 9}},
+            # every role tiny: the explorer that makes the run's own worked examples too (issue 97)
+            "models": {**{r: {"model": str(tiny)} for r in HELPERS},
+                       "policy": {"model": str(tiny), "max_new_tokens": 9}},
         }  # fmt: skip
         out.mkdir(parents=True, exist_ok=True)
         (out / "cfg.yaml").write_text(yaml.safe_dump(data))

@@ -1,4 +1,5 @@
-"""eval and run end to end with the real embedded model (small budgets)."""
+"""eval and run end to end: the quickstart on the real embedded model (small budgets); the evaluation's plumbing
+(its JSON, journal, panels, leaderboard) on the tiny model of every role (conftest.tiny_roles)."""
 
 import json
 import subprocess
@@ -15,11 +16,11 @@ def _cli(*args, cwd=None):
     )
 
 
-def test_eval_json_reports_avg_and_best(tmp_path):
+def test_eval_json_reports_avg_and_best(tmp_path, tiny_roles):
     out = tmp_path / "res.jsonl"
     args = ["eval", "--env", "bfcl", "--split", "multi_turn_base", "--limit", "1", "--k", "2", "--json"]
     sets = ["--set", "rollout.max_steps=2", "--set", "models.policy.max_new_tokens=48"]
-    sets += ["--set", "rollout.concurrency=1"]
+    sets += ["--set", "rollout.concurrency=1", *tiny_roles]
     res = _cli(*args, "--out", str(out), *sets)
     assert res.returncode == 0, res.stderr[-2000:]
     # the cost before it starts (issue 54): episodes and the bound on generated tokens
@@ -42,12 +43,13 @@ def test_eval_json_reports_avg_and_best(tmp_path):
     again = _cli(*args, "--out", str(out), *sets)
     assert again.returncode == 0 and "2 of 2 episodes already in" in again.stderr, again.stderr[-2000:]
     assert "estimate:" not in again.stderr  # nothing left to run, nothing to measure
+    assert (tmp_path / "res.episodes.jsonl").read_text().splitlines() == journal  # and nothing ran again
     assert json.loads(again.stdout.strip().splitlines()[-1])["avg@2"] == summary["avg@2"]
     other = _cli(*args, "--out", str(out), *sets, "--set", "rollout.max_steps=3")  # another evaluation: refused
     assert other.returncode == 2 and "holds episodes of another evaluation" in other.stderr
 
 
-def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path):
+def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path, tiny_roles):
     res = _cli(
         "run",
         "configs/quickstart.yaml",
@@ -73,6 +75,16 @@ def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path):
         "questioning.explore_runs=2",
         "--set",
         "questioning.explore_steps=3",
+        # the least work that still runs every part of the first command: one candidate request a framing, one
+        # round-trip attempt each, no second panel (the panels' own plumbing: test_a_panel_reruns_exactly_and_says_so)
+        "--set",
+        "questioning.requests.per_framing=1",
+        "--set",
+        "questioning.requests.shortlist=1",
+        "--set",
+        "questioning.requests.round_trip_samples=1",
+        "--set",
+        "train.eval_panels=[]",
     )
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])
@@ -92,12 +104,13 @@ def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path):
         "--k",
         "1",
         "--json",
-        "--policy",
-        ckpt,
         "--out",
         str(tmp_path / "ev.jsonl"),
         "--set",
         "models.policy.max_new_tokens=32",
+        *tiny_roles,  # the checkpoint is what this evaluates: no worked example (the tiny explorer executes no call)
+        "--policy",
+        ckpt,
     )
     assert res.returncode == 0, res.stderr[-2000:]
     evaluated = json.loads(res.stdout.strip().splitlines()[-1])
@@ -105,7 +118,7 @@ def test_run_quickstart_small_budget_then_eval_the_checkpoint(tmp_path):
     assert "category" not in evaluated  # it names the family it evaluated, not a BFCL category
 
 
-def test_a_panel_reruns_exactly_and_says_so(tmp_path):
+def test_a_panel_reruns_exactly_and_says_so(tmp_path, tiny_roles):
     """Issue 54 (8): versioned evaluation panels. --panel-out writes the tasks, k, config, commit and weights hash;
     --panel re-runs them and reports whether the figures were reproduced; a changed task, a changed policy or an
     option that would change the panel is refused; --policy evaluates another policy on the same panel."""
@@ -114,14 +127,8 @@ def test_a_panel_reruns_exactly_and_says_so(tmp_path):
     tiny, other = make_tiny_model(tmp_path / "tiny"), make_tiny_model(tmp_path / "other", seed=1)
     panel = tmp_path / "panel.json"
     args = ["eval", "--set", "env.family=arith", "--subset", "test", "--limit", "2", "--k", "2", "--json"]
-    sets = [
-        "--set",
-        "rollout.max_steps=1",
-        "--set",
-        "models.policy.max_new_tokens=8",
-        "--set",
-        f"models.policy.model={tiny}",
-    ]
+    sets = [*tiny_roles, "--set", f"models.policy.model={tiny}", "--set", "rollout.max_steps=1"]
+    sets += ["--set", "models.policy.max_new_tokens=8"]
     first = _cli(*args, *sets, "--out", str(tmp_path / "a.jsonl"), "--panel-out", str(panel))
     assert first.returncode == 0, first.stderr[-2000:]
     written = json.loads(panel.read_text())
@@ -146,7 +153,7 @@ def test_a_panel_reruns_exactly_and_says_so(tmp_path):
     assert edited.returncode == 2 and "tasks changed" in edited.stderr
 
 
-def test_the_bfcl_leaderboard_score_is_bfcls_own(tmp_path):
+def test_the_bfcl_leaderboard_score_is_bfcls_own(tmp_path, tiny_roles):
     """Issue 54 (8): BFCL's multi-turn categories scored as BFCL's leaderboard scores them: one attempt per task,
     each category's accuracy, and their unweighted mean (bfcl-eval's own function)."""
     from evolvekit.cli.eval_cmd import LEADERBOARD_CATEGORIES
@@ -156,7 +163,7 @@ def test_the_bfcl_leaderboard_score_is_bfcls_own(tmp_path):
     res = _cli(
         "eval", "--leaderboard", "--limit", "1", "--json", "--out", str(tmp_path / "lb" / "r.jsonl"),
         "--set", "rollout.max_steps=1", "--set", "models.policy.max_new_tokens=8",
-        "--set", f"models.policy.model={tiny}",
+        *tiny_roles, "--set", f"models.policy.model={tiny}",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     scores = json.loads(res.stdout.strip().splitlines()[-1])

@@ -198,7 +198,9 @@ def test_one_co_evolution_iteration(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_co_evolution_run_offline_with_the_embedded_model(tmp_path):
+def test_co_evolution_run_offline_from_the_command_line(tmp_path, tiny_roles):
+    """A co-evolution run from the command line reports the extractor's and the solver's rewards and trains both
+    (its wiring; every role the tiny model)."""
     import json
     import subprocess
     import sys
@@ -234,6 +236,7 @@ def test_co_evolution_run_offline_with_the_embedded_model(tmp_path):
             "rollout.max_steps=2",
             "--set",
             "models.policy.max_new_tokens=32",
+            *tiny_roles,
         ],
         capture_output=True,
         text=True,

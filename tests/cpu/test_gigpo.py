@@ -59,7 +59,7 @@ def test_bfcl_state_key_tracks_the_backend_state():
 
 
 @pytest.mark.slow
-def test_a_run_with_gigpo_credit_records_anchor_states_and_groups_steps(tmp_path):
+def test_a_run_with_gigpo_credit_records_anchor_states_and_groups_steps(tmp_path, tiny_sets):
     """attributing.source: gigpo on the arith family with a tiny model: no attributor is built, every step carries
     its anchor state, and each task's first steps (all from the start state) form a step group."""
     from evolvekit.config import load_config
@@ -73,6 +73,7 @@ def test_a_run_with_gigpo_credit_records_anchor_states_and_groups_steps(tmp_path
         [
             f"run.out_dir={tmp_path}",
             "env.family=arith",
+            *tiny_sets,  # every helper role tiny too (issue 97)
             f"models.policy.model={tiny}",
             "models.policy.max_new_tokens=12",
             "rollout.max_steps=2",

@@ -173,7 +173,7 @@ def _summariser(conv):
 
 
 @pytest.mark.slow
-def test_master_loop_with_experience_mixed_rollouts(tmp_path, monkeypatch):
+def test_master_loop_with_experience_mixed_rollouts(tmp_path, monkeypatch, tiny_sets):
     import sqlite3
 
     from evolvekit.config import load_config
@@ -189,6 +189,7 @@ def test_master_loop_with_experience_mixed_rollouts(tmp_path, monkeypatch):
             f"run.out_dir={tmp_path}",
             "env.name=coin",
             "env.plugins=[coin_env]",
+            *tiny_sets,  # every helper role tiny too (issue 97)
             f"models.policy.model={tiny}",
             "models.policy.max_new_tokens=8",
             "rollout.max_steps=1",
@@ -370,7 +371,7 @@ def test_evaluation_with_test_time_experience(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_family_worked_examples_seed_the_pool_and_skip_the_cold_start(tmp_path, monkeypatch):
+def test_family_worked_examples_seed_the_pool_and_skip_the_cold_start(tmp_path, monkeypatch, tiny_sets):
     from evolvekit.config import load_config
     from evolvekit.env.bfcl.families import get_family
     from evolvekit.errors import ConfigError
@@ -392,6 +393,7 @@ def test_family_worked_examples_seed_the_pool_and_skip_the_cold_start(tmp_path, 
         f"run.out_dir={tmp_path}",
         "env.name=coin",
         "env.plugins=[coin_env]",
+        *tiny_sets,  # every helper role tiny too (issue 97)
         f"models.policy.model={tiny}",
         "models.policy.max_new_tokens=8",
         "rollout.max_steps=1",

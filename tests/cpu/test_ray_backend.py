@@ -43,7 +43,7 @@ def test_env_actor_proxy(local_ray, monkeypatch):
 
 
 @pytest.mark.slow
-def test_workers_match_local_rollouts_and_sync_weights(local_ray, tmp_path, monkeypatch):
+def test_workers_match_local_rollouts_and_sync_weights(local_ray, tmp_path, monkeypatch, tiny_sets):
     monkeypatch.syspath_prepend(PLUGINS)
     base = make_tiny_model(tmp_path / "seed0", seed=0)
     other = LocalLLM(str(make_tiny_model(tmp_path / "seed1", seed=1)), device="cpu")
@@ -52,6 +52,7 @@ def test_workers_match_local_rollouts_and_sync_weights(local_ray, tmp_path, monk
         [
             "env.name=coin",
             "env.plugins=[coin_env]",
+            *tiny_sets,  # every helper role tiny too (issue 97)
             f"models.policy.model={base}",
             "rollout.backend=ray",
             "rollout.ray_workers=2",
@@ -88,7 +89,7 @@ def test_workers_match_local_rollouts_and_sync_weights(local_ray, tmp_path, monk
 
 
 @pytest.mark.slow
-def test_lora_workers_receive_only_the_adapters_and_match_the_driver(local_ray, tmp_path, monkeypatch):
+def test_lora_workers_receive_only_the_adapters_and_match_the_driver(local_ray, tmp_path, monkeypatch, tiny_sets):
     from evolvekit.config import TrainConfig
     from evolvekit.llm.lora import policy_weights
     from evolvekit.train.trainer import GRPOTrainer
@@ -101,6 +102,7 @@ def test_lora_workers_receive_only_the_adapters_and_match_the_driver(local_ray, 
         [
             "env.name=coin",
             "env.plugins=[coin_env]",
+            *tiny_sets,  # every helper role tiny too (issue 97)
             f"models.policy.model={base}",
             "rollout.backend=ray",
             "rollout.ray_workers=1",

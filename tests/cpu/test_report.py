@@ -36,6 +36,7 @@ def run_dir(tmp_path_factory):
             f"run.out_dir={tmp}",
             "env.name=coin",
             "env.plugins=[coin_env]",
+            *[f"models.{r}.model={tiny}" for r in ("explorer", "synthesizer", "judge", "attributor", "summarizer")],
             f"models.policy.model={tiny}",
             "models.policy.max_new_tokens=8",
             "rollout.max_steps=1",
@@ -230,7 +231,14 @@ def _ablation_base(tmp_path, monkeypatch, **train) -> Path:
         yaml.safe_dump(
             {
                 "env": {"name": "coin", "plugins": ["coin_env"]},
-                "models": {"policy": {"model": str(tiny), "max_new_tokens": 6}},
+                # every role tiny: the explorer that makes the run's own worked examples too (issue 97)
+                "models": {
+                    **{
+                        r: {"model": str(tiny)}
+                        for r in ("explorer", "synthesizer", "judge", "attributor", "summarizer")
+                    },
+                    "policy": {"model": str(tiny), "max_new_tokens": 6},
+                },
                 "rollout": {"max_steps": 1, "group_size": 2},
                 "train": {"autocast": "off", "eval_tasks": 2, "eval_k": 1, **train},
             }

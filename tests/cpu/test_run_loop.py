@@ -26,6 +26,8 @@ from evolvekit.orchestrator.build import build_loop
 from evolvekit.orchestrator.run_dir import open_run
 from evolvekit.store.sqlite import IterationStatus, RunStore
 
+HELPERS = ("explorer", "synthesizer", "judge", "attributor", "summarizer")
+
 PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
 
 
@@ -54,7 +56,8 @@ def _config(tiny, out: Path, iterations=2, **train):
             "autocast": "off",
             **train,
         },
-        "models": {"policy": {"model": str(tiny), "max_new_tokens": 9}},
+        # every role tiny: the explorer that makes the run's own worked examples too (issue 97)
+        "models": {**{r: {"model": str(tiny)} for r in HELPERS}, "policy": {"model": str(tiny), "max_new_tokens": 9}},
     }
     path = out / "cfg.yaml"
     out.mkdir(parents=True, exist_ok=True)

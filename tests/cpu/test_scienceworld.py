@@ -79,8 +79,9 @@ def _cli(*args, cwd):
 
 
 @pytest.mark.slow
-def test_eval_and_a_short_run_from_the_command_line(tmp_path):
-    small = ["--set", "rollout.max_steps=2", "--set", "models.policy.max_new_tokens=12"]
+def test_eval_and_a_short_run_from_the_command_line(tmp_path, tiny_roles):
+    """The simulator answers every action of an evaluation and a run (their wiring: every role the tiny model)."""
+    small = ["--set", "rollout.max_steps=2", "--set", "models.policy.max_new_tokens=12", *tiny_roles]
     res = _cli("eval", "--env", "scienceworld", "--subset", "test", "--limit", "1", "--k", "1", "--json", *small,
                "--out", str(tmp_path / "ev.jsonl"), cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]

