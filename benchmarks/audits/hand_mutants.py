@@ -93,7 +93,9 @@ MUTANTS = (
 )  # fmt: skip
 
 
-def run(mutant: Mutant, copy: Path) -> tuple[str, float]:
+def run(mutant: Mutant, copy: Path, pytest_args: tuple[str, ...] = ("-x", "-m", "not slow")) -> tuple[str, float]:
+    """``mutant`` applied to ``copy``, its tests run there (``pytest_args`` before them), the file put back: the
+    verdict (the failed tests, or SURVIVED) and the seconds the tests took."""
     target = copy / "src" / "evolvekit" / mutant.path
     original = target.read_text()
     if original.count(mutant.old) != 1:
@@ -102,14 +104,16 @@ def run(mutant: Mutant, copy: Path) -> tuple[str, float]:
     t0 = time.perf_counter()
     try:
         res = subprocess.run(
-            [str(copy / ".venv/bin/python"), "-m", "pytest", "-x", "-q", "-m", "not slow", "-p", "no:cacheprovider",
+            [str(copy / ".venv/bin/python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args,
              *mutant.tests],
             cwd=copy, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(copy / "src")},
         )  # fmt: skip
     finally:
         target.write_text(original)
-    failed = [line for line in res.stdout.splitlines() if line.startswith("FAILED")]
-    verdict = f"killed by {failed[0].removeprefix('FAILED ').split(' - ')[0]}" if res.returncode else "SURVIVED"
+    failed = [
+        line.removeprefix("FAILED ").split(" - ")[0] for line in res.stdout.splitlines() if line.startswith("FAILED")
+    ]
+    verdict = f"killed by {', '.join(failed)}" if res.returncode else "SURVIVED"
     return verdict, time.perf_counter() - t0
 
 

@@ -9,14 +9,12 @@ Writes benchmarks/results/tiny_model_mutants.md. Run it alone on the machine, ne
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hand_mutants import Mutant  # noqa: E402
+from hand_mutants import Mutant, run  # noqa: E402
 from mutation import ROOT, copy_checkout  # noqa: E402
 
 T = "tests/cpu/"
@@ -62,27 +60,6 @@ MUTANTS = (
 )  # fmt: skip
 
 
-def run(mutant: Mutant, copy: Path) -> tuple[str, float]:
-    target = copy / "src" / "evolvekit" / mutant.path
-    original = target.read_text()
-    if original.count(mutant.old) != 1:
-        return f"not applied: the text occurs {original.count(mutant.old)} times", 0.0
-    target.write_text(original.replace(mutant.old, mutant.new))
-    t0 = time.perf_counter()
-    try:
-        res = subprocess.run(
-            [str(copy / ".venv/bin/python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *mutant.tests],
-            cwd=copy, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(copy / "src")},
-        )  # fmt: skip
-    finally:
-        target.write_text(original)
-    failed = [
-        line.removeprefix("FAILED ").split(" - ")[0] for line in res.stdout.splitlines() if line.startswith("FAILED")
-    ]
-    verdict = f"killed by {', '.join(f.split('::')[-1] for f in failed)}" if res.returncode else "SURVIVED"
-    return verdict, time.perf_counter() - t0
-
-
 def main() -> None:
     only = set(sys.argv[1:])  # mutant names: run only these (the file then lists only them)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
@@ -90,7 +67,7 @@ def main() -> None:
     copy_checkout(copy)
     rows = []
     for m in [m for m in MUTANTS if not only or m.name in only]:
-        verdict, seconds = run(m, copy)
+        verdict, seconds = run(m, copy, ())  # slow tests included, every one run
         print(f"{m.name}: {verdict} ({seconds:.0f} s)", flush=True)
         tests = ", ".join(t.split("::")[-1] for t in m.tests)
         rows.append(f"| {m.name} | `{m.path}` | `{m.old}` → `{m.new}` | {tests} | {verdict} |")
