@@ -253,7 +253,9 @@ def test_a_malformed_reply_is_an_env_error_naming_the_message(reply, match):
 
 
 @pytest.mark.slow
-def test_eval_and_a_short_run_from_the_command_line_with_the_embedded_model(server, tmp_path):
+def test_eval_and_a_short_run_from_the_command_line_with_the_embedded_model(server, tmp_path, tiny_roles):
+    """The embedded model, shown the environment's worked examples, acts through the step tool and the server
+    answers; a short run on the same config trains (its wiring: every role the tiny model there)."""
     config = tmp_path / "openenv.yaml"
     env = {"name": "openenv", "family": None, "worked_examples": "person",  # the examples below are person-written
            "openenv": {"url": server, "examples": [_example(7), _example(11)],
@@ -277,7 +279,7 @@ def test_eval_and_a_short_run_from_the_command_line_with_the_embedded_model(serv
     res = subprocess.run(
         [sys.executable, "-m", "evolvekit.cli.main", "run", str(config), "--json", "--no-progress",
          "--set", f"run.out_dir={tmp_path}", "--set", "train.iterations=1", "--set", "train.tasks_per_iteration=1",
-         "--set", "train.eval_before=false", "--set", "train.eval_after=false"],
+         "--set", "train.eval_before=false", "--set", "train.eval_after=false", *tiny_roles],
         capture_output=True, text=True, timeout=900, cwd=tmp_path,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
