@@ -117,7 +117,10 @@ def _drop_shared_models() -> None:
         factory._LOCAL_CACHE.clear()
 
 
-MODEL_ROLES = ("policy", "explorer", "synthesizer", "judge", "attributor", "summarizer")
+def _model_roles() -> tuple[str, ...]:
+    from evolvekit.config import ModelsConfig
+
+    return tuple(ModelsConfig.model_fields)
 
 
 @pytest.fixture(scope="session")
@@ -136,7 +139,7 @@ def tiny_sets(tiny_model) -> list[str]:
     helpers that make the run's own worked examples (explorer) and tasks (synthesizer), the judge, attributor and
     summarizer. A random model executes no call, so such a run makes no worked example and keeps no synthesized
     task."""
-    return [f"models.{role}.model={tiny_model}" for role in MODEL_ROLES]
+    return [f"models.{role}.model={tiny_model}" for role in _model_roles()]
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from evolvekit.config import ModelsConfig
 from evolvekit.llm.tiny import make_tiny_model
 
-HELPERS = ("explorer", "synthesizer", "judge", "attributor", "summarizer")
+HELPERS = tuple(r for r in ModelsConfig.model_fields if r != "policy")  # every helper role
 
 WORKER = Path(__file__).with_name("ddp_update_worker.py")
 

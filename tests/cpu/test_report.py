@@ -13,11 +13,13 @@ import httpx
 import pytest
 import yaml
 
-from evolvekit.config import load_config
+from evolvekit.config import ModelsConfig, load_config
 from evolvekit.llm.tiny import make_tiny_model
 from evolvekit.orchestrator.build import build_loop
 from evolvekit.orchestrator.run_dir import open_run
 from evolvekit.types import Step, StepLabel, Trajectory
+
+HELPERS = tuple(r for r in ModelsConfig.model_fields if r != "policy")  # every helper role
 
 PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
 XSS = "<script>alert('x')</script>"
@@ -36,7 +38,7 @@ def run_dir(tmp_path_factory):
             f"run.out_dir={tmp}",
             "env.name=coin",
             "env.plugins=[coin_env]",
-            *[f"models.{r}.model={tiny}" for r in ("explorer", "synthesizer", "judge", "attributor", "summarizer")],
+            *[f"models.{r}.model={tiny}" for r in HELPERS],
             f"models.policy.model={tiny}",
             "models.policy.max_new_tokens=8",
             "rollout.max_steps=1",

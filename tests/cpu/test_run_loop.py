@@ -20,13 +20,13 @@ import pytest
 import torch
 import yaml
 
-from evolvekit.config import load_config
+from evolvekit.config import ModelsConfig, load_config
 from evolvekit.llm.tiny import make_tiny_model
 from evolvekit.orchestrator.build import build_loop
 from evolvekit.orchestrator.run_dir import open_run
 from evolvekit.store.sqlite import IterationStatus, RunStore
 
-HELPERS = ("explorer", "synthesizer", "judge", "attributor", "summarizer")
+HELPERS = tuple(r for r in ModelsConfig.model_fields if r != "policy")  # every helper role
 
 PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
 
